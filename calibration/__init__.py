@@ -1,0 +1,1 @@
+"""Timing sweeps on the backend, cost-model fitting, saved profiles."""

@@ -1,0 +1,80 @@
+"""What one engine step runs (a Batch) and the features a cost model prices it by."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.request import Sequence
+
+
+@dataclass(slots=True)
+class Batch:
+    """One step: sequence i processes tokens [starts[i], starts[i] + num_tokens[i]).
+
+    A prefill chunk has num_tokens >= 1 from wherever its prefill stands; a decode has
+    exactly one token, the last one generated. `preempted` lists sequences evicted
+    (recompute) while forming this step; they are back in the waiting queue."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+    total_tokens: int = 0
+    sampled: list[bool] = field(default_factory=list)  # set by Scheduler.complete
+
+    def add(self, seq: Sequence, n: int) -> None:
+        self.total_tokens += n
+        self.seqs.append(seq)
+        self.num_tokens.append(n)
+        self.starts.append(seq.num_computed)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.seqs
+
+    def is_decode(self, i: int) -> bool:
+        """Valid before complete(): one token, the last generated one."""
+        seq = self.seqs[i]
+        return seq.num_generated > 0 and self.num_tokens[i] == 1 and self.starts[i] == seq.known - 1
+
+
+FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
+                 "kv_tokens_read", "attention_pairs")
+
+
+@dataclass(frozen=True, slots=True)
+class StepFeatures:
+    """The shape of a step, all a cost model may look at.
+
+    kv_tokens_read: KV slots attention reads, summed over sequences (context + new).
+    attention_pairs: (query, key) pairs attended, causal: a chunk of c tokens after s
+    cached ones attends c*s + c(c+1)/2 pairs; a decode token attends s + 1."""
+
+    num_seqs: int = 0
+    num_prefill_seqs: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    kv_tokens_read: int = 0
+    attention_pairs: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return tuple(getattr(self, n) for n in FEATURE_NAMES)
+
+
+def step_features(batch: Batch) -> StepFeatures:
+    prefill_seqs = prefill = decode = kv_read = pairs = 0
+    for i, (s, c) in enumerate(zip(batch.starts, batch.num_tokens)):
+        kv_read += s + c
+        pairs += c * s + c * (c + 1) // 2
+        if batch.is_decode(i):
+            decode += 1
+        else:
+            prefill_seqs += 1
+            prefill += c
+    return StepFeatures(len(batch.seqs), prefill_seqs, prefill, decode, kv_read, pairs)

@@ -1,0 +1,101 @@
+"""Cost models: step features -> seconds. The simulator prices every step with one;
+calibration fits the linear form to measured backend steps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.batch import FEATURE_NAMES, StepFeatures
+from core.specs import HardwareSpec, ModelSpec
+
+
+class CostModel(Protocol):
+    def step_time(self, f: StepFeatures) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineCostModel:
+    """overhead + max(bytes moved / bandwidth, FLOPs / peak) + tensor-parallel all-reduce.
+
+    Bytes: the weights once per step (they are shared by every sequence in the batch:
+    the whole point of batching) plus every KV slot attention reads. All figures are
+    per GPU; bandwidth and peak are already scaled by achievable efficiency."""
+
+    weight_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+    attention_flops_per_pair: float
+    mem_bandwidth: float
+    peak_flops: float
+    overhead_s: float = 0.0
+    comm_bytes_per_token: float = 0.0  # all-reduce traffic per token per GPU
+    comm_bandwidth: float = 1.0
+    comm_latency_s: float = 0.0  # per step, all layers together
+
+    def step_time(self, f: StepFeatures) -> float:
+        tokens = f.prefill_tokens + f.decode_tokens
+        t_mem = (self.weight_bytes + self.kv_bytes_per_token * f.kv_tokens_read) / self.mem_bandwidth
+        t_flops = (self.flops_per_token * tokens
+                   + self.attention_flops_per_pair * f.attention_pairs) / self.peak_flops
+        t_comm = 0.0
+        if self.comm_bytes_per_token:
+            t_comm = self.comm_latency_s + self.comm_bytes_per_token * tokens / self.comm_bandwidth
+        return self.overhead_s + max(t_mem, t_flops) + t_comm
+
+
+ALLREDUCE_LATENCY_S = 8e-6  # one NCCL all-reduce of a small message, order of magnitude
+
+
+def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
+             mem_efficiency: float = 1.0, compute_efficiency: float = 1.0,
+             overhead_s: float = 0.0) -> RooflineCostModel:
+    tp = tensor_parallel
+    comm_bytes = comm_latency = 0.0
+    if tp > 1:
+        # Two all-reduces of the hidden state per layer; a ring moves 2(tp-1)/tp of it.
+        comm_bytes = 2 * model.num_layers * model.hidden_size * model.dtype_bytes * 2 * (tp - 1) / tp
+        comm_latency = 2 * model.num_layers * ALLREDUCE_LATENCY_S
+        if hw.interconnect_bandwidth <= 0:
+            raise ValueError(f"hardware {hw.name!r} has no interconnect_bandwidth for tensor_parallel={tp}")
+    return RooflineCostModel(
+        weight_bytes=model.params_read_per_step * model.dtype_bytes / tp,
+        kv_bytes_per_token=model.kv_bytes_per_token / tp,
+        flops_per_token=model.flops_per_token / tp,
+        attention_flops_per_pair=model.attention_flops_per_pair / tp,
+        mem_bandwidth=hw.mem_bandwidth * mem_efficiency,
+        peak_flops=hw.peak_flops * compute_efficiency,
+        overhead_s=overhead_s,
+        comm_bytes_per_token=comm_bytes,
+        comm_bandwidth=hw.interconnect_bandwidth or 1.0,
+        comm_latency_s=comm_latency,
+    )
+
+
+def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
+                       block_size: int, memory_utilization: float = 0.9) -> int:
+    """KV blocks that fit in the memory left after weights (vLLM's
+    gpu_memory_utilization: the rest is headroom for activations and the runtime)."""
+    free = hw.memory_bytes * tensor_parallel * memory_utilization - model.weight_bytes
+    blocks = int(free // (model.kv_bytes_per_token * block_size))
+    if blocks < 1:
+        need = model.weight_bytes / 2**30
+        have = hw.memory_bytes * tensor_parallel * memory_utilization / 2**30
+        raise ValueError(f"model {model.name} ({need:.1f} GiB of weights) leaves no KV memory on "
+                         f"{tensor_parallel} x {hw.name} ({have:.1f} GiB usable)")
+    return blocks
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCostModel:
+    """intercept + sum(coef[name] * feature[name]) over FEATURE_NAMES (missing = 0)."""
+
+    intercept: float
+    coef: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.coef) - set(FEATURE_NAMES)
+        if unknown:
+            raise ValueError(f"unknown cost features {sorted(unknown)}; expected {FEATURE_NAMES}")
+
+    def step_time(self, f: StepFeatures) -> float:
+        return self.intercept + sum(c * getattr(f, n) for n, c in self.coef.items())

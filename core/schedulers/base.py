@@ -1,0 +1,153 @@
+"""The scheduler contract and the bookkeeping every policy shares.
+
+Contract: `add(request, now)`, `schedule(now) -> Batch`, `complete(batch, now) ->
+finished`. Deterministic given its inputs: no wall clock, no unseeded randomness.
+KV blocks come from a BlockManager; running out means preemption by recompute
+(the victim frees all its blocks and re-prefills later), never an exception."""
+from __future__ import annotations
+
+import heapq
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from core.batch import Batch
+from core.config import SchedulerConfig
+from core.kv import BlockManager, blocks_for
+from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
+from core.request import Request, Sequence, Status
+
+
+class Scheduler(ABC):
+    name: ClassVar[str]
+    # True when schedule() depends only on the queue and sequence states, never on `now`:
+    # the simulator may then fast-forward over runs of identical decode steps.
+    time_invariant: ClassVar[bool] = True
+
+    def __init__(self, config: SchedulerConfig, kv: BlockManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.max_seqs = config.max_num_seqs
+        self._admission_key = lookup(ADMISSION_ORDERS, config.admission, "admission order")
+        self._victim_key = lookup(VICTIM_ORDERS, config.preemption, "preemption victim order")
+        self._waiting: list[tuple[tuple, int, Sequence]] = []  # heap by admission key
+        self._pushes = 0  # heap tie-break: duplicate keys never compare Sequences
+        self.running: list[Sequence] = []  # in admission order
+        self.rejected: list[Sequence] = []
+        self._admissions = 0
+        self.num_preemptions = 0
+
+    # -- the contract --------------------------------------------------------------
+    def add(self, request: Request, now: float) -> Sequence:
+        seq = Sequence(request)
+        reason = self.reject_reason(request)
+        if reason:
+            seq.status, seq.reject_reason, seq.finish = Status.REJECTED, reason, now
+            self.rejected.append(seq)
+        else:
+            self._push(seq)
+        return seq
+
+    @abstractmethod
+    def schedule(self, now: float) -> Batch:
+        """Form the next step. An empty batch means nothing can run until an arrival
+        (or `next_wakeup`)."""
+
+    def complete(self, batch: Batch, now: float) -> list[Sequence]:
+        """Advance token counters after the step ran; free finished sequences.
+        Sets batch.sampled: which items produced a new token in this step."""
+        finished = []
+        sampled = batch.sampled
+        sampled.clear()
+        for seq, n in zip(batch.seqs, batch.num_tokens):
+            seq.num_computed += n
+            sampled.append(seq.num_computed == seq.known)
+            if sampled[-1]:
+                seq.num_generated += 1
+                if seq.done:
+                    seq.status, seq.finish = Status.FINISHED, now
+                    self.kv.free(seq.block_table)
+                    finished.append(seq)
+        if finished:
+            self.running = [s for s in self.running if s.status is Status.RUNNING]
+        return finished
+
+    def has_work(self) -> bool:
+        return bool(self._waiting or self.running)
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When an idle scheduler would act with no new arrival (None: only on arrival)."""
+        return None
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def waiting(self) -> list[Sequence]:
+        """The waiting queue in admission order (a copy, for inspection)."""
+        return [e[2] for e in sorted(self._waiting, key=lambda e: e[:2])]
+
+    # -- shared mechanics ----------------------------------------------------------
+    def reject_reason(self, request: Request) -> str:
+        need = blocks_for(request.max_kv_tokens, self.kv.block_size)
+        if need > self.kv.num_blocks:
+            return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens) "
+                    f"but the cache has {self.kv.num_blocks}")
+        return ""
+
+    def _push(self, seq: Sequence) -> None:
+        heapq.heappush(self._waiting, (self._admission_key(seq), self._pushes, seq))
+        self._pushes += 1
+
+    def _peek(self) -> Sequence | None:
+        return self._waiting[0][2] if self._waiting else None
+
+    def _admit(self, now: float) -> Sequence:
+        seq = heapq.heappop(self._waiting)[2]
+        seq.status = Status.RUNNING
+        seq.admit_order = self._admissions
+        self._admissions += 1
+        if seq.first_scheduled < 0:
+            seq.first_scheduled = now
+        self.running.append(seq)
+        return seq
+
+    def _preempt(self, seq: Sequence, batch: Batch) -> None:
+        """Recompute preemption: drop all KV, go back to waiting with progress reset."""
+        self.kv.free(seq.block_table)
+        seq.num_computed = 0
+        seq.status = Status.WAITING
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.running.remove(seq)
+        batch.preempted.append(seq)
+        self._push(seq)
+
+    def _by_protection(self) -> list[Sequence]:
+        """Running sequences, most protected first (victims are taken from the end)."""
+        return sorted(self.running, key=self._victim_key)
+
+    def _reserve_running(self, batch: Batch, tokens_for) -> bool:
+        """Give each running sequence (most protected first) the blocks for its share
+        of this step, preempting from the unprotected end when memory runs out.
+
+        `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop).
+        Returns True if anything was preempted."""
+        queue = self._by_protection()
+        i = 0
+        preempted = False
+        while i < len(queue):
+            seq = queue[i]
+            n = tokens_for(seq)
+            if n <= 0:
+                break
+            while not self.kv.can_grow(seq.block_table, seq.num_computed + n):
+                victim = queue.pop() if len(queue) - 1 > i else queue.pop(i)
+                self._preempt(victim, batch)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                self.kv.grow(seq.block_table, seq.num_computed + n)
+                batch.add(seq, n)
+                i += 1
+        return preempted

@@ -1,0 +1,40 @@
+"""Chunked prefill, vLLM-v1 / Sarathi-Serve style.
+
+One token budget per step (max_num_batched_tokens). Running sequences go first, most
+protected first: a decode takes one token, an unfinished prefill takes the next chunk
+that fits the budget left. Then waiting requests are admitted into free seats with a
+first chunk, while budget and KV memory last. Prompt chunks and decodes share a step.
+As in vLLM v1, no new request is admitted in a step that had to preempt."""
+from __future__ import annotations
+
+from core.batch import Batch
+from core.schedulers import register
+from core.schedulers.base import Scheduler
+
+DEFAULT_TOKEN_BUDGET = 2048
+
+
+@register
+class ChunkedPrefillScheduler(Scheduler):
+    name = "chunked"
+
+    @property
+    def token_budget(self) -> int:
+        return self.config.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
+
+    def schedule(self, now: float) -> Batch:
+        batch = Batch()
+        budget = self.token_budget
+        preempted = self._reserve_running(
+            batch, lambda seq: min(seq.remaining_prefill, budget - batch.total_tokens))
+        if preempted:
+            return batch
+        while self._waiting and len(self.running) < self.max_seqs and batch.total_tokens < budget:
+            head = self._peek()
+            n = min(head.remaining_prefill, budget - batch.total_tokens)
+            if not self.kv.can_grow(head.block_table, n):
+                break  # head-of-line: order is kept, nobody overtakes
+            seq = self._admit(now)
+            self.kv.grow(seq.block_table, n)
+            batch.add(seq, n)
+        return batch

@@ -1,0 +1,51 @@
+"""Continuous (iteration-level) batching, Orca / vLLM-v0 style.
+
+Every step: finished sequences have left; if waiting requests fit a free seat, the
+token budget (whole prompt) and KV memory, run a prefill-only step admitting them
+(prefills first); otherwise run one decode step over all running sequences, preempting
+by recompute when KV blocks run out."""
+from __future__ import annotations
+
+from core.batch import Batch
+from core.request import Request
+from core.schedulers import register
+from core.schedulers.base import Scheduler
+
+DEFAULT_TOKEN_BUDGET = 8192
+
+
+@register
+class ContinuousScheduler(Scheduler):
+    name = "continuous"
+
+    @property
+    def token_budget(self) -> int:
+        return self.config.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
+
+    def reject_reason(self, request: Request) -> str:
+        if request.prompt_len > self.token_budget:
+            return (f"prompt of {request.prompt_len} tokens exceeds max_num_batched_tokens="
+                    f"{self.token_budget} and this policy does not chunk prefills")
+        return super().reject_reason(request)
+
+    def schedule(self, now: float) -> Batch:
+        batch = self._admit_prefills(now)
+        if batch.is_empty:
+            self._reserve_running(batch, lambda seq: 1)
+        return batch
+
+    def _admit_prefills(self, now: float) -> Batch:
+        batch = Batch()
+        budget = self.token_budget
+        while self._waiting and len(self.running) < self.max_seqs:
+            head = self._peek()
+            n = head.known  # whole prompt (plus generated tokens after a preemption)
+            # A recompute longer than the budget may run alone, or it would never run.
+            if n > budget - batch.total_tokens and not batch.is_empty:
+                break
+            if not self.kv.can_grow(head.block_table, n):
+                break  # head-of-line: order is kept, nobody overtakes
+            seq = self._admit(now)
+            self.kv.grow(seq.block_table, n)
+            batch.add(seq, n)
+        return batch

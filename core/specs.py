@@ -1,0 +1,112 @@
+"""Model architectures and accelerators, from their configs and datasheets.
+
+Figures are the vendors' (dense, no sparsity; bf16/fp16 tensor-core peak). What a
+real engine achieves is lower: the roofline cost model scales them by efficiencies."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 2**30
+
+
+class ModelSpec(BaseModel):
+    """A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tied_embeddings: bool = False
+    dtype_bytes: int = Field(2, gt=0, description="bytes per weight and KV element")
+
+    @property
+    def layer_params(self) -> int:
+        h, hd = self.hidden_size, self.head_dim
+        attn = h * self.num_heads * hd * 2 + h * self.num_kv_heads * hd * 2  # q, o, k, v
+        return attn + 3 * h * self.intermediate_size + 2 * h  # SwiGLU + two norms
+
+    @property
+    def params(self) -> int:
+        embed = self.vocab_size * self.hidden_size
+        head = 0 if self.tied_embeddings else embed
+        return self.num_layers * self.layer_params + embed + head + self.hidden_size
+
+    @property
+    def params_read_per_step(self) -> int:
+        """Weights a forward pass streams: every layer and the LM head; the embedding
+        table is only gathered row by row (unless tied, when it is the LM head)."""
+        return self.num_layers * self.layer_params + self.vocab_size * self.hidden_size + self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def flops_per_token(self) -> int:
+        """Matmul FLOPs of one token through all linear layers and the LM head."""
+        return 2 * self.params_read_per_step
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """QK^T and PV for one (query, key) pair across all layers and heads."""
+        return 4 * self.num_layers * self.num_heads * self.head_dim
+
+
+class HardwareSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    memory_bytes: float = Field(gt=0)
+    mem_bandwidth: float = Field(gt=0, description="bytes/s")
+    peak_flops: float = Field(gt=0, description="dense FLOP/s at the model dtype")
+    interconnect_bandwidth: float = Field(0.0, ge=0, description="bytes/s per GPU for all-reduce; 0 = none")
+
+
+def _llama(name, L, h, nh, nkv, inter, vocab, tied=False, hd=None) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nkv,
+                     head_dim=hd or h // nh, intermediate_size=inter, vocab_size=vocab,
+                     tied_embeddings=tied)
+
+
+MODELS: dict[str, ModelSpec] = {m.name: m for m in [
+    _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
+    _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000),
+    _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000),
+    _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256),
+    _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256),
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000),
+    _llama("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied=True),
+    _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
+]}
+
+HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
+    HardwareSpec(name="a100-80gb", memory_bytes=80 * GIB, mem_bandwidth=2.039e12,
+                 peak_flops=312e12, interconnect_bandwidth=300e9),
+    HardwareSpec(name="h100-sxm", memory_bytes=80 * GIB, mem_bandwidth=3.35e12,
+                 peak_flops=989e12, interconnect_bandwidth=450e9),
+    HardwareSpec(name="h200", memory_bytes=141e9, mem_bandwidth=4.8e12,
+                 peak_flops=989e12, interconnect_bandwidth=450e9),
+    HardwareSpec(name="l4", memory_bytes=24 * GIB, mem_bandwidth=300e9,
+                 peak_flops=121e12, interconnect_bandwidth=32e9),
+]}
+
+
+def lookup_model(name: str) -> ModelSpec:
+    if name not in MODELS:
+        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def lookup_hardware(name: str) -> HardwareSpec:
+    if name not in HARDWARE:
+        raise ValueError(f"unknown hardware preset {name!r}; expected one of {', '.join(HARDWARE)}")
+    return HARDWARE[name]
