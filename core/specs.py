@@ -86,6 +86,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000),
     _llama("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied=True),
     _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
+    # The backend's embedded models (seeded random weights, float32 on CPU).
+    _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000).model_copy(update={"dtype_bytes": 4}),
+    _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000).model_copy(update={"dtype_bytes": 4}),
 ]}
 
 HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [

@@ -1,0 +1,139 @@
+"""Which model the backend runs: an embedded preset with seeded random weights, or a
+local Hugging Face checkpoint directory of a supported (Llama-family) architecture.
+
+The embedded presets are core.specs.MODELS entries named batchlab-*, so the simulator
+prices exactly the shape the backend executes. Timing does not depend on weight values,
+which is why random weights are enough to measure; the oracle tests compare against
+transformers on the same weights."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from core.specs import MODELS, ModelSpec
+
+PRESET_PREFIX = "batchlab-"
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+# RoPE variants whose frequencies change with the sequence length: not reproduced here.
+_UNSUPPORTED_ROPE = ("dynamic", "longrope")
+MAX_POSITIONS = 8192  # the embedded models' context limit
+
+
+def preset_names() -> list[str]:
+    return [n for n in MODELS if n.startswith(PRESET_PREFIX)]
+
+
+@dataclass
+class LoadedModel:
+    """A transformers model (the source of the weights, and the oracle) and its shape."""
+    hf: torch.nn.Module
+    name: str  # preset name, or the checkpoint directory
+    source: str  # "preset" or "checkpoint"
+    spec: ModelSpec  # the architecture in the simulator's terms
+    seed: int | None = None  # weight seed of a preset
+
+
+def _rope_type(config) -> str:
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return str(params.get("rope_type", params.get("type", "default")))
+
+
+def check_supported(config) -> None:
+    """Refuse, with one line, a checkpoint this forward pass would compute wrongly."""
+    mtype = getattr(config, "model_type", "?")
+    if mtype not in SUPPORTED_TYPES:
+        raise ValueError(f"unsupported architecture {mtype!r} "
+                         f"({', '.join(getattr(config, 'architectures', None) or [])}); "
+                         f"the backend runs {', '.join(SUPPORTED_TYPES)} checkpoints")
+    act = getattr(config, "hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"unsupported activation {act!r} in a {mtype} checkpoint; expected silu")
+    if _rope_type(config) in _UNSUPPORTED_ROPE:
+        raise ValueError(f"unsupported rope type {_rope_type(config)!r}: its frequencies "
+                         f"depend on the sequence length")
+    if getattr(config, "quantization_config", None):
+        raise ValueError("quantized checkpoints are not supported; use a float16/bfloat16/float32 one")
+
+
+def spec_from_config(name: str, config, dtype: torch.dtype) -> ModelSpec:
+    h, nh = config.hidden_size, config.num_attention_heads
+    return ModelSpec(
+        name=name, num_layers=config.num_hidden_layers, hidden_size=h, num_heads=nh,
+        num_kv_heads=getattr(config, "num_key_value_heads", None) or nh,
+        head_dim=getattr(config, "head_dim", None) or h // nh,
+        intermediate_size=config.intermediate_size, vocab_size=config.vocab_size,
+        tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        dtype_bytes=torch.empty(0, dtype=dtype).element_size())
+
+
+def preset_config(spec: ModelSpec):
+    """A LlamaConfig with the preset's shape. No special tokens: generation never stops
+    early (EOS is ignored, as in the simulator)."""
+    from transformers import LlamaConfig
+    return LlamaConfig(
+        vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim, max_position_embeddings=MAX_POSITIONS, rms_norm_eps=1e-5,
+        tie_word_embeddings=spec.tied_embeddings, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None)
+
+
+def build_preset(name: str, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
+    """The embedded model `name` with weights drawn from a seeded generator."""
+    from transformers import LlamaForCausalLM
+    if name not in MODELS or not name.startswith(PRESET_PREFIX):
+        hint = (" (a simulator-only preset: its weights are not available here; pass "
+                "--model DIR for a local checkpoint)" if name in MODELS else "")
+        raise ValueError(f"unknown backend model {name!r}{hint}; expected one of "
+                         f"{', '.join(preset_names())} or a checkpoint directory")
+    config = preset_config(MODELS[name])
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        hf = LlamaForCausalLM(config)
+    hf = hf.to(device=device, dtype=dtype).eval()
+    return LoadedModel(hf, name, "preset", spec_from_config(name, config, dtype), seed)
+
+
+def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
+                    device: torch.device | str = "cpu") -> LoadedModel:
+    """A local Hugging Face checkpoint directory (config.json + safetensors)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    d = Path(path)
+    if not d.is_dir():
+        raise ValueError(f"model directory {str(path)!r} does not exist")
+    if not (d / "config.json").is_file():
+        raise ValueError(f"{str(path)!r} has no config.json: not a Hugging Face checkpoint directory")
+    try:
+        raw = json.loads((d / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{d / 'config.json'}: unreadable ({e})") from e
+    if raw.get("model_type") not in SUPPORTED_TYPES:  # before transformers sees an unknown type
+        raise ValueError(f"unsupported architecture {raw.get('model_type')!r} "
+                         f"({', '.join(raw.get('architectures') or [])}) in {path}; "
+                         f"the backend runs {', '.join(SUPPORTED_TYPES)} checkpoints")
+    if not any(d.glob("*.safetensors")) and not any(d.glob("pytorch_model*.bin")):
+        raise ValueError(f"{str(path)!r} has no weights (*.safetensors)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub
+    config = AutoConfig.from_pretrained(d, local_files_only=True)
+    check_supported(config)
+    hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True,
+                                              attn_implementation="sdpa")
+    hf = hf.to(device=device).eval()
+    return LoadedModel(hf, str(d), "checkpoint", spec_from_config(d.name, config, dtype))
+
+
+def load_model(name_or_dir: str, dtype: torch.dtype = torch.float32,
+               device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
+    """A preset name, or a directory (anything with a path separator or that exists)."""
+    if name_or_dir in MODELS and not os.path.isdir(name_or_dir):
+        return build_preset(name_or_dir, dtype, device, seed)
+    if os.sep in name_or_dir or os.path.exists(name_or_dir) or name_or_dir.startswith("."):
+        return load_checkpoint(name_or_dir, dtype, device)
+    return build_preset(name_or_dir, dtype, device, seed)  # raises: unknown name

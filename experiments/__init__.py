@@ -1,0 +1,1 @@
+"""The user-facing layer: experiment configs, the command line, outputs and reports."""

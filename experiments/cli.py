@@ -1,0 +1,41 @@
+"""The `batchlab` command: one console script, subcommands sharing options."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from experiments import simulate_cmd
+from experiments.errors import UserError
+
+SUBCOMMANDS = [simulate_cmd]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + message
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="batchlab", description="LLM serving: simulate, run, calibrate, validate.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in SUBCOMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (UserError, ValueError) as e:
+        # ValueError: bad values found below the CLI (a workload row, a spec); its
+        # message names what and where.
+        print(f"batchlab: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("batchlab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

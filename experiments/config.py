@@ -1,0 +1,93 @@
+"""An experiment as one pydantic model; a TOML file has the same sections:
+[workload] [scheduler] [model] [hardware] [run]."""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.config import SchedulerConfig
+from core.schedulers import SCHEDULERS
+from core.specs import HARDWARE
+from core.summary import SLO
+from core.workload import WorkloadConfig
+from experiments.errors import UserError, describe_validation_error
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("llama-3-8b", description="simulator: a model preset; backend: a named size or a checkpoint dir")
+    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16")
+    device: str = Field("cpu", description="backend: cpu | cuda")
+    threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
+
+
+class HardwareConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
+    tensor_parallel: int = Field(1, gt=0)
+    mem_efficiency: float = Field(0.8, gt=0, le=1, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved fraction of datasheet FLOP/s")
+    step_overhead_s: float = Field(0.002, ge=0, description="fixed per-step cost (launches, scheduling)")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
+    replicas: int = Field(1, gt=0)
+    router: str = "round_robin"
+    slo: SLO | None = None
+
+    @field_validator("policies")
+    @classmethod
+    def _known(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or []:
+            if p not in SCHEDULERS:
+                raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+        if v is not None and not v:
+            raise ValueError("needs at least one policy")
+        return v
+
+
+class ExperimentConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workload: WorkloadConfig = WorkloadConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    model: ModelConfig = ModelConfig()
+    hardware: HardwareConfig = HardwareConfig()
+    run: RunConfig = RunConfig()
+
+    @field_validator("scheduler")
+    @classmethod
+    def _policy_known(cls, v: SchedulerConfig) -> SchedulerConfig:
+        if v.policy not in SCHEDULERS:
+            raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+        return v
+
+    def policies(self) -> list[str]:
+        return self.run.policies or [self.scheduler.policy]
+
+    def scheduler_for(self, policy: str) -> SchedulerConfig:
+        return self.scheduler.model_copy(update={"policy": policy})
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def build_config(data: dict[str, Any], where: str = "") -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as e:
+        raise UserError(describe_validation_error(e, where)) from None

@@ -1,0 +1,21 @@
+"""Errors a user can fix: printed as one line, exit code 2, never a traceback."""
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class UserError(Exception):
+    """Bad input: a file, a field, an option. The message names it and what was expected."""
+
+
+def describe_validation_error(err: ValidationError, where: str = "") -> str:
+    """One line per pydantic error is too much for a CLI: name the first field, the
+    problem and the value given; count the rest."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    given = first.get("input")
+    value = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    prefix = f"{where}: " if where else ""
+    return f"{prefix}{loc}: {msg}{value}{more}"

@@ -1,0 +1,76 @@
+"""Options every command shares, and the merge: embedded default or --config TOML,
+then command-line overrides, validated once so an error names the field."""
+from __future__ import annotations
+
+import argparse
+import copy
+from typing import Any
+
+from experiments.config import ExperimentConfig, build_config, read_toml
+from experiments.workload_options import add_workload_options, workload_overrides
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE.toml", help="experiment config (TOML)")
+    add_workload_options(parser)
+    g = parser.add_argument_group("scheduler")
+    g.add_argument("--policy", action="append", metavar="NAME",
+                   help="static | continuous | chunked; repeat or comma-separate to compare")
+    g.add_argument("--max-num-seqs", dest="sc_max_num_seqs", type=int, metavar="N", help="seats")
+    g.add_argument("--max-num-batched-tokens", dest="sc_max_num_batched_tokens", type=int, metavar="N")
+    g.add_argument("--block-size", dest="sc_block_size", type=int, metavar="N")
+    g.add_argument("--num-kv-blocks", dest="sc_num_kv_blocks", type=int, metavar="N")
+    g.add_argument("--admission", dest="sc_admission", metavar="ORDER",
+                   help="fcfs | priority | shortest_prompt")
+    g.add_argument("--preemption", dest="sc_preemption", metavar="VICTIM", help="recent | priority")
+    g.add_argument("--max-batch-delay", dest="sc_max_batch_delay_s", type=float, metavar="S",
+                   help="static: wait up to S seconds for a full batch")
+    g = parser.add_argument_group("model and hardware")
+    g.add_argument("--model", dest="mo_name", metavar="NAME|DIR")
+    g.add_argument("--hardware", dest="hw_name", metavar="NAME")
+    g.add_argument("--tp", dest="hw_tensor_parallel", type=int, metavar="N", help="tensor parallel")
+    g = parser.add_argument_group("run")
+    g.add_argument("--replicas", dest="ru_replicas", type=int, metavar="N")
+    g.add_argument("--router", dest="ru_router", metavar="NAME", help="round_robin | least_loaded")
+    for slo in ("ttft", "tpot", "e2el"):
+        g.add_argument(f"--slo-{slo}-ms", dest=f"slo_{slo}_ms", type=float, metavar="MS",
+                       help=f"goodput: {slo.upper()} objective")
+    g = parser.add_argument_group("output")
+    g.add_argument("--out", metavar="DIR", help="write tables (CSV), summary (JSON) here")
+    g.add_argument("--format", choices=("table", "json"), default="table",
+                   help="json: the summary on stdout, keyed by policy")
+
+
+_SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "ru_": "run"}
+
+
+def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {"workload": workload_overrides(args)}
+    for key, value in vars(args).items():
+        if value is not None and key[:3] in _SECTIONS:
+            out.setdefault(_SECTIONS[key[:3]], {})[key[3:]] = value
+    slo = {k[4:]: v for k, v in vars(args).items() if k.startswith("slo_") and v is not None}
+    if slo:
+        out.setdefault("run", {})["slo"] = slo
+    if args.policy:
+        out.setdefault("run", {})["policies"] = [p.strip() for arg in args.policy
+                                                 for p in arg.split(",") if p.strip()]
+    return out
+
+
+def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = None) -> ExperimentConfig:
+    data = read_toml(args.config) if args.config else copy.deepcopy(default or {})
+    merge(data, cli_overrides(args))
+    return build_config(data, where=args.config or "")
+
+
+def merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    """Recursive update; a non-table in dst is left for validation to report."""
+    for key, value in src.items():
+        if isinstance(value, dict):
+            if key not in dst:
+                dst[key] = {}
+            if isinstance(dst[key], dict):
+                merge(dst[key], value)
+        else:
+            dst[key] = value

@@ -1,0 +1,42 @@
+"""The comparison table printed at the end of a run: one column per policy."""
+from __future__ import annotations
+
+import math
+
+# (summary key, label, format)
+ROWS: list[tuple[str, str, str]] = [
+    ("completed", "completed requests", "{:.0f}"),
+    ("rejected", "rejected requests", "{:.0f}"),
+    ("request_throughput", "throughput (req/s)", "{:.2f}"),
+    ("output_throughput", "output tokens/s", "{:.0f}"),
+    ("slot_utilization", "slot utilisation", "{:.1%}"),
+    ("kv_utilization", "KV utilisation", "{:.1%}"),
+    ("preemptions", "preemptions", "{:.0f}"),
+    ("median_ttft_ms", "TTFT p50 (ms)", "{:.1f}"),
+    ("p99_ttft_ms", "TTFT p99 (ms)", "{:.1f}"),
+    ("median_tpot_ms", "TPOT p50 (ms)", "{:.2f}"),
+    ("p99_tpot_ms", "TPOT p99 (ms)", "{:.2f}"),
+    ("median_queueing_delay_ms", "queueing p50 (ms)", "{:.1f}"),
+    ("p99_queueing_delay_ms", "queueing p99 (ms)", "{:.1f}"),
+    ("median_e2el_ms", "E2E latency p50 (ms)", "{:.1f}"),
+    ("p99_e2el_ms", "E2E latency p99 (ms)", "{:.1f}"),
+    ("request_goodput", "goodput (req/s in SLO)", "{:.2f}"),
+]
+
+
+def _fmt(fmt: str, v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return fmt.format(v)
+
+
+def comparison_table(summaries: dict[str, dict[str, float]]) -> str:
+    names = list(summaries)
+    rows = [(label, [_fmt(fmt, summaries[n].get(key)) for n in names])
+            for key, label, fmt in ROWS if any(key in summaries[n] for n in names)]
+    w0 = max(len(r[0]) for r in rows)
+    widths = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(names)]
+    line = lambda first, cells: "  ".join([first.ljust(w0), *(c.rjust(w) for c, w in zip(cells, widths))])
+    out = [line("", names), line("", ["-" * w for w in widths])]
+    out += [line(label, cells) for label, cells in rows]
+    return "\n".join(out)

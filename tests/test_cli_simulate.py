@@ -1,0 +1,113 @@
+"""`batchlab simulate` as a user runs it: defaults, outputs, bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from experiments.cli import main
+
+SMALL = ["--num-requests", "150", "--rate", "20"]
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_default_compares_three_policies_and_shows_the_point(capsys):
+    code, out, err = run_cli(["simulate", "--format", "json"], capsys)
+    assert code == 0
+    summary = json.loads(out)
+    assert list(summary) == ["static", "continuous", "chunked"]
+    assert summary["static"]["completed"] == summary["continuous"]["completed"] == 1000
+    assert summary["continuous"]["slot_utilization"] > 2 * summary["static"]["slot_utilization"]
+    assert summary["continuous"]["output_throughput"] > 2 * summary["static"]["output_throughput"]
+    assert summary["continuous"]["p99_ttft_ms"] < summary["static"]["p99_ttft_ms"]
+
+
+def test_table_output_names_the_metrics(capsys):
+    code, out, _ = run_cli(["simulate", *SMALL, "--policy", "static,continuous"], capsys)
+    assert code == 0
+    for label in ("slot utilisation", "TTFT p99 (ms)", "TPOT p50 (ms)", "queueing p50 (ms)",
+                  "output tokens/s"):
+        assert label in out
+
+
+def test_out_dir_has_tables_and_summary(tmp_path, capsys):
+    code, _, _ = run_cli(["simulate", *SMALL, "--policy", "chunked", "--out", str(tmp_path)], capsys)
+    assert code == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["chunked"]["completed"] == 150
+    req = (tmp_path / "chunked" / "requests.csv").read_text().splitlines()
+    assert req[0].startswith("request_id,replica,arrival_s,prompt_len,output_len")
+    assert len(req) == 151
+    steps = (tmp_path / "chunked" / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("replica,start_s,duration_s,num_seqs")
+
+
+def test_same_seed_gives_identical_files(tmp_path, capsys):
+    for d in ("a", "b"):
+        assert run_cli(["simulate", *SMALL, "--seed", "5", "--out", str(tmp_path / d)], capsys)[0] == 0
+    files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert len(files) == 9  # config, meta, summary + 3 policies x 2 tables
+    for f in files:
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    run_cli(["simulate", *SMALL, "--seed", "6", "--out", str(tmp_path / "c")], capsys)
+    assert (tmp_path / "c/static/requests.csv").read_bytes() != (tmp_path / "a/static/requests.csv").read_bytes()
+
+
+def test_toml_config(tmp_path, capsys):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text("""
+[workload]
+source = "uniform"
+num_requests = 50
+rate = 5.0
+[workload.output]
+dist = "uniform"
+low = 4
+high = 20
+[scheduler]
+policy = "chunked"
+max_num_seqs = 8
+max_num_batched_tokens = 512
+[model]
+name = "qwen2.5-0.5b"
+[hardware]
+name = "l4"
+""")
+    code, out, _ = run_cli(["simulate", "--config", str(cfg), "--format", "json"], capsys)
+    assert code == 0
+    assert json.loads(out)["chunked"]["completed"] == 50
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--policy", "fifo"], "unknown policy 'fifo'"),
+    (["--hardware", "tpu9"], "unknown hardware preset 'tpu9'"),
+    (["--model", "gpt-5"], "unknown model preset 'gpt-5'"),
+    (["--rate", "-1"], "workload.rate"),
+    (["--max-num-seqs", "0"], "scheduler.max_num_seqs"),
+    (["--admission", "random"], "unknown admission order 'random'"),
+    (["--rate", "fast"], "--rate: invalid float value"),
+    (["--config", "/nonexistent.toml"], "/nonexistent.toml: config file not found"),
+])
+def test_bad_input_is_one_line_exit_2(args, expect):
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", *SMALL, *args],
+                       capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert expect in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_wrong_type_in_toml_names_the_field(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[scheduler]\nmax_num_seqs = "many"\n')
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", "--config", str(cfg)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip() == (f"batchlab: error: {cfg}: scheduler.max_num_seqs: Input should be a "
+                                "valid integer, unable to parse string as an integer (got 'many')")
