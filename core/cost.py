@@ -2,8 +2,10 @@
 calibration fits the linear form to measured backend steps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
+
+import numpy as np
 
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.specs import HardwareSpec, ModelSpec
@@ -41,6 +43,35 @@ class RooflineCostModel:
         if self.comm_bytes_per_token:
             t_comm = self.comm_latency_s + self.comm_bytes_per_token * tokens / self.comm_bandwidth
         return self.overhead_s + max(t_mem, t_flops) + t_comm
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        """step_time of m steady decode steps, vectorised with the same arithmetic."""
+        kv, pairs = _growing(f, m)
+        tokens = f.prefill_tokens + f.decode_tokens
+        t_mem = (self.weight_bytes + self.kv_bytes_per_token * kv) / self.mem_bandwidth
+        t_flops = (self.flops_per_token * tokens
+                   + self.attention_flops_per_pair * pairs) / self.peak_flops
+        t_comm = 0.0
+        if self.comm_bytes_per_token:
+            t_comm = self.comm_latency_s + self.comm_bytes_per_token * tokens / self.comm_bandwidth
+        return self.overhead_s + np.maximum(t_mem, t_flops) + t_comm
+
+
+def _growing(f: StepFeatures, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """kv_tokens_read and attention_pairs of m steady decode steps: each of the
+    num_seqs sequences attends one more token per step."""
+    grow = np.arange(m, dtype=np.int64) * f.num_seqs
+    return f.kv_tokens_read + grow, f.attention_pairs + grow
+
+
+def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray:
+    """Durations of m steady decode steps starting with `first`."""
+    vectorised = getattr(cost, "decode_run_times", None)
+    if vectorised is not None:
+        return vectorised(first, m)
+    kv, pairs = _growing(first, m)
+    return np.array([cost.step_time(replace(first, kv_tokens_read=int(a), attention_pairs=int(b)))
+                     for a, b in zip(kv, pairs)])
 
 
 ALLREDUCE_LATENCY_S = 8e-6  # one NCCL all-reduce of a small message, order of magnitude
@@ -99,3 +130,11 @@ class LinearCostModel:
 
     def step_time(self, f: StepFeatures) -> float:
         return self.intercept + sum(c * getattr(f, n) for n, c in self.coef.items())
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        kv, pairs = _growing(f, m)
+        grown = {"kv_tokens_read": kv, "attention_pairs": pairs}
+        total = 0
+        for n, c in self.coef.items():
+            total = total + c * grown.get(n, getattr(f, n))
+        return self.intercept + np.broadcast_to(total, (m,)).astype(float)

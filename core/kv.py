@@ -44,6 +44,14 @@ class BlockManager:
         for _ in range(need):
             block_table.append(self._free.pop())
 
+    def take(self, n: int) -> list[int]:
+        """Hand out n blocks, in the order n single grows would."""
+        if n > len(self._free):
+            raise RuntimeError(f"KV pool exhausted: need {n} blocks, {len(self._free)} free")
+        out = self._free[len(self._free) - n:][::-1]
+        del self._free[len(self._free) - n:]
+        return out
+
     def free(self, block_table: list[int]) -> None:
         """Return a table's blocks to the pool and empty the table."""
         self._free.extend(reversed(block_table))

@@ -45,6 +45,29 @@ class MetricsRecorder:
         for col, value in zip(self._step.values(), row):
             col.append(value)
 
+    def record_decode_run(self, replica: int, starts: np.ndarray, ends: np.ndarray,
+                          first: StepFeatures, kv_blocks_used: np.ndarray, kv_blocks_total: int,
+                          seats: int, last_token: np.ndarray) -> None:
+        """Rows of m steady decode steps at once (see core/fast_forward.py): the same
+        rows, and the same inter-token gaps, as m calls of record_step."""
+        m, n = len(starts), first.num_seqs
+        grow = np.arange(m, dtype=np.int64) * n
+        cols = {
+            "replica": np.full(m, replica), "start_s": starts, "duration_s": ends - starts,
+            "num_seqs": np.full(m, n), "num_prefill_seqs": np.zeros(m, np.int64),
+            "prefill_tokens": np.zeros(m, np.int64), "decode_tokens": np.full(m, n),
+            "kv_tokens_read": first.kv_tokens_read + grow,
+            "attention_pairs": first.attention_pairs + grow,
+            "num_preempted": np.zeros(m, np.int64), "kv_blocks_used": kv_blocks_used,
+            "kv_blocks_total": np.full(m, kv_blocks_total), "seats": np.full(m, seats),
+        }
+        for c, col in self._step.items():
+            dtype = np.float64 if col.typecode == "d" else np.int64
+            col.frombytes(np.ascontiguousarray(cols[c], dtype=dtype).tobytes())
+        # Each sequence's first gap runs from its previous token; then one per step.
+        gaps = np.concatenate((ends[0] - last_token, np.tile(np.diff(ends), n)))
+        self.itl.frombytes(gaps.tobytes())
+
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished ones."""
         cols = self._req
@@ -75,8 +98,11 @@ class MetricsRecorder:
         return {c: v[order] for c, v in t.items()}
 
     def step_table(self) -> dict[str, np.ndarray]:
-        return {c: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64).copy()
-                for c, v in self._step.items()}
+        """Columns as arrays, by replica, then in time order."""
+        t = {c: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
+             for c, v in self._step.items()}
+        order = np.lexsort((t["start_s"], t["replica"]))
+        return {c: v[order] for c, v in t.items()}
 
 
 def unfinished(seqs: list[Sequence]) -> list[Sequence]:

@@ -3,21 +3,35 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import simpy
 
-from core.batch import step_features
-from core.cost import CostModel
+from core.batch import Batch, StepFeatures, step_features
+from core.cost import CostModel, decode_run_times
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
+
+# Called after every step with (replica, start, duration, batch), once complete() has
+# run: for studies that need more than the step table (e.g. which request holds which
+# seat). Fast-forward is off while an observer watches, so it sees every step.
+StepObserver = Callable[[int, float, float, Batch], None]
+
+MIN_FAST_FORWARD = 3  # shorter runs are cheaper stepped one by one
 
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
                  cost: CostModel, recorder: MetricsRecorder,
-                 on_done: Callable[[Sequence], None]) -> None:
+                 on_done: Callable[[Sequence], None],
+                 next_arrival: Callable[[], float] | None = None,
+                 observer: StepObserver | None = None) -> None:
+        """next_arrival: the earliest time anything may still be submitted (inf if
+        never); given, it enables fast-forward over steady decode runs."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
+        self.next_arrival = None if observer else next_arrival
+        self.observer = observer
         self._wake = env.event()
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         env.process(self._loop())
@@ -47,14 +61,49 @@ class Replica:
                     yield self._wake | env.timeout(max(0.0, wakeup - env.now))
                 continue
             features = step_features(batch)
+            if self.next_arrival is not None:
+                ends = self._fast_forward(batch, features)
+                if ends is not None:
+                    yield env.timeout(ends - env.now)
+                    continue
             kv_used = kv.num_used
             start = env.now
             yield env.timeout(self.cost.step_time(features))
             finished = sched.complete(batch, env.now)
             rec.record_step(self.index, start, env.now - start, batch, features,
                             kv_used, kv.num_blocks, seats)
+            if self.observer:
+                self.observer(self.index, start, env.now - start, batch)
             if finished:
                 rec.record_requests(finished, self.index)
                 self.outstanding -= len(finished)
                 for seq in finished:
                     self.on_done(seq)
+
+    def _fast_forward(self, batch: Batch, features: StepFeatures) -> float | None:
+        """Advance over the steady decode run this batch starts, up to the step before
+        anything can change: a sequence finishing, KV memory running short, or the
+        first step boundary at or after the next possible arrival. Records every step
+        as stepping would and returns the time the run ends (None: step normally)."""
+        sched = self.scheduler
+        k, arrival_sensitive = sched.steady_decode_steps(batch)
+        m = k - 1  # the step where something changes runs normally
+        if m < MIN_FAST_FORWARD:
+            return None
+        t0 = self.env.now
+        durations = decode_run_times(self.cost, features, m)
+        ends = np.cumsum(np.concatenate(([t0], durations)))[1:]
+        starts = np.concatenate(([t0], ends[:-1]))
+        if arrival_sensitive:
+            # Steps scheduled before the next arrival cannot see it.
+            m = min(m, int(np.searchsorted(starts, self.next_arrival(), side="left")))
+            if m < MIN_FAST_FORWARD:
+                return None
+            ends, starts = ends[:m], starts[:m]
+        last_token = np.fromiter((s.last_token for s in batch.seqs), float, len(batch))
+        kv_used = sched.advance_decodes(batch, m)
+        for s in batch.seqs:
+            s.last_token = float(ends[-1])
+        self.recorder.record_decode_run(self.index, starts, ends, features, kv_used,
+                                        sched.kv.num_blocks, sched.max_seqs, last_token)
+        return float(ends[-1])

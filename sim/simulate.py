@@ -6,52 +6,45 @@ import simpy
 from core.config import SchedulerConfig
 from core.cost import CostModel
 from core.metrics import MetricsRecorder
-from core.request import Sequence
+from core.request import Request, Sequence
 from core.result import RunResult
 from core.schedulers import make_scheduler
 from core.workload import Workload
-from sim.engine import Replica
+from sim.arrivals import Arrivals
+from sim.engine import Replica, StepObserver
 from sim.router import make_router
 
 
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
-             meta: dict | None = None) -> RunResult:
-    """Open loop: request i is sent at workload.arrival[i]. Closed loop (max_concurrency):
-    at most that many in flight; a request is sent at max(its arrival, a free slot)."""
+             meta: dict | None = None, observer: StepObserver | None = None,
+             fast_forward: bool = True) -> RunResult:
+    """fast_forward=False steps every iteration; True advances over runs of identical
+    decode steps in one event, with identical results (see core/fast_forward.py)."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     env = simpy.Environment()
     rec = MetricsRecorder()
     pick = make_router(router)
-    limit = workload.max_concurrency
-    slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
+    engines: list[Replica] = []
 
-    def release(_seq: Sequence):
-        yield env.timeout(workload.think_time_s)
-        yield slots.put(1)
+    def submit(request: Request) -> None:
+        pick(engines).submit(request)
 
     def on_done(seq: Sequence) -> None:
-        if slots is not None:
-            env.process(release(seq))
+        arrivals.done(seq)
 
-    engines = [Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec, on_done)
-               for i in range(replicas)]
-
-    def arrivals():
-        for i in range(len(workload)):
-            delay = workload.arrival[i] - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            if slots is not None:
-                yield slots.get(1)
-            pick(engines).submit(workload.request(i, arrival=env.now if slots else None))
-
-    env.process(arrivals())
+    arrivals = Arrivals(env, workload, submit)
+    next_arrival = arrivals.next_time
+    if arrivals.closed_loop and replicas > 1:
+        # A reply on one replica can send a request to another at any moment.
+        next_arrival = lambda: env.now  # noqa: E731
+    for i in range(replicas):
+        engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
+                               on_done, next_arrival if fast_forward else None, observer))
     env.run()
     for e in engines:  # nothing should be left; if something is, its row says so
-        left = [*e.scheduler.running, *e.scheduler.waiting()]
-        rec.record_requests(left, e.index)
+        rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(), **(meta or {})}
     return RunResult.from_recorder(rec, info)

@@ -10,8 +10,11 @@ import heapq
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+import numpy as np
+
 from core.batch import Batch
 from core.config import SchedulerConfig
+from core.fast_forward import block_crossings, kv_steps
 from core.kv import BlockManager, blocks_for
 from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from core.request import Request, Sequence, Status
@@ -19,9 +22,16 @@ from core.request import Request, Sequence, Status
 
 class Scheduler(ABC):
     name: ClassVar[str]
-    # True when schedule() depends only on the queue and sequence states, never on `now`:
-    # the simulator may then fast-forward over runs of identical decode steps.
-    time_invariant: ClassVar[bool] = True
+    # Fast-forward contract. If schedule() returns a batch in which every running
+    # sequence decodes one token and nothing was preempted, then, as long as nothing
+    # arrives, schedule() keeps returning exactly that composition until a sequence
+    # finishes or KV memory runs short (admission that failed keeps failing, since free
+    # memory only shrinks; no decision depends on `now`). The simulator then advances
+    # over such runs in one event. A policy that cannot promise this sets False and is
+    # simulated step by step.
+    fast_forward: ClassVar[bool] = True
+    # Whether an arrival can join while sequences run (False for static batching).
+    admits_while_running: ClassVar[bool] = True
 
     def __init__(self, config: SchedulerConfig, kv: BlockManager) -> None:
         self.config = config
@@ -85,6 +95,39 @@ class Scheduler(ABC):
     def waiting(self) -> list[Sequence]:
         """The waiting queue in admission order (a copy, for inspection)."""
         return [e[2] for e in sorted(self._waiting, key=lambda e: e[:2])]
+
+    # -- fast-forward ------------------------------------------------------------------
+    def steady_decode_steps(self, batch: Batch) -> tuple[int, bool]:
+        """(k, arrival_sensitive): this batch's composition repeats for k steps, this one
+        included, with no sequence finishing before step k, provided nothing arrives;
+        arrival_sensitive says whether an arrival could change that."""
+        seqs = batch.seqs
+        if (not self.fast_forward or batch.preempted or len(seqs) != len(self.running)
+                or not all(batch.is_decode(i) for i in range(len(seqs)))):
+            return 1, True
+        k = min(s.request.output_len - s.num_generated for s in seqs)
+        if k > 1:
+            cached = np.fromiter((s.num_computed for s in seqs), np.int64, len(seqs))
+            tables = np.fromiter((len(s.block_table) for s in seqs), np.int64, len(seqs))
+            k = kv_steps(cached, tables, self.kv.block_size, self.kv.num_free, k)
+        sensitive = self.admits_while_running and len(self.running) < self.max_seqs
+        return k, sensitive
+
+    def advance_decodes(self, batch: Batch, m: int) -> np.ndarray:
+        """Apply steps 1..m of a steady run (m < k of steady_decode_steps: nobody
+        finishes) exactly as m schedule/complete rounds would. Returns the KV blocks in
+        use at each step, after that step's allocation."""
+        seqs, bs = batch.seqs, self.kv.block_size
+        used1 = self.kv.num_used
+        cached = np.fromiter((s.num_computed for s in seqs), np.int64, len(seqs))
+        tables = np.fromiter((len(s.block_table) for s in seqs), np.int64, len(seqs))
+        steps, which = block_crossings(cached, tables, bs, m)
+        for i, block in zip(which.tolist(), self.kv.take(len(which))):
+            seqs[i].block_table.append(block)
+        for s in seqs:
+            s.num_computed += m
+            s.num_generated += m
+        return used1 + np.searchsorted(steps, np.arange(1, m + 1), side="right")
 
     # -- shared mechanics ----------------------------------------------------------
     def reject_reason(self, request: Request) -> str:

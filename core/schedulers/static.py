@@ -13,6 +13,7 @@ from core.schedulers.base import Scheduler
 @register
 class StaticScheduler(Scheduler):
     name = "static"
+    admits_while_running = False
 
     def schedule(self, now: float) -> Batch:
         batch = Batch()
@@ -43,7 +44,3 @@ class StaticScheduler(Scheduler):
         if not self.running and self._waiting and self._holding(now):
             return self._oldest_arrival() + self.config.max_batch_delay_s
         return None
-
-    @property
-    def time_invariant(self) -> bool:  # type: ignore[override]
-        return self.config.max_batch_delay_s == 0

@@ -1,0 +1,109 @@
+"""Fast-forward over steady decode runs gives exactly the step-by-step answer."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.config import SchedulerConfig
+from core.cost import LinearCostModel, roofline
+from core.fast_forward import block_crossings, kv_steps
+from core.specs import lookup_hardware, lookup_model
+from core.workload import Workload
+from sim import simulate
+
+COSTS = {
+    "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
+                                      "decode_tokens": 3e-5, "kv_tokens_read": 1e-7}),
+    "roofline": roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002),
+}
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(1, 40))
+    rate = draw(st.sampled_from([2.0, 20.0, 200.0, float("inf")]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    arrivals = np.zeros(n) if np.isinf(rate) else np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
+    closed = draw(st.sampled_from([None, None, 3]))
+    work = Workload(arrivals, rng.integers(1, draw(st.sampled_from([20, 300])), n),
+                    rng.integers(1, draw(st.sampled_from([10, 120])), n),
+                    priority=rng.integers(0, 3, n), max_concurrency=closed,
+                    think_time_s=draw(st.sampled_from([0.0, 0.05])))
+    cfg = SchedulerConfig(
+        policy=draw(st.sampled_from(["static", "continuous", "chunked"])),
+        max_num_seqs=draw(st.integers(1, 12)),
+        max_num_batched_tokens=draw(st.sampled_from([None, 64, 512])),
+        block_size=draw(st.sampled_from([1, 4, 16])),
+        admission=draw(st.sampled_from(["fcfs", "priority", "shortest_prompt"])),
+        preemption=draw(st.sampled_from(["recent", "priority"])),
+        max_batch_delay_s=draw(st.sampled_from([0.0, 0.05])),
+    )
+    blocks = max(2, draw(st.integers(40, 3000)) // cfg.block_size)
+    return work, cfg, blocks, draw(st.sampled_from(sorted(COSTS))), draw(st.sampled_from([1, 1, 2]))
+
+
+def assert_same(a, b):
+    for table in ("requests", "steps"):
+        ta, tb = getattr(a, table), getattr(b, table)
+        for col in ta:
+            x, y = ta[col], tb[col]
+            assert len(x) == len(y), (table, col)
+            if x.dtype.kind == "f":
+                np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-9, err_msg=f"{table}.{col}")
+            else:
+                assert np.array_equal(x, y), f"{table}.{col}"
+    np.testing.assert_allclose(np.sort(a.itl), np.sort(b.itl), rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fast_forward_equals_step_by_step(scenario):
+    work, cfg, blocks, cost, replicas = scenario
+    kw = dict(replicas=replicas, router="least_loaded")
+    stepped = simulate(work, cfg, COSTS[cost], blocks, fast_forward=False, **kw)
+    fast = simulate(work, cfg, COSTS[cost], blocks, fast_forward=True, **kw)
+    assert_same(stepped, fast)
+
+
+def count_events(work: Workload, fast_forward: bool) -> int:
+    import simpy
+    n = [0]
+    real_step = simpy.Environment.step
+
+    def counting(self):
+        n[0] += 1
+        return real_step(self)
+    simpy.Environment.step = counting
+    try:
+        simulate(work, SchedulerConfig(policy="continuous", max_num_seqs=16), COSTS["roofline"],
+                 100_000, fast_forward=fast_forward)
+    finally:
+        simpy.Environment.step = real_step
+    return n[0]
+
+
+def test_fast_forward_events_do_not_grow_with_reply_length():
+    """Events scale with scheduling decisions (arrivals, finishes), not with tokens."""
+    rng = np.random.default_rng(0)
+    prompts, outputs = rng.integers(10, 100, 64), rng.integers(100, 400, 64)
+    short = Workload(np.zeros(64), prompts, outputs)
+    long = Workload(np.zeros(64), prompts, outputs * 4)
+    stepped = count_events(short, False), count_events(long, False)
+    fast = count_events(short, True), count_events(long, True)
+    assert stepped[1] > 3.5 * stepped[0]
+    assert fast[1] < 1.2 * fast[0]
+    assert fast[0] < 5 * 64  # a handful of events per request
+
+
+def test_kv_steps_and_crossings_match_a_direct_count():
+    cached = np.array([0, 5, 15, 16])
+    tables = -(-(cached + 1) // 4)  # blocks held for step 1
+    for free in range(0, 12):
+        k = kv_steps(cached, tables, 4, free, 30)
+        need = lambda j: int(np.maximum(0, -(-(cached + j) // 4) - tables).sum())  # noqa: E731
+        assert need(k) <= free and (k == 30 or need(k + 1) > free)
+    steps, seqs = block_crossings(cached, tables, 4, 10)
+    direct = [(j, i) for j in range(2, 11) for i in range(4)
+              if -(-(cached[i] + j) // 4) > -(-(cached[i] + j - 1) // 4) and cached[i] + j - 1 >= tables[i] * 4]
+    assert list(zip(steps.tolist(), seqs.tolist())) == direct
