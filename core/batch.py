@@ -69,10 +69,11 @@ class StepFeatures:
 
 def step_features(batch: Batch) -> StepFeatures:
     prefill_seqs = prefill = decode = kv_read = pairs = 0
-    for i, (s, c) in enumerate(zip(batch.starts, batch.num_tokens)):
+    for seq, s, c in zip(batch.seqs, batch.starts, batch.num_tokens):
         kv_read += s + c
         pairs += c * s + c * (c + 1) // 2
-        if batch.is_decode(i):
+        # is_decode, inlined: this runs once per sequence per step
+        if c == 1 and seq.num_generated > 0 and s == seq.request.prompt_len + seq.num_generated - 1:
             decode += 1
         else:
             prefill_seqs += 1

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
-from experiments import simulate_cmd
+from experiments import simulate_cmd, workload_cmd
 from experiments.errors import UserError
 
-SUBCOMMANDS = [simulate_cmd]
+SUBCOMMANDS = [simulate_cmd, workload_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(format="batchlab: warning: %(message)s", level=logging.WARNING)
     try:
         return args.func(args)
     except (UserError, ValueError) as e:
@@ -35,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("batchlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `batchlab ... | head`: the reader left; not an error
+        # Point stdout at /dev/null so the flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -1,25 +1,50 @@
 """Workload options shared by every command that takes a workload; they override the
-[workload] table of a TOML config field by field."""
+[workload] table of a TOML config field by field (dest wl_<field>)."""
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from core.workload import FORMAT_NAMES, PRESETS, TRACES
+
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", dest="wl_source", metavar="SOURCE",
-                   help="a synthetic preset (chat, uniform) or a trace file")
-    g.add_argument("--num-requests", dest="wl_num_requests", type=int, metavar="N")
+                   help=f"a synthetic preset ({', '.join(PRESETS)}), a shared trace "
+                        f"({', '.join(TRACES)}) or a trace file")
+    g.add_argument("--trace-format", dest="wl_trace_format", choices=FORMAT_NAMES,
+                   help="the trace file's format (default: auto, detected from the file)")
+    g.add_argument("--num-requests", dest="wl_num_requests", type=int, metavar="N",
+                   help="presets: generate N; traces: keep the first N")
     g.add_argument("--rate", dest="wl_rate", type=float, metavar="R",
-                   help="requests/s (inf: all at once)")
+                   help="requests/s (inf: all at once); on a trace: rescale time to this "
+                        "mean rate")
     g.add_argument("--burstiness", dest="wl_burstiness", type=float, metavar="B",
-                   help="Gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier")
+                   help="Gamma shape of generated inter-arrival gaps: 1 Poisson, <1 burstier")
+    g.add_argument("--length-file", dest="wl_length_file", metavar="FILE",
+                   help="presets: draw (prompt, output) lengths from this length or trace file")
     g.add_argument("--seed", dest="wl_seed", type=int, metavar="N")
     g.add_argument("--max-concurrency", dest="wl_max_concurrency", type=int, metavar="N",
                    help="closed loop: at most N requests in flight")
     g.add_argument("--think-time", dest="wl_think_time_s", type=float, metavar="S",
                    help="closed loop: seconds between a reply and that user's next request")
+    g = parser.add_argument_group(
+        "workload transformations (fixed order: see docs/workloads.md; each is recorded)")
+    g.add_argument("--jitter", dest="wl_jitter_s", type=float, metavar="S",
+                   help="spread each arrival uniformly within S seconds (coarse timestamps)")
+    g.add_argument("--window-start", dest="wl_window_start_s", type=float, metavar="S",
+                   help="keep arrivals from S seconds on (shifted to start at 0)")
+    g.add_argument("--window-duration", dest="wl_window_duration_s", type=float, metavar="S",
+                   help="keep S seconds of arrivals")
+    g.add_argument("--rate-scale", dest="wl_rate_scale", type=float, metavar="K",
+                   help="multiply the arrival rate by K (time runs K times faster)")
+    g.add_argument("--length-scale", dest="wl_length_scale", type=float, metavar="K",
+                   help="divide prompt and output lengths by K (at least 1 token)")
+    g.add_argument("--max-prompt-len", dest="wl_max_prompt_len", type=int, metavar="N",
+                   help="clip prompt lengths to N tokens")
+    g.add_argument("--max-output-len", dest="wl_max_output_len", type=int, metavar="N",
+                   help="clip output lengths to N tokens")
 
 
 def workload_overrides(args: argparse.Namespace) -> dict[str, Any]:

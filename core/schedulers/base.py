@@ -70,7 +70,7 @@ class Scheduler(ABC):
         sampled.clear()
         for seq, n in zip(batch.seqs, batch.num_tokens):
             seq.num_computed += n
-            sampled.append(seq.num_computed == seq.known)
+            sampled.append(seq.num_computed == seq.request.prompt_len + seq.num_generated)
             if sampled[-1]:
                 seq.num_generated += 1
                 if seq.done:
@@ -103,6 +103,7 @@ class Scheduler(ABC):
         arrival_sensitive says whether an arrival could change that."""
         seqs = batch.seqs
         if (not self.fast_forward or batch.preempted or len(seqs) != len(self.running)
+                or batch.total_tokens != len(seqs)  # cheap early out: prefill in the step
                 or not all(batch.is_decode(i) for i in range(len(seqs)))):
             return 1, True
         k = min(s.request.output_len - s.num_generated for s in seqs)
@@ -167,6 +168,8 @@ class Scheduler(ABC):
 
     def _by_protection(self) -> list[Sequence]:
         """Running sequences, most protected first (victims are taken from the end)."""
+        if self.config.preemption == "recent":
+            return self.running[:]  # already in admission order
         return sorted(self.running, key=self._victim_key)
 
     def _reserve_running(self, batch: Batch, tokens_for) -> bool:
@@ -176,21 +179,24 @@ class Scheduler(ABC):
         `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop).
         Returns True if anything was preempted."""
         queue = self._by_protection()
+        kv, bs = self.kv, self.kv.block_size
         i = 0
         preempted = False
-        while i < len(queue):
+        while i < len(queue):  # the hot loop of the simulator: kept lean
             seq = queue[i]
             n = tokens_for(seq)
             if n <= 0:
                 break
-            while not self.kv.can_grow(seq.block_table, seq.num_computed + n):
+            need = -(-(seq.num_computed + n) // bs) - len(seq.block_table)
+            while need > 0 and need > kv.num_free:
                 victim = queue.pop() if len(queue) - 1 > i else queue.pop(i)
                 self._preempt(victim, batch)
                 preempted = True
                 if victim is seq:
                     break
             else:
-                self.kv.grow(seq.block_table, seq.num_computed + n)
+                if need > 0:
+                    seq.block_table.extend(kv.take(need))
                 batch.add(seq, n)
                 i += 1
         return preempted

@@ -1,6 +1,20 @@
-"""Workloads: the requests to serve, from synthetic generators or real traces."""
+"""Workloads: the requests to serve, from synthetic generators or real traces.
+
+    build_workload(WorkloadConfig(...))   a preset or trace file, transformed, described
+    load_trace(path, format="auto")       one trace file as it is (formats.py)
+    write_trace(workload, path)           the batchlab format, CSV or JSON lines
+    workload_stats(workload)              count, span, rate, burstiness, length percentiles
+"""
 from core.workload.config import PRESETS, WorkloadConfig, build_workload
+from core.workload.errors import WorkloadError
+from core.workload.formats import FORMAT_NAMES, detect_format, load_trace
 from core.workload.lengths import LengthSpec
+from core.workload.native import write_trace
+from core.workload.sources import TRACES, traces_dir
+from core.workload.stats import format_stats, workload_stats
+from core.workload.synthetic import gamma_arrivals
 from core.workload.workload import Workload
 
-__all__ = ["PRESETS", "LengthSpec", "Workload", "WorkloadConfig", "build_workload"]
+__all__ = ["FORMAT_NAMES", "PRESETS", "TRACES", "LengthSpec", "Workload", "WorkloadConfig",
+           "WorkloadError", "build_workload", "detect_format", "format_stats", "gamma_arrivals",
+           "load_trace", "traces_dir", "workload_stats", "write_trace"]

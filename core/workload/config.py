@@ -1,71 +1,174 @@
 """[workload] settings and how they become a Workload: a named synthetic preset or a
-trace file, then the transformations, in a fixed order, each recorded."""
+trace file, then the transformations, in a fixed order, each recorded.
+
+The order (each step only when asked for):
+  1. source: a preset generates `num_requests` requests at `rate`; a trace is read
+     whole; a length file (no timestamps) gives its first `num_requests` rows arrivals
+     at `rate` (default inf, as vllm bench serve: all at once) with `burstiness`
+  2. jitter_s       spread coarse timestamps within their step
+  3. window         keep [window_start_s, window_start_s + window_duration_s), shifted
+                    to t = 0
+  4. num_requests   traces: the first N of what is left
+  5. rate           traces: stretch or compress time to this mean rate
+  6. rate_scale     multiply the arrival rate
+  7. length_scale   divide prompt and output lengths (at least 1 token)
+  8. max_prompt_len, max_output_len   clip
+  9. max_concurrency, think_time_s    closed loop (recorded; the driver enforces it)
+"""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.workload.lengths import LengthSpec
+from core.workload import transforms as tf
+from core.workload.errors import WorkloadError
+from core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
+from core.workload.lengths import LengthSpec, sample_lengths
+from core.workload.sources import PRESETS, TRACES, resolve, traces_dir
 from core.workload.synthetic import gamma_arrivals
 from core.workload.workload import Workload
 
-
-def _mix(*parts: tuple[float, dict]) -> LengthSpec:
-    return LengthSpec(dist="mixture", components=[LengthSpec(weight=w, **d) for w, d in parts])
-
-
-# Named synthetic workloads. "chat": the seed's case for continuous batching, replies of
-# widely varying length: most short, a few very long.
-PRESETS: dict[str, dict] = {
-    "chat": dict(
-        num_requests=1000, rate=12.0,
-        prompt=LengthSpec(dist="lognormal", mean=300, sigma=0.8, max=4096),
-        output=_mix((0.80, dict(dist="uniform", low=12, high=40)),
-                    (0.15, dict(dist="uniform", low=100, high=300)),
-                    (0.05, dict(dist="uniform", low=500, high=1000))),
-    ),
-    "uniform": dict(
-        num_requests=1000, rate=10.0,
-        prompt=LengthSpec(dist="fixed", value=512), output=LengthSpec(dist="fixed", value=128),
-    ),
-}
+__all__ = ["PRESETS", "WorkloadConfig", "build_workload"]
 
 
 class WorkloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field("chat", description="a synthetic preset name or a trace file path")
-    num_requests: int | None = Field(None, gt=0)
-    rate: float | None = Field(None, gt=0, description="requests/s; inf = all at t=0")
-    burstiness: float = Field(1.0, gt=0, description="Gamma shape: 1 Poisson, <1 burstier")
-    prompt: LengthSpec | None = None
-    output: LengthSpec | None = None
+    source: str = Field("chat", description="a synthetic preset (chat, uniform, sharegpt, "
+                        "arxiv), a shared trace (azure_code, azure_conv, mooncake) or a file")
+    trace_format: str = Field("auto", description="auto (detect from the file) | azure | "
+                              "mooncake | lengths | batchlab")
+    num_requests: int | None = Field(None, gt=0, description="presets: how many to generate; "
+                                     "traces: keep the first N (after the window)")
+    rate: float | None = Field(None, gt=0, description="requests/s (inf: all at t=0); presets "
+                               "and length files: the arrival rate; traces: rescale time to "
+                               "this mean rate")
+    burstiness: float | None = Field(None, gt=0, description="generated arrivals: Gamma shape "
+                                     "of the gaps, 1 Poisson (default), <1 burstier, >1 smoother")
+    prompt: LengthSpec | None = Field(None, description="presets: prompt length distribution")
+    output: LengthSpec | None = Field(None, description="presets: output length distribution")
+    length_file: str | None = Field(None, description="presets: draw (prompt, output) pairs "
+                                    "from this length or trace file instead")
     max_concurrency: int | None = Field(None, gt=0, description="closed loop: users in flight")
-    think_time_s: float = Field(0.0, ge=0)
-    seed: int = 0
+    think_time_s: float = Field(0.0, ge=0, description="closed loop: pause between a reply "
+                                "and that user's next request")
+    seed: int = Field(0, description="seeds arrivals, lengths and jitter")
+    jitter_s: float | None = Field(None, gt=0, description="spread each arrival uniformly "
+                                   "within [t, t + jitter_s): undoes coarse timestamps")
+    window_start_s: float = Field(0.0, ge=0, description="keep arrivals from this time on")
+    window_duration_s: float | None = Field(None, gt=0, description="keep this many seconds "
+                                            "of arrivals from window_start_s")
+    rate_scale: float = Field(1.0, gt=0, description="multiply the arrival rate (2: time runs "
+                              "twice as fast)")
+    length_scale: float = Field(1.0, gt=0, description="divide prompt and output lengths by "
+                                "this (rounded, at least 1 token)")
+    max_prompt_len: int | None = Field(None, ge=1, description="clip prompt lengths to this")
+    max_output_len: int | None = Field(None, ge=1, description="clip output lengths to this")
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkloadConfig":
+        if self.trace_format not in FORMAT_NAMES:
+            raise ValueError(f"trace_format must be one of {', '.join(FORMAT_NAMES)}, "
+                             f"got {self.trace_format!r}")
+        if self.length_file and (self.prompt or self.output):
+            raise ValueError("give length_file or prompt/output length specs, not both")
+        if math.isinf(self.rate_scale):
+            raise ValueError("rate_scale must be finite")
+        return self
 
 
 def build_workload(cfg: WorkloadConfig) -> Workload:
-    if cfg.source not in PRESETS:
-        raise ValueError(f"workload source {cfg.source!r}: not a preset "
-                         f"({', '.join(PRESETS)}) and trace files are not supported yet")
+    """The workload `cfg` describes, made in the order of the module docstring."""
+    arr_rng, prompt_rng, out_rng, jitter_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(4))
+    path = resolve(cfg.source)
+    if path is None:
+        w = _synthetic(cfg, arr_rng, prompt_rng, out_rng)
+        timed = False
+    else:
+        fmt = _trace_format(cfg, path)
+        timed = fmt.arrival is not None
+        w = load_trace(path, fmt.name)
+        if not timed:
+            w = _generated_arrivals(_first(cfg, w), cfg, arr_rng)
+    if cfg.jitter_s:
+        w = tf.jitter(w, cfg.jitter_s, jitter_rng)
+    if cfg.window_start_s or cfg.window_duration_s:
+        kept = tf.window(w, cfg.window_start_s, cfg.window_duration_s)
+        if not len(kept):
+            raise WorkloadError(None, None, f"workload {cfg.source}: no requests in the "
+                                            f"{kept.description[-1].split(':')[0]}; expected a "
+                                            f"window within its arrivals, {w.arrival[0]:g} to "
+                                            f"{w.arrival[-1]:g} s")
+        w = kept
+    if timed:
+        w = _first(cfg, w)
+        if cfg.rate is not None:
+            w = tf.set_rate(w, cfg.rate)
+    if cfg.rate_scale != 1:
+        w = tf.scale_rate(w, cfg.rate_scale)
+    if cfg.length_scale != 1:
+        w = tf.scale_lengths(w, cfg.length_scale)
+    if cfg.max_prompt_len or cfg.max_output_len:
+        w = tf.clip_lengths(w, cfg.max_prompt_len, cfg.max_output_len)
+    if cfg.max_concurrency:
+        w = w.replace(f"closed loop: {cfg.max_concurrency} in flight, "
+                      f"think {cfg.think_time_s:g} s",
+                      max_concurrency=cfg.max_concurrency, think_time_s=cfg.think_time_s)
+    return w
+
+
+def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
+               prompt_rng: np.random.Generator, out_rng: np.random.Generator) -> Workload:
     preset = PRESETS[cfg.source]
     n = cfg.num_requests or preset["num_requests"]
     rate = cfg.rate or preset["rate"]
+    burstiness = cfg.burstiness or 1.0
     prompt, output = cfg.prompt or preset["prompt"], cfg.output or preset["output"]
-    arr_rng, prompt_rng, out_rng = (np.random.default_rng(s)
-                                    for s in np.random.SeedSequence(cfg.seed).spawn(3))
-    w = Workload(
-        arrival=gamma_arrivals(n, rate, cfg.burstiness, arr_rng),
-        prompt_len=prompt.sample(n, prompt_rng),
-        output_len=output.sample(n, out_rng),
-        max_concurrency=cfg.max_concurrency,
-        think_time_s=cfg.think_time_s,
-    )
-    rate_txt = "all at t=0" if math.isinf(rate) else f"{rate:g} req/s, burstiness {cfg.burstiness:g}"
-    w.description.append(f"synthetic {cfg.source!r}: {n} requests, {rate_txt}, seed {cfg.seed}")
-    if cfg.max_concurrency:
-        w.description.append(f"closed loop: {cfg.max_concurrency} in flight, think {cfg.think_time_s:g} s")
+    if cfg.length_file:
+        prompt = LengthSpec(dist="file", path=cfg.length_file, column="prompt")
+        output = LengthSpec(dist="file", path=cfg.length_file, column="output")
+    prompt_len, output_len = sample_lengths(prompt, output, n, prompt_rng, out_rng)
+    arrival, how = _arrivals(n, rate, burstiness, arr_rng)
+    w = Workload(arrival=arrival, prompt_len=prompt_len, output_len=output_len)
+    w.description.append(f"synthetic {cfg.source!r}: {n} requests, {how}, seed {cfg.seed}")
+    if cfg.length_file:
+        w.description.append(f"lengths drawn from {cfg.length_file}")
     return w
+
+
+def _trace_format(cfg: WorkloadConfig, path: Path) -> Format:
+    if not path.exists():
+        if cfg.source in TRACES:
+            raise WorkloadError(path, None, f"no such file; the shared trace {cfg.source!r} is "
+                                            f"expected in {traces_dir()} (or set BATCHLAB_TRACES)")
+        raise WorkloadError(None, None, f"workload source {cfg.source!r}: no such file; expected "
+                                        f"a trace file, a preset ({', '.join(PRESETS)}) or a "
+                                        f"shared trace ({', '.join(TRACES)})")
+    fmt = detect_format(path, cfg.trace_format)
+    only_presets = [k for k in ("prompt", "output", "length_file") if getattr(cfg, k)]
+    if only_presets:
+        raise WorkloadError(None, None, f"workload {only_presets[0]} applies to synthetic presets; "
+                                        f"{cfg.source} is a {fmt.name} file with its own lengths")
+    if fmt.arrival is not None and cfg.burstiness is not None:
+        raise WorkloadError(None, None, f"workload burstiness applies to generated arrivals; "
+                                        f"{cfg.source} has its own timestamps")
+    return fmt
+
+
+def _first(cfg: WorkloadConfig, w: Workload) -> Workload:
+    return tf.first_n(w, cfg.num_requests) if cfg.num_requests else w
+
+
+def _generated_arrivals(w: Workload, cfg: WorkloadConfig, rng: np.random.Generator) -> Workload:
+    arrival, how = _arrivals(len(w), cfg.rate or math.inf, cfg.burstiness or 1.0, rng)
+    return w.replace(f"arrivals: {how}, seed {cfg.seed}", arrival=arrival)
+
+
+def _arrivals(n: int, rate: float, burstiness: float, rng: np.random.Generator
+              ) -> tuple[np.ndarray, str]:
+    how = "all at t=0" if math.isinf(rate) else f"{rate:g} req/s, burstiness {burstiness:g}"
+    return gamma_arrivals(n, rate, burstiness, rng), how

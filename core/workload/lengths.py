@@ -1,18 +1,23 @@
 """Token-length distributions for synthetic workloads."""
 from __future__ import annotations
 
+import os
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.workload.formats import load_trace
+
 
 class LengthSpec(BaseModel):
     """fixed(value) | uniform(low, high, inclusive) | lognormal(mean, sigma) |
-    mixture(components with weights); results are clipped to [min, max]."""
+    mixture(components with weights) | file(path, column): drawn with replacement from
+    one column of a trace or length file; results are clipped to [min, max]."""
     model_config = ConfigDict(extra="forbid")
 
-    dist: Literal["fixed", "uniform", "lognormal", "mixture"] = "fixed"
+    dist: Literal["fixed", "uniform", "lognormal", "mixture", "file"] = "fixed"
     value: int | None = Field(None, ge=1)
     low: int | None = Field(None, ge=1)
     high: int | None = Field(None, ge=1)
@@ -20,13 +25,17 @@ class LengthSpec(BaseModel):
     sigma: float | None = Field(None, ge=0, description="lognormal: std of log-length")
     components: list["LengthSpec"] | None = None
     weight: float = Field(1.0, gt=0, description="weight within a mixture")
+    path: str | None = Field(None, description="file: a trace or length file (any format)")
+    column: Literal["prompt", "output"] | None = Field(
+        None, description="file: which lengths to draw (a length file's num_prefill_tokens "
+                          "or num_decode_tokens, a trace's prompt or output lengths)")
     min: int = Field(1, ge=1)
     max: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "LengthSpec":
         need = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("mean", "sigma"),
-                "mixture": ("components",)}[self.dist]
+                "mixture": ("components",), "file": ("path", "column")}[self.dist]
         missing = [f for f in need if getattr(self, f) is None]
         if missing:
             raise ValueError(f"dist={self.dist!r} needs {', '.join(missing)}")
@@ -44,6 +53,9 @@ class LengthSpec(BaseModel):
         elif self.dist == "lognormal":
             mu = np.log(self.mean) - self.sigma**2 / 2
             x = np.rint(rng.lognormal(mu, self.sigma, size=n)).astype(np.int64)
+        elif self.dist == "file":
+            col = self.file_lengths()
+            x = col[rng.integers(0, len(col), size=n)]
         else:
             w = np.array([c.weight for c in self.components])
             which = rng.choice(len(w), size=n, p=w / w.sum())
@@ -51,4 +63,37 @@ class LengthSpec(BaseModel):
             for k, comp in enumerate(self.components):
                 idx = np.flatnonzero(which == k)
                 x[idx] = comp.sample(len(idx), rng)
+        return self.clip(x)
+
+    def clip(self, x: np.ndarray) -> np.ndarray:
         return np.clip(x, self.min, self.max if self.max is not None else None).astype(np.int64)
+
+    def file_lengths(self) -> np.ndarray:
+        """dist=file: the whole column (read once per file version, read-only)."""
+        return _file_columns(self.path, _mtime(self.path))[0 if self.column == "prompt" else 1]
+
+
+def sample_lengths(prompt: LengthSpec, output: LengthSpec, n: int, prompt_rng: np.random.Generator,
+                   output_rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output lengths for n requests. When both are drawn from the same file,
+    whole rows are drawn, so each request keeps its prompt/output pairing."""
+    if prompt.dist == output.dist == "file" and prompt.path == output.path:
+        p, o = prompt.file_lengths(), output.file_lengths()
+        rows = prompt_rng.integers(0, len(p), size=n)
+        return prompt.clip(p[rows]), output.clip(o[rows])
+    return prompt.sample(n, prompt_rng), output.sample(n, output_rng)
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1  # the loader reports the missing file
+
+
+@lru_cache(maxsize=8)
+def _file_columns(path: str, _mtime_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    w = load_trace(path)
+    for col in (w.prompt_len, w.output_len):
+        col.flags.writeable = False  # shared by every caller of the cache
+    return w.prompt_len, w.output_len

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -73,6 +72,7 @@ def datetimes(values: list, nos: list[int], path: str | Path, name: str) -> np.n
     expected = "a date-time like 2023-11-16 18:17:03.9799600"
     with warnings.catch_warnings():  # numpy warns that it drops timezone offsets
         warnings.simplefilter("ignore")
+        values = [v.strip() if isinstance(v, str) else v for v in values]
         try:
             return np.array(values, dtype="datetime64[ns]")
         except (ValueError, TypeError):
@@ -85,16 +85,16 @@ def datetimes(values: list, nos: list[int], path: str | Path, name: str) -> np.n
     raise _fail(path, nos[0], name, values[0], expected)
 
 
-def hash_lists(values: list, nos: list[int], path: str | Path, name: str
+def hash_lists(values: list, nos: list[int], path: str | Path, name: str, text: bool
                ) -> list[tuple[int, ...]]:
-    """Prefix block hashes: a JSON list of integers, or in CSV integers separated by
-    spaces. Missing reads as no hashes."""
+    """Prefix block hashes: a JSON list of integers, or (`text`, CSV) integers separated
+    by spaces. Missing reads as no hashes."""
     expected = "a list of integer block hashes"
     out: list[tuple[int, ...]] = []
     for v, no in zip(values, nos):
         if v is None or v == "":
             out.append(())
-        elif isinstance(v, str):
+        elif text:
             try:
                 out.append(tuple(int(s) for s in v.split()))
             except ValueError:
@@ -104,7 +104,3 @@ def hash_lists(values: list, nos: list[int], path: str | Path, name: str
         else:
             raise _fail(path, no, name, v, expected)
     return out
-
-
-def concat(parts: Sequence[np.ndarray], dtype: str) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)

@@ -2,6 +2,7 @@
 a few tens of MB; Request objects are made one at a time as they arrive."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -16,6 +17,9 @@ class Workload:
     prompt_len: np.ndarray  # int64 >= 1
     output_len: np.ndarray  # int64 >= 1
     priority: np.ndarray | None = None  # int64, lower = more important
+    # Hashes of the leading prompt blocks (Mooncake: 512-token blocks). Two requests share
+    # as much prompt prefix as their lists share leading hashes; a list covers the whole
+    # prompt, so after length scaling the shared fraction is what carries over.
     prefix_hashes: list[tuple[int, ...]] | None = None
     description: list[str] = field(default_factory=list)  # how it was made, step by step
     # Closed loop (vllm bench serve --max-concurrency): at most this many in flight; a
@@ -32,6 +36,14 @@ class Workload:
             raise ValueError("workload columns differ in length")
         if self.priority is not None:
             self.priority = np.asarray(self.priority, dtype=np.int64)
+            if len(self.priority) != n:
+                raise ValueError("workload columns differ in length")
+        if self.prefix_hashes is not None and len(self.prefix_hashes) != n:
+            raise ValueError("workload prefix_hashes differ in length from its columns")
+        if n and (self.arrival[0] < 0 or np.any(np.diff(self.arrival) < 0)):
+            raise ValueError("workload arrivals must be >= 0 and non-decreasing")
+        if n and (self.prompt_len.min() < 1 or self.output_len.min() < 1):
+            raise ValueError("workload prompt and output lengths must be >= 1")
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -52,3 +64,22 @@ class Workload:
 
     def describe(self) -> str:
         return "; ".join(self.description)
+
+    def replace(self, step: str | None = None, **columns: object) -> "Workload":
+        """A copy with some fields replaced and, if given, one more description step."""
+        description = [*self.description, *([step] if step else [])]
+        return dataclasses.replace(self, description=description, **columns)
+
+    def take(self, index: np.ndarray | slice, step: str | None = None,
+             arrival: np.ndarray | None = None) -> "Workload":
+        """The rows at `index` (a slice, a boolean mask or positions), with their arrival
+        times, or `arrival` instead (one per row taken, non-decreasing)."""
+        hashes = self.prefix_hashes
+        if hashes is not None:
+            pos = np.arange(len(self))[index]
+            hashes = [hashes[i] for i in pos]
+        return self.replace(
+            step, arrival=self.arrival[index] if arrival is None else arrival,
+            prompt_len=self.prompt_len[index],
+            output_len=self.output_len[index], prefix_hashes=hashes,
+            priority=self.priority[index] if self.priority is not None else None)

@@ -1,0 +1,83 @@
+"""Simulator speed: simulated requests per wall second, fast-forward vs step-by-step.
+
+    python benchmarks/bench_sim.py [--quick]
+
+Full Azure traces (../shared/traces) on one replica of Llama-3-8B / A100-80GB
+(roofline), continuous batching and chunked prefill; then a large synthetic workload
+with its peak memory. Ratios are against step-by-step in the same run (the machine is
+shared and noisy: compare ratios, not absolute seconds)."""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import simpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from core.config import SchedulerConfig  # noqa: E402
+from core.cost import kv_capacity_blocks, roofline  # noqa: E402
+from core.specs import lookup_hardware, lookup_model  # noqa: E402
+from core.workload import WorkloadConfig, build_workload  # noqa: E402
+from sim import simulate  # noqa: E402
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def timed(workload, policy, fast_forward, cost, blocks):
+    events = [0]
+    real_step = simpy.Environment.step
+
+    def counting(self):
+        events[0] += 1
+        return real_step(self)
+    simpy.Environment.step = counting
+    try:
+        t0 = time.perf_counter()
+        r = simulate(workload, SchedulerConfig(policy=policy), cost, blocks, fast_forward=fast_forward)
+        dt = time.perf_counter() - t0
+    finally:
+        simpy.Environment.step = real_step
+    return dt, events[0], r.summary()["num_steps"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="first 3000 requests of each trace")
+    ap.add_argument("--synthetic", type=int, default=1_000_000, help="requests in the synthetic run")
+    args = ap.parse_args()
+    model, hw = lookup_model("llama-3-8b"), lookup_hardware("a100-80gb")
+    cost = roofline(model, hw, 1, 0.8, 0.6, 0.002)
+    blocks = kv_capacity_blocks(model, hw, 1, 16)
+    print(f"python {sys.version.split()[0]}, pid {os.getpid()}, llama-3-8b on a100-80gb, {blocks} KV blocks")
+    print(f"{'workload':<22}{'policy':<12}{'mode':<14}{'wall s':>8}{'req/s':>10}{'events/s':>10}"
+          f"{'steps':>9}{'speed-up':>9}")
+    for name in ("azure2023_conv.csv", "azure2023_code.csv"):
+        path = TRACES / name
+        if not path.exists():
+            print(f"{name}: not found at {path}, skipped")
+            continue
+        w = build_workload(WorkloadConfig(source=str(path), num_requests=3000 if args.quick else None))
+        for policy in ("continuous", "chunked"):
+            base = None
+            for ff in (False, True):
+                dt, ev, steps = timed(w, policy, ff, cost, blocks)
+                base = base or dt
+                print(f"{name[:-4]:<22}{policy:<12}{'fast-forward' if ff else 'step-by-step':<14}"
+                      f"{dt:>8.2f}{len(w) / dt:>10.0f}{ev / dt:>10.0f}{steps:>9}{base / dt:>8.1f}x")
+    n = args.synthetic
+    w = build_workload(WorkloadConfig(source="chat", num_requests=n, rate=12.0))
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    dt, ev, steps = timed(w, "chunked", True, cost, blocks)
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"{'chat synthetic':<22}{'chunked':<12}{'fast-forward':<14}{dt:>8.2f}{n / dt:>10.0f}"
+          f"{ev / dt:>10.0f}{steps:>9}")
+    print(f"synthetic {n} requests: peak RSS {rss1 / 1024:.0f} MiB (before the run {rss0 / 1024:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Bad input: each file in tests/data/broken gives one line naming the file, the line
+and what was expected (a WorkloadError, which is a ValueError), never a traceback.
+Timestamps that go backwards are sorted, with a warning."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.workload import WorkloadConfig, WorkloadError, build_workload, load_trace
+
+BROKEN = Path(__file__).parent / "data" / "broken"
+
+# file, line, what the message must say
+CORPUS = [
+    ("empty.csv", 1, "empty file; expected a CSV header or a JSON line"),
+    ("comments_only.jsonl", 1, "empty file"),
+    ("header_only.csv", 2, "no requests after the header; expected at least one data row"),
+    ("missing_column.csv", 1, "missing column 'GeneratedTokens'; expected azure"),
+    ("unknown_header.csv", 1, "cannot tell the trace format from 'foo,bar,baz'; expected azure"),
+    ("non_numeric.csv", 3, "ContextTokens is 'lots'; expected a whole number of tokens >= 1"),
+    ("negative_tokens.csv", 4, "ContextTokens is '-20'; expected a whole number of tokens"),
+    ("zero_output.csv", 3, "output_len is '0'; expected a whole number of tokens >= 1"),
+    ("fractional_tokens.csv", 3, "prompt_len is '100.5'; expected a whole number"),
+    ("nan_arrival.csv", 3, "arrival_s is 'nan'; expected a time in seconds >= 0"),
+    ("short_row.csv", 3, "2 fields; expected 3 as in the header on line 1"),
+    ("bad_datetime.csv", 3, "TIMESTAMP is '2023-11-16 25:99:00.0000000'; expected a date-time"),
+    ("not_utf8.csv", 3, "not UTF-8 text"),
+    ("truncated_json.jsonl", 3, "not valid JSON: Expecting ':' delimiter (column 56); "
+                                "expected one JSON object per line"),
+    ("missing_key.jsonl", 2, "missing key 'output_length'; expected keys timestamp, "
+                             "input_length, output_length (mooncake format)"),
+    ("not_object.jsonl", 2, "a JSON list; expected an object with keys"),
+    ("negative_time.jsonl", 2, "timestamp is -500; expected a time in milliseconds >= 0"),
+    ("bad_hash_ids.jsonl", 2, "hash_ids is '0 1'; expected a list of integer block hashes"),
+    ("null_length.jsonl", 2, "input_length is null; expected a whole number of tokens"),
+]
+
+
+def test_every_broken_file_is_covered():
+    listed = {name for name, _, _ in CORPUS} | {"backwards.csv"}
+    assert listed == {p.name for p in BROKEN.iterdir()}
+
+
+@pytest.mark.parametrize("name, line, says", CORPUS, ids=[c[0] for c in CORPUS])
+def test_broken_file_gives_one_line_naming_file_and_line(name, line, says):
+    path = BROKEN / name
+    with pytest.raises(WorkloadError) as info:
+        load_trace(path)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{path}:{line}: ")
+    assert says in msg
+    assert (info.value.path, info.value.line) == (path, line)
+    assert isinstance(info.value, ValueError)  # what the CLI turns into exit code 2
+
+
+def test_backwards_timestamps_are_sorted_with_a_warning(caplog):
+    path = BROKEN / "backwards.csv"
+    with caplog.at_level(logging.WARNING, logger="batchlab.workload"):
+        w = load_trace(path)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:4: timestamp goes backwards (1 place(s) in the file); sorted the requests "
+        f"by arrival"]
+    assert len(w) == 4 and np.all(np.diff(w.arrival) >= 0)  # nothing dropped
+    assert w.prompt_len.tolist() == [374, 200, 396, 100]  # the row of line 4 moved up
+    assert w.arrival[0] == 0.0
+
+
+def test_backwards_ties_keep_file_order(tmp_path):
+    f = tmp_path / "t.csv"
+    f.write_text("arrival_s,prompt_len,output_len\n5,1,1\n1,2,1\n1,3,1\n0,4,1\n")
+    assert load_trace(f).prompt_len.tolist() == [4, 2, 3, 1]
+
+
+@pytest.mark.parametrize("problem", ["no such file", "is a directory"])
+def test_unreadable_paths(tmp_path, problem):
+    path = tmp_path / "nothing.csv" if problem == "no such file" else tmp_path
+    with pytest.raises(WorkloadError, match=f"^{path}: {problem}; expected a trace file$"):
+        load_trace(path)
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(source="chta"), "workload source 'chta': no such file; expected a trace file, a "
+                          "preset (chat, uniform, sharegpt, arxiv)"),
+    (dict(source=str(BROKEN / "zero_output.csv")), "zero_output.csv:3: output_len is '0'"),
+    (dict(source=str(BROKEN.parent / "azure_conv_300.csv"), burstiness=2),
+     "burstiness applies to generated arrivals"),
+    (dict(source=str(BROKEN.parent / "azure_conv_300.csv"), prompt={"dist": "fixed", "value": 4}),
+     "prompt applies to synthetic presets"),
+    (dict(source=str(BROKEN.parent / "azure_conv_300.csv"), window_start_s=1e6),
+     "no requests in the window [1e+06, inf) s; expected a window within its arrivals, 0 to"),
+    (dict(source=str(BROKEN.parent / "azure_conv_300.csv"), rate=5, num_requests=1),
+     "cannot set the mean rate to 5 req/s: the workload has 1 request(s)"),
+])
+def test_build_errors_are_one_line_value_errors(fields, says):
+    with pytest.raises(ValueError) as info:
+        build_workload(WorkloadConfig(**fields))
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(trace_format="parquet"), "trace_format must be one of auto, azure"),
+    (dict(length_file="x.csv", prompt={"dist": "fixed", "value": 4}), "not both"),
+    (dict(window_duration_s=0), "greater than 0"),
+    (dict(length_scale=-1), "greater than 0"),
+    (dict(max_prompt_len=0), "greater than or equal to 1"),
+    (dict(colour="red"), "Extra inputs are not permitted"),
+])
+def test_config_rejects_bad_fields(fields, says):
+    with pytest.raises(ValueError, match=".") as info:
+        WorkloadConfig(**fields)
+    assert says in str(info.value)
