@@ -2,7 +2,7 @@
 
 Arrivals are scheduled URGENT, ahead of engine steps ending at the same instant, so the
 rule is simple and the same whether the engine steps or fast-forwards: a request that
-arrives at t is visible to the scheduler's decision at t."""
+arrives at t is visible to the scheduler's decision at t (see sim/events.py)."""
 from __future__ import annotations
 
 import heapq
@@ -10,17 +10,10 @@ import math
 from typing import Callable
 
 import simpy
-from simpy.events import URGENT, Event
 
 from core.request import Request, Sequence
 from core.workload import Workload
-
-
-class _UrgentTimeout(Event):
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        super().__init__(env)
-        self._ok, self._value = True, None
-        env.schedule(self, URGENT, delay)
+from sim.events import urgent
 
 
 class Arrivals:
@@ -53,7 +46,7 @@ class Arrivals:
             self.env.process(self._release())
 
     def _release(self):
-        yield _UrgentTimeout(self.env, self.workload.think_time_s)
+        yield urgent(self.env, self.workload.think_time_s)
         heapq.heappop(self._releases)
         yield self._slots.put(1)
 
@@ -62,7 +55,7 @@ class Arrivals:
         for i in range(len(w)):
             self._next_time = float(w.arrival[i])
             if self._next_time > env.now:
-                yield _UrgentTimeout(env, self._next_time - env.now)
+                yield urgent(env, self._next_time - env.now)
             if self._slots is not None:
                 self._next_time = math.inf  # now only a free slot can send it
                 yield self._slots.get(1)

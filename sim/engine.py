@@ -11,6 +11,7 @@ from core.cost import CostModel, decode_run_times
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
+from sim.events import late
 
 # Called after every step with (replica, start, duration, batch), once complete() has
 # run: for studies that need more than the step table (e.g. which request holds which
@@ -59,6 +60,7 @@ class Replica:
                     yield self._wake
                 else:
                     yield self._wake | env.timeout(max(0.0, wakeup - env.now))
+                yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             features = step_features(batch)
             if self.next_arrival is not None:

@@ -106,3 +106,11 @@ def test_same_seed_same_tables():
     for t in ("requests", "steps"):
         for col, v in getattr(a, t).items():
             assert np.array_equal(v, getattr(b, t)[col]), col
+
+
+def test_a_closed_loop_burst_at_t0_is_seen_whole():
+    """32 users sending at t=0: a static batch of 8 forms at once, not a batch of 1."""
+    work = w(np.zeros(32), np.full(32, 8), np.full(32, 5), max_concurrency=32)
+    r = simulate(work, SchedulerConfig(policy="static", max_num_seqs=8), UNIT, 1000)
+    assert r.steps["num_seqs"][0] == 8
+    assert (r.requests["first_scheduled_s"] == 0).sum() == 8

@@ -1,0 +1,28 @@
+"""Same-instant ordering. SimPy runs events due at the same time by priority, then in
+the order they were scheduled. Arrivals go first (URGENT) and a woken engine decides
+last (LATE), so a burst of requests arriving together is seen whole, in both the
+step-by-step and the fast-forward engine."""
+from __future__ import annotations
+
+import simpy
+from simpy.events import URGENT, Event
+
+LATE = 2  # after URGENT (0) and NORMAL (1)
+
+
+class Delay(Event):
+    """A timeout with an explicit priority."""
+
+    def __init__(self, env: simpy.Environment, delay: float, priority: int) -> None:
+        super().__init__(env)
+        self._ok, self._value = True, None
+        env.schedule(self, priority, delay)
+
+
+def urgent(env: simpy.Environment, delay: float) -> Delay:
+    return Delay(env, delay, URGENT)
+
+
+def late(env: simpy.Environment) -> Delay:
+    """Resume after everything else due now, including what that schedules now."""
+    return Delay(env, 0.0, LATE)
