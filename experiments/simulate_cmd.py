@@ -5,6 +5,8 @@ import argparse
 import sys
 import time
 
+from tqdm import tqdm
+
 from core.cost import CostModel, kv_capacity_blocks, roofline
 from core.specs import lookup_hardware, lookup_model
 from core.workload import build_workload
@@ -58,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
     summaries = {}
     for policy in cfg.policies():
         t0 = time.perf_counter()
-        result = simulate(workload, cfg.scheduler_for(policy), cost, blocks,
-                          replicas=cfg.run.replicas, router=cfg.run.router, meta=meta)
+        with tqdm(total=len(workload), desc=policy, unit="req", disable=not sys.stderr.isatty(),
+                  leave=False, mininterval=0.5) as bar:
+            result = simulate(workload, cfg.scheduler_for(policy), cost, blocks,
+                              replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
+                              progress=bar.update)
         summaries[policy] = result.summary(cfg.run.slo)
         print(f"[{policy}] {len(workload)} requests, {summaries[policy]['num_steps']} steps "
               f"simulated in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

@@ -1,6 +1,8 @@
 """Run a workload through replicas of one scheduler in simulated time."""
 from __future__ import annotations
 
+from typing import Callable
+
 import simpy
 
 from core.config import SchedulerConfig
@@ -18,9 +20,11 @@ from sim.router import make_router
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
              meta: dict | None = None, observer: StepObserver | None = None,
-             fast_forward: bool = True) -> RunResult:
+             fast_forward: bool = True,
+             progress: Callable[[int], None] | None = None) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
-    decode steps in one event, with identical results (see core/fast_forward.py)."""
+    decode steps in one event, with identical results (see core/fast_forward.py).
+    progress(n) is told each time n more requests have left (finished or rejected)."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     env = simpy.Environment()
@@ -33,6 +37,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
 
     def on_done(seq: Sequence) -> None:
         arrivals.done(seq)
+        if progress is not None:
+            progress(1)
 
     arrivals = Arrivals(env, workload, submit)
     next_arrival = arrivals.next_time

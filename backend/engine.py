@@ -1,0 +1,143 @@
+"""Executes one scheduler Batch for real: build the step's input tensors from the
+sequences' token bookkeeping and block tables, run one forward pass, sample.
+
+Token ids of a sequence are its request's prompt ids followed by the tokens sampled so
+far (seq.output_token_ids), so a recompute after preemption re-feeds exactly what the
+sequence knew. Requests without prompt ids (synthetic workloads) get deterministic ones
+from a generator keyed by (prompt_seed, request id)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from backend.attention import build_metadata
+from backend.device import synchronize
+from backend.kv_cache import PagedKVCache
+from backend.model_runner import ModelRunner
+from core.batch import Batch
+from core.request import Request, Sequence
+
+
+def synthetic_prompt(request_id: int, prompt_len: int, vocab_size: int, seed: int = 0) -> np.ndarray:
+    """The prompt ids a request without any gets: the same on every run and machine."""
+    rng = np.random.default_rng([seed, request_id])
+    return rng.integers(0, vocab_size, size=prompt_len, dtype=np.int64)
+
+
+@dataclass
+class EngineStats:
+    """Seconds summed over steps: building inputs, the forward pass with sampling."""
+    steps: int = 0
+    prepare_s: float = 0.0
+    forward_s: float = 0.0
+
+
+class Engine:
+    def __init__(self, runner: ModelRunner, cache: PagedKVCache, temperature: float = 0.0,
+                 seed: int = 0, prompt_seed: int = 0) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.runner, self.cache = runner, cache
+        self.temperature = temperature
+        self.prompt_seed = prompt_seed
+        self.generator = torch.Generator(device=runner.device).manual_seed(seed)
+        self.stats = EngineStats()
+        self._prompts: dict[int, np.ndarray] = {}
+
+    # -- token ids ------------------------------------------------------------------
+    def prompt_ids(self, request: Request) -> np.ndarray:
+        ids = self._prompts.get(request.id)
+        if ids is None:
+            vocab = self.runner.vocab_size
+            if request.prompt_token_ids is not None:
+                ids = np.asarray(request.prompt_token_ids, dtype=np.int64)
+                if ids.min() < 0 or ids.max() >= vocab:
+                    raise ValueError(f"request {request.id}: prompt token id out of range [0, {vocab})")
+            else:
+                ids = synthetic_prompt(request.id, request.prompt_len, vocab, self.prompt_seed)
+            self._prompts[request.id] = ids
+        return ids
+
+    def forget(self, seq: Sequence) -> None:
+        """Drop a finished request's cached prompt ids."""
+        self._prompts.pop(seq.id, None)
+
+    def _tokens(self, seq: Sequence, start: int, n: int) -> np.ndarray:
+        plen = seq.request.prompt_len
+        if start >= plen:
+            return np.asarray(seq.output_token_ids[start - plen:start - plen + n], dtype=np.int64)
+        prompt = self.prompt_ids(seq.request)
+        if start + n <= plen:
+            return prompt[start:start + n]
+        tail = np.asarray(seq.output_token_ids[:start + n - plen], dtype=np.int64)
+        return np.concatenate([prompt[start:], tail])
+
+    # -- one step -------------------------------------------------------------------
+    def execute(self, batch: Batch) -> float:
+        """Run `batch` (before Scheduler.complete) and append each sampled token to its
+        sequence's output_token_ids. Returns the step's wall seconds."""
+        t0 = time.perf_counter()
+        dev = self.runner.device
+        one = [i for i, n in enumerate(batch.num_tokens) if n == 1]
+        one.sort(key=lambda i: batch.starts[i])  # similar lengths share a decode group
+        many = [i for i, n in enumerate(batch.num_tokens) if n > 1]
+        order = one + many
+        ids, pos_parts, rows, sampling = [], [], [], []
+        row = 0
+        for i in order:
+            seq, s, n = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
+            if len(seq.block_table) * self.cache.block_size < s + n:
+                raise RuntimeError(f"sequence {seq.id}: block table too short for {s + n} tokens")
+            ids.append(self._tokens(seq, s, n))
+            pos_parts.append(np.arange(s, s + n))
+            row += n
+            if s + n == seq.known:  # this item reaches the end of what it knows: it samples
+                if len(seq.output_token_ids) != seq.num_generated:
+                    raise RuntimeError(f"sequence {seq.id}: {len(seq.output_token_ids)} output ids "
+                                       f"but {seq.num_generated} generated")
+                rows.append(row - 1)
+                sampling.append(seq)
+        meta = build_metadata(
+            [(batch.starts[i], batch.seqs[i].block_table) for i in one],
+            [(batch.starts[i], batch.num_tokens[i], batch.seqs[i].block_table) for i in many], self.cache)
+        positions = np.concatenate(pos_parts)
+        input_ids = torch.from_numpy(np.concatenate(ids)).to(dev)
+        pos_t = torch.from_numpy(positions).to(dev)
+        rows_t = torch.tensor(rows, dtype=torch.int64, device=dev)
+        t1 = time.perf_counter()
+        logits = self.runner.forward(input_ids, pos_t, meta, self.cache, rows_t, int(positions.max()))
+        tokens = self.sample(logits).tolist() if rows else []
+        synchronize(dev)
+        for seq, tok in zip(sampling, tokens):
+            seq.output_token_ids.append(tok)
+        t2 = time.perf_counter()
+        st = self.stats
+        st.steps += 1
+        st.prepare_s += t1 - t0
+        st.forward_s += t2 - t1
+        return t2 - t0
+
+    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.temperature == 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+
+    def warmup(self, tokens: int = 32) -> None:
+        """One prefill and one decode on scratch blocks, so one-time costs (thread pools,
+        allocator growth, kernel selection) fall before the clock starts. The scratch
+        blocks are free at this point and any sequence overwrites them later."""
+        bs = self.cache.block_size
+        tokens = max(2, min(tokens, self.cache.num_blocks * bs - 1))
+        table = list(range(-(-(tokens + 1) // bs)))
+        ids = torch.zeros(tokens, dtype=torch.int64, device=self.runner.device)
+        for start, n in ((0, tokens), (tokens, 1)):
+            meta = (build_metadata([], [(0, n, table)], self.cache) if n > 1
+                    else build_metadata([(start, table)], [], self.cache))
+            pos = torch.arange(start, start + n, device=self.runner.device)
+            self.runner.forward(ids[:n], pos, meta, self.cache,
+                                torch.tensor([n - 1], device=self.runner.device), start + n)
+        synchronize(self.runner.device)

@@ -1,0 +1,140 @@
+"""The Llama-family forward pass (Llama, Mistral, Qwen2): RMSNorm, rotary embeddings,
+grouped-query attention over the paged cache, SwiGLU MLP. It takes its weights from a
+transformers model and runs one step of many sequences as one flat [tokens, hidden]
+batch, without padding.
+
+q/k/v and gate/up projections are fused into one matmul each (fewer, larger GEMMs:
+on CPU a thin model is dominated by per-call overhead), residual adds ride on the GEMM,
+matmuls use backend.linear's kernel choice (prepacked oneDNN on CPU float32), and the
+LM head runs only on the rows that sample a token."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from backend.attention import AttentionMetadata, paged_attention
+from backend.kv_cache import PagedKVCache
+from backend.linear import Linear, resolve_matmul
+
+
+@dataclass
+class LayerWeights:
+    ln1: torch.Tensor
+    qkv: Linear  # fused q, k, v: [(heads + 2 kv_heads) * dim] outputs
+    o: Linear
+    ln2: torch.Tensor
+    gate_up: Linear  # fused gate, up: [2 * intermediate] outputs
+    down: Linear
+    window: int | None  # sliding-window size of this layer, None = full attention
+
+
+def _bias(*linears) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    w = linears[0].weight
+    return torch.cat([lin.bias if lin.bias is not None
+                      else torch.zeros(lin.out_features, dtype=w.dtype, device=w.device)
+                      for lin in linears])
+
+
+def _windows(config) -> list[int | None]:
+    n, w = config.num_hidden_layers, getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types:  # Qwen2 (and newer configs): per-layer attention type
+        return [w if t == "sliding_attention" else None for t in types]
+    if config.model_type == "mistral":
+        return [w] * n
+    return [None] * n
+
+
+class ModelRunner:
+    """Holds the weights (shared with the transformers model, except the fused
+    matrices) and runs the forward pass of one step."""
+
+    def __init__(self, hf: torch.nn.Module, matmul: str = "auto") -> None:
+        """matmul: 'auto' (oneDNN on CPU float32, else torch), 'onednn' or 'torch'."""
+        cfg = hf.config
+        base = hf.model
+        self.config = cfg
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.num_heads
+        self.hidden = cfg.hidden_size
+        self.eps = cfg.rms_norm_eps
+        self.vocab_size = cfg.vocab_size
+        self.dtype = base.embed_tokens.weight.dtype
+        self.device = base.embed_tokens.weight.device
+        self.matmul = resolve_matmul(matmul, self.device, self.dtype)
+        self.embed = base.embed_tokens.weight.detach()
+        self.norm = base.norm.weight.detach()
+        self.lm_head = Linear(hf.lm_head.weight, None, self.matmul)
+        self.layers: list[LayerWeights] = []
+        with torch.no_grad():
+            for layer, window in zip(base.layers, _windows(cfg)):
+                at, mlp = layer.self_attn, layer.mlp
+                self.layers.append(LayerWeights(
+                    ln1=layer.input_layernorm.weight.detach(),
+                    qkv=Linear(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight]),
+                               _bias(at.q_proj, at.k_proj, at.v_proj), self.matmul),
+                    o=Linear(at.o_proj.weight, at.o_proj.bias, self.matmul),
+                    ln2=layer.post_attention_layernorm.weight.detach(),
+                    gate_up=Linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                                   _bias(mlp.gate_proj, mlp.up_proj), self.matmul),
+                    down=Linear(mlp.down_proj.weight, mlp.down_proj.bias, self.matmul),
+                    window=window))
+        rot = base.rotary_emb
+        self._inv_freq = rot.inv_freq.detach().to(device=self.device, dtype=torch.float32)
+        self._rope_scale = float(getattr(rot, "attention_scaling", 1.0))
+        self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
+
+    @property
+    def weight_bytes_per_step(self) -> int:
+        """Weight bytes one forward pass streams (all layers, final norm, LM head)."""
+        total = self.lm_head.nbytes + self.norm.numel() * self.norm.element_size()
+        for lw in self.layers:
+            total += lw.qkv.nbytes + lw.o.nbytes + lw.gate_up.nbytes + lw.down.nbytes
+            total += (lw.ln1.numel() + lw.ln2.numel()) * lw.ln1.element_size()
+        return total
+
+    def _rope_tables(self, max_pos: int) -> None:
+        """cos/sin per position, as transformers computes them (fp32, then cast); the sin
+        table carries rotate_half's sign so rope is x*cos + roll(x)*sin."""
+        n = max(max_pos + 1, 2 * self._cos.shape[0], 4096)
+        freqs = torch.arange(n, device=self.device, dtype=torch.float32)[:, None] * self._inv_freq[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self._cos = (emb.cos() * self._rope_scale).to(self.dtype)
+        sin = (emb.sin() * self._rope_scale).to(self.dtype)
+        half = self.head_dim // 2
+        sin[:, :half] = -sin[:, :half]
+        self._sin = sin
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # rotate_half(x) = cat(-x2, x1) = roll(x, half) with the sign folded into sin
+        return torch.addcmul(x * cos, x.roll(self.head_dim // 2, dims=-1), sin)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                cache: PagedKVCache, sample_rows: torch.Tensor, max_pos: int) -> torch.Tensor:
+        """input_ids, positions: [T]; returns logits [len(sample_rows), vocab] (float32)."""
+        if max_pos >= self._cos.shape[0]:
+            self._rope_tables(max_pos)
+        T = input_ids.shape[0]
+        nh, kvh, d, hid = self.num_heads, self.num_kv_heads, self.head_dim, (self.hidden,)
+        cos = self._cos[positions][:, None, :]
+        sin = self._sin[positions][:, None, :]
+        x = F.embedding(input_ids, self.embed)
+        for i, lw in enumerate(self.layers):
+            h = F.rms_norm(x, hid, lw.ln1, self.eps)
+            qkv = lw.qkv(h).view(T, nh + 2 * kvh, d)
+            qk = self._rope(qkv[:, :nh + kvh], cos, sin)
+            attn = paged_attention(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
+            x = lw.o(attn, residual=x)
+            h = F.rms_norm(x, hid, lw.ln2, self.eps)
+            gate, up = lw.gate_up(h).chunk(2, dim=-1)
+            x = lw.down(F.silu(gate).mul_(up), residual=x)
+        if sample_rows.numel() == 0:
+            return x.new_empty(0, self.vocab_size, dtype=torch.float32)
+        x = F.rms_norm(x[sample_rows], hid, self.norm, self.eps)
+        return self.lm_head(x).float()

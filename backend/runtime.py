@@ -1,0 +1,100 @@
+"""A ready backend: settings resolved (device, dtype, threads), model loaded, forward
+pass built, KV pool sized from a memory budget. One Runtime serves several runs (e.g.
+one per policy); each run gets a fresh Engine over a (reused) KV pool."""
+from __future__ import annotations
+
+import platform
+import time
+
+import torch
+
+from backend.device import (budget_bytes, dtype_name, parse_memory, resolve_device,
+                            resolve_dtype, set_threads)
+from backend.engine import Engine
+from backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
+from backend.model_runner import ModelRunner
+from backend.models import LoadedModel, load_model
+
+# KV pool budget when none is given. A GPU serves from its own memory: most of what is
+# free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost
+# seconds of page faults per run): a fixed size, as vLLM's CPU backend does.
+DEFAULT_KV_MEMORY = {"cpu": "1GiB", "cuda": "0.8"}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class Runtime:
+    def __init__(self, model: str = "batchlab-tiny", dtype: str = "float32", device: str = "cpu",
+                 threads: int | None = 1, kv_memory: str | float | None = None,
+                 seed: int = 0, loaded: LoadedModel | None = None, keep_hf: bool = False,
+                 matmul: str = "auto") -> None:
+        """threads: torch intra-op threads (None keeps torch's default); kv_memory: the KV
+        pool budget, a fraction of free memory or a size ('2GiB'; None: DEFAULT_KV_MEMORY
+        for the device); seed: weights of an
+        embedded preset; matmul: the GEMM kernel (see backend.linear). `loaded` reuses
+        a model already loaded; keep_hf keeps the transformers module (the oracle)
+        alive, else only the runner's weights stay."""
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype)
+        self.threads = set_threads(threads)
+        self.kv_memory = DEFAULT_KV_MEMORY[self.device.type] if kv_memory is None else kv_memory
+        parse_memory(self.kv_memory)  # a bad value fails now, not after loading the model
+        t0 = time.perf_counter()
+        self.model = loaded or load_model(model, self.dtype, self.device, seed)
+        self.runner = ModelRunner(self.model.hf, matmul)
+        if not keep_hf:
+            self.model.hf = None  # frees the unfused q/k/v and gate/up copies
+        self.load_s = time.perf_counter() - t0
+        # Resolved once, after the weights are in memory: every run gets the same pool.
+        self.kv_budget_bytes = budget_bytes(self.kv_memory, self.device)
+        self._cache: PagedKVCache | None = None
+
+    @property
+    def spec(self):
+        return self.model.spec
+
+    def kv_blocks(self, block_size: int) -> int:
+        """Blocks the memory budget holds (what the scheduler's BlockManager gets)."""
+        return blocks_in_budget(self.spec, block_size, self.dtype, self.kv_budget_bytes)
+
+    def cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        """A pool of exactly num_blocks blocks (reused when the shape is unchanged)."""
+        c = self._cache
+        if c is None or c.num_blocks != num_blocks or c.block_size != block_size:
+            self._cache = None  # free the old pool before allocating the new one
+            self._cache = PagedKVCache(self.spec, num_blocks, block_size, self.dtype, self.device)
+        return self._cache
+
+    def engine(self, num_blocks: int, block_size: int, temperature: float = 0.0,
+               seed: int = 0) -> Engine:
+        return Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
+                      seed=seed, prompt_seed=seed)
+
+    def meta(self) -> dict:
+        """What ran, for the run's metadata."""
+        import transformers
+        spec = self.spec
+        info = {
+            "model": self.model.name, "model_source": self.model.source,
+            "model_params": spec.params, "weight_bytes_per_step": self.runner.weight_bytes_per_step,
+            "kv_bytes_per_token": bytes_per_block(spec, 1, self.dtype),
+            "dtype": dtype_name(self.dtype), "device": str(self.device), "threads": self.threads,
+            "matmul": self.runner.matmul,
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu": _cpu_name(), "kv_memory": str(self.kv_memory),
+            "kv_budget_bytes": self.kv_budget_bytes, "model_load_s": round(self.load_s, 3),
+        }
+        if self.model.seed is not None:
+            info["weights_seed"] = self.model.seed
+        if self.device.type == "cuda":
+            info["gpu"] = torch.cuda.get_device_name(self.device)
+        return info

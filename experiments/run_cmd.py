@@ -1,0 +1,105 @@
+"""`batchlab run`: the same experiment as `batchlab simulate`, served for real by the
+torch backend on the wall clock, one run per policy. Same tables, same summary."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from core.workload import build_workload
+from experiments.config import ExperimentConfig
+from experiments.errors import UserError
+from experiments.options import add_common_options, load_experiment
+from experiments.output import ResultWriter, to_json
+from experiments.report import comparison_table
+
+# Small enough to finish in well under a minute on two CPU cores with the tiny model.
+DEFAULT_EXPERIMENT = {
+    "workload": {"source": "chat", "num_requests": 40, "rate": 8.0},
+    "scheduler": {"max_num_seqs": 32},
+    "model": {"name": "batchlab-tiny"},
+    "run": {"policies": ["continuous"]},
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("run", help="serve a workload for real on the torch backend",
+                              description=__doc__)
+    add_common_options(p)
+    g = p.add_argument_group("backend")
+    # mo_* land in the [model] table, like --model
+    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
+    g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
+    g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
+                   help="torch threads (default 1: steady timing on small CPUs)")
+    g.add_argument("--kv-memory", metavar="BUDGET",
+                   help="KV pool: a size (2GiB) or a fraction of free memory (0.5); default "
+                        "1GiB on cpu, 0.8 of free GPU memory on cuda; --num-kv-blocks overrides it")
+    g.add_argument("--time-scale", type=float, default=1.0, metavar="K",
+                   help="multiply arrival times by K (0.5: twice as fast; 0: all at once)")
+    g.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0: greedy (default)")
+    g.add_argument("--matmul", default="auto", choices=("auto", "onednn", "torch"),
+                   help="GEMM kernel (auto: prepacked oneDNN on CPU float32)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _runtime(cfg: ExperimentConfig, args: argparse.Namespace):
+    try:
+        from backend.runtime import Runtime
+    except ImportError as e:  # torch is an optional dependency
+        raise UserError(f"the backend needs torch and transformers ({e}); "
+                        "install batchlab[backend]") from None
+    m = cfg.model
+    try:
+        return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
+                       kv_memory=args.kv_memory, matmul=args.matmul)
+    except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load model {m.name!r}: {first}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from backend.driver import run_workload  # torch only when this command runs
+
+    cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    if cfg.run.replicas != 1:
+        raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
+    if not args.time_scale >= 0:
+        raise UserError(f"--time-scale must be >= 0, got {args.time_scale}")
+    workload = build_workload(cfg.workload)
+    t0 = time.perf_counter()
+    rt = _runtime(cfg, args)
+    print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
+          f"({rt.spec.params / 1e6:.0f}M params, {cfg.model.dtype} on {rt.device}, "
+          f"{rt.threads} thread(s))", file=sys.stderr)
+    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    summaries, metas = {}, {}
+    for policy in cfg.policies():
+        sched = cfg.scheduler_for(policy)
+        result = run_workload(rt, workload, sched, time_scale=args.time_scale,
+                              temperature=args.temperature, seed=cfg.workload.seed,
+                              progress=not args.no_progress)
+        summaries[policy] = result.summary(cfg.run.slo)
+        metas[policy] = result.meta
+        m = result.meta
+        print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
+              f"{m['steps']} steps in {m['wall_s']:.1f} s; engine {m['engine_forward_s']:.1f} s, "
+              f"scheduler overhead {m['scheduler_overhead_ms_per_step']:.2f} ms/step"
+              + (" (interrupted)" if m["interrupted"] else ""), file=sys.stderr)
+        if writer:
+            writer.add(policy, result, summaries[policy])
+        if m["interrupted"]:
+            break  # Ctrl-C: keep what finished, run no further policy
+    if args.format == "json":
+        print(to_json(summaries))
+    else:
+        m = next(iter(metas.values()))
+        print(f"workload: {workload.describe()}")
+        print(f"model {m['model']} ({m['dtype']}, {m['device']}, {m['threads']} thread(s)), "
+              f"{m['num_kv_blocks']} KV blocks of {m['block_size']} tokens, "
+              f"{cfg.scheduler.max_num_seqs} seats, time scale {args.time_scale:g}\n")
+        print(comparison_table(summaries))
+        if writer:
+            print(f"\nresults written to {writer.dir}/")
+    return 130 if any(m["interrupted"] for m in metas.values()) else 0

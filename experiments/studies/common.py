@@ -1,0 +1,105 @@
+"""What every study shares: the preset cost model (the same roofline and KV capacity
+`batchlab simulate` uses), progress on stderr, and CSV tables written row by row so an
+interrupted sweep keeps the points that finished."""
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from core.cost import CostModel
+from core.specs import ModelSpec, lookup_model
+from experiments.config import ExperimentConfig
+from experiments.simulate_cmd import roofline_setup
+
+
+class Progress:
+    """One line per finished unit of work on stderr: `[name  12.3 s] message`."""
+
+    def __init__(self, name: str, quiet: bool = False) -> None:
+        self.name, self.quiet = name, quiet
+        self.t0 = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[{self.name} {self.elapsed:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+class RowLog:
+    """A CSV table appended and flushed one row at a time."""
+
+    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+        self.path = path
+        self.columns = list(columns)
+        self.rows: list[dict[str, Any]] = []
+        self._f = open(path, "w", newline="")
+        self._w = csv.DictWriter(self._f, self.columns, extrasaction="ignore")
+        self._w.writeheader()
+        self._f.flush()
+
+    def add(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.rows.append(row)
+        self._w.writerow({k: _cell(row.get(k)) for k in self.columns})
+        self._f.flush()
+        return row
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "RowLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if not math.isfinite(v) else f"{v:.6g}"
+    return "" if v is None else v
+
+
+def preset(model: str, hardware: str, tensor_parallel: int = 1, block_size: int = 16,
+           num_kv_blocks: int | None = None) -> tuple[CostModel, int, dict, ModelSpec]:
+    """Roofline cost model and KV blocks for a preset pairing, with the efficiencies and
+    overhead defaults of every other command (ExperimentConfig's [hardware] defaults)."""
+    cfg = ExperimentConfig.model_validate({
+        "model": {"name": model},
+        "hardware": {"name": hardware, "tensor_parallel": tensor_parallel},
+        "scheduler": {"block_size": block_size, "num_kv_blocks": num_kv_blocks},
+    })
+    cost, blocks, meta = roofline_setup(cfg)
+    h = cfg.hardware
+    meta = {**meta, "mem_efficiency": h.mem_efficiency, "compute_efficiency": h.compute_efficiency,
+            "step_overhead_s": h.step_overhead_s, "gpu_memory_utilization": h.gpu_memory_utilization,
+            "block_size": block_size, "num_kv_blocks": blocks}
+    return cost, blocks, meta, lookup_model(model)
+
+
+def setup_line(meta: dict) -> str:
+    """The hardware sentence every report opens with."""
+    tp = meta.get("tensor_parallel", 1)
+    gpus = f"{tp} x {meta['hardware']}" if tp > 1 else meta["hardware"]
+    return (f"{meta['model']} on {gpus}, roofline cost model at {meta['mem_efficiency']:.0%} of "
+            f"datasheet bandwidth and {meta['compute_efficiency']:.0%} of peak FLOP/s, "
+            f"{meta['step_overhead_s'] * 1000:g} ms per-step overhead; KV cache "
+            f"{meta['num_kv_blocks']} blocks of {meta['block_size']} tokens "
+            f"({meta['num_kv_blocks'] * meta['block_size']:,} tokens)")
+
+
+def pick(params: dict[str, dict], size: str) -> dict:
+    if size not in params:
+        raise ValueError(f"unknown size {size!r}; expected one of {', '.join(params)}")
+    return params[size]
+
+
+def command_line(name: str, size: str, backend: bool = False) -> str:
+    flags = (" --small" if size == "small" else "") + (" --backend" if backend else "")
+    return f"batchlab experiment {name}{flags}"

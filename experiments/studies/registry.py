@@ -1,0 +1,37 @@
+"""The study registry: each study module registers a name, a one-line description and
+a `run(out_dir, size, backend, quiet) -> dict` that writes report.md, PNG plots and CSV
+tables into out_dir and returns its measured figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+SIZES = ("full", "small")
+
+RunFn = Callable[..., dict]
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    description: str
+    run: RunFn
+    backend: bool = False  # has a --backend variant on the real torch backend
+
+
+STUDIES: dict[str, Study] = {}
+
+
+def register(name: str, description: str, backend: bool = False) -> Callable[[RunFn], RunFn]:
+    def deco(fn: RunFn) -> RunFn:
+        STUDIES[name] = Study(name, description, fn, backend)
+        return fn
+    return deco
+
+
+def get_study(name: str) -> Study:
+    key = name.strip().lower().replace("_", "-")
+    if key not in STUDIES:
+        raise ValueError(f"unknown experiment {name!r}; expected one of {', '.join(STUDIES)} "
+                         f"(see batchlab experiment --list)")
+    return STUDIES[key]

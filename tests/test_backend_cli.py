@@ -1,0 +1,90 @@
+"""`batchlab run` as a user runs it: the simulator's outputs, one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.cli import main
+
+# A few short requests, all at once: seconds on the tiny model.
+SMALL = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
+         "--kv-memory", "16MiB", "--no-progress"]
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_summary_matches_simulate_keys(capsys):
+    slo = ["--slo-ttft-ms", "2000"]
+    code, out, _ = run_cli(["run", *SMALL, *slo, "--policy", "continuous,chunked", "--format", "json"],
+                           capsys)
+    assert code == 0
+    real = json.loads(out)
+    assert list(real) == ["continuous", "chunked"]
+    assert real["chunked"]["completed"] == 6
+    code, out, _ = run_cli(["simulate", "--num-requests", "6", "--rate", "inf", "--model",
+                            "batchlab-tiny", "--hardware", "l4", *slo, "--format", "json"], capsys)
+    assert code == 0
+    assert set(json.loads(out)["continuous"]) == set(real["continuous"])
+
+
+def test_out_dir_has_the_simulators_tables(tmp_path, capsys):
+    code, out, err = run_cli(["run", *SMALL, "--out", str(tmp_path), "--threads", "1"], capsys)
+    assert code == 0
+    assert "output tokens/s" in out and "batchlab-tiny" in out
+    assert json.loads((tmp_path / "summary.json").read_text())["continuous"]["completed"] == 6
+    req = (tmp_path / "continuous" / "requests.csv").read_text().splitlines()
+    assert req[0].startswith("request_id,replica,arrival_s,prompt_len,output_len") and len(req) == 7
+    steps = (tmp_path / "continuous" / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("replica,start_s,duration_s,num_seqs")
+    meta = json.loads((tmp_path / "meta.json").read_text())["continuous"]
+    assert meta["world"] == "real" and meta["threads"] == 1 and meta["dtype"] == "float32"
+
+
+def test_config_file(tmp_path, capsys):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('[workload]\nsource = "uniform"\nnum_requests = 3\nrate = 50.0\n'
+                   '[workload.prompt]\ndist = "fixed"\nvalue = 12\n'
+                   '[workload.output]\ndist = "fixed"\nvalue = 4\n'
+                   '[scheduler]\npolicy = "chunked"\nmax_num_batched_tokens = 8\n'
+                   '[model]\nname = "batchlab-tiny"\nthreads = 1\n')
+    code, out, _ = run_cli(["run", "--config", str(cfg), "--kv-memory", "8MiB", "--no-progress",
+                            "--format", "json"], capsys)
+    assert code == 0
+    s = json.loads(out)["chunked"]
+    assert s["completed"] == 3 and s["total_output_tokens"] == 12
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--model", "no-such-model"], "unknown backend model 'no-such-model'"),
+    (["--model", "llama-3-8b"], "simulator-only preset"),
+    (["--model", "/nonexistent/ckpt"], "does not exist"),
+    (["--dtype", "int3"], "unknown dtype"),
+    (["--kv-memory", "lots"], "memory budget"),
+    (["--time-scale", "-1"], "--time-scale"),
+    (["--replicas", "2"], "one replica"),
+])
+def test_bad_input_is_one_line_exit_2(args, msg, capsys):
+    code, _, err = run_cli(["run", *SMALL, *args], capsys)
+    assert code == 2
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("batchlab: error")]
+    assert len(lines) == 1 and msg in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_cuda_without_gpu_is_refused(capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = run_cli(["run", *SMALL, "--device", "cuda"], capsys)
+    assert code == 2 and "no CUDA GPU" in err
+
+
+def test_unsupported_checkpoint_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
+    code, _, err = run_cli(["run", *SMALL, "--model", str(tmp_path)], capsys)
+    assert code == 2 and "unsupported architecture 'gpt2'" in err

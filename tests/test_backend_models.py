@@ -1,0 +1,116 @@
+"""Which models the backend runs: embedded presets, local checkpoints of supported
+architectures (checked against transformers on the saved weights), clear refusals."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from backend.device import parse_memory, resolve_device, resolve_dtype
+from backend.driver import run_workload
+from backend.engine import synthetic_prompt
+from backend.models import build_preset, load_model, preset_names
+from backend.runtime import Runtime
+from core.config import SchedulerConfig
+from core.specs import MODELS
+from core.workload import Workload
+
+
+def test_presets_are_priced_by_the_simulator():
+    assert {"batchlab-tiny", "batchlab-small"} <= set(preset_names())
+    assert 15e6 < MODELS["batchlab-tiny"].params < 30e6
+    assert 100e6 < MODELS["batchlab-small"].params < 150e6
+    m = build_preset("batchlab-tiny")
+    assert sum(p.numel() for p in m.hf.parameters()) == m.spec.params == MODELS["batchlab-tiny"].params
+    assert m.spec.dtype_bytes == MODELS["batchlab-tiny"].dtype_bytes == 4
+
+
+def test_preset_weights_are_seeded():
+    a, b, c = (build_preset("batchlab-tiny", seed=s).hf.lm_head.weight for s in (1, 1, 2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("name, msg", [
+    ("no-such-model", "unknown backend model 'no-such-model'"),
+    ("llama-2-7b", "simulator-only preset"),
+])
+def test_unknown_models_refused(name, msg):
+    with pytest.raises(ValueError, match=msg):
+        load_model(name)
+
+
+def test_bad_directories_refused(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_model(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model(str(tmp_path))
+    gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2))
+    with pytest.raises(ValueError, match="unsupported architecture 'gpt2'"):
+        load_model(str(tmp_path))
+
+
+def test_settings_refused_with_one_line():
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("int3")
+    with pytest.raises(ValueError, match="memory budget"):
+        parse_memory("lots")
+    assert parse_memory("0.3") == ("fraction", 0.3)
+    assert parse_memory("2GiB") == ("bytes", 2 * 2**30)
+    assert parse_memory(5e8) == ("bytes", 5e8)
+
+
+def _small_config(kind: str):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if kind == "llama":
+        return LlamaConfig(**common, attention_bias=True, tie_word_embeddings=True)
+    if kind == "qwen2":  # q/k/v biases
+        return Qwen2Config(**common, tie_word_embeddings=False)
+    # Mistral with a sliding window shorter than the sequences
+    return MistralConfig(**common, sliding_window=8)
+
+
+def _save_checkpoint(kind: str, path) -> None:
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(3)
+    model = AutoModelForCausalLM.from_config(_small_config(kind))
+    with torch.no_grad():  # larger random biases so a bias mistake would show
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    model.save_pretrained(path)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "mistral"])
+def test_checkpoint_directory_matches_transformers(kind, tmp_path):
+    _save_checkpoint(kind, tmp_path)
+    assert any(tmp_path.glob("*.safetensors"))
+    rt = Runtime(model=str(tmp_path), kv_memory="16MiB", keep_hf=True, threads=1)
+    assert rt.meta()["model_source"] == "checkpoint"
+    w = Workload(arrival=np.zeros(4), prompt_len=[3, 20, 9, 14], output_len=[12, 6, 15, 9])
+    outputs: dict[int, list[int]] = {}
+    run_workload(rt, w, SchedulerConfig(policy="chunked", block_size=4, max_num_batched_tokens=8),
+                 time_scale=0.0, progress=False, outputs=outputs)
+    hf = rt.model.hf
+    for i in range(len(w)):
+        ids = torch.from_numpy(synthetic_prompt(i, int(w.prompt_len[i]), 300))[None]
+        ref = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                          max_new_tokens=int(w.output_len[i]), pad_token_id=0)
+        assert outputs[i] == ref[0, ids.shape[1]:].tolist(), f"request {i}"
+
+
+def test_checkpoint_with_unsupported_features_refused(tmp_path):
+    _save_checkpoint("llama", tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["hidden_act"] = "gelu"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="unsupported activation 'gelu'"):
+        load_model(str(tmp_path))
