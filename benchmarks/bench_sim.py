@@ -15,8 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import simpy
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.config import SchedulerConfig  # noqa: E402
@@ -24,24 +22,16 @@ from core.cost import kv_capacity_blocks, roofline  # noqa: E402
 from core.specs import lookup_hardware, lookup_model  # noqa: E402
 from core.workload import WorkloadConfig, build_workload  # noqa: E402
 from sim import simulate  # noqa: E402
+from sim.events import counting_events  # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 def timed(workload, policy, fast_forward, cost, blocks):
-    events = [0]
-    real_step = simpy.Environment.step
-
-    def counting(self):
-        events[0] += 1
-        return real_step(self)
-    simpy.Environment.step = counting
-    try:
+    with counting_events() as events:
         t0 = time.perf_counter()
         r = simulate(workload, SchedulerConfig(policy=policy), cost, blocks, fast_forward=fast_forward)
         dt = time.perf_counter() - t0
-    finally:
-        simpy.Environment.step = real_step
     return dt, events[0], r.summary()["num_steps"]
 
 

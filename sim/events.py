@@ -4,6 +4,9 @@ last (LATE), so a burst of requests arriving together is seen whole, in both the
 step-by-step and the fast-forward engine."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import simpy
 from simpy.events import URGENT, Event
 
@@ -26,3 +29,20 @@ def urgent(env: simpy.Environment, delay: float) -> Delay:
 def late(env: simpy.Environment) -> Delay:
     """Resume after everything else due now, including what that schedules now."""
     return Delay(env, 0.0, LATE)
+
+
+@contextmanager
+def counting_events() -> Iterator[list[int]]:
+    """Count the events SimPy processes inside the block (for benchmarks and tests of
+    fast-forward): `with counting_events() as n: ...; n[0]`."""
+    count = [0]
+    real_step = simpy.Environment.step
+
+    def step(env: simpy.Environment) -> None:
+        count[0] += 1
+        real_step(env)
+    simpy.Environment.step = step
+    try:
+        yield count
+    finally:
+        simpy.Environment.step = real_step

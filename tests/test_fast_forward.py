@@ -11,6 +11,7 @@ from core.fast_forward import block_crossings, kv_steps
 from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
 from sim import simulate
+from sim.events import counting_events
 
 COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
@@ -67,19 +68,9 @@ def test_fast_forward_equals_step_by_step(scenario):
 
 
 def count_events(work: Workload, fast_forward: bool) -> int:
-    import simpy
-    n = [0]
-    real_step = simpy.Environment.step
-
-    def counting(self):
-        n[0] += 1
-        return real_step(self)
-    simpy.Environment.step = counting
-    try:
+    with counting_events() as n:
         simulate(work, SchedulerConfig(policy="continuous", max_num_seqs=16), COSTS["roofline"],
                  100_000, fast_forward=fast_forward)
-    finally:
-        simpy.Environment.step = real_step
     return n[0]
 
 

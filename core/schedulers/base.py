@@ -32,6 +32,8 @@ class Scheduler(ABC):
     fast_forward: ClassVar[bool] = True
     # Whether an arrival can join while sequences run (False for static batching).
     admits_while_running: ClassVar[bool] = True
+    # Tokens per step when max_num_batched_tokens is not set (None: no budget).
+    default_token_budget: ClassVar[int | None] = None
 
     def __init__(self, config: SchedulerConfig, kv: BlockManager) -> None:
         self.config = config
@@ -87,6 +89,10 @@ class Scheduler(ABC):
     def next_wakeup(self, now: float) -> float | None:
         """When an idle scheduler would act with no new arrival (None: only on arrival)."""
         return None
+
+    @property
+    def token_budget(self) -> int | None:
+        return self.config.max_num_batched_tokens or self.default_token_budget
 
     @property
     def num_waiting(self) -> int:

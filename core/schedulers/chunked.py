@@ -11,16 +11,11 @@ from core.batch import Batch
 from core.schedulers import register
 from core.schedulers.base import Scheduler
 
-DEFAULT_TOKEN_BUDGET = 2048
-
 
 @register
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
-
-    @property
-    def token_budget(self) -> int:
-        return self.config.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
+    default_token_budget = 2048
 
     def schedule(self, now: float) -> Batch:
         batch = Batch()

@@ -11,16 +11,11 @@ from core.request import Request
 from core.schedulers import register
 from core.schedulers.base import Scheduler
 
-DEFAULT_TOKEN_BUDGET = 8192
-
 
 @register
 class ContinuousScheduler(Scheduler):
     name = "continuous"
-
-    @property
-    def token_budget(self) -> int:
-        return self.config.max_num_batched_tokens or DEFAULT_TOKEN_BUDGET
+    default_token_budget = 8192
 
     def reject_reason(self, request: Request) -> str:
         if request.prompt_len > self.token_budget:
