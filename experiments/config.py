@@ -1,5 +1,5 @@
 """An experiment as one pydantic model; a TOML file has the same sections:
-[workload] [scheduler] [model] [hardware] [run]."""
+[workload] [scheduler] [model] [hardware] [profile] [run]."""
 from __future__ import annotations
 
 import tomllib
@@ -34,6 +34,12 @@ class HardwareConfig(BaseModel):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
 
 
+class ProfileConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str | None = Field(None, description="calibration profile (file or shipped name): "
+                             "its cost model, KV capacity and model replace the roofline")
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
@@ -58,6 +64,7 @@ class ExperimentConfig(BaseModel):
     scheduler: SchedulerConfig = SchedulerConfig()
     model: ModelConfig = ModelConfig()
     hardware: HardwareConfig = HardwareConfig()
+    profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
 
     @field_validator("scheduler")

@@ -29,6 +29,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--model", dest="mo_name", metavar="NAME|DIR")
     g.add_argument("--hardware", dest="hw_name", metavar="NAME")
     g.add_argument("--tp", dest="hw_tensor_parallel", type=int, metavar="N", help="tensor parallel")
+    g.add_argument("--profile", dest="pr_path", metavar="FILE|NAME",
+                   help="calibration profile (or 'default'): its cost model, KV capacity and model")
     g = parser.add_argument_group("run")
     g.add_argument("--replicas", dest="ru_replicas", type=int, metavar="N")
     g.add_argument("--router", dest="ru_router", metavar="NAME", help="round_robin | least_loaded")
@@ -41,7 +43,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                    help="json: the summary on stdout, keyed by policy")
 
 
-_SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "ru_": "run"}
+_SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run"}
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

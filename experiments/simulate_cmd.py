@@ -10,6 +10,7 @@ from tqdm import tqdm
 from core.cost import CostModel, kv_capacity_blocks, roofline
 from core.specs import lookup_hardware, lookup_model
 from core.workload import build_workload
+from experiments.calibrate_cmd import profile_setup
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment
@@ -55,7 +56,7 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
 def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     workload = build_workload(cfg.workload)
-    cost, blocks, meta = roofline_setup(cfg)
+    cost, blocks, meta = profile_setup(cfg) if cfg.profile.path else roofline_setup(cfg)
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     summaries = {}
     for policy in cfg.policies():

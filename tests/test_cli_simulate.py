@@ -111,3 +111,14 @@ def test_wrong_type_in_toml_names_the_field(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip() == (f"batchlab: error: {cfg}: scheduler.max_num_seqs: Input should be a "
                                 "valid integer, unable to parse string as an integer (got 'many')")
+
+
+@pytest.mark.parametrize("extra", [[], ["--profile", "default"]])
+def test_simulation_needs_no_torch(extra):
+    """A capacity planner installs without the backend extra: torch must not be imported."""
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+            "from experiments.cli import main\n"
+            f"sys.exit(main(['simulate', '--num-requests', '50', '--format', 'json', *{extra!r}]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)

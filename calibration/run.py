@@ -1,0 +1,132 @@
+"""calibrate(): load the backend, sweep the grid, fit, return (and save) a Profile."""
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from calibration.aggregate import spread_pct, summarize
+from calibration.fit import fit
+from calibration.grid import Grid, blocks_needed, default_grid
+from calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
+                               read_roofline)
+from calibration.timing import ReferenceKernel, measure_roofline
+from core.fitted_cost import Shape
+from core.profile import CostParams, DeviceInfo, Effective, Profile
+
+if TYPE_CHECKING:
+    from backend.runtime import Runtime
+
+DEFAULT_MODEL = "batchlab-small"
+BLOCK_SIZE = 16
+
+
+def _device_info(meta: dict) -> DeviceInfo:
+    kind = meta["device"].split(":")[0]
+    name = meta.get("gpu") if kind == "cuda" else meta.get("cpu", "")
+    return DeviceInfo(kind=kind, name=name or kind, threads=meta.get("threads"),
+                      dtype=meta["dtype"], matmul=meta.get("matmul", ""), torch=meta["torch"])
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | None = 1,
+              out: str | Path | None = None, grid: Grid | None = None, *,
+              block_size: int = BLOCK_SIZE, kv_memory: str | None = None, dtype: str = "float32",
+              progress: bool = True, seed: int = 0, normalise: str = "auto",
+              embed_measurements: bool = True, log: Callable[[str], None] | None = None,
+              runtime: Runtime | None = None) -> Profile:
+    """Time `model` on `device` over `grid` (default_grid()), fit the cost model and
+    return the profile; with `out`, save it there and keep raw timings in the JSONL
+    next to it (a re-run with the same settings resumes from them).
+
+    kv_memory: the KV budget whose block count the profile records (backend default:
+    1GiB on CPU). runtime: an already loaded backend to time (its model, device, dtype
+    and threads win over the arguments). Raises ValueError (one line) for an unknown
+    model or absent device."""
+    from backend.runtime import Runtime  # torch: only when calibrating
+
+    grid = grid or default_grid()
+    say = log or (lambda msg: print(msg, file=sys.stderr))
+    t_start = time.perf_counter()
+    rt = runtime or Runtime(model, dtype=dtype, device=device, threads=threads,
+                            kv_memory=kv_memory, seed=seed)
+    meta = rt.meta()
+    say(f"calibrate: {meta['model']} ({rt.spec.params / 1e6:.0f}M params, {meta['dtype']}) on "
+        f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "
+        f"loaded in {rt.load_s:.1f} s")
+    ident = {"model": meta["model"], "device": meta["device"], "threads": meta["threads"],
+             "dtype": meta["dtype"], "matmul": meta["matmul"], "block_size": block_size}
+    path = measurements_path(out) if out else Path(tempfile.mkdtemp()) / "measurements.jsonl"
+
+    roof = measure_roofline(rt.device)
+    append_roofline(path, ident, roof)
+    say(f"calibrate: roofline read {roof['read_bandwidth'] / 1e9:.1f} GB/s, copy "
+        f"{roof['copy_bandwidth'] / 1e9:.1f} GB/s, matmul {roof['matmul_flops'] / 1e9:.0f} GFLOP/s")
+    engine = rt.engine(blocks_needed(grid.points, block_size), block_size)
+    engine.warmup()
+    sweep = Sweep(engine, grid, path, ident, ReferenceKernel(rt.device), seed)
+    before = sum(r["round"] >= 0 for r in read_records(path, ident))
+    if before:
+        say(f"calibrate: resuming: {before} timings already in {path}")
+    t_sweep = time.perf_counter()
+    from tqdm import tqdm
+    with tqdm(desc="calibrate", unit="step", file=sys.stderr, disable=not progress,
+              dynamic_ncols=True, mininterval=0.5) as bar:
+        def tick(n: int, total: int | None) -> None:
+            if total is not None:
+                bar.total = total
+                bar.refresh()
+            bar.update(n)
+        added = sweep.run(tick)
+    sweep_s = time.perf_counter() - t_sweep
+    if before and not added:
+        say(f"calibrate: every point already measured in {path}: re-fitting only "
+            f"(delete that file to measure afresh)")
+    if added:  # measured again after the sweep; the profile keeps the best of all
+        append_roofline(path, ident, measure_roofline(rt.device))
+    roof = read_roofline(path, ident)
+
+    records = [r for r in read_records(path, ident) if r["round"] >= 0]
+    ms, normalised = summarize(records, grid, normalise)
+    result = fit(Shape.of(rt.spec), ms, 1.0 / roof["read_bandwidth"], spread=spread_pct(ms))
+    m = result.model
+    notes = (f"load average up to {roof.get('load_average', float('nan')):.2f} "
+             f"({os.cpu_count()} CPUs) when the roofline was measured, before and after "
+             f"the sweep; form {m.combine!r} (training mean APE by form: {result.train_mean_ape}); "
+             f"drift normalisation: {normalised}; "
+             f"{len(records)} timings ({grid.rounds}-{grid.max_rounds} rounds a point, "
+             f"~{grid.target_s:g} s of timings each), {grid.warmup} warm-up per point")
+    if m.combine == "sum":
+        notes += "; weight read pinned to the measured read bandwidth (not separable from overhead)"
+    profile = Profile(
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        model=rt.spec, model_source=meta["model"], device=_device_info(meta),
+        block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
+        cost=CostParams(overhead_s=m.overhead_s, per_seq_s=m.per_seq_s, per_chunk_s=m.per_chunk_s,
+                        s_per_weight_byte=m.s_per_weight_byte, s_per_flop=m.s_per_flop,
+                        s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
+                        small_rows=list(m.small_rows), combine=m.combine),
+        fit=result.quality,
+        effective=Effective(mem_bandwidth=_finite(m.mem_bandwidth), kv_bandwidth=_finite(m.kv_bandwidth),
+                            flop_rate=_finite(m.flop_rate), attn_flop_rate=_finite(m.attn_flop_rate),
+                            overhead_s=m.overhead_s, measured_copy_bandwidth=roof["copy_bandwidth"],
+                            measured_read_bandwidth=roof["read_bandwidth"],
+                            measured_matmul_flops=roof["matmul_flops"]),
+        drift_normalisation=normalised, sweep_s=round(sweep_s, 2),
+        total_s=round(time.perf_counter() - t_start, 2),
+        measurements=ms if embed_measurements else None,
+        measurements_path=str(path) if out else None, notes=notes)
+    if out:
+        profile.save(out)
+    else:
+        shutil.rmtree(path.parent, ignore_errors=True)  # our scratch directory
+    return profile

@@ -1,0 +1,147 @@
+"""The calibrated cost form: a memory-bandwidth-bound step with a compute roofline,
+fitted to backend timings (calibration/fit.py) and read back from a profile.
+
+    t = overhead + per_seq * seqs + per_chunk * prefill_seqs
+        + layer_weight_bytes / mem_bandwidth (+|max) layer_flops * tokens / flop_rate
+        + head_weight_bytes / mem_bandwidth (+|max) head_flops * sampled_rows / flop_rate
+        + kv_bytes * kv_tokens_read / kv_bandwidth
+        + attn_flops * attention_pairs / attn_flop_rate
+        + small_rows[rows]                      (rows = tokens through the GEMMs, 1..len)
+
+Structure (bytes and FLOPs per token, per pair, per row of the LM head) comes from the
+model's shape; only the rates and overheads are fitted. The layers' GEMMs see every
+token, the LM head only the rows that sample (every decode, and one row per prefill
+sequence: a calibration chunk ends its prompt, as most chunks do). How streaming the
+weights and computing the rows combine is the `combine` choice:
+- "max": they overlap, a GEMM is bound by the slower (the roofline; flat while memory
+  bound, then linear). The fit finds the bandwidth from where the bend falls (on this
+  project's CPU, ~9 rows for batchlab-small);
+- "sum": they do not overlap. The weight read is then a constant per step, which
+  timings of one model cannot tell apart from the fixed overhead: calibration pins it
+  to the read bandwidth it measured.
+small_rows corrects tiny GEMMs, whose CPU kernels are chosen per row count and miss
+the roofline (fitted with zero sum over the row counts measured; absent: no correction).
+
+The expression is linear in kv_tokens_read and attention_pairs, so a steady decode run
+is vectorised with the same arithmetic, in the same order, as step_time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.batch import StepFeatures
+from core.specs import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What one step moves and computes, from the model's architecture."""
+    layer_weight_bytes: float  # every decoder layer + final norm
+    head_weight_bytes: float  # the LM head
+    layer_flops_per_token: float
+    head_flops_per_row: float
+    kv_bytes_per_token: float
+    attn_flops_per_pair: float
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> "Shape":
+        head = spec.vocab_size * spec.hidden_size
+        layers = spec.params_read_per_step - head
+        return cls(layers * spec.dtype_bytes, head * spec.dtype_bytes, 2.0 * layers, 2.0 * head,
+                   float(spec.kv_bytes_per_token), float(spec.attention_flops_per_pair))
+
+
+# The fitted parameters, in the order calibration/fit.py solves for them. All are
+# seconds per unit (inverse rates), so the form is linear in them apart from the max.
+COMBINE = ("max", "sum")
+PARAM_NAMES = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte",
+               "s_per_flop", "s_per_kv_byte", "s_per_attn_flop")
+
+
+@dataclass(frozen=True, slots=True)
+class FittedCostModel:
+    shape: Shape
+    overhead_s: float
+    per_seq_s: float
+    per_chunk_s: float
+    s_per_weight_byte: float  # 1 / effective memory bandwidth (weights)
+    s_per_flop: float  # 1 / effective matmul FLOP rate
+    s_per_kv_byte: float  # 1 / effective KV read bandwidth (gather + attention read)
+    s_per_attn_flop: float  # 1 / effective attention FLOP rate
+    small_rows: tuple[float, ...] = ()  # extra seconds for 1, 2, ... rows
+    combine: str = "max"  # "max" | "sum": see the module docstring
+
+    def __post_init__(self) -> None:
+        if self.combine not in COMBINE:
+            raise ValueError(f"combine must be one of {COMBINE}, got {self.combine!r}")
+
+    @property
+    def params(self) -> tuple[float, ...]:
+        return tuple(getattr(self, n) for n in PARAM_NAMES)
+
+    def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs):
+        """The one expression; kv and pairs may be numpy arrays (a decode run), the
+        rest are scalars, and the operation order is the same either way."""
+        sh = self.shape
+        w = self.s_per_weight_byte
+        join = max if self.combine == "max" else _add
+        layers = join(sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * self.s_per_flop)
+        head = join(sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * self.s_per_flop)
+        t = self.overhead_s + self.per_seq_s * seqs + self.per_chunk_s * prefill_seqs
+        t = t + layers + head
+        t = t + sh.kv_bytes_per_token * kv * self.s_per_kv_byte
+        t = t + sh.attn_flops_per_pair * pairs * self.s_per_attn_flop
+        if 0 < tokens <= len(self.small_rows):
+            t = t + self.small_rows[tokens - 1]
+        return t
+
+    def step_time(self, f: StepFeatures) -> float:
+        if f.num_seqs == 0:
+            return 0.0
+        tokens = f.prefill_tokens + f.decode_tokens
+        return float(self._time(f.num_seqs, f.num_prefill_seqs, tokens,
+                                f.decode_tokens + f.num_prefill_seqs, f.kv_tokens_read,
+                                f.attention_pairs))
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        """step_time of m steady decode steps: kv and pairs grow by num_seqs a step."""
+        if f.num_seqs == 0:
+            return np.zeros(m)
+        grow = np.arange(m, dtype=np.int64) * f.num_seqs
+        tokens = f.prefill_tokens + f.decode_tokens
+        t = self._time(f.num_seqs, f.num_prefill_seqs, tokens, f.decode_tokens + f.num_prefill_seqs,
+                       f.kv_tokens_read + grow, f.attention_pairs + grow)
+        return np.asarray(t, dtype=float)
+
+    # -- the fitted terms as hardware figures -------------------------------------------
+    @property
+    def mem_bandwidth(self) -> float:
+        """Effective bytes/s streaming the weights."""
+        return 1.0 / self.s_per_weight_byte if self.s_per_weight_byte > 0 else float("inf")
+
+    @property
+    def flop_rate(self) -> float:
+        """Effective matmul FLOP/s."""
+        return 1.0 / self.s_per_flop if self.s_per_flop > 0 else float("inf")
+
+    @property
+    def kv_bandwidth(self) -> float:
+        return 1.0 / self.s_per_kv_byte if self.s_per_kv_byte > 0 else float("inf")
+
+    @property
+    def attn_flop_rate(self) -> float:
+        return 1.0 / self.s_per_attn_flop if self.s_per_attn_flop > 0 else float("inf")
+
+    def scaled(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0) -> "FittedCostModel":
+        """What-if on other hardware: bandwidths x `bandwidth`, FLOP rates x `flops`,
+        fixed costs x `overhead`."""
+        return FittedCostModel(
+            self.shape, self.overhead_s * overhead, self.per_seq_s * overhead,
+            self.per_chunk_s * overhead, self.s_per_weight_byte / bandwidth, self.s_per_flop / flops,
+            self.s_per_kv_byte / bandwidth, self.s_per_attn_flop / flops,
+            tuple(x * overhead for x in self.small_rows), self.combine)
+
+
+def _add(a: float, b: float) -> float:
+    return a + b

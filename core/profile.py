@@ -1,0 +1,192 @@
+"""A calibration profile: what was measured where, the fitted cost model, how well it
+fits. A versioned JSON document; the simulator reads it (load_profile) and never needs
+calibration/ or backend/ to do so.
+
+    p = load_profile("batchlab-small-cpu.json")   # or "default" / a shipped name
+    cost, blocks, block_size, spec = p.cost_model(), p.num_kv_blocks, p.block_size, p.model
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core.fitted_cost import FittedCostModel, Shape
+from core.specs import ModelSpec
+
+PROFILE_FORMAT = "batchlab-profile"
+PROFILE_VERSION = 1
+# Profiles shipped with the package (calibration/profiles/NAME.json); "default" names one.
+# Found as package data, without importing calibration (which needs torch).
+SHIPPED_PACKAGE = "calibration"
+DEFAULT_PROFILE = "batchlab-small-cpu"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message is one line naming the file."""
+
+
+class DeviceInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: str = Field(description="cpu | cuda")
+    name: str = Field(description="CPU model or GPU name")
+    threads: int | None = Field(None, description="torch intra-op threads (CPU)")
+    dtype: str = "float32"
+    matmul: str = ""
+    torch: str = ""
+
+
+class CostParams(BaseModel):
+    """core.fitted_cost.FittedCostModel's fitted parameters (seconds per unit)."""
+    model_config = ConfigDict(extra="forbid")
+    overhead_s: float = Field(ge=0)
+    per_seq_s: float = Field(ge=0)
+    per_chunk_s: float = Field(ge=0)
+    s_per_weight_byte: float = Field(ge=0)
+    s_per_flop: float = Field(ge=0)
+    s_per_kv_byte: float = Field(ge=0)
+    s_per_attn_flop: float = Field(ge=0)
+    small_rows: list[float] = Field(default_factory=list, description="extra seconds at 1, 2, ... rows")
+    combine: Literal["max", "sum"] = "max"
+
+
+class RegionError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    median_ape: float | None = Field(description="median absolute percentage error, %")
+    max_ape: float | None
+
+
+class FitQuality(BaseModel):
+    """Absolute percentage errors of the fitted model against measured medians."""
+    model_config = ConfigDict(extra="forbid")
+    heldout: RegionError
+    train: RegionError
+    regions: dict[str, RegionError] = Field(description="held-out error by region: decode, prefill, mixed")
+    spread_median_pct: float | None = Field(None, description="median spread of a point's repeats, % (MAD/median)")
+
+
+class Effective(BaseModel):
+    """The fitted terms as hardware figures, next to what the machine measured. None:
+    the term fitted to zero (not measurable on this grid: an infinite rate)."""
+    model_config = ConfigDict(extra="forbid")
+    mem_bandwidth: float | None = Field(description="bytes/s, weights")
+    kv_bandwidth: float | None = Field(description="bytes/s, KV reads")
+    flop_rate: float | None = Field(description="FLOP/s, matmuls")
+    attn_flop_rate: float | None = Field(description="FLOP/s, attention")
+    overhead_s: float = Field(description="fixed seconds per step")
+    measured_copy_bandwidth: float | None = Field(None, description="bytes/s, a large tensor copy (read + write)")
+    measured_read_bandwidth: float | None = Field(None, description="bytes/s, a large tensor read (sum)")
+    measured_matmul_flops: float | None = Field(None, description="FLOP/s, a square matmul")
+
+
+class Measurement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    point: str
+    region: str
+    features: dict[str, int]
+    median_s: float
+    mad_s: float
+    reps: int
+    heldout: bool = False
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["batchlab-profile"] = PROFILE_FORMAT
+    version: Literal[1] = PROFILE_VERSION
+    created: str = ""
+    model: ModelSpec
+    model_source: str = Field("", description="preset name or checkpoint directory")
+    device: DeviceInfo
+    block_size: int = Field(gt=0)
+    num_kv_blocks: int = Field(gt=0, description="blocks in the backend's default KV pool")
+    cost: CostParams
+    fit: FitQuality
+    effective: Effective
+    drift_normalisation: str = Field("none", description="none | reference | rolling (calibration.aggregate)")
+    sweep_s: float | None = Field(None, description="wall seconds of the sweep (this run's part)")
+    total_s: float | None = Field(None, description="wall seconds of calibrate: load, sweep, fit")
+    measurements: list[Measurement] | None = None
+    measurements_path: str | None = Field(None, description="JSONL of raw timings")
+    notes: str = ""
+
+    def cost_model(self, bandwidth: float = 1.0, flops: float = 1.0,
+                   overhead: float = 1.0) -> FittedCostModel:
+        """The fitted cost model; the factors make a what-if machine (2.0: twice the
+        memory bandwidth / FLOP rate / fixed costs of the one measured)."""
+        c = self.cost
+        m = FittedCostModel(Shape.of(self.model), c.overhead_s, c.per_seq_s, c.per_chunk_s,
+                            c.s_per_weight_byte, c.s_per_flop, c.s_per_kv_byte,
+                            c.s_per_attn_flop, tuple(c.small_rows), c.combine)
+        return m if (bandwidth, flops, overhead) == (1.0, 1.0, 1.0) else m.scaled(bandwidth, flops, overhead)
+
+    def device_description(self) -> str:
+        d = self.device
+        where = f"{d.name}, {d.threads} thread(s)" if d.kind == "cpu" else d.name
+        return f"{d.kind} ({where})"
+
+    def describe(self) -> str:
+        return f"{self.model.name} on {self.device_description()}"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=1) + "\n")
+
+
+def shipped_dir() -> Path | None:
+    spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # a top-level name: not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "profiles"
+
+
+def shipped_profiles() -> list[str]:
+    d = shipped_dir()
+    return sorted(p.stem for p in d.glob("*.json")) if d and d.is_dir() else []
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    """A file path, or the name of a shipped profile ("default" = DEFAULT_PROFILE)."""
+    s = str(name_or_path)
+    if s == "default":
+        s = DEFAULT_PROFILE
+    if "/" not in s and not s.endswith(".json") and s in shipped_profiles():
+        return shipped_dir() / f"{s}.json"
+    return Path(name_or_path)
+
+
+def parse_profile(text: str, where: str = "profile") -> Profile:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ProfileError(f"{where}: not a JSON document ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
+        raise ProfileError(f"{where}: not a batchlab profile (no \"format\": \"{PROFILE_FORMAT}\")")
+    if data.get("version") != PROFILE_VERSION:
+        raise ProfileError(f"{where}: profile version {data.get('version')!r}; this batchlab "
+                           f"reads version {PROFILE_VERSION} (re-run batchlab calibrate)")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "document"
+        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ProfileError(f"{where}: bad profile field {loc}: {first['msg']}{more}") from None
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a profile file or a shipped profile's name; ProfileError (one line) otherwise."""
+    p = resolve_profile_path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        shipped = ", ".join(["default", *shipped_profiles()])
+        raise ProfileError(f"{p}: profile not found (a file, or one of: {shipped})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{p}: not a JSON document (binary data)") from None
+    except OSError as e:
+        raise ProfileError(f"{p}: cannot read profile: {e.strerror}") from None
+    return parse_profile(text, str(p))

@@ -1,0 +1,117 @@
+"""`batchlab calibrate`: time the torch backend over a grid of step shapes, fit the
+simulator's cost model to it and save a profile (`batchlab simulate --profile FILE`).
+
+Raw timings go to a JSONL next to the profile as they are taken: an interrupted sweep
+keeps them, and the same command run again resumes where it stopped."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.profile import ProfileError, load_profile
+from experiments.errors import UserError
+
+GRIDS = ("default", "quick")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("calibrate", help="time the backend, fit the cost model, save a profile",
+                              description=__doc__)
+    p.add_argument("--model", default="batchlab-small", metavar="NAME|DIR",
+                   help="backend model: a batchlab-* size or a checkpoint dir (default batchlab-small)")
+    p.add_argument("--device", default="cpu", metavar="DEV", help="cpu (default) | cuda | cuda:N")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="torch threads (default 1: steady timing on small shared CPUs)")
+    p.add_argument("--dtype", default="float32", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
+    p.add_argument("--out", metavar="FILE", help="profile JSON (default MODEL-DEVICE.json); raw "
+                   "timings go to the .jsonl next to it")
+    p.add_argument("--grid", choices=GRIDS, default="default",
+                   help="default: ~3-5 min on one CPU thread; quick: a smoke test (not for use)")
+    p.add_argument("--block-size", type=int, default=16, metavar="N", help="KV block size (default 16)")
+    p.add_argument("--kv-memory", metavar="BUDGET",
+                   help="KV pool the profile's capacity is for (default: the backend's, 1GiB on cpu)")
+    p.add_argument("--points", action="store_true", help="also print every grid point's error")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="json: fit quality and effective rates on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _out_path(args: argparse.Namespace) -> Path:
+    if args.out:
+        out = Path(args.out)
+    else:
+        out = Path(f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: directory {out.parent} does not exist")
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory; give a file name")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from calibration.grid import default_grid, tiny_grid
+    from calibration.report import fit_table, points_table, rates_table
+    from calibration.sweep import measurements_path
+    try:
+        from calibration.run import calibrate
+    except ImportError as e:  # torch is an optional dependency
+        raise UserError(f"calibration needs the backend: torch and transformers ({e}); "
+                        "install batchlab[backend]") from None
+    if args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.block_size < 1:
+        raise UserError(f"--block-size must be >= 1, got {args.block_size}")
+    out = _out_path(args)
+    grid = default_grid() if args.grid == "default" else tiny_grid()
+    try:
+        profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,
+                            block_size=args.block_size, kv_memory=args.kv_memory,
+                            progress=not args.no_progress and sys.stderr.isatty())
+    except KeyboardInterrupt:
+        print(f"batchlab: interrupted; timings so far are kept in {measurements_path(out)}: "
+              f"run the same command again to resume", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read, a full disk
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"calibration of {args.model!r} failed: {first}") from None
+    if args.format == "json":
+        print(json.dumps({"profile": str(out), "fit": profile.fit.model_dump(),
+                          "effective": profile.effective.model_dump(), "sweep_s": profile.sweep_s,
+                          "total_s": profile.total_s}, indent=1))
+        return 0
+    print(f"{profile.describe()}: {len(profile.measurements or [])} grid points, sweep "
+          f"{profile.sweep_s:.0f} s, total {profile.total_s:.0f} s\n")
+    print(fit_table(profile))
+    print()
+    print(rates_table(profile))
+    if args.points:
+        print()
+        print(points_table(profile))
+    print(f"\nprofile written to {out} (raw timings: {measurements_path(out)}); use it with "
+          f"batchlab simulate --profile {out}")
+    return 0
+
+
+def profile_setup(cfg) -> tuple:
+    """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
+    fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
+    --num-kv-blocks is given) and its model."""
+    try:
+        profile = load_profile(cfg.profile.path)
+    except ProfileError as e:
+        raise UserError(str(e)) from None
+    if cfg.hardware.tensor_parallel != 1:
+        raise UserError(f"a profile prices one device as measured; tensor_parallel="
+                        f"{cfg.hardware.tensor_parallel} does not apply")
+    bs = cfg.scheduler.block_size
+    blocks = cfg.scheduler.num_kv_blocks or profile.num_kv_blocks * profile.block_size // bs
+    if blocks < 1:
+        raise UserError(f"profile {cfg.profile.path}: its KV capacity holds no block of {bs} tokens")
+    meta = {"model": profile.model.name, "hardware": f"profiled {profile.device_description()}",
+            "tensor_parallel": 1,
+            "cost_model": f"profile ({profile.cost.combine} form)", "profile": str(cfg.profile.path),
+            "profile_heldout_median_ape": profile.fit.heldout.median_ape}
+    return profile.cost_model(), blocks, meta

@@ -1,0 +1,124 @@
+"""Profiles: round trip, one-line errors for bad files, the shipped default, and the
+simulator reading one without torch or calibration/. No torch needed."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from calibration.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
+from core.batch import StepFeatures, step_features
+from core.kv import BlockManager
+from core.profile import (PROFILE_VERSION, CostParams, DeviceInfo, Effective, FitQuality, Profile,
+                          ProfileError, RegionError, load_profile, shipped_profiles)
+from core.specs import MODELS
+
+
+def make_profile(**changes) -> Profile:
+    err = RegionError(n=3, median_ape=1.5, max_ape=4.0)
+    p = Profile(model=MODELS["batchlab-tiny"], model_source="batchlab-tiny",
+                device=DeviceInfo(kind="cpu", name="test cpu", threads=1, torch="x"),
+                block_size=16, num_kv_blocks=321,
+                cost=CostParams(overhead_s=0.005, per_seq_s=1e-4, per_chunk_s=2e-4,
+                                s_per_weight_byte=1 / 20e9, s_per_flop=1 / 80e9, s_per_kv_byte=1 / 5e9,
+                                s_per_attn_flop=1 / 50e9, small_rows=[0.001, 0.002], combine="sum"),
+                fit=FitQuality(heldout=err, train=err, regions={"decode": err}),
+                effective=Effective(mem_bandwidth=20e9, kv_bandwidth=5e9, flop_rate=80e9,
+                                    attn_flop_rate=50e9, overhead_s=0.005))
+    return p.model_copy(update=changes)
+
+
+def test_round_trip(tmp_path):
+    p = make_profile()
+    path = tmp_path / "p.json"
+    p.save(path)
+    q = load_profile(path)
+    assert q == p
+    f = StepFeatures(num_seqs=3, decode_tokens=3, kv_tokens_read=300, attention_pairs=300)
+    assert q.cost_model().step_time(f) == p.cost_model().step_time(f) > 0.005
+    assert q.num_kv_blocks == 321 and q.block_size == 16 and q.model.name == "batchlab-tiny"
+
+
+@pytest.mark.parametrize("content,problem", [
+    ("{not json", "not a JSON document"),
+    ("[1, 2]", "not a batchlab profile"),
+    ('{"format": "batchlab-profile", "version": 99}', "profile version 99"),
+    ('{"format": "batchlab-profile", "version": 1, "model": {}}', "bad profile field"),
+])
+def test_bad_files_give_one_line_naming_the_file(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ProfileError) as e:
+        load_profile(path)
+    msg = str(e.value)
+    assert str(path) in msg and problem in msg and "\n" not in msg
+
+
+def test_wrong_version_of_a_real_profile(tmp_path):
+    data = json.loads(make_profile().model_dump_json())
+    data["version"] = PROFILE_VERSION + 1
+    path = tmp_path / "future.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="re-run batchlab calibrate"):
+        load_profile(path)
+
+
+def test_missing_file_lists_the_shipped_names(tmp_path):
+    with pytest.raises(ProfileError, match="profile not found.*default"):
+        load_profile(tmp_path / "nope.json")
+
+
+def test_shipped_default_loads_by_name():
+    assert "batchlab-small-cpu" in shipped_profiles()
+    p = load_profile("default")
+    assert p == load_profile("batchlab-small-cpu")
+    assert p.model == MODELS["batchlab-small"] and p.device.kind == "cpu"
+    assert p.fit.heldout.n > 0 and p.measurements
+    assert p.cost_model().step_time(features_of(GridPoint(8, 256))) > 0
+
+
+def test_simulator_reads_a_profile_without_torch_or_calibration():
+    code = ("import sys; from core.profile import load_profile; import sim; "
+            "p = load_profile('default'); p.cost_model(); "
+            "bad = [m for m in ('torch', 'calibration', 'backend') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_grid_keys_round_trip_and_batches_have_the_declared_shape():
+    for grid in (default_grid(), tiny_grid()):
+        assert len({p.key for p in grid.points}) == len(grid.points)
+        held = grid.heldout()
+        assert 0 < len(held) < len(grid.points) / 2
+        for region in ("decode", "prefill", "mixed"):
+            assert any(p.region == region for p in grid.points if p.key in held)
+        for p in grid.points:
+            assert parse_key(p.key) == p
+    kv = BlockManager(2000, 16)
+    b = build_batch(GridPoint(4, 100, 32, 64), kv)
+    f = step_features(b)
+    assert (f.num_seqs, f.num_prefill_seqs, f.decode_tokens, f.prefill_tokens) == (5, 1, 4, 32)
+    assert f.kv_tokens_read == sum(c + 1 for c in GridPoint(4, 100).contexts()) + 96
+    f = features_of(GridPoint(chunk=64, chunks=3))
+    assert (f.num_seqs, f.num_prefill_seqs, f.prefill_tokens, f.attention_pairs) == (3, 3, 192, 3 * 64 * 65 // 2)
+
+
+def test_fast_forward_with_the_fitted_model_equals_stepping():
+    import numpy as np
+
+    from core.config import SchedulerConfig
+    from core.workload import Workload
+    from sim import simulate
+    from tests.test_fast_forward import assert_same
+
+    cost = load_profile("default").cost_model()
+    rng = np.random.default_rng(3)
+    n = 40
+    work = Workload(np.cumsum(rng.exponential(0.2, n)), rng.integers(1, 400, n), rng.integers(1, 150, n))
+    for policy in ("static", "continuous", "chunked"):
+        cfg = SchedulerConfig(policy=policy, max_num_seqs=12, max_num_batched_tokens=256)
+        fast = simulate(work, cfg, cost, 400, fast_forward=True)
+        slow = simulate(work, cfg, cost, 400, fast_forward=False)
+        assert_same(fast, slow)

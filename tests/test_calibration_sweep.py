@@ -1,0 +1,94 @@
+"""The timing sweep on the real backend (batchlab-tiny, a tiny grid: seconds): it writes
+every timing as it goes, resumes after an interruption, and calibrate() ties it up."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("torch")
+
+from backend.runtime import Runtime  # noqa: E402
+from calibration import calibrate  # noqa: E402
+from calibration.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
+from calibration.sweep import Sweep, measurements_path, read_records  # noqa: E402
+from core.profile import load_profile  # noqa: E402
+
+IDENT = {"model": "batchlab-tiny", "device": "cpu", "threads": 1, "dtype": "float32",
+         "matmul": "x", "block_size": 16}
+GRID = Grid([GridPoint(1, 16), GridPoint(4, 40), GridPoint(chunk=24), GridPoint(2, 16, 8, 8)],
+            rounds=3)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    rt = Runtime("batchlab-tiny", threads=1, kv_memory="16MiB")
+    eng = rt.engine(blocks_needed(GRID.points, 16), 16)
+    eng.warmup()
+    return eng
+
+
+def timed_counts(path, ident=IDENT) -> Counter:
+    return Counter(r["key"] for r in read_records(path, ident) if r["round"] >= 0)
+
+
+def test_sweep_records_every_timing_with_its_features(engine, tmp_path):
+    path = tmp_path / "m.jsonl"
+    n = Sweep(engine, GRID, path, IDENT).run()
+    assert n == 3 * len(GRID.points)
+    assert timed_counts(path) == {p.key: 3 for p in GRID.points}
+    recs = read_records(path, IDENT)
+    assert sum(r["round"] == -1 for r in recs) == len(GRID.points)  # one warm-up each
+    rec = next(r for r in recs if r["key"] == "m2x16+p8@8")
+    assert rec["t"] > 0 and rec["features"]["decode_tokens"] == 2 and rec["features"]["prefill_tokens"] == 8
+    assert Sweep(engine, GRID, path, IDENT).run() == 0  # complete: nothing to redo
+
+
+def test_interrupted_sweep_keeps_its_timings_and_resumes(engine, tmp_path):
+    path = tmp_path / "m.jsonl"
+    calls = 0
+
+    def reference() -> float:  # called before each timed step: interrupt at the 5th
+        nonlocal calls
+        calls += 1
+        if calls == 5:
+            raise KeyboardInterrupt
+        return 1.0
+
+    with pytest.raises(KeyboardInterrupt):
+        Sweep(engine, GRID, path, IDENT, reference).run()
+    assert sum(timed_counts(path).values()) == 4
+    with open(path, "a") as f:
+        f.write('{"torn": ')  # a kill mid-write leaves half a line
+    assert Sweep(engine, GRID, path, IDENT).run() == 3 * len(GRID.points) - 4
+    assert timed_counts(path) == {p.key: 3 for p in GRID.points}
+    # another thread count is another sweep: it starts from scratch, in the same file
+    other = {**IDENT, "threads": 2}
+    assert not timed_counts(path, other)
+
+
+def test_cheap_points_get_more_rounds(engine, tmp_path):
+    grid = Grid(GRID.points[:2], rounds=2, target_s=0.05, max_rounds=6)
+    Sweep(engine, grid, tmp_path / "m.jsonl", IDENT).run()
+    counts = timed_counts(tmp_path / "m.jsonl")
+    assert all(2 <= c <= 6 for c in counts.values()) and max(counts.values()) > 2
+    # the count is fixed by each point's first timing: a re-run has nothing left to do
+    assert Sweep(engine, grid, tmp_path / "m.jsonl", IDENT).run() == 0
+
+
+def test_calibrate_saves_a_loadable_profile(tmp_path):
+    out = tmp_path / "tiny.json"
+    p = calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB", progress=False,
+                  log=lambda msg: None)
+    q = load_profile(out)
+    assert q == p
+    assert q.model.name == "batchlab-tiny" and q.device.threads == 1 and q.device.kind == "cpu"
+    # the capacity a backend run gets from the same budget
+    assert q.num_kv_blocks == 16 * 2**20 // (2 * 6 * 4 * 32 * 4 * 16)
+    assert q.measurements_path == str(measurements_path(out)) and measurements_path(out).exists()
+    assert len(q.measurements) == len(tiny_grid().points)
+    assert q.fit.heldout.n == len(tiny_grid().heldout()) and q.fit.heldout.median_ape is not None
+    assert q.effective.measured_read_bandwidth > 0 and q.effective.measured_matmul_flops > 0
+    lines = measurements_path(out).read_text().splitlines()
+    assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
