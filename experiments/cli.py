@@ -6,10 +6,11 @@ import logging
 import os
 import sys
 
-from experiments import calibrate_cmd, experiment_cmd, run_cmd, simulate_cmd, workload_cmd
+from experiments import (calibrate_cmd, experiment_cmd, run_cmd, simulate_cmd, validate_cmd,
+                         workload_cmd)
 from experiments.errors import UserError
 
-SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd]
+SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,105 @@
+"""`batchlab validate`: run a workload on the real backend, then in the simulator with a
+calibrated profile on the identical request list (same scheduler settings, the real
+run's KV pool), and report how far apart they are: latency statistics and throughput
+with their relative errors, step counts, where the schedules diverge, per-step duration
+error, preemptions, and the real run's time outside forward passes."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from core.specs import MODELS
+from core.workload import build_workload
+from experiments.config import ExperimentConfig
+from experiments.errors import UserError
+from experiments.options import add_common_options, load_experiment
+from experiments.output import to_json
+from experiments.validation import profile_source
+from experiments.validation.text import render
+from experiments.validation.validate import validate
+
+# `batchlab run`'s default: a chat mix on the tiny model, under a minute on 2 CPU cores.
+DEFAULT_EXPERIMENT = {
+    "workload": {"source": "chat", "num_requests": 40, "rate": 8.0},
+    "scheduler": {"max_num_seqs": 32},
+    "model": {"name": "batchlab-tiny"},
+    "run": {"policies": ["continuous"]},
+}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
+                              description=__doc__)
+    add_common_options(p)
+    if "--profile" not in p._option_string_actions:  # unless the common options have it
+        p.add_argument("--profile", metavar="FILE",
+                       help="calibration profile (a file or a shipped name); default: calibrate first")
+    g = p.add_argument_group("backend")
+    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
+    g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
+    g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
+                   help="torch threads (default 1); the profile should be measured with the same")
+    g.add_argument("--kv-memory", metavar="BUDGET",
+                   help="KV pool: a size (2GiB) or a fraction of free memory; --num-kv-blocks overrides")
+    g.add_argument("--matmul", default="auto", choices=("auto", "onednn", "torch"), help="GEMM kernel")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _runtime(cfg: ExperimentConfig, args: argparse.Namespace):
+    try:
+        from backend.runtime import Runtime
+    except ImportError as e:
+        raise UserError(f"validate needs the backend (torch, transformers: {e}); "
+                        "install batchlab[backend]") from None
+    m = cfg.model
+    try:
+        return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
+                       kv_memory=args.kv_memory, matmul=args.matmul)
+    except (OSError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load model {m.name!r}: {first}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    if cfg.run.replicas != 1:
+        raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
+    workload = build_workload(cfg.workload)
+    if not len(workload):
+        raise UserError("the workload has no requests")
+    # A bad profile fails before the model loads (for a preset, whose shape is known).
+    # --profile (ours, or the common option's if it lands in the [profile] table)
+    path = getattr(args, "profile", None) or profile_source.configured_profile(cfg)
+    if path:
+        profile = profile_source.load(path)
+        if cfg.model.name in MODELS:
+            profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
+    t0 = time.perf_counter()
+    rt = _runtime(cfg, args)
+    print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
+          f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
+    writer = None
+    if args.out:
+        from experiments.validation.output import ValidationWriter  # matplotlib only with --out
+        writer = ValidationWriter(args.out, cfg.model_dump())
+    profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
+    cost = profile.cost_model()
+    comps = {}
+    for policy in cfg.policies():
+        v = validate(rt, workload, cfg.scheduler_for(policy), cost, seed=cfg.workload.seed,
+                     progress=not args.no_progress and sys.stderr.isatty(), profile=info)
+        if v.real.result.meta.get("interrupted"):
+            raise KeyboardInterrupt  # a partial real run has nothing to compare with
+        comps[policy] = v.comparison()
+        if writer:
+            writer.add(v, comps[policy])
+        if args.format == "table":
+            print(render(comps[policy]) + "\n")
+    if args.format == "json":
+        print(to_json(comps))
+    elif writer:
+        print(f"results written to {writer.dir}/")
+    return 0

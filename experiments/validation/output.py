@@ -1,0 +1,44 @@
+"""--out DIR of `batchlab validate`: per policy, both runs' tables (real/; sim/ for the
+headline variant; sim_overhead/, sim_scaled/, sim_selffit/ for the diagnostic ones) and a CDF plot;
+at the top, comparison.json keyed by policy (rewritten after each policy), config.json."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.output import to_json, write_table
+from experiments.validation.pair import Run
+from experiments.validation.plot import cdf_overlay
+from experiments.validation.validate import HEADLINE, Validation
+
+FOLDERS = {HEADLINE: "sim", "profile+overhead": "sim_overhead", "speed-scaled": "sim_scaled",
+           "self-fit": "sim_selffit"}
+
+
+def write_run(d: Path, run: Run) -> list[Path]:
+    """A run's request and step tables and its metadata, in folder d."""
+    d.mkdir(parents=True, exist_ok=True)
+    write_table(d / "requests.csv", run.result.requests)
+    write_table(d / "steps.csv", run.result.steps)
+    (d / "meta.json").write_text(to_json(run.result.meta) + "\n")
+    return [d / "requests.csv", d / "steps.csv"]
+
+
+class ValidationWriter:
+    def __init__(self, out_dir: str | Path, config: dict) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.json").write_text(to_json(config) + "\n")
+        self.comparisons: dict[str, dict] = {}
+
+    def add(self, v: Validation, comparison: dict) -> list[Path]:
+        base = self.dir / v.policy
+        runs = {"real": v.real, **{FOLDERS.get(k, k): r for k, r in v.sims.items()}}
+        written = []
+        for folder, run in runs.items():
+            written += write_run(base / folder, run)
+        title = f"{v.policy}: real vs simulated TTFT and E2E latency"
+        written.append(cdf_overlay(base / "cdf.png", title,
+                                   {"real": v.real.result, **{k: r.result for k, r in v.sims.items()}}))
+        self.comparisons[v.policy] = comparison
+        (self.dir / "comparison.json").write_text(to_json(self.comparisons) + "\n")
+        return written

@@ -1,0 +1,89 @@
+"""Where the validated cost model comes from: a calibration profile given with --profile
+(or the config's [profile]), or, with none, a fresh calibration of the model about to
+run, on this machine, with the same thread count. The profile must describe the model
+the backend serves; a different thread count or device is allowed with a warning
+(the step times it predicts were measured elsewhere)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from experiments.errors import UserError
+
+
+def warn(message: str) -> None:
+    print(f"batchlab: warning: {message}", file=sys.stderr)
+
+
+def configured_profile(cfg) -> str | None:
+    """The profile a config names, whatever shape its [profile] table takes."""
+    section = getattr(cfg, "profile", None)
+    if section is None or isinstance(section, str):
+        return section
+    for attr in ("path", "file", "name"):
+        value = getattr(section, attr, None)
+        if value:
+            return str(value)
+    return None
+
+
+def _shape(spec) -> dict:
+    return spec.model_dump(exclude={"name"})
+
+
+def check_model(profile, spec, name: str) -> None:
+    """UserError if the profile was calibrated for another model shape than `spec`."""
+    if _shape(profile.model) != _shape(spec):
+        raise UserError(f"profile {profile.describe()} was calibrated for a different model than "
+                        f"{name} (shapes differ); calibrate this one "
+                        f"(batchlab calibrate --model {name}) or omit --profile")
+
+
+def check_profile(profile, runtime) -> list[str]:
+    """UserError if the profile is for another model; warnings for other conditions."""
+    check_model(profile, runtime.spec, runtime.model.name)
+    warnings = []
+    d = profile.device
+    if d.kind != runtime.device.type:
+        warnings.append(f"profile measured on {d.kind}, the real run is on {runtime.device.type}")
+    if d.kind == "cpu" and d.threads is not None and d.threads != runtime.threads:
+        warnings.append(f"profile measured with {d.threads} thread(s), the real run uses {runtime.threads}")
+    if d.dtype and d.dtype != str(runtime.dtype).removeprefix("torch."):
+        warnings.append(f"profile measured in {d.dtype}, the real run is {runtime.dtype}")
+    return warnings
+
+
+def load(path: str):
+    from core.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(path)
+    except ProfileError as e:
+        raise UserError(str(e)) from None
+
+
+def calibrate_here(runtime, out_dir: Path | None):
+    """Calibrate the run's model on this machine (minutes), saving the profile in out_dir."""
+    try:
+        from calibration import calibrate
+    except ImportError as e:
+        raise UserError(f"no --profile given and calibration is unavailable ({e}); "
+                        f"pass --profile FILE") from None
+    out = str(out_dir / "profile.json") if out_dir else None
+    warn(f"no --profile: calibrating {runtime.model.name} on {runtime.device} with "
+         f"{runtime.threads} thread(s) first (minutes)" + (f"; saved as {out}" if out else ""))
+    return calibrate(runtime.model.name, str(runtime.device), threads=runtime.threads, out=out,
+                     dtype=str(runtime.dtype).removeprefix("torch."), progress=sys.stderr.isatty())
+
+
+def resolve(path: str | None, runtime, out_dir: Path | None) -> tuple[object, dict]:
+    """(profile, description for the report)."""
+    profile = load(path) if path else calibrate_here(runtime, out_dir)
+    warnings = check_profile(profile, runtime)
+    for w in warnings:
+        warn(f"{path or 'profile'}: {w}")
+    fit = profile.fit.heldout
+    info = {"source": path or "calibrated for this run", "describe": profile.describe(),
+            "created": profile.created, "heldout_median_ape_pct": fit.median_ape,
+            "warnings": warnings}
+    return profile, info

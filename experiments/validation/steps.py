@@ -1,0 +1,122 @@
+"""Step by step: what each step ran (its composition), where two schedules coincide, and
+how well the cost model predicts the measured duration of each step.
+
+A composition is the exact work of a step: for every sequence, (request id, first
+position, tokens), plus the ids preempted while forming it. Two steps with equal
+compositions did identical work, so their durations are directly comparable, wherever
+they fall in their runs. Without recorded compositions (e.g. tables read back from CSV)
+the step table's feature columns stand in: equal features, very probably equal work."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Hashable
+
+import numpy as np
+
+from core.batch import FEATURE_NAMES, Batch, StepFeatures
+from core.cost import CostModel
+
+Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
+
+
+def composition(batch: Batch) -> Composition:
+    """(sorted (id, start, tokens) of the sequences run, sorted ids preempted)."""
+    run = tuple(sorted(zip((s.id for s in batch.seqs), batch.starts, batch.num_tokens)))
+    return run, tuple(sorted(s.id for s in batch.preempted))
+
+
+def feature_keys(steps: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
+    """Stand-in keys from the step table (replica 0): the batch shape of each step."""
+    cols = [steps[c] for c in (*FEATURE_NAMES, "num_preempted")]
+    return [tuple(int(v) for v in row) for row in zip(*cols)]
+
+
+def first_divergence(a: list[Hashable], b: list[Hashable]) -> int | None:
+    """Index of the first step where the schedules differ (one run ending before the
+    other counts), or None where they are identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def match_steps(a: list[Hashable], b: list[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (i in a, j in b) of steps with equal keys; the k-th occurrence of a key
+    in a pairs with its k-th occurrence in b (compositions are unique within a run)."""
+    where: dict[Hashable, list[int]] = defaultdict(list)
+    for j, key in enumerate(b):
+        where[key].append(j)
+    taken: dict[Hashable, int] = defaultdict(int)
+    ia, ib = [], []
+    for i, key in enumerate(a):
+        js = where.get(key)
+        if js and taken[key] < len(js):
+            ia.append(i)
+            ib.append(js[taken[key]])
+            taken[key] += 1
+    return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+
+
+def predicted_durations(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
+    """The cost model's price of every step of a table, from the step's own features."""
+    cols = [steps[n] for n in FEATURE_NAMES]
+    return np.array([cost.step_time(StepFeatures(*(int(v) for v in row))) for row in zip(*cols)],
+                    dtype=float)
+
+
+def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    """Absolute percentage error of predicted vs measured step times (median, p90), the
+    signed error of the total (what accumulates into latency) and the median ratio
+    measured / predicted (the bias of a typical step)."""
+    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
+    n = int(measured.size)
+    ok = (measured > 0) & (predicted > 0)
+    if not ok.any():
+        return {"steps": n, "median_ape": math.nan, "p90_ape": math.nan, "total_error": math.nan,
+                "median_ratio": math.nan}
+    ape = np.abs(predicted[ok] - measured[ok]) / measured[ok]
+    total = float(measured.sum())
+    return {"steps": n, "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90)),
+            "total_error": float(predicted.sum() - total) / total if total > 0 else math.nan,
+            "median_ratio": float(np.median(measured[ok] / predicted[ok]))}
+
+
+IDLE_GAP_S = 0.002  # a step that starts this long after the previous one ended woke from idle
+
+
+def after_idle(steps: dict[str, np.ndarray]) -> np.ndarray:
+    """Steps that followed an idle gap (the first step included)."""
+    start, dur = steps["start_s"], steps["duration_s"]
+    gap = np.concatenate(([np.inf], start[1:] - (start[:-1] + dur[:-1])))
+    return gap > IDLE_GAP_S
+
+
+def step_match(real_keys: list[Hashable], sim_keys: list[Hashable],
+               real_steps: dict[str, np.ndarray], cost: CostModel) -> dict:
+    """The schedules side by side and the per-step duration error of `cost` (the profile,
+    without any correction) against the real measured durations: over the steps both
+    runs executed identically (matched), and over every real step priced from its own
+    features (all_real)."""
+    first = first_divergence(real_keys, sim_keys)
+    ia, ib = match_steps(real_keys, sim_keys)
+    measured = real_steps["duration_s"]
+    predicted = predicted_durations(real_steps, cost)
+    decode = real_steps["prefill_tokens"] == 0
+    idle = after_idle(real_steps)
+    n_real = len(real_keys)
+    return {
+        "real_steps": n_real, "sim_steps": len(sim_keys),
+        "identical": first is None,
+        "first_divergence": first,
+        "coincide_prefix": n_real if first is None else first,
+        "matched": int(ia.size),
+        "matched_fraction": ia.size / n_real if n_real else math.nan,
+        "matched_in_order": bool(np.all(np.diff(ib) > 0)) if ib.size > 1 else True,
+        "duration_error": {"matched": duration_error(measured[ia], predicted[ia]),
+                           "all_real": duration_error(measured, predicted),
+                           "decode_only": duration_error(measured[decode], predicted[decode]),
+                           "with_prefill": duration_error(measured[~decode], predicted[~decode]),
+                           "after_idle": duration_error(measured[idle], predicted[idle]),
+                           "busy": duration_error(measured[~idle], predicted[~idle])},
+    }

@@ -1,0 +1,91 @@
+"""The simulated variants of a validation, each a cost model (module docstring of
+validate.py says what each shows):
+
+    profile            the calibrated profile alone (the headline: a prediction)
+    profile+overhead   + the real run's measured time between steps
+    speed-scaled       + that, and the profile scaled to the machine's speed during the
+                       run: the real run's total step time over the profile's price of
+                       the same steps, one factor for decode-only steps (memory-bound)
+                       and one for steps with prefill (compute-bound); other work on a
+                       shared machine slows the two differently
+    self-fit           a linear model fitted to the run's own steps, + the overhead
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.batch import FEATURE_NAMES, StepFeatures
+from core.cost import CostModel, LinearCostModel, decode_run_times
+from core.result import RunResult
+from experiments.validation.overhead import Overhead, fit_overhead
+from experiments.validation.steps import predicted_durations
+
+NAMES = ("profile", "profile+overhead", "speed-scaled", "self-fit")
+
+
+@dataclass(frozen=True)
+class WithOverhead:
+    """A cost model plus the per-step time outside the forward pass."""
+    base: CostModel
+    overhead: Overhead
+
+    def step_time(self, f: StepFeatures) -> float:
+        o = self.overhead
+        return self.base.step_time(f) + o.per_step_s + o.per_seq_s * f.num_seqs
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        o = self.overhead
+        return decode_run_times(self.base, f, m) + (o.per_step_s + o.per_seq_s * f.num_seqs)
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """A cost model with decode-only steps `decode` times longer, steps with prefill
+    tokens `prefill` times longer."""
+    base: CostModel
+    decode: float
+    prefill: float
+
+    def step_time(self, f: StepFeatures) -> float:
+        return self.base.step_time(f) * (self.prefill if f.prefill_tokens else self.decode)
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        # a fast-forwarded run is decode-only by construction
+        return decode_run_times(self.base, f, m) * self.decode
+
+
+def speed_factors(run: RunResult, cost: CostModel) -> dict[str, float]:
+    """Measured total step time over the cost model's price of the same steps: over
+    all steps, decode-only steps, steps with prefill (1 where a kind is absent)."""
+    measured, predicted = run.steps["duration_s"], predicted_durations(run.steps, cost)
+    decode = run.steps["prefill_tokens"] == 0
+
+    def ratio(mask: np.ndarray) -> float:
+        p = float(predicted[mask].sum())
+        return float(measured[mask].sum()) / p if p > 0 else 1.0
+    return {"all": ratio(np.ones_like(decode)), "decode": ratio(decode), "prefill": ratio(~decode)}
+
+
+def fit_linear_cost(run: RunResult) -> LinearCostModel:
+    """LinearCostModel over FEATURE_NAMES least-squares fitted to a run's own step
+    durations, coefficients >= 0 (so no step is priced below zero)."""
+    from scipy.optimize import nnls
+
+    st = run.steps
+    x = np.column_stack([np.ones(len(st["duration_s"]))] + [st[n].astype(float) for n in FEATURE_NAMES])
+    scale = np.maximum(np.abs(x).max(axis=0), 1.0)  # conditioning: features span 1..1e6
+    coef = nnls(x / scale, st["duration_s"])[0] / scale
+    return LinearCostModel(float(coef[0]), {n: float(c) for n, c in zip(FEATURE_NAMES, coef[1:])})
+
+
+def variant_costs(real: RunResult, profile_cost: CostModel) -> tuple[dict[str, CostModel], dict]:
+    """The cost model of each variant, and what was fitted on the real run."""
+    overhead = fit_overhead(real)
+    k = speed_factors(real, profile_cost)
+    costs = {"profile": profile_cost,
+             "profile+overhead": WithOverhead(profile_cost, overhead),
+             "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
+             "self-fit": WithOverhead(fit_linear_cost(real), overhead)}
+    return costs, {"overhead": overhead, "speed_factor": k}

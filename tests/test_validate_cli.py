@@ -1,0 +1,160 @@
+"""`batchlab validate` on the tiny model: both runs complete, their tables line up, a real
+run compared with itself has zero error, --out writes its files, bad inputs give one-line
+errors (exit 2). The accuracy targets belong to the study (docs/validation.md), not here."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+
+from experiments.cli import main  # noqa: E402
+
+# A few short requests: seconds on the tiny model.
+SMALL = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max-output-len", "8",
+         "--kv-memory", "16MiB", "--threads", "1", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def profile_file(tmp_path_factory):
+    """A real calibration of the tiny model on the tests' tiny grid (seconds)."""
+    from calibration import calibrate
+    from calibration.grid import tiny_grid
+
+    path = tmp_path_factory.mktemp("profile") / "tiny.json"
+    calibrate("batchlab-tiny", "cpu", threads=1, out=path, grid=tiny_grid(), progress=False,
+              log=lambda _m: None)
+    return path
+
+
+def cli(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory, profile_file):
+    out = tmp_path_factory.mktemp("validate")
+    code, text, err = cli(["validate", *SMALL, "--policy", "continuous,chunked",
+                           "--profile", str(profile_file), "--out", str(out)])
+    assert code == 0, err
+    return out, text
+
+
+def read_csv(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_both_runs_complete_and_their_tables_line_up(validated):
+    out, _ = validated
+    comp = json.loads((out / "comparison.json").read_text())
+    assert list(comp) == ["continuous", "chunked"]
+    for policy in comp:
+        real = read_csv(out / policy / "real" / "requests.csv")
+        for sim_dir in ("sim", "sim_overhead", "sim_scaled", "sim_selffit"):
+            sim = read_csv(out / policy / sim_dir / "requests.csv")
+            assert list(sim[0]) == list(real[0])  # same schema
+            same = ("request_id", "arrival_s", "prompt_len", "output_len", "status")
+            assert [[r[k] for k in same] for r in sim] == [[r[k] for k in same] for r in real]
+            steps_real = (out / policy / "real" / "steps.csv").read_text().splitlines()[0]
+            assert (out / policy / sim_dir / "steps.csv").read_text().splitlines()[0] == steps_real
+        assert {r["status"] for r in real} == {"finished"} and len(real) == 6
+        c = comp[policy]
+        assert c["headline"] == "profile"
+        assert set(c["variants"]) == {"profile", "profile+overhead", "speed-scaled", "self-fit"}
+        keys = {m["key"] for m in c["metrics"]}
+        assert {"mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms",
+                "mean_queueing_delay_ms", "request_throughput", "output_throughput"} <= keys
+        assert all(math.isfinite(m["real"]) and math.isfinite(m["sim"])
+                   for m in c["metrics"] if "ttft" in m["key"] or "e2el" in m["key"])
+        # the simulated pool is the real run's, so memory pressure is identical
+        sim_meta = json.loads((out / policy / "sim" / "meta.json").read_text())
+        assert sim_meta["num_kv_blocks"] == c["real"]["num_kv_blocks"]
+        assert c["steps"]["real_steps"] > 0 and c["steps"]["sim_steps"] > 0
+        assert c["outside_forward"]["wall_s"] > 0 and "reason" in c["divergence"]
+
+
+def test_out_dir_and_printed_table(validated):
+    out, text = validated
+    for f in ("config.json", "comparison.json", "continuous/cdf.png", "chunked/cdf.png",
+              "continuous/real/steps.csv", "continuous/sim/steps.csv", "chunked/sim/requests.csv"):
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    assert "TTFT (ms)" in text and "E2E latency (ms)" in text and "output tokens/s" in text
+    assert "steps: real" in text and "preemptions: real" in text and "outside forward passes" in text
+
+
+def test_a_real_run_against_itself_has_zero_error(profile_file):
+    from backend.runtime import Runtime
+    from core.config import SchedulerConfig
+    from core.profile import load_profile
+    from core.workload import WorkloadConfig, build_workload
+    from experiments.validation.pair import run_real
+    from experiments.validation.validate import compare_runs
+
+    rt = Runtime("batchlab-tiny", threads=1, kv_memory="16MiB")
+    w = build_workload(WorkloadConfig(source="chat", num_requests=4, rate=40, max_prompt_len=32,
+                                      max_output_len=6))
+    real = run_real(rt, w, SchedulerConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=16))
+    comp = compare_runs(real, real, load_profile(profile_file).cost_model())
+    assert all(m["error"] == 0 for m in comp["metrics"] if math.isfinite(m["real"]))
+    assert comp["worst_error"] == 0 and comp["misses"] == []
+    assert comp["steps"]["identical"] and comp["steps"]["matched_fraction"] == 1
+    assert len(real.keys) == comp["steps"]["real_steps"] == len(real.result.steps["start_s"])
+
+
+def test_json_format(profile_file):
+    code, out, _ = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--profile", str(profile_file),
+                        "--format", "json"])
+    assert code == 0
+    comp = json.loads(out)["continuous"]
+    assert comp["policy"] == "continuous" and len(comp["metrics"]) == 23
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--profile", "/nonexistent/p.json"], "profile not found"),
+    (["--profile", "default", "--replicas", "2"], "one replica"),
+    (["--profile", "default", "--policy", "nope"], "unknown policy"),
+])
+def test_bad_inputs_are_one_line_errors(args, message):
+    code, _, err = cli(["validate", *SMALL, *args])
+    assert code == 2 and message in err and err.strip().count("\n") == 0
+
+
+def test_not_a_profile_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    code, _, err = cli(["validate", *SMALL, "--profile", str(bad)])
+    assert code == 2 and "not a batchlab profile" in err and err.strip().count("\n") == 0
+
+
+def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
+    from core.profile import load_profile
+    from core.specs import MODELS
+
+    p = load_profile(profile_file).model_copy(update={"model": MODELS["batchlab-small"]})
+    other = tmp_path / "small.json"
+    p.save(other)
+    code, _, err = cli(["validate", *SMALL, "--profile", str(other)])
+    assert code == 2 and "different model" in err and err.strip().count("\n") == 0
+
+
+def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
+    import calibration.run
+    from calibration.grid import tiny_grid
+
+    real_calibrate = calibration.run.calibrate
+    monkeypatch.setattr(calibration.run, "calibrate",
+                        lambda *a, **kw: real_calibrate(*a, grid=tiny_grid(), **kw))
+    code, _, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--out", str(tmp_path)])
+    assert code == 0, err
+    assert (tmp_path / "profile.json").is_file() and "calibrating" in err
+    comp = json.loads((tmp_path / "comparison.json").read_text())["continuous"]
+    assert comp["profile"]["source"] == "calibrated for this run"
