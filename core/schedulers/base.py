@@ -161,6 +161,17 @@ class Scheduler(ABC):
         self.running.append(seq)
         return seq
 
+    def _admit_head(self, batch: Batch, now: float, n: int) -> bool:
+        """Admit the head of the waiting queue with n tokens in this step, if its KV
+        blocks fit. If not, nobody is admitted: order is kept, nobody overtakes."""
+        head = self._peek()
+        if not self.kv.can_grow(head.block_table, n):
+            return False
+        seq = self._admit(now)
+        self.kv.grow(seq.block_table, n)
+        batch.add(seq, n)
+        return True
+
     def _preempt(self, seq: Sequence, batch: Batch) -> None:
         """Recompute preemption: drop all KV, go back to waiting with progress reset."""
         self.kv.free(seq.block_table)

@@ -25,11 +25,7 @@ class ChunkedPrefillScheduler(Scheduler):
         if preempted:
             return batch
         while self._waiting and len(self.running) < self.max_seqs and batch.total_tokens < budget:
-            head = self._peek()
-            n = min(head.remaining_prefill, budget - batch.total_tokens)
-            if not self.kv.can_grow(head.block_table, n):
-                break  # head-of-line: order is kept, nobody overtakes
-            seq = self._admit(now)
-            self.kv.grow(seq.block_table, n)
-            batch.add(seq, n)
+            n = min(self._peek().remaining_prefill, budget - batch.total_tokens)
+            if not self._admit_head(batch, now, n):
+                break
         return batch

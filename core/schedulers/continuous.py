@@ -38,9 +38,6 @@ class ContinuousScheduler(Scheduler):
             # A recompute longer than the budget may run alone, or it would never run.
             if n > budget - batch.total_tokens and not batch.is_empty:
                 break
-            if not self.kv.can_grow(head.block_table, n):
-                break  # head-of-line: order is kept, nobody overtakes
-            seq = self._admit(now)
-            self.kv.grow(seq.block_table, n)
-            batch.add(seq, n)
+            if not self._admit_head(batch, now, n):
+                break
         return batch

@@ -23,12 +23,8 @@ class StaticScheduler(Scheduler):
         if not self._waiting or self._holding(now):
             return batch
         while self._waiting and len(self.running) < self.max_seqs:
-            head = self._peek()
-            if not self.kv.can_grow(head.block_table, head.known):
-                break  # head-of-line: order is kept, nobody overtakes
-            seq = self._admit(now)
-            self.kv.grow(seq.block_table, seq.known)
-            batch.add(seq, seq.known)
+            if not self._admit_head(batch, now, self._peek().known):
+                break
         return batch
 
     def _oldest_arrival(self) -> float:
