@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.specs import MODELS
 from core.workload import build_workload
-from experiments.config import ExperimentConfig
+from experiments.config import ExperimentConfig, read_toml
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment
 from experiments.output import to_json
@@ -32,10 +32,7 @@ DEFAULT_EXPERIMENT = {
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
-    add_common_options(p)
-    if "--profile" not in p._option_string_actions:  # unless the common options have it
-        p.add_argument("--profile", metavar="FILE",
-                       help="calibration profile (a file or a shipped name); default: calibrate first")
+    add_common_options(p)  # --profile among them; without one, validate calibrates first
     g = p.add_argument_group("backend")
     g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
     g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
@@ -63,6 +60,10 @@ def _runtime(cfg: ExperimentConfig, args: argparse.Namespace):
         raise UserError(f"cannot load model {m.name!r}: {first}") from None
 
 
+def _config_names_model(config: str | None) -> bool:
+    return bool(config) and "name" in (read_toml(config).get("model") or {})
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     if cfg.run.replicas != 1:
@@ -71,10 +72,11 @@ def run(args: argparse.Namespace) -> int:
     if not len(workload):
         raise UserError("the workload has no requests")
     # A bad profile fails before the model loads (for a preset, whose shape is known).
-    # --profile (ours, or the common option's if it lands in the [profile] table)
-    path = getattr(args, "profile", None) or profile_source.configured_profile(cfg)
+    path = cfg.profile.path  # --profile or the config's [profile] path
     if path:
         profile = profile_source.load(path)
+        if args.mo_name is None and not _config_names_model(args.config):
+            cfg.model.name = profile.model_source or profile.model.name  # the profile's model
         if cfg.model.name in MODELS:
             profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
     t0 = time.perf_counter()

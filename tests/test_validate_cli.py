@@ -158,3 +158,14 @@ def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
     assert (tmp_path / "profile.json").is_file() and "calibrating" in err
     comp = json.loads((tmp_path / "comparison.json").read_text())["continuous"]
     assert comp["profile"]["source"] == "calibrated for this run"
+
+
+def test_the_model_comes_from_the_profile_unless_given(profile_file):
+    """--profile default (the shipped batchlab-small CPU profile) and no --model: the
+    profile's model is served; an explicit --model that differs is refused."""
+    code, out, err = cli(["validate", *SMALL[:1], "2", *SMALL[2:], "--max-output-len", "3",
+                          "--profile", "default", "--format", "json"])
+    assert code == 0, err
+    assert json.loads(out)["continuous"]["real"]["model"] == "batchlab-small"
+    code, _, err = cli(["validate", *SMALL, "--profile", "default", "--model", "batchlab-tiny"])
+    assert code == 2 and "different model" in err

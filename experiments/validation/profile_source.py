@@ -15,18 +15,6 @@ def warn(message: str) -> None:
     print(f"batchlab: warning: {message}", file=sys.stderr)
 
 
-def configured_profile(cfg) -> str | None:
-    """The profile a config names, whatever shape its [profile] table takes."""
-    section = getattr(cfg, "profile", None)
-    if section is None or isinstance(section, str):
-        return section
-    for attr in ("path", "file", "name"):
-        value = getattr(section, attr, None)
-        if value:
-            return str(value)
-    return None
-
-
 def _shape(spec) -> dict:
     return spec.model_dump(exclude={"name"})
 

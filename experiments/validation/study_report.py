@@ -106,6 +106,13 @@ def render(result: dict) -> Report:
         rep.para("Second real run against the first, same error definition: the simulator "
                  "cannot be judged more precisely than this.")
         error_table(rep, spread, "spread_", mark=False)
+    if any(r.get("speed_worst") is not None for r in rows):
+        rep.heading("Diagnostic: the profile scaled to the machine's speed during each run", 3)
+        rep.para("Same table for the speed-scaled variant (the profile times the real run's "
+                 "measured decode and prefill speed factors, plus its between-step time): what "
+                 "the simulator gets right once the step-time level is right. Not a prediction: "
+                 "the factors come from the run it is compared with.")
+        error_table(rep, rows, "speed_")
     rep.heading("Diagnostics", 3)
     rep.para("CPU share: CPU time the real run's process got over its busy wall time (below 1: "
              "other processes took the core mid-step); others' CPUs: CPU time other processes "
