@@ -44,7 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _runtime(cfg: ExperimentConfig, args: argparse.Namespace):
+def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
+    """The backend runtime for [model] and the backend options (shared with validate)."""
     try:
         from backend.runtime import Runtime
     except ImportError as e:  # torch is an optional dependency
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--time-scale must be >= 0, got {args.time_scale}")
     workload = build_workload(cfg.workload)
     t0 = time.perf_counter()
-    rt = _runtime(cfg, args)
+    rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({rt.spec.params / 1e6:.0f}M params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)

@@ -16,18 +16,10 @@ from experiments.config import ExperimentConfig, read_toml
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment
 from experiments.output import to_json
+from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
 from experiments.validation import profile_source
 from experiments.validation.text import render
 from experiments.validation.validate import validate
-
-# `batchlab run`'s default: a chat mix on the tiny model, under a minute on 2 CPU cores.
-DEFAULT_EXPERIMENT = {
-    "workload": {"source": "chat", "num_requests": 40, "rate": 8.0},
-    "scheduler": {"max_num_seqs": 32},
-    "model": {"name": "batchlab-tiny"},
-    "run": {"policies": ["continuous"]},
-}
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
@@ -43,21 +35,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--matmul", default="auto", choices=("auto", "onednn", "torch"), help="GEMM kernel")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
-
-
-def _runtime(cfg: ExperimentConfig, args: argparse.Namespace):
-    try:
-        from backend.runtime import Runtime
-    except ImportError as e:
-        raise UserError(f"validate needs the backend (torch, transformers: {e}); "
-                        "install batchlab[backend]") from None
-    m = cfg.model
-    try:
-        return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
-                       kv_memory=args.kv_memory, matmul=args.matmul)
-    except (OSError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load model {m.name!r}: {first}") from None
 
 
 def _config_names_model(config: str | None) -> bool:
@@ -80,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if cfg.model.name in MODELS:
             profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
     t0 = time.perf_counter()
-    rt = _runtime(cfg, args)
+    rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
     writer = None
