@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -22,6 +22,9 @@ class ModelConfig(BaseModel):
     dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16")
     device: str = Field("cpu", description="backend: cpu | cuda")
     threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
+    kv_memory: str | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
+                                  "of free memory (0.5); default 1GiB on cpu, 0.8 on cuda")
+    matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
 
 
 class HardwareConfig(BaseModel):
@@ -45,6 +48,8 @@ class RunConfig(BaseModel):
     policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
     replicas: int = Field(1, gt=0)
     router: str = "round_robin"
+    time_scale: float = Field(1.0, ge=0, description="run: multiply arrival times by K (0: all at once)")
+    temperature: float = Field(0.0, ge=0, description="run: sampling temperature (0: greedy)")
     slo: SLO | None = None
 
     @field_validator("policies")

@@ -32,13 +32,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
     g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
                    help="torch threads (default 1: steady timing on small CPUs)")
-    g.add_argument("--kv-memory", metavar="BUDGET",
+    g.add_argument("--kv-memory", dest="mo_kv_memory", metavar="BUDGET",
                    help="KV pool: a size (2GiB) or a fraction of free memory (0.5); default "
                         "1GiB on cpu, 0.8 of free GPU memory on cuda; --num-kv-blocks overrides it")
-    g.add_argument("--time-scale", type=float, default=1.0, metavar="K",
+    g.add_argument("--time-scale", dest="ru_time_scale", type=float, metavar="K",
                    help="multiply arrival times by K (0.5: twice as fast; 0: all at once)")
-    g.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0: greedy (default)")
-    g.add_argument("--matmul", default="auto", choices=("auto", "onednn", "torch"),
+    g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
+                   help="0: greedy (default)")
+    g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"),
                    help="GEMM kernel (auto: prepacked oneDNN on CPU float32)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -54,7 +55,7 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
     m = cfg.model
     try:
         return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
-                       kv_memory=args.kv_memory, matmul=args.matmul)
+                       kv_memory=m.kv_memory, matmul=m.matmul)
     except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {m.name!r}: {first}") from None
@@ -66,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
-    if not args.time_scale >= 0:
-        raise UserError(f"--time-scale must be >= 0, got {args.time_scale}")
     workload = build_workload(cfg.workload)
     t0 = time.perf_counter()
     rt = load_runtime(cfg, args)
@@ -78,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     summaries, metas = {}, {}
     for policy in cfg.policies():
         sched = cfg.scheduler_for(policy)
-        result = run_workload(rt, workload, sched, time_scale=args.time_scale,
-                              temperature=args.temperature, seed=cfg.workload.seed,
+        result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
+                              temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
         summaries[policy] = result.summary(cfg.run.slo)
         metas[policy] = result.meta
@@ -99,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"workload: {workload.describe()}")
         print(f"model {m['model']} ({m['dtype']}, {m['device']}, {m['threads']} thread(s)), "
               f"{m['num_kv_blocks']} KV blocks of {m['block_size']} tokens, "
-              f"{cfg.scheduler.max_num_seqs} seats, time scale {args.time_scale:g}\n")
+              f"{cfg.scheduler.max_num_seqs} seats, time scale {cfg.run.time_scale:g}\n")
         print(comparison_table(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")

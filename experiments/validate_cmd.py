@@ -30,9 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
     g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
                    help="torch threads (default 1); the profile should be measured with the same")
-    g.add_argument("--kv-memory", metavar="BUDGET",
+    g.add_argument("--kv-memory", dest="mo_kv_memory", metavar="BUDGET",
                    help="KV pool: a size (2GiB) or a fraction of free memory; --num-kv-blocks overrides")
-    g.add_argument("--matmul", default="auto", choices=("auto", "onednn", "torch"), help="GEMM kernel")
+    g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"), help="GEMM kernel")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 

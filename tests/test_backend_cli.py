@@ -65,7 +65,7 @@ def test_config_file(tmp_path, capsys):
     (["--model", "/nonexistent/ckpt"], "does not exist"),
     (["--dtype", "int3"], "unknown dtype"),
     (["--kv-memory", "lots"], "memory budget"),
-    (["--time-scale", "-1"], "--time-scale"),
+    (["--time-scale", "-1"], "run.time_scale: Input should be greater than or equal to 0"),
     (["--replicas", "2"], "one replica"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg, capsys):
@@ -88,3 +88,17 @@ def test_unsupported_checkpoint_is_refused(tmp_path, capsys):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
     code, _, err = run_cli(["run", *SMALL, "--model", str(tmp_path)], capsys)
     assert code == 2 and "unsupported architecture 'gpt2'" in err
+
+
+
+def test_backend_settings_from_toml(tmp_path, capsys):
+    """[model] kv_memory/matmul and [run] time_scale come from a config file too."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[workload]\nnum_requests = 3\nrate = 50.0\n'
+                   '[model]\nname = "batchlab-tiny"\nkv_memory = "16MiB"\nmatmul = "torch"\n'
+                   '[run]\ntime_scale = 0.0\n')
+    out = tmp_path / "out"
+    assert main(["run", "--config", str(cfg), "--no-progress", "--out", str(out)]) == 0
+    meta = json.loads((out / "meta.json").read_text())["continuous"]
+    assert meta["kv_budget_bytes"] == 16 * 2**20
+    assert (meta["matmul"], meta["time_scale"]) == ("torch", 0.0)
