@@ -63,9 +63,6 @@ class StepFeatures:
     def tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens
 
-    def as_tuple(self) -> tuple[int, ...]:
-        return tuple(getattr(self, n) for n in FEATURE_NAMES)
-
 
 def step_features(batch: Batch) -> StepFeatures:
     prefill_seqs = prefill = decode = kv_read = pairs = 0

@@ -8,7 +8,7 @@ from array import array
 import numpy as np
 
 from core.batch import Batch, StepFeatures
-from core.request import Sequence, Status
+from core.request import Sequence
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
@@ -104,6 +104,3 @@ class MetricsRecorder:
         order = np.lexsort((t["start_s"], t["replica"]))
         return {c: v[order] for c, v in t.items()}
 
-
-def unfinished(seqs: list[Sequence]) -> list[Sequence]:
-    return [s for s in seqs if s.status not in (Status.FINISHED, Status.REJECTED)]

@@ -42,6 +42,16 @@ def save(fig: plt.Figure, path: str | Path) -> Path:
     return p
 
 
+def batch_size_axes(axes: Iterable[plt.Axes], ticks: Sequence[int]) -> None:
+    """Log2 x axes over batch sizes, labelled with the sizes themselves."""
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xlabel("sequences in the decode step (batch size)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+
+
 def mark_x(ax: plt.Axes, x: float, text: str, color: str = "#444444", y: float = 0.97) -> None:
     """A dashed vertical line with a label near the top."""
     ax.axvline(x, color=color, ls="--", lw=1)

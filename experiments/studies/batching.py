@@ -128,12 +128,7 @@ def _plot(out_dir: Path, sweeps: list[dict]) -> str:
     axes[1].set_ylabel("output tokens/s")
     axes[1].set_yscale("log")
     ticks = [1 << i for i in range(0, 12)]
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_xlabel("sequences in the decode step (batch size)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    plots.batch_size_axes(axes, ticks)
     plots.save(fig, out_dir / "batching_roofline.png")
     return "batching_roofline.png"
 

@@ -106,12 +106,7 @@ def _plot(out_dir: Path, models: list[dict]) -> str:
     axes[1].set_ylabel("output tokens/s")
     axes[1].set_yscale("log")
     axes[1].set_title("throughput (dotted: ideal N x)", fontsize=10)
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(x, [str(v) for v in x])
-        ax.set_xlabel("sequences in the decode step (batch size)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    plots.batch_size_axes(axes, x)
     plots.save(fig, out_dir / "batching_backend.png")
     return "batching_backend.png"
 
