@@ -140,7 +140,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
             engine.execute(batch)
             end = clock()
             finished = sched.complete(batch, end)
-            rec.record_step(0, start, end - start, batch, features, kv_used, kv.num_blocks, seats)
+            rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats)
             steps += 1
             if finished:
                 rec.record_requests(finished, 0)

@@ -20,6 +20,9 @@ class Batch:
     preempted: list[Sequence] = field(default_factory=list)
     total_tokens: int = 0
     sampled: list[bool] = field(default_factory=list)  # set by Scheduler.complete
+    # The first bulk_decodes items are decodes of running sequences, added in bulk by
+    # the scheduler, so the hot loops need not check them item by item.
+    bulk_decodes: int = 0
 
     def add(self, seq: Sequence, n: int) -> None:
         self.total_tokens += n
@@ -33,6 +36,11 @@ class Batch:
     @property
     def is_empty(self) -> bool:
         return not self.seqs
+
+    @property
+    def decode_only(self) -> bool:
+        """Every item is a bulk decode and nothing was preempted."""
+        return 0 < self.bulk_decodes == len(self.seqs) and not self.preempted
 
     def is_decode(self, i: int) -> bool:
         """Valid before complete(): one token, the last generated one."""
@@ -65,8 +73,13 @@ class StepFeatures:
 
 
 def step_features(batch: Batch) -> StepFeatures:
-    prefill_seqs = prefill = decode = kv_read = pairs = 0
-    for seq, s, c in zip(batch.seqs, batch.starts, batch.num_tokens):
+    b = batch.bulk_decodes
+    # A decode token attends its context plus itself.
+    kv_read = pairs = sum(batch.starts[:b]) + b if b else 0
+    prefill_seqs = prefill = 0
+    decode = b
+    for i in range(b, len(batch.seqs)):
+        seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
         kv_read += s + c
         pairs += c * s + c * (c + 1) // 2
         # is_decode, inlined: this runs once per sequence per step

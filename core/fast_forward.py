@@ -22,17 +22,3 @@ def kv_steps(cached: np.ndarray, table_len: np.ndarray, block_size: int, free: i
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
     return lo
-
-
-def block_crossings(cached: np.ndarray, table_len: np.ndarray, block_size: int,
-                    m: int) -> tuple[np.ndarray, np.ndarray]:
-    """New blocks needed by steps 2..m, as (step, sequence index) pairs in the order a
-    step-by-step scheduler allocates them: by step, then by position in the batch."""
-    first = table_len * block_size  # first position not covered by the table
-    last = cached + m - 1  # position processed at step m
-    count = np.where(last >= first, (last - first) // block_size + 1, 0)
-    seq = np.repeat(np.arange(len(cached)), count)
-    nth = np.arange(len(seq)) - np.repeat(np.cumsum(count) - count, count)
-    step = first[seq] + nth * block_size - cached[seq] + 1
-    order = np.lexsort((seq, step))
-    return step[order], seq[order]

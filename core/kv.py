@@ -39,10 +39,8 @@ class BlockManager:
     def grow(self, block_table: list[int], tokens: int) -> None:
         """Extend `block_table` in place so it holds `tokens` slots."""
         need = self.blocks_needed(block_table, tokens)
-        if need > len(self._free):
-            raise RuntimeError(f"KV pool exhausted: need {need} blocks, {len(self._free)} free")
-        for _ in range(need):
-            block_table.append(self._free.pop())
+        if need:
+            block_table.extend(self.take(need))
 
     def take(self, n: int) -> list[int]:
         """Hand out n blocks, in the order n single grows would."""

@@ -1,6 +1,13 @@
 """The two tables every run produces, identical in schema for sim and real runs:
 one row per request, one row per engine step. Token times are stamped here, from the
-step that produced each token, so both worlds measure latency the same way."""
+step that produced each token, so both worlds measure latency the same way.
+
+Everything is kept in typed arrays, never as per-token Python objects. Inter-token gaps
+are stored as (gap, count) pairs: all sequences of a step whose previous token came from
+the step before share one gap, so a step adds one pair, not one value per sequence.
+Without a step table (record_steps=False, for very long replays) only the totals the
+summary needs are kept: memory then grows with the request rows and one gap pair per
+step (16 bytes), not with tokens."""
 from __future__ import annotations
 
 from array import array
@@ -16,57 +23,92 @@ REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_l
 STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seqs",
                 "prefill_tokens", "decode_tokens", "kv_tokens_read", "attention_pairs",
                 "num_preempted", "kv_blocks_used", "kv_blocks_total", "seats")
-_STEP_FLOAT = {"start_s", "duration_s"}
+_FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
+_TEXT = {"status", "reject_reason"}
+
+
+def _column(name: str) -> array | list:
+    return [] if name in _TEXT else array("d" if name in _FLOAT else "q")
 
 
 class MetricsRecorder:
-    def __init__(self) -> None:
-        self._req: dict[str, list] = {c: [] for c in REQUEST_COLUMNS}
-        self._step: dict[str, array] = {c: array("d" if c in _STEP_FLOAT else "q") for c in STEP_COLUMNS}
-        self.itl = array("d")  # every inter-token gap, seconds
+    def __init__(self, record_steps: bool = True) -> None:
+        self._req = {c: _column(c) for c in REQUEST_COLUMNS}
+        self._step = {c: _column(c) for c in STEP_COLUMNS} if record_steps else None
+        # Running totals over steps: what the summary needs when there is no step table.
+        self.totals = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}
+        self.itl_gap = array("d")  # inter-token gaps, seconds ...
+        self.itl_count = array("q")  # ... and how many tokens had each
 
-    def record_step(self, replica: int, start: float, duration: float, batch: Batch,
+    def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
                     seats: int) -> None:
-        """Call after Scheduler.complete (it sets batch.sampled)."""
-        end = start + duration
-        itl = self.itl
-        for seq, sampled in zip(batch.seqs, batch.sampled):
-            if sampled:
+        """Call after Scheduler.complete (it sets batch.sampled). Tokens are stamped
+        `end` exactly (not start + duration), so the next step's start matches them."""
+        seqs, b = batch.seqs, batch.bulk_decodes
+        if b:  # bulk decodes: every one sampled and has a previous token
+            self._gaps_after(start, end, [s.last_token for s in seqs[:b]])
+            for seq in seqs[:b]:
+                seq.last_token = end
+        for i in range(b, len(seqs)):
+            if batch.sampled[i]:
+                seq = seqs[i]
                 if seq.first_token < 0:
                     seq.first_token = end
                 else:
-                    itl.append(end - seq.last_token)
+                    self.itl_gap.append(end - seq.last_token)
+                    self.itl_count.append(1)
                 seq.last_token = end
-        row = (replica, start, duration, features.num_seqs, features.num_prefill_seqs,
-               features.prefill_tokens, features.decode_tokens, features.kv_tokens_read,
-               features.attention_pairs, len(batch.preempted), kv_blocks_used,
-               kv_blocks_total, seats)
-        for col, value in zip(self._step.values(), row):
-            col.append(value)
+        t = self.totals
+        t["num_steps"] += 1
+        t["seat_fraction"] += features.num_seqs / seats
+        t["kv_fraction"] += kv_blocks_used / kv_blocks_total
+        t["preemptions"] += len(batch.preempted)
+        if self._step is not None:
+            row = (replica, start, end - start, features.num_seqs, features.num_prefill_seqs,
+                   features.prefill_tokens, features.decode_tokens, features.kv_tokens_read,
+                   features.attention_pairs, len(batch.preempted), kv_blocks_used,
+                   kv_blocks_total, seats)
+            for col, value in zip(self._step.values(), row):
+                col.append(value)
 
-    def record_decode_run(self, replica: int, starts: np.ndarray, ends: np.ndarray,
-                          first: StepFeatures, kv_blocks_used: np.ndarray, kv_blocks_total: int,
-                          seats: int, last_token: np.ndarray) -> None:
-        """Rows of m steady decode steps at once (see core/fast_forward.py): the same
-        rows, and the same inter-token gaps, as m calls of record_step."""
+    def _gaps_after(self, start: float, end: float, last: list[float]) -> None:
+        """Gaps of tokens stamped `end` whose previous tokens came at `last`: the ones
+        from the step that ended at `start` (most) share a single pair."""
+        same = last.count(start)
+        if same:
+            self.itl_gap.append(end - start)
+            self.itl_count.append(same)
+        if same < len(last):
+            other = [end - t for t in last if t != start]
+            self.itl_gap.extend(other)
+            self.itl_count.extend([1] * len(other))
+
+    def record_decode_run(self, replica: int, starts: list[float], ends: list[float],
+                          first: StepFeatures, kv_blocks_used: list[int], kv_blocks_total: int,
+                          seats: int, last_token: list[float]) -> None:
+        """m steady decode steps at once (see core/fast_forward.py): the same rows, gaps
+        and totals as m calls of record_step."""
         m, n = len(starts), first.num_seqs
-        grow = np.arange(m, dtype=np.int64) * n
-        cols = {
-            "replica": np.full(m, replica), "start_s": starts, "duration_s": ends - starts,
-            "num_seqs": np.full(m, n), "num_prefill_seqs": np.zeros(m, np.int64),
-            "prefill_tokens": np.zeros(m, np.int64), "decode_tokens": np.full(m, n),
-            "kv_tokens_read": first.kv_tokens_read + grow,
-            "attention_pairs": first.attention_pairs + grow,
-            "num_preempted": np.zeros(m, np.int64), "kv_blocks_used": kv_blocks_used,
-            "kv_blocks_total": np.full(m, kv_blocks_total), "seats": np.full(m, seats),
-        }
+        self._gaps_after(starts[0], ends[0], last_token)
+        if m > 1:
+            self.itl_gap.extend([b - a for a, b in zip(ends, ends[1:])])
+            self.itl_count.extend(array("q", [n]) * (m - 1))
+        t = self.totals
+        t["num_steps"] += m
+        t["seat_fraction"] += m * (n / seats)
+        t["kv_fraction"] += sum(kv_blocks_used) / kv_blocks_total
+        if self._step is None:
+            return
+        const = {"replica": replica, "num_seqs": n, "num_prefill_seqs": 0, "prefill_tokens": 0,
+                 "decode_tokens": n, "num_preempted": 0, "kv_blocks_total": kv_blocks_total,
+                 "seats": seats}
+        kv_read = range(first.kv_tokens_read, first.kv_tokens_read + m * n, n)
+        varying = {"start_s": starts, "duration_s": [b - a for a, b in zip(starts, ends)],
+                   "kv_tokens_read": kv_read, "attention_pairs": kv_read,
+                   "kv_blocks_used": kv_blocks_used}
         for c, col in self._step.items():
-            dtype = np.float64 if col.typecode == "d" else np.int64
-            col.frombytes(np.ascontiguousarray(cols[c], dtype=dtype).tobytes())
-        # Each sequence's first gap runs from its previous token; then one per step.
-        gaps = np.concatenate((ends[0] - last_token, np.tile(np.diff(ends), n)))
-        self.itl.frombytes(gaps.tobytes())
+            col.extend(array(col.typecode, [const[c]]) * m if c in const else varying[c])
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished ones."""
@@ -76,8 +118,8 @@ class MetricsRecorder:
             row = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
                    seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
                    seq.status.value, seq.reject_reason)
-            for c, v in zip(REQUEST_COLUMNS, row):
-                cols[c].append(v)
+            for col, v in zip(cols.values(), row):
+                col.append(v)
 
     @property
     def num_requests(self) -> int:
@@ -85,22 +127,31 @@ class MetricsRecorder:
 
     @property
     def num_steps(self) -> int:
-        return len(self._step["start_s"])
+        return self.totals["num_steps"]
 
     def request_table(self) -> dict[str, np.ndarray]:
         """Columns as arrays, sorted by request id; unset times are NaN."""
-        t = {c: np.asarray(v) for c, v in self._req.items()}
+        t = {c: _np(v) for c, v in self._req.items()}
         for c in ("first_scheduled_s", "first_token_s", "finish_s"):
-            col = t[c].astype(float) if len(t[c]) else np.zeros(0)
-            col[col < 0] = np.nan
-            t[c] = col
+            t[c] = np.where(t[c] < 0, np.nan, t[c])
         order = np.argsort(t["request_id"], kind="stable")
         return {c: v[order] for c, v in t.items()}
 
-    def step_table(self) -> dict[str, np.ndarray]:
-        """Columns as arrays, by replica, then in time order."""
-        t = {c: np.frombuffer(v, dtype=np.float64 if v.typecode == "d" else np.int64)
-             for c, v in self._step.items()}
+    def step_table(self) -> dict[str, np.ndarray] | None:
+        """Columns as arrays, by replica, then in time order (None: not recorded)."""
+        if self._step is None:
+            return None
+        t = {c: _np(v) for c, v in self._step.items()}
         order = np.lexsort((t["start_s"], t["replica"]))
         return {c: v[order] for c, v in t.items()}
 
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one."""
+        return _np(self.itl_gap), _np(self.itl_count)
+
+
+def _np(col: array | list) -> np.ndarray:
+    """A copy as a numpy array (text columns as str arrays)."""
+    if isinstance(col, list):
+        return np.asarray(col)
+    return np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)

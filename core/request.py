@@ -60,6 +60,7 @@ class Sequence:
     num_generated: int = 0
     block_table: list[int] = field(default_factory=list)
     admit_order: int = -1  # set at each admission; larger = admitted more recently
+    decoding: bool = False  # sampled since its last admission: each step now adds one token
     preemptions: int = 0
     first_scheduled: float = -1.0
     first_token: float = -1.0

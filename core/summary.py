@@ -17,17 +17,38 @@ class SLO(BaseModel):
     e2el_ms: float | None = Field(None, gt=0)
 
 
-def _stats(prefix: str, values_s: np.ndarray) -> dict[str, float]:
+def _stats(prefix: str, values_s: np.ndarray, counts: np.ndarray | None = None) -> dict[str, float]:
+    """Mean, median, std and percentiles in ms; counts[i] repeats values_s[i] (same
+    figures as numpy over the repeated values, without building them)."""
     v = np.asarray(values_s, dtype=float) * 1000.0
-    if v.size == 0:
+    w = np.ones(len(v), np.int64) if counts is None else np.asarray(counts, np.int64)
+    total = int(w.sum())
+    if total == 0:
         nan = math.nan
         return {f"mean_{prefix}_ms": nan, f"median_{prefix}_ms": nan, f"std_{prefix}_ms": nan,
                 **{f"p{p}_{prefix}_ms": nan for p in PERCENTILES}}
-    out = {f"mean_{prefix}_ms": float(v.mean()), f"median_{prefix}_ms": float(np.median(v)),
-           f"std_{prefix}_ms": float(v.std())}
-    for p, x in zip(PERCENTILES, np.percentile(v, PERCENTILES)):
+    if counts is None:
+        mean, std = float(v.mean()), float(v.std())
+        pcts = np.percentile(v, (50, *PERCENTILES))
+    else:
+        mean = float((v * w).sum() / total)
+        std = float(np.sqrt((w * (v - mean) ** 2).sum() / total))
+        pcts = weighted_percentiles(v, w, (50, *PERCENTILES))
+    out = {f"mean_{prefix}_ms": mean, f"median_{prefix}_ms": float(pcts[0]), f"std_{prefix}_ms": std}
+    for p, x in zip(PERCENTILES, pcts[1:]):
         out[f"p{p}_{prefix}_ms"] = float(x)
     return out
+
+
+def weighted_percentiles(values: np.ndarray, counts: np.ndarray, q: tuple[float, ...]) -> np.ndarray:
+    """np.percentile (linear interpolation) of `values` each repeated `counts` times."""
+    order = np.argsort(values, kind="stable")
+    v, cum = values[order], np.cumsum(counts[order])
+    h = (cum[-1] - 1) * np.asarray(q, float) / 100.0  # position in the repeated, sorted array
+    lo = np.floor(h)
+    below = v[np.searchsorted(cum, lo, side="right")]
+    above = v[np.searchsorted(cum, np.minimum(lo + 1, cum[-1] - 1), side="right")]
+    return below + (h - lo) * (above - below)
 
 
 def per_request_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -44,8 +65,18 @@ def per_request_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
-def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: np.ndarray,
-              slo: SLO | None = None) -> dict[str, float]:
+def step_totals(steps: dict[str, np.ndarray]) -> dict[str, float]:
+    """What the summary needs from a step table (MetricsRecorder.totals keeps the same
+    running sums when no table is recorded)."""
+    return {"num_steps": len(steps["seats"]),
+            "seat_fraction": float((steps["num_seqs"] / steps["seats"]).sum()),
+            "kv_fraction": float((steps["kv_blocks_used"] / steps["kv_blocks_total"]).sum()),
+            "preemptions": int(steps["num_preempted"].sum())}
+
+
+def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
+              itl: tuple[np.ndarray, np.ndarray], slo: SLO | None = None) -> dict[str, float]:
+    """steps: step_totals(); itl: (gaps, counts) as MetricsRecorder.itl() gives them."""
     done = req["status"] == "finished"
     n_done = int(done.sum())
     lat = per_request_latencies(req)
@@ -72,15 +103,14 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, np.ndarray], itl: np.
     }
     for name in ("ttft", "tpot"):
         s.update(_stats(name, lat[name]))
-    s.update(_stats("itl", itl))
+    s.update(_stats("itl", *itl))
     s.update(_stats("e2el", lat["e2el"]))
     s.update(_stats("queueing_delay", lat["queue"]))
-    seats = steps["seats"]
-    s["num_steps"] = int(len(seats))
-    s["slot_utilization"] = float(np.mean(steps["num_seqs"] / seats)) if len(seats) else math.nan
-    s["kv_utilization"] = (float(np.mean(steps["kv_blocks_used"] / steps["kv_blocks_total"]))
-                           if len(seats) else math.nan)
-    s["preemptions"] = int(steps["num_preempted"].sum())
+    n = steps["num_steps"]
+    s["num_steps"] = int(n)
+    s["slot_utilization"] = steps["seat_fraction"] / n if n else math.nan
+    s["kv_utilization"] = steps["kv_fraction"] / n if n else math.nan
+    s["preemptions"] = int(steps["preemptions"])
     if slo is not None:
         ok = np.ones(n_done, dtype=bool)
         multi = req["output_len"][done] > 1

@@ -48,7 +48,8 @@ class ResultWriter:
         sub = self.dir / name
         sub.mkdir(exist_ok=True)
         write_table(sub / "requests.csv", result.requests)
-        write_table(sub / "steps.csv", result.steps)
+        if result.steps is not None:
+            write_table(sub / "steps.csv", result.steps)
         self.summaries[name] = summary
         self.meta[name] = result.meta
         (self.dir / "summary.json").write_text(to_json(self.summaries) + "\n")

@@ -1,9 +1,10 @@
 """One replica: the serving loop of DESIGN.md as a SimPy process."""
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Callable
 
-import numpy as np
 import simpy
 
 from core.batch import Batch, StepFeatures, step_features
@@ -18,7 +19,7 @@ from sim.events import late
 # seat). Fast-forward is off while an observer watches, so it sees every step.
 StepObserver = Callable[[int, float, float, Batch], None]
 
-MIN_FAST_FORWARD = 3  # shorter runs are cheaper stepped one by one
+MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 
 
 class Replica:
@@ -63,49 +64,52 @@ class Replica:
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             features = step_features(batch)
-            if self.next_arrival is not None:
-                ends = self._fast_forward(batch, features)
-                if ends is not None:
-                    yield env.timeout(ends - env.now)
-                    continue
-            kv_used = kv.num_used
-            start = env.now
-            yield env.timeout(self.cost.step_time(features))
-            finished = sched.complete(batch, env.now)
-            rec.record_step(self.index, start, env.now - start, batch, features,
-                            kv_used, kv.num_blocks, seats)
-            if self.observer:
-                self.observer(self.index, start, env.now - start, batch)
+            run = self._fast_forward(batch, features) if self.next_arrival is not None else None
+            if run is not None:
+                end, finished = run
+                yield env.timeout(end - env.now)
+                sched.retire(finished, env.now)
+            else:
+                kv_used = kv.num_used
+                start = env.now
+                yield env.timeout(self.cost.step_time(features))
+                finished = sched.complete(batch, env.now)
+                rec.record_step(self.index, start, env.now, batch, features,
+                                kv_used, kv.num_blocks, seats)
+                if self.observer:
+                    self.observer(self.index, start, env.now - start, batch)
             if finished:
                 rec.record_requests(finished, self.index)
                 self.outstanding -= len(finished)
                 for seq in finished:
                     self.on_done(seq)
 
-    def _fast_forward(self, batch: Batch, features: StepFeatures) -> float | None:
-        """Advance over the steady decode run this batch starts, up to the step before
-        anything can change: a sequence finishing, KV memory running short, or the
-        first step boundary at or after the next possible arrival. Records every step
-        as stepping would and returns the time the run ends (None: step normally)."""
+    def _fast_forward(self, batch: Batch, features: StepFeatures) -> tuple[float, list] | None:
+        """Advance over the steady decode run this batch starts: up to and including the
+        step where a sequence finishes, the last step KV memory allows, or the last step
+        that starts before the next possible arrival. Records every step as stepping would
+        and returns (the time the run ends, the sequences that finish then), or None to
+        step normally."""
         sched = self.scheduler
         k, arrival_sensitive = sched.steady_decode_steps(batch)
-        m = k - 1  # the step where something changes runs normally
-        if m < MIN_FAST_FORWARD:
+        if k < MIN_FAST_FORWARD:
             return None
         t0 = self.env.now
-        durations = decode_run_times(self.cost, features, m)
-        ends = np.cumsum(np.concatenate(([t0], durations)))[1:]
-        starts = np.concatenate(([t0], ends[:-1]))
+        # Summed from t0 in order, as the clock advances when stepping one by one.
+        ends = list(accumulate(decode_run_times(self.cost, features, k).tolist(), initial=t0))
+        starts, ends = ends[:-1], ends[1:]
+        m = k
         if arrival_sensitive:
             # Steps scheduled before the next arrival cannot see it.
-            m = min(m, int(np.searchsorted(starts, self.next_arrival(), side="left")))
+            m = bisect_left(starts, self.next_arrival())
             if m < MIN_FAST_FORWARD:
                 return None
-            ends, starts = ends[:m], starts[:m]
-        last_token = np.fromiter((s.last_token for s in batch.seqs), float, len(batch))
-        kv_used = sched.advance_decodes(batch, m)
+            del starts[m:], ends[m:]
+        last_token = [s.last_token for s in batch.seqs]
+        kv_used, done = sched.advance_decodes(batch, m)
+        end = ends[-1]
         for s in batch.seqs:
-            s.last_token = float(ends[-1])
+            s.last_token = end
         self.recorder.record_decode_run(self.index, starts, ends, features, kv_used,
                                         sched.kv.num_blocks, sched.max_seqs, last_token)
-        return float(ends[-1])
+        return end, done

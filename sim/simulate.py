@@ -20,15 +20,17 @@ from sim.router import make_router
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
              meta: dict | None = None, observer: StepObserver | None = None,
-             fast_forward: bool = True,
+             fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one event, with identical results (see core/fast_forward.py).
-    progress(n) is told each time n more requests have left (finished or rejected)."""
+    progress(n) is told each time n more requests have left (finished or rejected).
+    record_steps=False keeps step totals instead of the step table (result.steps is
+    None), so that a replay of millions of requests holds little more than their rows."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     env = simpy.Environment()
-    rec = MetricsRecorder()
+    rec = MetricsRecorder(record_steps)
     pick = make_router(router)
     engines: list[Replica] = []
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel, roofline
-from core.fast_forward import block_crossings, kv_steps
+from core.fast_forward import kv_steps
 from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
 from sim import simulate
@@ -87,14 +87,10 @@ def test_fast_forward_events_do_not_grow_with_reply_length():
     assert fast[0] < 5 * 64  # a handful of events per request
 
 
-def test_kv_steps_and_crossings_match_a_direct_count():
+def test_kv_steps_matches_a_direct_count():
     cached = np.array([0, 5, 15, 16])
     tables = -(-(cached + 1) // 4)  # blocks held for step 1
     for free in range(0, 12):
         k = kv_steps(cached, tables, 4, free, 30)
         need = lambda j: int(np.maximum(0, -(-(cached + j) // 4) - tables).sum())  # noqa: E731
         assert need(k) <= free and (k == 30 or need(k + 1) > free)
-    steps, seqs = block_crossings(cached, tables, 4, 10)
-    direct = [(j, i) for j in range(2, 11) for i in range(4)
-              if -(-(cached[i] + j) // 4) > -(-(cached[i] + j - 1) // 4) and cached[i] + j - 1 >= tables[i] * 4]
-    assert list(zip(steps.tolist(), seqs.tolist())) == direct

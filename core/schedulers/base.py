@@ -7,6 +7,7 @@ KV blocks come from a BlockManager; running out means preemption by recompute
 from __future__ import annotations
 
 import heapq
+from itertools import accumulate
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from core.batch import Batch
 from core.config import SchedulerConfig
-from core.fast_forward import block_crossings, kv_steps
+from core.fast_forward import kv_steps
 from core.kv import BlockManager, blocks_for
 from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from core.request import Request, Sequence, Status
@@ -47,6 +48,7 @@ class Scheduler(ABC):
         self.rejected: list[Sequence] = []
         self._admissions = 0
         self.num_preemptions = 0
+        self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
 
     # -- the contract --------------------------------------------------------------
     def add(self, request: Request, now: float) -> Sequence:
@@ -68,12 +70,24 @@ class Scheduler(ABC):
         """Advance token counters after the step ran; free finished sequences.
         Sets batch.sampled: which items produced a new token in this step."""
         finished = []
+        b = batch.bulk_decodes
         sampled = batch.sampled
-        sampled.clear()
-        for seq, n in zip(batch.seqs, batch.num_tokens):
-            seq.num_computed += n
+        sampled[:] = [True] * b
+        for seq in batch.seqs[:b]:  # the common case, kept lean: decodes all sample
+            seq.num_computed += 1
+            seq.num_generated += 1
+            if seq.num_generated >= seq.request.output_len:
+                seq.status, seq.finish = Status.FINISHED, now
+                self.kv.free(seq.block_table)
+                finished.append(seq)
+        for i in range(b, len(batch.seqs)):
+            seq = batch.seqs[i]
+            seq.num_computed += batch.num_tokens[i]
             sampled.append(seq.num_computed == seq.request.prompt_len + seq.num_generated)
             if sampled[-1]:
+                if not seq.decoding:
+                    seq.decoding = True
+                    self._num_prefilling -= 1
                 seq.num_generated += 1
                 if seq.done:
                     seq.status, seq.finish = Status.FINISHED, now
@@ -105,36 +119,56 @@ class Scheduler(ABC):
     # -- fast-forward ------------------------------------------------------------------
     def steady_decode_steps(self, batch: Batch) -> tuple[int, bool]:
         """(k, arrival_sensitive): this batch's composition repeats for k steps, this one
-        included, with no sequence finishing before step k, provided nothing arrives;
-        arrival_sensitive says whether an arrival could change that."""
+        included, with no sequence finishing before step k (some may finish at step k),
+        provided nothing arrives; arrival_sensitive says whether an arrival could change
+        that."""
         seqs = batch.seqs
-        if (not self.fast_forward or batch.preempted or len(seqs) != len(self.running)
-                or batch.total_tokens != len(seqs)  # cheap early out: prefill in the step
-                or not all(batch.is_decode(i) for i in range(len(seqs)))):
+        if not (self.fast_forward and batch.decode_only):
             return 1, True
-        k = min(s.request.output_len - s.num_generated for s in seqs)
-        if k > 1:
-            cached = np.fromiter((s.num_computed for s in seqs), np.int64, len(seqs))
-            tables = np.fromiter((len(s.block_table) for s in seqs), np.int64, len(seqs))
-            k = kv_steps(cached, tables, self.kv.block_size, self.kv.num_free, k)
+        k = min([s.request.output_len - s.num_generated for s in seqs])
+        bs, free = self.kv.block_size, self.kv.num_free
+        # Each sequence needs at most ceil((k-1)/bs) more blocks over steps 2..k; only
+        # when that bound does not fit is the exact count worth computing.
+        if k > 1 and len(seqs) * -(-(k - 1) // bs) > free:
+            cached = np.array([s.num_computed for s in seqs], np.int64)
+            tables = np.array([len(s.block_table) for s in seqs], np.int64)
+            k = kv_steps(cached, tables, bs, free, k)
         sensitive = self.admits_while_running and len(self.running) < self.max_seqs
         return k, sensitive
 
-    def advance_decodes(self, batch: Batch, m: int) -> np.ndarray:
-        """Apply steps 1..m of a steady run (m < k of steady_decode_steps: nobody
-        finishes) exactly as m schedule/complete rounds would. Returns the KV blocks in
-        use at each step, after that step's allocation."""
-        seqs, bs = batch.seqs, self.kv.block_size
-        used1 = self.kv.num_used
-        cached = np.fromiter((s.num_computed for s in seqs), np.int64, len(seqs))
-        tables = np.fromiter((len(s.block_table) for s in seqs), np.int64, len(seqs))
-        steps, which = block_crossings(cached, tables, bs, m)
-        for i, block in zip(which.tolist(), self.kv.take(len(which))):
-            seqs[i].block_table.append(block)
-        for s in seqs:
+    def advance_decodes(self, batch: Batch, m: int) -> tuple[list[int], list[Sequence]]:
+        """Apply steps 1..m of a steady run (m <= k of steady_decode_steps) as m
+        schedule/complete rounds would, except that sequences finishing at step m stay
+        in the batch until retire(): they are returned, to retire when step m ends.
+        Also returns the KV blocks in use after each step's allocation. (Block ids may
+        differ from stepping's, since each sequence takes its blocks at once; counts,
+        and so everything a run reports, are the same.)"""
+        bs, kv = self.kv.block_size, self.kv
+        crossings = [0] * (m + 1)  # new blocks taken at each step
+        done = []
+        for s in batch.seqs:
+            table = s.block_table
+            # Step j processes position num_computed + j - 1; the table covers
+            # len(table) * bs positions, so the first new block is needed at step f.
+            f = len(table) * bs - s.num_computed + 1
+            if f <= m:
+                table.extend(kv.take((m - f) // bs + 1))
+                for j in range(f, m + 1, bs):
+                    crossings[j] += 1
             s.num_computed += m
             s.num_generated += m
-        return used1 + np.searchsorted(steps, np.arange(1, m + 1), side="right")
+            if s.num_generated >= s.request.output_len:
+                done.append(s)
+        used = kv.num_used - sum(crossings)
+        return list(accumulate(crossings[1:], initial=used))[1:], done
+
+    def retire(self, done: list[Sequence], now: float) -> None:
+        """Finish sequences advance_decodes left done, as complete() would at `now`."""
+        for seq in done:
+            seq.status, seq.finish = Status.FINISHED, now
+            self.kv.free(seq.block_table)
+        if done:
+            self.running = [s for s in self.running if s.status is Status.RUNNING]
 
     # -- shared mechanics ----------------------------------------------------------
     def reject_reason(self, request: Request) -> str:
@@ -154,6 +188,8 @@ class Scheduler(ABC):
     def _admit(self, now: float) -> Sequence:
         seq = heapq.heappop(self._waiting)[2]
         seq.status = Status.RUNNING
+        seq.decoding = False
+        self._num_prefilling += 1
         seq.admit_order = self._admissions
         self._admissions += 1
         if seq.first_scheduled < 0:
@@ -177,6 +213,9 @@ class Scheduler(ABC):
         self.kv.free(seq.block_table)
         seq.num_computed = 0
         seq.status = Status.WAITING
+        if not seq.decoding:
+            self._num_prefilling -= 1
+        seq.decoding = False
         seq.preemptions += 1
         self.num_preemptions += 1
         self.running.remove(seq)
@@ -189,15 +228,38 @@ class Scheduler(ABC):
             return self.running[:]  # already in admission order
         return sorted(self.running, key=self._victim_key)
 
+    def _reserve_decodes(self, batch: Batch, queue: list[Sequence]) -> int:
+        """The common case in bulk: the leading decoding sequences of `queue` (all of
+        them, usually) each decode one token, as the general loop would give them.
+        Returns how many it reserved: 0 if KV memory is short, so that the general loop
+        preempts. A running sequence's table covers its cached tokens, so one more token
+        needs at most one more block."""
+        p = len(queue)
+        if self._num_prefilling:
+            p = next(i for i, s in enumerate(queue) if not s.decoding)
+        p = min(p, self.token_budget or p)
+        lead = queue[:p]
+        bs = self.kv.block_size
+        short = [s for s in lead if s.num_computed >= len(s.block_table) * bs]
+        if not p or len(short) > self.kv.num_free:
+            return 0
+        for seq, block in zip(short, self.kv.take(len(short))):
+            seq.block_table.append(block)
+        batch.seqs, batch.num_tokens = lead, [1] * p
+        batch.starts = [s.num_computed for s in lead]
+        batch.total_tokens = batch.bulk_decodes = p
+        return p
+
     def _reserve_running(self, batch: Batch, tokens_for) -> bool:
         """Give each running sequence (most protected first) the blocks for its share
         of this step, preempting from the unprotected end when memory runs out.
 
-        `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop).
+        `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop);
+        for a decoding sequence it must be 1 while the token budget allows.
         Returns True if anything was preempted."""
         queue = self._by_protection()
+        i = self._reserve_decodes(batch, queue) if batch.is_empty else 0
         kv, bs = self.kv, self.kv.block_size
-        i = 0
         preempted = False
         while i < len(queue):  # the hot loop of the simulator: kept lean
             seq = queue[i]

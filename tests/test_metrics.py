@@ -1,0 +1,53 @@
+"""Metrics kept compactly (gap pairs, step totals) give the figures the full tables do."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.config import SchedulerConfig
+from core.cost import roofline
+from core.specs import lookup_hardware, lookup_model
+from core.summary import weighted_percentiles
+from core.workload import WorkloadConfig, build_workload
+from sim import simulate
+
+COST = roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 10, allow_nan=False), st.integers(1, 50)), min_size=1, max_size=30),
+       st.lists(st.floats(0, 100), min_size=1, max_size=5))
+def test_weighted_percentiles_equal_numpy_on_the_repeated_values(pairs, q):
+    values = np.array([v for v, _ in pairs])
+    counts = np.array([c for _, c in pairs])
+    expected = np.percentile(np.repeat(values, counts), q)
+    np.testing.assert_allclose(weighted_percentiles(values, counts, tuple(q)), expected,
+                               rtol=1e-12, atol=1e-12)
+
+
+def run(policy: str, record_steps: bool):
+    w = build_workload(WorkloadConfig(source="chat", num_requests=300, rate=20.0, seed=3))
+    return w, simulate(w, SchedulerConfig(policy=policy, max_num_seqs=16), COST, 3000,
+                       record_steps=record_steps)
+
+
+def test_one_gap_per_token_after_the_first():
+    for policy in ("static", "continuous", "chunked"):
+        w, r = run(policy, True)
+        done = r.requests["status"] == "finished"
+        assert done.all()
+        assert int(r.itl_counts.sum()) == int((r.requests["output_len"] - 1).sum())
+        assert len(r.itl_gaps) < r.itl_counts.sum() / 2, "tokens of a step share gap pairs"
+        assert (r.itl_gaps > 0).all()
+
+
+def test_totals_without_a_step_table_give_the_same_summary():
+    for policy in ("static", "continuous", "chunked"):
+        _, full = run(policy, True)
+        _, lean = run(policy, False)
+        assert lean.steps is None and full.steps is not None
+        a, b = full.summary(), lean.summary()
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-9, err_msg=k)
