@@ -1,16 +1,20 @@
 """Simulator speed: simulated requests per wall second, fast-forward vs step-by-step.
 
-    python benchmarks/bench_sim.py [--quick]
+    python benchmarks/bench_sim.py [--quick] [--synthetic N] [--profile]
 
 Full Azure traces (../shared/traces) on one replica of Llama-3-8B / A100-80GB
 (roofline), continuous batching and chunked prefill; then a large synthetic workload
-with its peak memory. Ratios are against step-by-step in the same run (the machine is
-shared and noisy: compare ratios, not absolute seconds)."""
+(no step table: totals only) with its peak memory. Ratios are against step-by-step in
+the same run (the machine is shared and noisy: compare ratios, not absolute seconds).
+--profile adds where the time goes on the conv trace: SimPy, scheduler, metrics..."""
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,22 +31,47 @@ from sim.events import counting_events  # noqa: E402
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
-def timed(workload, policy, fast_forward, cost, blocks):
+def timed(workload, policy, fast_forward, cost, blocks, record_steps=True):
     with counting_events() as events:
         t0 = time.perf_counter()
-        r = simulate(workload, SchedulerConfig(policy=policy), cost, blocks, fast_forward=fast_forward)
+        r = simulate(workload, SchedulerConfig(policy=policy), cost, blocks,
+                     fast_forward=fast_forward, record_steps=record_steps)
         dt = time.perf_counter() - t0
     return dt, events[0], r.summary()["num_steps"]
+
+
+# Where simulator time goes, by the file a function lives in.
+COMPONENTS = (("simpy", "SimPy events"), ("core/schedulers", "scheduler"), ("core/kv", "scheduler"),
+              ("core/batch", "step features"), ("core/metrics", "metrics recording"),
+              ("core/cost", "cost model"), ("sim/", "engine and arrivals"), ("numpy", "numpy"))
+
+
+def profile(workload, policy, cost, blocks) -> None:
+    prof = cProfile.Profile()
+    prof.runcall(simulate, workload, SchedulerConfig(policy=policy), cost, blocks)
+    shares: dict[str, float] = {}
+    for (path, _, _), row in pstats.Stats(prof).stats.items():
+        name = next((label for key, label in COMPONENTS if key in path),
+                    "builtins and numpy C calls" if path == "~" else "other (workload, summary)")
+        shares[name] = shares.get(name, 0.0) + row[2]  # own time, callees excluded
+    total = sum(shares.values())
+    print(f"where the time goes ({policy}, fast-forward, own time under cProfile):")
+    for name, t in sorted(shares.items(), key=lambda x: -x[1]):
+        print(f"  {name:<38}{t / total:>6.1%}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="first 3000 requests of each trace")
     ap.add_argument("--synthetic", type=int, default=1_000_000, help="requests in the synthetic run")
+    ap.add_argument("--profile", action="store_true", help="time by component on the conv trace")
+    ap.add_argument("--synthetic-only", type=int, metavar="N", help=argparse.SUPPRESS)
     args = ap.parse_args()
     model, hw = lookup_model("llama-3-8b"), lookup_hardware("a100-80gb")
     cost = roofline(model, hw, 1, 0.8, 0.6, 0.002)
     blocks = kv_capacity_blocks(model, hw, 1, 16)
+    if args.synthetic_only:
+        return synthetic(args.synthetic_only, cost, blocks)
     print(f"python {sys.version.split()[0]}, pid {os.getpid()}, llama-3-8b on a100-80gb, {blocks} KV blocks")
     print(f"{'workload':<22}{'policy':<12}{'mode':<14}{'wall s':>8}{'req/s':>10}{'events/s':>10}"
           f"{'steps':>9}{'speed-up':>9}")
@@ -59,14 +88,22 @@ def main() -> None:
                 base = base or dt
                 print(f"{name[:-4]:<22}{policy:<12}{'fast-forward' if ff else 'step-by-step':<14}"
                       f"{dt:>8.2f}{len(w) / dt:>10.0f}{ev / dt:>10.0f}{steps:>9}{base / dt:>8.1f}x")
-    n = args.synthetic
+            if args.profile and name.endswith("conv.csv"):
+                profile(w, policy, cost, blocks)
+    # Each synthetic size in a fresh process, so that its peak memory is its own.
+    for n in (args.synthetic // 10, args.synthetic):
+        subprocess.run([sys.executable, __file__, "--synthetic-only", str(n)], check=True)
+
+
+def synthetic(n: int, cost, blocks) -> None:
     w = build_workload(WorkloadConfig(source="chat", num_requests=n, rate=12.0))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    dt, ev, steps = timed(w, "chunked", True, cost, blocks)
+    dt, ev, steps = timed(w, "chunked", True, cost, blocks, record_steps=False)
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"{'chat synthetic':<22}{'chunked':<12}{'fast-forward':<14}{dt:>8.2f}{n / dt:>10.0f}"
           f"{ev / dt:>10.0f}{steps:>9}")
-    print(f"synthetic {n} requests: peak RSS {rss1 / 1024:.0f} MiB (before the run {rss0 / 1024:.0f} MiB)")
+    print(f"  {n} requests, no step table: peak RSS {rss1 / 1024:.0f} MiB, {rss0 / 1024:.0f} MiB "
+          f"before the run ({(rss1 - rss0) * 1024 / n:.0f} bytes per request)", flush=True)
 
 
 if __name__ == "__main__":

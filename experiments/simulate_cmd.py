@@ -33,6 +33,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="simulate serving a workload (default: embedded demo)",
                               description=__doc__)
     add_common_options(p)
+    g = p.add_argument_group("simulator")
+    g.add_argument("--no-step-table", dest="step_table", action="store_false",
+                   help="keep step totals only, no steps.csv: for replays of millions of requests")
+    g.add_argument("--step-by-step", action="store_true",
+                   help="simulate every step (no fast-forward over steady decode runs; same results)")
     p.set_defaults(func=run)
 
 
@@ -65,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                   leave=False, mininterval=0.5) as bar:
             result = simulate(workload, cfg.scheduler_for(policy), cost, blocks,
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
+                              fast_forward=not args.step_by_step, record_steps=args.step_table,
                               progress=bar.update)
         summaries[policy] = result.summary(cfg.run.slo)
         print(f"[{policy}] {len(workload)} requests, {summaries[policy]['num_steps']} steps "

@@ -48,6 +48,22 @@ def test_out_dir_has_tables_and_summary(tmp_path, capsys):
     assert steps[0].startswith("replica,start_s,duration_s,num_seqs")
 
 
+def test_step_by_step_and_no_step_table_give_the_same_summary(tmp_path, capsys):
+    runs = {}
+    for name, extra in (("default", []), ("stepped", ["--step-by-step"]),
+                        ("lean", ["--no-step-table", "--out", str(tmp_path)])):
+        code, out, _ = run_cli(["simulate", *SMALL, "--format", "json", *extra], capsys)
+        assert code == 0
+        runs[name] = json.loads(out)
+    assert not list(tmp_path.glob("*/steps.csv")) and len(list(tmp_path.glob("*/requests.csv"))) == 3
+    for policy, ref in runs["default"].items():
+        for name in ("stepped", "lean"):
+            got = runs[name][policy]
+            assert got.keys() == ref.keys()
+            for k, v in ref.items():
+                assert got[k] == pytest.approx(v, rel=1e-9, nan_ok=True), (name, policy, k)
+
+
 def test_same_seed_gives_identical_files(tmp_path, capsys):
     for d in ("a", "b"):
         assert run_cli(["simulate", *SMALL, "--seed", "5", "--out", str(tmp_path / d)], capsys)[0] == 0

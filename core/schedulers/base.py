@@ -145,21 +145,24 @@ class Scheduler(ABC):
         and so everything a run reports, are the same.)"""
         bs, kv = self.kv.block_size, self.kv
         crossings = [0] * (m + 1)  # new blocks taken at each step
-        done = []
+        growing, done = [], []
         for s in batch.seqs:
-            table = s.block_table
             # Step j processes position num_computed + j - 1; the table covers
             # len(table) * bs positions, so the first new block is needed at step f.
-            f = len(table) * bs - s.num_computed + 1
+            f = len(s.block_table) * bs - s.num_computed + 1
             if f <= m:
-                table.extend(kv.take((m - f) // bs + 1))
+                growing.append((s.block_table, (m - f) // bs + 1))
                 for j in range(f, m + 1, bs):
                     crossings[j] += 1
             s.num_computed += m
             s.num_generated += m
             if s.num_generated >= s.request.output_len:
                 done.append(s)
-        used = kv.num_used - sum(crossings)
+        used = kv.num_used
+        blocks, at = kv.take(sum(n for _, n in growing)), 0
+        for table, n in growing:
+            table.extend(blocks[at:at + n])
+            at += n
         return list(accumulate(crossings[1:], initial=used))[1:], done
 
     def retire(self, done: list[Sequence], now: float) -> None:
