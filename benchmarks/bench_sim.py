@@ -13,7 +13,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import resource
 import subprocess
 import sys
 import time
@@ -43,7 +42,7 @@ def timed(workload, policy, fast_forward, cost, blocks, record_steps=True):
 # Where simulator time goes, by the file a function lives in.
 COMPONENTS = (("simpy", "SimPy events"), ("core/schedulers", "scheduler"), ("core/kv", "scheduler"),
               ("core/batch", "step features"), ("core/metrics", "metrics recording"),
-              ("core/cost", "cost model"), ("sim/", "engine and arrivals"), ("numpy", "numpy"))
+              ("core/cost", "cost model"), ("sim/", "engine and arrivals"), ("numpy", "numpy (python side)"))
 
 
 def profile(workload, policy, cost, blocks) -> None:
@@ -95,15 +94,24 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--synthetic-only", str(n)], check=True)
 
 
+def rss_mib(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak) of this process, from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def synthetic(n: int, cost, blocks) -> None:
     w = build_workload(WorkloadConfig(source="chat", num_requests=n, rate=12.0))
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = rss_mib("VmRSS")
     dt, ev, steps = timed(w, "chunked", True, cost, blocks, record_steps=False)
-    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"{'chat synthetic':<22}{'chunked':<12}{'fast-forward':<14}{dt:>8.2f}{n / dt:>10.0f}"
           f"{ev / dt:>10.0f}{steps:>9}")
-    print(f"  {n} requests, no step table: peak RSS {rss1 / 1024:.0f} MiB, {rss0 / 1024:.0f} MiB "
-          f"before the run ({(rss1 - rss0) * 1024 / n:.0f} bytes per request)", flush=True)
+    after = rss_mib("VmRSS")
+    print(f"  {n} requests, no step table: RSS {before:.0f} MiB before the run, {after:.0f} MiB "
+          f"after it ({(after - before) * 2**20 / n:.0f} bytes per request); peak {rss_mib('VmHWM'):.0f} "
+          f"MiB (workload generation included)", flush=True)
 
 
 if __name__ == "__main__":
