@@ -84,29 +84,29 @@ class MetricsRecorder:
             self.itl_gap.extend(other)
             self.itl_count.extend([1] * len(other))
 
-    def record_decode_run(self, replica: int, starts: list[float], ends: list[float],
-                          first: StepFeatures, kv_blocks_used: list[int], kv_blocks_total: int,
+    def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
+                          kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
                           seats: int, last_token: list[float]) -> None:
-        """m steady decode steps at once (see core/fast_forward.py): the same rows, gaps
-        and totals as m calls of record_step."""
-        m, n = len(starts), first.num_seqs
-        self._gaps_after(starts[0], ends[0], last_token)
-        if m > 1:
-            self.itl_gap.extend([b - a for a, b in zip(ends, ends[1:])])
-            self.itl_count.extend(array("q", [n]) * (m - 1))
+        """m decode-only steps at once (see core/fast_forward.py): step j ran from
+        times[j-1] to times[j] with num_seqs[j-1] sequences; last_token: when each
+        sequence of step 1 had its previous token. The same rows, gaps and totals as m
+        calls of record_step."""
+        m = len(num_seqs)
+        self._gaps_after(times[0], times[1], last_token)
+        if m > 1:  # everyone in step j >= 2 was in step j - 1
+            self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
+            self.itl_count.extend(num_seqs[1:])
         t = self.totals
         t["num_steps"] += m
-        t["seat_fraction"] += m * (n / seats)
+        t["seat_fraction"] += sum(num_seqs) / seats
         t["kv_fraction"] += sum(kv_blocks_used) / kv_blocks_total
         if self._step is None:
             return
-        const = {"replica": replica, "num_seqs": n, "num_prefill_seqs": 0, "prefill_tokens": 0,
-                 "decode_tokens": n, "num_preempted": 0, "kv_blocks_total": kv_blocks_total,
-                 "seats": seats}
-        kv_read = range(first.kv_tokens_read, first.kv_tokens_read + m * n, n)
-        varying = {"start_s": starts, "duration_s": [b - a for a, b in zip(starts, ends)],
-                   "kv_tokens_read": kv_read, "attention_pairs": kv_read,
-                   "kv_blocks_used": kv_blocks_used}
+        const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,
+                 "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats}
+        varying = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
+                   "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
+                   "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used}
         for c, col in self._step.items():
             col.extend(array(col.typecode, [const[c]]) * m if c in const else varying[c])
 

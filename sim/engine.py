@@ -1,6 +1,7 @@
 """One replica: the serving loop of DESIGN.md as a SimPy process."""
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from itertools import accumulate
 from typing import Callable
@@ -8,7 +9,8 @@ from typing import Callable
 import simpy
 
 from core.batch import Batch, StepFeatures, step_features
-from core.cost import CostModel, decode_run_times
+from core.cost import CostModel
+from core.fast_forward import DecodeRun, decode_run
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
@@ -27,13 +29,16 @@ class Replica:
                  cost: CostModel, recorder: MetricsRecorder,
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
-                 observer: StepObserver | None = None) -> None:
+                 observer: StepObserver | None = None, through_finishes: bool = True) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
-        never); given, it enables fast-forward over steady decode runs."""
+        never); given, it enables fast-forward over steady decode runs. through_finishes:
+        runs may go on past a sequence finishing (not in a closed loop, where a finish
+        brings the next request)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer else next_arrival
         self.observer = observer
+        self.through_finishes = through_finishes
         self._wake = env.event()
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         env.process(self._loop())
@@ -63,13 +68,13 @@ class Replica:
                     yield self._wake | env.timeout(max(0.0, wakeup - env.now))
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
-            features = step_features(batch)
-            run = self._fast_forward(batch, features) if self.next_arrival is not None else None
+            run = self._fast_forward(batch) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
                 yield env.timeout(end - env.now)
                 sched.retire(finished, env.now)
             else:
+                features = step_features(batch)
                 kv_used = kv.num_used
                 start = env.now
                 yield env.timeout(self.cost.step_time(features))
@@ -79,37 +84,67 @@ class Replica:
                 if self.observer:
                     self.observer(self.index, start, env.now - start, batch)
             if finished:
-                rec.record_requests(finished, self.index)
-                self.outstanding -= len(finished)
-                for seq in finished:
-                    self.on_done(seq)
+                self._finish(finished)
 
-    def _fast_forward(self, batch: Batch, features: StepFeatures) -> tuple[float, list] | None:
-        """Advance over the steady decode run this batch starts: up to and including the
-        step where a sequence finishes, the last step KV memory allows, or the last step
-        that starts before the next possible arrival. Records every step as stepping would
-        and returns (the time the run ends, the sequences that finish then), or None to
-        step normally."""
+    def _run(self, cached: list[int], remaining: list[int], k: int, t0: float) -> tuple[DecodeRun, list]:
+        """The first k steps of a run priced, and their start times then end times,
+        summed in order as the clock advances when stepping one by one."""
+        run = decode_run(self.cost, cached, remaining, k)
+        return run, list(accumulate(run.durations, initial=t0))
+
+    def _fast_forward(self, batch: Batch) -> tuple[float, list] | None:
+        """Advance over the run of decode steps this batch starts (core/fast_forward.py):
+        through finishes where they let nobody in, up to the last step that starts before
+        the next possible arrival where one could join, or the last KV memory allows.
+        Records every step, and finishes sequences at their times, as stepping would;
+        returns (the time the run ends, the sequences that finish then), or None to step
+        normally."""
         sched = self.scheduler
-        k, arrival_sensitive = sched.steady_decode_steps(batch)
-        if k < MIN_FAST_FORWARD:
+        plan = sched.steady_decode_run(batch, self.through_finishes)
+        if plan is None or plan[1] < MIN_FAST_FORWARD:
             return None
-        t0 = self.env.now
-        # Summed from t0 in order, as the clock advances when stepping one by one.
-        ends = list(accumulate(decode_run_times(self.cost, features, k).tolist(), initial=t0))
-        starts, ends = ends[:-1], ends[1:]
-        m = k
-        if arrival_sensitive:
-            # Steps scheduled before the next arrival cannot see it.
-            m = bisect_left(starts, self.next_arrival())
+        remaining, k, sensitive_from = plan
+        t0, cached = self.env.now, batch.starts
+        if sensitive_from <= k:
+            # Steps from sensitive_from on must start before the next arrival, which
+            # usually comes long before step k: price a guess of the steps up to it
+            # first, all k if that falls short.
+            arrival = self.next_arrival()
+            first = self.cost.step_time(step_features(batch))
+            guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
+                     if first > 0 and arrival < math.inf else k)
+            while True:
+                run, times = self._run(cached, remaining, min(k, guess), t0)
+                if times[-2] >= arrival or guess >= k:
+                    break
+                guess *= 2
+            m = max(sensitive_from - 1, bisect_left(times, arrival, hi=len(times) - 1))
             if m < MIN_FAST_FORWARD:
                 return None
-            del starts[m:], ends[m:]
+        else:
+            m = k
+            run, times = self._run(cached, remaining, k, t0)
+        m = sched.kv_steps(batch, remaining, m)
+        if m < MIN_FAST_FORWARD:
+            return None
         last_token = [s.last_token for s in batch.seqs]
-        kv_used, done = sched.advance_decodes(batch, m)
-        end = ends[-1]
+        kv_used, done = sched.advance_decodes(batch, m, remaining)
+        end = times[m]
         for s in batch.seqs:
             s.last_token = end
-        self.recorder.record_decode_run(self.index, starts, ends, features, kv_used,
-                                        sched.kv.num_blocks, sched.max_seqs, last_token)
-        return end, done
+        self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
+                                        run.kv_read[:m], kv_used, sched.kv.num_blocks,
+                                        sched.max_seqs, last_token)
+        # The ones that finished before the last step did so before any arrival.
+        early = [(seq, times[step]) for seq, step in done if step < m]
+        if early:
+            sched.retire([e[0] for e in early], [e[1] for e in early])
+            self._finish([e[0] for e in early])
+        return end, [seq for seq, step in done if step == m]
+
+    def _finish(self, finished: list[Sequence]) -> None:
+        """Report sequences the scheduler has finished."""
+        self.recorder.record_requests(finished, self.index)
+        self.outstanding -= len(finished)
+        for seq in finished:
+            self.on_done(seq)

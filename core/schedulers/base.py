@@ -15,7 +15,7 @@ import numpy as np
 
 from core.batch import Batch
 from core.config import SchedulerConfig
-from core.fast_forward import kv_steps
+from core.fast_forward import block_steps, kv_steps
 from core.kv import BlockManager, blocks_for
 from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from core.request import Request, Sequence, Status
@@ -117,57 +117,77 @@ class Scheduler(ABC):
         return [e[2] for e in sorted(self._waiting, key=lambda e: e[:2])]
 
     # -- fast-forward ------------------------------------------------------------------
-    def steady_decode_steps(self, batch: Batch) -> tuple[int, bool]:
-        """(k, arrival_sensitive): this batch's composition repeats for k steps, this one
-        included, with no sequence finishing before step k (some may finish at step k),
-        provided nothing arrives; arrival_sensitive says whether an arrival could change
-        that."""
+    def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[list[int], int, int] | None:
+        """For a batch where every running sequence decodes: (remaining, k, sensitive_from).
+
+        remaining[i]: tokens batch.seqs[i] has left. Provided nothing arrives, the next k
+        steps (this one included) each decode one token of every member not yet
+        finished, and nothing else, with KV memory to spare. Finishes end the run (k is
+        the first one's step) unless through_finishes and a finish cannot let anyone in
+        (nobody waits, or the policy admits only into an empty batch). Steps from
+        sensitive_from on could admit an arrival (a seat is free by then): they may
+        only run if they start before it. KV memory is not checked here: see
+        kv_steps(). None: step normally."""
         seqs = batch.seqs
         if not (self.fast_forward and batch.decode_only):
-            return 1, True
-        k = min([s.request.output_len - s.num_generated for s in seqs])
-        bs, free = self.kv.block_size, self.kv.num_free
-        # Each sequence needs at most ceil((k-1)/bs) more blocks over steps 2..k; only
-        # when that bound does not fit is the exact count worth computing.
-        if k > 1 and len(seqs) * -(-(k - 1) // bs) > free:
-            cached = np.array([s.num_computed for s in seqs], np.int64)
-            tables = np.array([len(s.block_table) for s in seqs], np.int64)
-            k = kv_steps(cached, tables, bs, free, k)
-        sensitive = self.admits_while_running and len(self.running) < self.max_seqs
-        return k, sensitive
+            return None
+        remaining = [s.request.output_len - s.num_generated for s in seqs]
+        first = min(remaining)
+        through = through_finishes and (not self._waiting or not self.admits_while_running)
+        k = max(remaining) if through else first
+        seat_free = self.admits_while_running and len(self.running) < self.max_seqs
+        # After a finish a seat is free; even a policy that cannot use it then must not
+        # run past an arrival, so that a router sees this replica as stepping would.
+        return remaining, k, 1 if seat_free else min(first + 1, k + 1)
 
-    def advance_decodes(self, batch: Batch, m: int) -> tuple[list[int], list[Sequence]]:
-        """Apply steps 1..m of a steady run (m <= k of steady_decode_steps) as m
-        schedule/complete rounds would, except that sequences finishing at step m stay
-        in the batch until retire(): they are returned, to retire when step m ends.
-        Also returns the KV blocks in use after each step's allocation. (Block ids may
-        differ from stepping's, since each sequence takes its blocks at once; counts,
-        and so everything a run reports, are the same.)"""
+    def kv_steps(self, batch: Batch, remaining: list[int], m: int) -> int:
+        """How many of steps 1..m of a steady run KV memory allows (at least 1)."""
+        bs, free = self.kv.block_size, self.kv.num_free
+        # Each sequence needs at most ceil((m-1)/bs) more blocks over steps 2..m; only
+        # when that bound does not fit is the exact count worth computing.
+        if m > 1 and len(batch.seqs) * -(-(m - 1) // bs) > free:
+            m = kv_steps(np.array(batch.starts, np.int64),
+                         np.array([len(s.block_table) for s in batch.seqs], np.int64), bs, free,
+                         m, np.array(remaining, np.int64))
+        return m
+
+    def advance_decodes(self, batch: Batch, m: int, remaining: list[int]
+                        ) -> tuple[list[int], list[tuple[Sequence, int]]]:
+        """Apply steps 1..m of a steady run (m <= k of steady_decode_run) as m
+        schedule/complete rounds would, except that finished sequences stay running
+        until retire(): returns them with the step they finish at. Also returns the KV
+        blocks in use at each step, after its allocation. (Block ids may differ from
+        stepping's, since each sequence takes its blocks at once; counts, and so
+        everything a run reports, are the same.)"""
         bs, kv = self.kv.block_size, self.kv
-        crossings = [0] * (m + 1)  # new blocks taken at each step
-        growing, done = [], []
-        for s in batch.seqs:
+        freed = [0] * (m + 2)  # blocks given back after each step
+        growing, done = [], []  # (table, first step needing a block, new blocks)
+        for s, r in zip(batch.seqs, remaining):
+            a = r if r < m else m  # steps this sequence takes part in
             # Step j processes position num_computed + j - 1; the table covers
             # len(table) * bs positions, so the first new block is needed at step f.
             f = len(s.block_table) * bs - s.num_computed + 1
-            if f <= m:
-                growing.append((s.block_table, (m - f) // bs + 1))
-                for j in range(f, m + 1, bs):
-                    crossings[j] += 1
-            s.num_computed += m
-            s.num_generated += m
-            if s.num_generated >= s.request.output_len:
-                done.append(s)
+            new = (a - f) // bs + 1 if f <= a else 0
+            if new:
+                growing.append((s.block_table, f, new))
+            s.num_computed += a
+            s.num_generated += a
+            if r <= m:
+                done.append((s, r))
+                freed[r + 1] += len(s.block_table) + new
         used = kv.num_used
-        blocks, at = kv.take(sum(n for _, n in growing)), 0
-        for table, n in growing:
+        blocks, at = kv.take(sum(g[2] for g in growing)), 0
+        for table, _, n in growing:
             table.extend(blocks[at:at + n])
             at += n
-        return list(accumulate(crossings[1:], initial=used))[1:], done
+        taken = block_steps([g[1] for g in growing], [g[2] for g in growing], bs, m)
+        return list(accumulate((t - f for t, f in zip(taken, freed[1:m + 1])), initial=used))[1:], done
 
-    def retire(self, done: list[Sequence], now: float) -> None:
-        """Finish sequences advance_decodes left done, as complete() would at `now`."""
-        for seq in done:
+    def retire(self, done: list[Sequence], at: float | list[float]) -> None:
+        """Finish sequences advance_decodes left done, as complete() would at `at`
+        (one time for all, or one each)."""
+        times = at if isinstance(at, list) else [at] * len(done)
+        for seq, now in zip(done, times):
             seq.status, seq.finish = Status.FINISHED, now
             self.kv.free(seq.block_table)
         if done:
