@@ -27,9 +27,11 @@ class Scheduler(ABC):
     # sequence decodes one token and nothing was preempted, then, as long as nothing
     # arrives, schedule() keeps returning exactly that composition until a sequence
     # finishes or KV memory runs short (admission that failed keeps failing, since free
-    # memory only shrinks; no decision depends on `now`). The simulator then advances
-    # over such runs in one event. A policy that cannot promise this sets False and is
-    # simulated step by step.
+    # memory only shrinks; no decision depends on `now`); and when a sequence finishes
+    # while nobody waits (or, for a policy that admits only into an empty batch, while
+    # others still run), it returns the same composition less the finished ones. The
+    # simulator then advances over such runs in one event. A policy that cannot
+    # promise this sets False and is simulated step by step.
     fast_forward: ClassVar[bool] = True
     # Whether an arrival can join while sequences run (False for static batching).
     admits_while_running: ClassVar[bool] = True
