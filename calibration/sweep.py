@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -113,7 +112,7 @@ class Sweep:
             for seq in batch.seqs:
                 self.engine.forget(seq)
             release_batch(batch, self.kv)
-        return t, asdict(features)
+        return t, features._asdict()
 
     def _write(self, f, point: GridPoint, r: int, t: float, ref: float | None, features: dict) -> None:
         rec = {**self.ident, "key": point.key, "round": r, "t": t, "ref": ref, "features": features}

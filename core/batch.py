@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from core.request import Sequence
 
@@ -52,9 +53,9 @@ FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_token
                  "kv_tokens_read", "attention_pairs")
 
 
-@dataclass(frozen=True, slots=True)
-class StepFeatures:
-    """The shape of a step, all a cost model may look at.
+class StepFeatures(NamedTuple):
+    """The shape of a step, all a cost model may look at. (A named tuple: the simulator
+    builds one per step, or per stretch of a fast-forward run, so it must be cheap.)
 
     kv_tokens_read: KV slots attention reads, summed over sequences (context + new).
     attention_pairs: (query, key) pairs attended, causal: a chunk of c tokens after s

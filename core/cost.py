@@ -2,7 +2,7 @@
 calibration fits the linear form to measured backend steps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -70,7 +70,7 @@ def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray
     if vectorised is not None:
         return vectorised(first, m)
     kv, pairs = _growing(first, m)
-    return np.array([cost.step_time(replace(first, kv_tokens_read=int(a), attention_pairs=int(b)))
+    return np.array([cost.step_time(first._replace(kv_tokens_read=int(a), attention_pairs=int(b)))
                      for a, b in zip(kv, pairs)])
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from core.batch import StepFeatures
 from core.cost import CostModel, decode_run_times
 
-SHORT_SEGMENT = 4  # shorter stretches of equal batch size are priced step by step
+SHORT_SEGMENT = 16  # shorter stretches of equal batch size are priced step by step
 
 
 def kv_steps(cached: np.ndarray, table_len: np.ndarray, block_size: int, free: int, k: int,

@@ -30,7 +30,7 @@ def synthetic(model: FittedCostModel, noise: float = 0.0, seed: int = 0) -> list
     for p in grid.points:
         f = features_of(p)
         t = model.step_time(f) * (1 + noise * rng.standard_normal())
-        out.append(Measurement(point=p.key, region=p.region, features=dataclasses.asdict(f),
+        out.append(Measurement(point=p.key, region=p.region, features=f._asdict(),
                                median_s=t, mad_s=0.0, reps=5, heldout=p.key in held))
     return out
 
@@ -76,7 +76,7 @@ def test_decode_runs_vectorised_equal_step_by_step(combine):
         first = StepFeatures(num_seqs=b, decode_tokens=b, kv_tokens_read=b * (ctx + 1),
                              attention_pairs=b * (ctx + 1))
         fast = model.decode_run_times(first, 50)
-        slow = [model.step_time(dataclasses.replace(first, kv_tokens_read=first.kv_tokens_read + j * b,
+        slow = [model.step_time(first._replace(kv_tokens_read=first.kv_tokens_read + j * b,
                                                     attention_pairs=first.attention_pairs + j * b))
                 for j in range(50)]
         assert fast.tolist() == slow  # bit for bit: the simulator's fast-forward relies on it
