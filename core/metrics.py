@@ -6,8 +6,8 @@ Everything is kept in typed arrays, never as per-token Python objects. Inter-tok
 are stored as (gap, count) pairs: all sequences of a step whose previous token came from
 the step before share one gap, so a step adds one pair, not one value per sequence.
 Without a step table (record_steps=False, for very long replays) only the totals the
-summary needs are kept: memory then grows with the request rows and one gap pair per
-step (16 bytes), not with tokens."""
+summary needs are kept, and the gaps are folded into a fixed-size histogram (0.005%
+resolution, core/gap_histogram.py): memory then grows with the request rows alone."""
 from __future__ import annotations
 
 from array import array
@@ -15,6 +15,7 @@ from array import array
 import numpy as np
 
 from core.batch import Batch, StepFeatures
+from core.gap_histogram import GapHistogram
 from core.request import Sequence
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
@@ -25,6 +26,7 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seq
                 "num_preempted", "kv_blocks_used", "kv_blocks_total", "seats")
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
+FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
 
 
 def _column(name: str) -> array | list:
@@ -39,6 +41,7 @@ class MetricsRecorder:
         self.totals = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}
         self.itl_gap = array("d")  # inter-token gaps, seconds ...
         self.itl_count = array("q")  # ... and how many tokens had each
+        self._itl_hist = None if record_steps else GapHistogram()
 
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
@@ -59,6 +62,8 @@ class MetricsRecorder:
                     self.itl_gap.append(end - seq.last_token)
                     self.itl_count.append(1)
                 seq.last_token = end
+        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
+            self._fold()
         t = self.totals
         t["num_steps"] += 1
         t["seat_fraction"] += features.num_seqs / seats
@@ -96,6 +101,8 @@ class MetricsRecorder:
         if m > 1:  # everyone in step j >= 2 was in step j - 1
             self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
             self.itl_count.extend(num_seqs[1:])
+        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
+            self._fold()
         t = self.totals
         t["num_steps"] += m
         t["seat_fraction"] += sum(num_seqs) / seats
@@ -145,9 +152,17 @@ class MetricsRecorder:
         order = np.lexsort((t["start_s"], t["replica"]))
         return {c: v[order] for c, v in t.items()}
 
+    def _fold(self) -> None:
+        self._itl_hist.add(_np(self.itl_gap), _np(self.itl_count))
+        self.itl_gap, self.itl_count = array("d"), array("q")
+
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
-        """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one."""
-        return _np(self.itl_gap), _np(self.itl_count)
+        """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one
+        (without a step table: gaps to 0.005%, from the histogram)."""
+        if self._itl_hist is None:
+            return _np(self.itl_gap), _np(self.itl_count)
+        self._fold()
+        return self._itl_hist.pairs()
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -61,7 +61,9 @@ def test_step_by_step_and_no_step_table_give_the_same_summary(tmp_path, capsys):
             got = runs[name][policy]
             assert got.keys() == ref.keys()
             for k, v in ref.items():
-                assert got[k] == pytest.approx(v, rel=1e-9, nan_ok=True), (name, policy, k)
+                # Without a step table the gaps come from a histogram of 0.005% resolution.
+                rel = 5e-5 if name == "lean" and "itl" in k else 1e-9
+                assert got[k] == pytest.approx(v, rel=rel, nan_ok=True), (name, policy, k)
 
 
 def test_same_seed_gives_identical_files(tmp_path, capsys):
