@@ -29,16 +29,17 @@ class Replica:
                  cost: CostModel, recorder: MetricsRecorder,
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
-                 observer: StepObserver | None = None, through_finishes: bool = True) -> None:
+                 observer: StepObserver | None = None, closed_loop: bool = False) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
-        never); given, it enables fast-forward over steady decode runs. through_finishes:
-        runs may go on past a sequence finishing (not in a closed loop, where a finish
-        brings the next request)."""
+        never); given, it enables fast-forward over steady decode runs. closed_loop: a
+        finish brings its user's next request, so fast-forward stops at finishes and
+        the next step waits for a request sent at the same instant (as a real server
+        sees it before forming that step)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer else next_arrival
         self.observer = observer
-        self.through_finishes = through_finishes
+        self.closed_loop = closed_loop
         self._wake = env.event()
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         env.process(self._loop())
@@ -85,6 +86,8 @@ class Replica:
                     self.observer(self.index, start, env.now - start, batch)
             if finished:
                 self._finish(finished)
+                if self.closed_loop:
+                    yield late(env)  # the users' next requests, if sent now, come first
 
     def _run(self, cached: list[int], remaining: list[int], k: int, t0: float) -> tuple[DecodeRun, list]:
         """The first k steps of a run priced, and their start times then end times,
@@ -100,7 +103,7 @@ class Replica:
         returns (the time the run ends, the sequences that finish then), or None to step
         normally."""
         sched = self.scheduler
-        plan = sched.steady_decode_run(batch, self.through_finishes)
+        plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[1] < MIN_FAST_FORWARD:
             return None
         remaining, k, sensitive_from = plan

@@ -51,7 +51,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     for i in range(replicas):
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
                                on_done, next_arrival if fast_forward else None, observer,
-                               through_finishes=not arrivals.closed_loop))
+                               closed_loop=arrivals.closed_loop))
     env.run()
     for e in engines:  # nothing should be left; if something is, its row says so
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
