@@ -98,11 +98,13 @@ def utilisation_over_time(start: np.ndarray, duration: np.ndarray, used: np.ndar
 
 
 def seat_timeline(ax: plt.Axes, holders: np.ndarray, computed: np.ndarray,
-                  long_ids: set[int], title: str) -> None:
+                  long_ids: set[int], title: str, x_edges: np.ndarray | None = None) -> None:
     """Which request holds each seat at each step (the seed's step picture).
 
     holders: [steps, seats] request ids (-1 = empty seat); computed: [steps, seats] True
-    where that seat's sequence ran in the step (False = held but paused)."""
+    where that seat's sequence ran in the step (False = held but paused). x_edges:
+    steps + 1 column edges (e.g. step start times in seconds, so each step is as wide
+    as it took); None: one unit per step."""
     steps, seats = holders.shape
     img = np.ones((seats, steps, 3))
     for s in range(seats):
@@ -113,8 +115,11 @@ def seat_timeline(ax: plt.Axes, holders: np.ndarray, computed: np.ndarray,
             img[s, at] = rgb
             paused = at & ~computed[:, s]
             img[s, paused] = 0.35 * rgb + 0.65  # faded: holds the seat, does no work
-    ax.imshow(img, aspect="auto", interpolation="nearest", origin="lower",
-              extent=(0, steps, -0.5, seats - 0.5))
+    if x_edges is None:
+        ax.imshow(img, aspect="auto", interpolation="nearest", origin="lower",
+                  extent=(0, steps, -0.5, seats - 0.5))
+    else:
+        ax.pcolormesh(np.asarray(x_edges, dtype=float), np.arange(seats + 1) - 0.5, img)
     ax.set_yticks(range(seats))
     ax.set_ylabel("seat")
     ax.set_title(title, fontsize=10)
@@ -141,3 +146,26 @@ def bars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], title: st
     ax.set_title(title, fontsize=10)
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
+
+
+def grouped_bars(ax: plt.Axes, labels: Sequence[str], series: dict[str, Sequence[float]],
+                 title: str, ylabel: str, value_fmt: str = "{:.0f}") -> None:
+    """Bars per label (policy), one bar per series side by side, coloured by policy and
+    told apart by hatching (first series plain); value written on top."""
+    x = np.arange(len(labels))
+    width = 0.8 / max(1, len(series))
+    hatches = ["", "//", "..", "xx"]
+    for k, (name, values) in enumerate(series.items()):
+        xs = x - 0.4 + width * (k + 0.5)
+        ax.bar(xs, values, width, color=[color(l) for l in labels], hatch=hatches[k % 4],
+               edgecolor="white" if k == 0 else "#333333", label=name)
+        for xi, v in zip(xs, values):
+            if np.isfinite(v):
+                ax.text(xi, v, value_fmt.format(v), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, labels)
+    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    # Legend patches in neutral grey: the colours already name the policies.
+    ax.legend(handles=[Patch(facecolor="#bbbbbb", hatch=hatches[k % 4], edgecolor="#333333",
+                             label=name) for k, name in enumerate(series)], fontsize=8)

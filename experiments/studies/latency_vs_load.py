@@ -30,9 +30,9 @@ COLUMNS = ("policy", "rate", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", 
            "slot_utilization", "completed", "meets_slo", "search")
 
 
-def _meets(s: dict, n: int) -> bool:
-    return (s["completed"] == n and s["p99_ttft_ms"] <= SLO_SPEC.ttft_ms
-            and s["p99_tpot_ms"] <= SLO_SPEC.tpot_ms)
+def _meets(s: dict, n: int, slo: SLO = SLO_SPEC) -> bool:
+    return (s["completed"] == n and s["p99_ttft_ms"] <= slo.ttft_ms
+            and s["p99_tpot_ms"] <= slo.tpot_ms)
 
 
 class Runner:
@@ -72,7 +72,8 @@ def bracket(rows: list[dict]) -> tuple[float, float | None]:
 
 
 @register(NAME, "claim 4: TTFT/TPOT p50 and p99 vs request rate for static, continuous and "
-                "chunked; max rate under TTFT p99 < 2 s and TPOT p99 < 100 ms (bisection)")
+                "chunked; max rate under TTFT p99 < 2 s and TPOT p99 < 100 ms (bisection); "
+                "--backend sweeps rates on the CPU torch backend", backend=True)
 def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
     p = pick(PARAMS, size)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -98,73 +99,79 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "tolerance": {"abs_req_s": ABS_TOL, "rel": REL_TOL}, "max_rate": limits,
               "sweep": sweep, "elapsed_s": 0.0}
     result["files"] = ["sweep.csv", *_plots(out_dir, sweep, limits, runner.samples)]
+    if backend:
+        from experiments.studies import latency_vs_load_backend  # needs torch: only when asked
+        result["backend"] = latency_vs_load_backend.run(out_dir, size, progress)
+        result["files"] += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed
-    _report(out_dir, result, size)
+    _report(out_dir, result, size, backend)
     result["files"].append("report.md")
     return result
 
 
-def _binding(row: dict) -> str:
+def _binding(row: dict, slo: SLO = SLO_SPEC) -> str:
     parts = []
-    if row["p99_ttft_ms"] > SLO_SPEC.ttft_ms:
+    if row["p99_ttft_ms"] > slo.ttft_ms:
         parts.append(f"TTFT p99 {row['p99_ttft_ms']:,.0f} ms")
-    if row["p99_tpot_ms"] > SLO_SPEC.tpot_ms:
+    if row["p99_tpot_ms"] > slo.tpot_ms:
         parts.append(f"TPOT p99 {row['p99_tpot_ms']:.0f} ms")
     return " and ".join(parts) or "unfinished requests"
 
 
-def _plots(out_dir: Path, sweep: dict, limits: dict, samples: dict) -> list[str]:
-    fig, axes = plots.figure(2, 2, f"Latency vs load: {MODEL} on {HARDWARE}, {SEATS} seats, chat mix",
-                             width=6.0, height=4.0)
-    panels = [("median_ttft_ms", "TTFT p50", None), ("p99_ttft_ms", "TTFT p99", SLO_SPEC.ttft_ms),
-              ("median_tpot_ms", "TPOT p50", None), ("p99_tpot_ms", "TPOT p99", SLO_SPEC.tpot_ms)]
-    for ax, (key, title, slo) in zip(axes, panels):
+def _plots(out_dir: Path, sweep: dict, limits: dict, samples: dict, slo: SLO = SLO_SPEC,
+           title: str | None = None, prefix: str = "") -> list[str]:
+    """latency_vs_load.png, throughput_vs_load.png, latency_cdf.png (names after `prefix`)."""
+    title = title or f"{MODEL} on {HARDWARE}, {SEATS} seats, chat mix"
+    fig, axes = plots.figure(2, 2, f"Latency vs load: {title}", width=6.0, height=4.0)
+    panels = [("median_ttft_ms", "TTFT p50", None), ("p99_ttft_ms", "TTFT p99", slo.ttft_ms),
+              ("median_tpot_ms", "TPOT p50", None), ("p99_tpot_ms", "TPOT p99", slo.tpot_ms)]
+    for ax, (key, label, limit) in zip(axes, panels):
         for policy, rows in sweep.items():
             c = plots.color(policy)
             ax.plot([r["rate"] for r in rows], [r[key] for r in rows], marker=".", color=c, label=policy)
             ax.axvline(limits[policy]["max_rate"], color=c, ls=":", lw=1.2)
-        if slo:
-            plots.mark_y(ax, slo, f"SLO {slo:g} ms")
+        if limit:
+            plots.mark_y(ax, limit, f"SLO {limit:g} ms")
         ttft = key.endswith("ttft_ms")  # TTFT spans 4 decades; TPOT stays within one
         if ttft:
             ax.set_yscale("log")
         else:
-            ax.set_ylim(0, SLO_SPEC.tpot_ms * 1.15)
-        ax.set_title(f"{title} (dotted verticals: max rate under the SLO)", fontsize=9)
+            ax.set_ylim(0, slo.tpot_ms * 1.15)
+        ax.set_title(f"{label} (dotted verticals: max rate under the SLO)", fontsize=9)
         ax.set_xlabel("request rate (req/s, Poisson)")
         ax.set_ylabel("ms (log)" if ttft else "ms")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    plots.save(fig, out_dir / "latency_vs_load.png")
+    plots.save(fig, out_dir / f"{prefix}latency_vs_load.png")
 
-    fig, axes = plots.figure(1, 2, "Throughput vs load", width=5.6, height=4.0)
+    fig, axes = plots.figure(1, 2, f"Throughput vs load: {title}", width=5.6, height=4.0)
     for policy, rows in sweep.items():
         x, c = [r["rate"] for r in rows], plots.color(policy)
         axes[0].plot(x, [r["request_throughput"] for r in rows], marker=".", color=c, label=policy)
         axes[1].plot(x, [r["request_goodput"] for r in rows], marker=".", color=c, label=policy)
     top = max(r["rate"] for rows in sweep.values() for r in rows)
-    for ax, title in zip(axes, ("achieved throughput", "goodput (requests within the SLO per s)")):
+    for ax, panel in zip(axes, ("achieved throughput", "goodput (requests within the SLO per s)")):
         ax.plot([0, top], [0, top], color="#999999", ls="--", lw=1, label="offered")
-        ax.set_title(title, fontsize=10)
+        ax.set_title(panel, fontsize=10)
         ax.set_xlabel("offered rate (req/s)")
         ax.set_ylabel("req/s")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    plots.save(fig, out_dir / "throughput_vs_load.png")
+    plots.save(fig, out_dir / f"{prefix}throughput_vs_load.png")
 
     rate = _cdf_rate(sweep)
-    fig, axes = plots.figure(1, 2, f"Latency CDFs at {rate:g} req/s", width=5.6, height=4.0)
+    fig, axes = plots.figure(1, 2, f"Latency CDFs at {rate:g} req/s: {title}", width=5.6, height=4.0)
     for policy in sweep:
         lat = samples[(policy, rate)]
         plots.cdf(axes[0], lat["ttft"] * 1000, policy, plots.color(policy))
         plots.cdf(axes[1], lat["tpot"] * 1000, policy, plots.color(policy), log=False)
     axes[0].set_xlabel("TTFT (ms, log)")
     axes[1].set_xlabel("TPOT (ms)")
-    for ax, slo in zip(axes, (SLO_SPEC.ttft_ms, SLO_SPEC.tpot_ms)):
-        ax.axvline(slo, color="#444444", ls=":", lw=1)
+    for ax, limit in zip(axes, (slo.ttft_ms, slo.tpot_ms)):
+        ax.axvline(limit, color="#444444", ls=":", lw=1, label=f"SLO {limit:g} ms")
         ax.legend(fontsize=8)
-    plots.save(fig, out_dir / "latency_cdf.png")
-    return ["latency_vs_load.png", "throughput_vs_load.png", "latency_cdf.png"]
+    plots.save(fig, out_dir / f"{prefix}latency_cdf.png")
+    return [f"{prefix}{n}" for n in ("latency_vs_load.png", "throughput_vs_load.png", "latency_cdf.png")]
 
 
 def _rate_text(v: dict) -> str:
@@ -179,10 +186,10 @@ def _cdf_rate(sweep: dict) -> float:
     return ok[-1] if ok else sweep["continuous"][0]["rate"]
 
 
-def _report(out_dir: Path, r: dict, size: str) -> None:
+def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
     lim = r["max_rate"]
     rep = Report("Claim 4: latency vs load")
-    rep.para(f"Command: `{command_line(NAME, size)}`. Setup: {r['setup']}; {r['seats']} seats. "
+    rep.para(f"Command: `{command_line(NAME, size, backend)}`. Setup: {r['setup']}; {r['seats']} seats. "
              f"Workload: {r['workload']} (the `chat` preset: prompts lognormal around 300 tokens; "
              f"replies 80% 12-40, 15% 100-300, 5% 500-1000 tokens). SLO: TTFT p99 <= "
              f"{SLO_SPEC.ttft_ms:g} ms and TPOT p99 <= {SLO_SPEC.tpot_ms:g} ms, all requests served.")
@@ -225,4 +232,10 @@ def _report(out_dir: Path, r: dict, size: str) -> None:
     rep.para(f"Latency CDFs at {_cdf_rate(r['sweep']):g} req/s, the highest swept rate "
              f"continuous sustains:")
     rep.image("latency_cdf.png", "TTFT and TPOT CDFs")
+    if r.get("backend"):
+        from experiments.studies import latency_vs_load_backend
+        latency_vs_load_backend.report_section(rep, r["backend"], r)
+    else:
+        rep.para("The real-backend variant (`--backend`) sweeps a few request rates around the "
+                 "CPU's capacity on the CPU torch backend; it was not run for this report.")
     rep.write(out_dir / "report.md")

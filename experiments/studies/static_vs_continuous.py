@@ -31,17 +31,19 @@ COLUMNS = ("policy", "slot_utilization", "time_weighted_utilization", "seat_occu
            "median_e2el_ms", "num_steps", "completed")
 
 
-def one_long_per_group(n: int, seats: int, users: int, seed: int = SEED) -> Workload:
+def one_long_per_group(n: int, seats: int, users: int, seed: int = SEED,
+                       long: tuple[int, int] = LONG, prompt_len: tuple[int, int] = PROMPT) -> Workload:
     """n requests; in every consecutive group of `seats`, exactly one long reply at a
     random place, the others short. Closed loop: `users` requests in flight."""
     rng = np.random.default_rng(seed)
     out = rng.integers(SHORT[0], SHORT[1] + 1, n)
     groups = n // seats
     where = seats * np.arange(groups) + rng.integers(0, seats, groups)
-    out[where] = rng.integers(LONG[0], LONG[1] + 1, groups)
-    prompt = rng.integers(PROMPT[0], PROMPT[1] + 1, n)
+    out[where] = rng.integers(long[0], long[1] + 1, groups)
+    prompt = rng.integers(prompt_len[0], prompt_len[1] + 1, n)
     desc = [f"{n} requests, replies {SHORT[0]}-{SHORT[1]} tokens except one of "
-            f"{LONG[0]}-{LONG[1]} in every {seats}, prompts {PROMPT[0]}-{PROMPT[1]} tokens, seed {seed}",
+            f"{long[0]}-{long[1]} in every {seats}, prompts {prompt_len[0]}-{prompt_len[1]} "
+            f"tokens, seed {seed}",
             f"closed loop: {users} users, each sends its next request when its reply ends"]
     return Workload(np.zeros(n), prompt, out, max_concurrency=users, description=desc)
 
@@ -54,7 +56,8 @@ def static_expectation(out_len: np.ndarray, seats: int) -> float:
 
 
 @register(NAME, "claim 2: 8 seats, one ~500-token reply among short ones: slot utilisation, "
-                "throughput and queueing delay of static vs continuous (and chunked)")
+                "throughput and queueing delay of static vs continuous (and chunked); "
+                "--backend serves a reduced workload on the CPU torch backend", backend=True)
 def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
     p = pick(PARAMS, size)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,9 +87,13 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     result = {
         "name": NAME, "size": size, "setup": setup_line(meta), "workload": w.describe(),
         "static_expected_utilization": expected, "policies": rows, "files": files,
-        "elapsed_s": progress.elapsed,
     }
-    _report(out_dir, result, size)
+    if backend:
+        from experiments.studies import static_vs_continuous_backend  # needs torch: only when asked
+        result["backend"] = static_vs_continuous_backend.run(out_dir, size, progress)
+        files += result["backend"]["files"]
+    result["elapsed_s"] = progress.elapsed
+    _report(out_dir, result, size, backend)
     result["files"].append("report.md")
     return result
 
@@ -145,11 +152,11 @@ def _plots(out_dir: Path, runs: dict, trackers: dict, long_ids: set[int], seats:
             "throughput_queueing.png", "latency_cdf.png"]
 
 
-def _report(out_dir: Path, r: dict, size: str) -> None:
+def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
     rows, exp = r["policies"], r["static_expected_utilization"]
     st, co, ch = rows["static"], rows["continuous"], rows["chunked"]
     rep = Report("Claim 2: static vs continuous batching")
-    rep.para(f"Command: `{command_line(NAME, size)}`. Setup: {r['setup']}. Workload: "
+    rep.para(f"Command: `{command_line(NAME, size, backend)}`. Setup: {r['setup']}. Workload: "
              f"{r['workload']}. 8 seats (max_num_seqs=8); the 32 users send together at t=0, "
              f"so every static batch holds one group of 8 with its one long reply.")
     rep.claim(
@@ -197,4 +204,10 @@ def _report(out_dir: Path, r: dict, size: str) -> None:
     rep.image("utilisation_over_time.png", "slot utilisation over time")
     rep.image("throughput_queueing.png", "throughput and queueing delay")
     rep.image("latency_cdf.png", "queueing delay and end-to-end latency CDFs")
+    if r.get("backend"):
+        from experiments.studies import static_vs_continuous_backend
+        static_vs_continuous_backend.report_section(rep, r["backend"], r)
+    else:
+        rep.para("The real-backend variant (`--backend`) serves a reduced version of this "
+                 "workload on the CPU torch backend; it was not run for this report.")
     rep.write(out_dir / "report.md")
