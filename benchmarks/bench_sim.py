@@ -4,8 +4,9 @@
 
 Full Azure traces (../shared/traces) on one replica of Llama-3-8B / A100-80GB
 (roofline), continuous batching and chunked prefill; then a large synthetic workload
-(no step table: totals only) with its peak memory. Ratios are against step-by-step in
-the same run (the machine is shared and noisy: compare ratios, not absolute seconds).
+(no step table: totals only) with its peak memory. "lean" rows keep no step table
+(`simulate --no-step-table`). Ratios are against step-by-step in the same run (the
+machine is shared and noisy: compare ratios, not absolute seconds).
 --profile adds where the time goes on the conv trace: SimPy, scheduler, metrics...
 
 steps/event bounds what fast-forward can gain: every arrival, admission and finish is
@@ -86,10 +87,12 @@ def main() -> None:
         w = build_workload(WorkloadConfig(source=str(path), num_requests=3000 if args.quick else None))
         for policy in ("continuous", "chunked"):
             base = None
-            for ff in (False, True):
-                dt, ev, steps = timed(w, policy, ff, cost, blocks)
+            # Step table kept (the default), then without it (--no-step-table).
+            for ff, table, mode in ((False, True, "step-by-step"), (True, True, "fast-forward"),
+                                    (False, False, "step, lean"), (True, False, "ff, lean")):
+                dt, ev, steps = timed(w, policy, ff, cost, blocks, record_steps=table)
                 base = base or dt
-                print(f"{name[:-4]:<22}{policy:<12}{'fast-forward' if ff else 'step-by-step':<14}"
+                print(f"{name[:-4]:<22}{policy:<12}{mode:<14}"
                       f"{dt:>8.2f}{len(w) / dt:>10.0f}{ev / dt:>10.0f}{steps:>9}{steps / ev:>12.2f}"
                       f"{base / dt:>8.1f}x")
             if args.profile and name.endswith("conv.csv"):
