@@ -17,10 +17,11 @@ from core.workload import Workload
 from experiments import plots
 from experiments.markdown import Report, fmt
 from experiments.studies.common import Progress, RowLog, pick
+from experiments.studies.common_backend import THREADS, runtime as shared_runtime
 
 # Short prompts: the prefill of 64 sequences stays cheap, and the decode step's cost is
 # the weights and per-token matmuls, as in the roofline study.
-PROMPT, WARM, BLOCK, THREADS = 16, 2, 16, 1
+PROMPT, WARM, BLOCK = 16, 2, 16
 PARAMS = {
     "full": dict(models=("batchlab-tiny", "batchlab-small"), batches=(1, 2, 4, 8, 16, 32, 64),
                  steps=8, rounds=3),
@@ -47,7 +48,7 @@ def run(out_dir: Path, size: str, progress: Progress) -> dict:
     models = []
     with RowLog(out_dir / "backend.csv", COLUMNS) as log:
         for name in p["models"]:
-            runtime = Runtime(model=name, threads=THREADS)
+            runtime = shared_runtime(name)  # loaded once per process, as the other studies
             # Rounds over all batch sizes, interleaved, so a burst of other work on a shared
             # machine disturbs one round of a batch size, not all its measurements.
             times = {b: [] for b in p["batches"]}
