@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel, roofline
 from core.fast_forward import kv_steps
+from core.profile import load_profile
 from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
 from sim import simulate
@@ -17,6 +18,7 @@ COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
                                       "decode_tokens": 3e-5, "kv_tokens_read": 1e-7}),
     "roofline": roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002),
+    "calibrated": load_profile("default").cost_model(),  # the shipped CPU profile's fit
 }
 
 
