@@ -43,11 +43,6 @@ class Batch:
         """Every item is a bulk decode and nothing was preempted."""
         return 0 < self.bulk_decodes == len(self.seqs) and not self.preempted
 
-    def is_decode(self, i: int) -> bool:
-        """Valid before complete(): one token, the last generated one."""
-        seq = self.seqs[i]
-        return seq.num_generated > 0 and self.num_tokens[i] == 1 and self.starts[i] == seq.known - 1
-
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
                  "kv_tokens_read", "attention_pairs")
@@ -83,7 +78,7 @@ def step_features(batch: Batch) -> StepFeatures:
         seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
         kv_read += s + c
         pairs += c * s + c * (c + 1) // 2
-        # is_decode, inlined: this runs once per sequence per step
+        # A decode: one token, the last one generated.
         if c == 1 and seq.num_generated > 0 and s == seq.request.prompt_len + seq.num_generated - 1:
             decode += 1
         else:
