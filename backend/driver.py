@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from backend.runtime import Runtime
-from core.batch import step_features
+from core.batch import StepObserver, step_features
 from core.config import SchedulerConfig
 from core.metrics import MetricsRecorder
 from core.request import Sequence, Status
@@ -60,12 +60,15 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                  progress: bool = True, stop: threading.Event | None = None,
                  outputs: dict[int, list[int]] | None = None, warmup: bool = True,
                  meta: dict | None = None,
-                 on_step: Callable[[int], None] | None = None) -> RunResult:
+                 on_step: Callable[[int], None] | None = None,
+                 observer: StepObserver | None = None) -> RunResult:
     """Serve `workload` with a fresh scheduler of `scheduler` on `runtime`.
 
     time_scale multiplies arrival times (0.5 replays twice as fast, 0 sends everything
     at once). outputs, when given, receives each finished request's token ids.
-    on_step(step_index) is called after every step (tests use it to interrupt)."""
+    on_step(step_index) is called after every step (tests use it to interrupt);
+    observer(replica, start, duration, batch) too, as sim.simulate calls its own, after
+    complete() and outside the timed region."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
     num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
@@ -141,6 +144,8 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
             end = clock()
             finished = sched.complete(batch, end)
             rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats)
+            if observer is not None:
+                observer(0, start, end - start, batch)
             steps += 1
             if finished:
                 rec.record_requests(finished, 0)

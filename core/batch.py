@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from core.request import Sequence
 
@@ -42,6 +42,12 @@ class Batch:
     def decode_only(self) -> bool:
         """Every item is a bulk decode and nothing was preempted."""
         return 0 < self.bulk_decodes == len(self.seqs) and not self.preempted
+
+
+# Told of every step, once complete() has run: (replica, start, duration, batch). For
+# studies that need more than the step table (which request holds which seat); the
+# simulator and the real driver call it at the same point.
+StepObserver = Callable[[int, float, float, Batch], None]
 
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",

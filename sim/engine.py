@@ -8,7 +8,7 @@ from typing import Callable
 
 import simpy
 
-from core.batch import Batch, StepFeatures, step_features
+from core.batch import Batch, StepObserver, step_features
 from core.cost import CostModel
 from core.fast_forward import DecodeRun, decode_run
 from core.metrics import MetricsRecorder
@@ -16,10 +16,8 @@ from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
 from sim.events import late
 
-# Called after every step with (replica, start, duration, batch), once complete() has
-# run: for studies that need more than the step table (e.g. which request holds which
-# seat). Fast-forward is off while an observer watches, so it sees every step.
-StepObserver = Callable[[int, float, float, Batch], None]
+# StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
+# every step.
 
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 

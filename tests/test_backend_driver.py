@@ -45,6 +45,19 @@ def test_same_tables_and_summary_as_the_simulator(runtime):
     assert real.summary()["total_output_tokens"] == W.output_len.sum()
 
 
+def test_observer_sees_the_steps_the_simulator_observer_sees(runtime):
+    cfg = SchedulerConfig(policy="chunked", block_size=8, max_num_batched_tokens=32)
+    seen = {"real": [], "sim": []}
+
+    def watch(world):
+        return lambda replica, start, duration, batch: seen[world].append(
+            (replica, [s.id for s in batch.seqs], list(batch.num_tokens), duration > 0))
+    real = run_workload(runtime, W, cfg, progress=False, observer=watch("real"))
+    simulate(W, cfg, LinearCostModel(0.01), real.meta["num_kv_blocks"], observer=watch("sim"))
+    assert len(seen["real"]) == len(real.steps["start_s"]) > 6
+    assert seen["real"] == seen["sim"]
+
+
 def test_metadata_says_what_ran(runtime):
     r = run_workload(runtime, W, SchedulerConfig(policy="chunked", block_size=8), progress=False,
                      time_scale=0.0)

@@ -1,26 +1,23 @@
 """What the --backend variants of claims 2-4 share: one loaded model per process (a
-study, or a test session, loads batchlab-tiny once), and a real run that can be
-watched step by step like sim.simulate's observer. Imported only with --backend: it
+study, or a test session, loads batchlab-tiny once), and a real run watched step by step
+as sim.simulate's observer watches a simulated one. Imported only with --backend: it
 needs torch and transformers."""
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, Callable
 
 import numpy as np
 
 from backend.driver import run_workload
 from backend.runtime import Runtime
-from core.batch import Batch
+from core.batch import StepObserver
 from core.config import SchedulerConfig
 from core.result import RunResult
 from core.workload import Workload
 
 MODEL = "batchlab-tiny"
-THREADS = 1  # as batching_backend: one torch thread gives steady timing on a small shared CPU
-
-Observer = Callable[[int, float, float, Batch], None]
+THREADS = 1  # one torch thread gives steady timing on a small shared CPU
 
 
 @lru_cache(maxsize=2)
@@ -30,51 +27,12 @@ def runtime(model: str = MODEL) -> Runtime:
     return Runtime(model=model, threads=THREADS)
 
 
-class _TapEngine:
-    """An engine that remembers the batch it executed last (everything else delegated)."""
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self.batch: Batch | None = None
-
-    def execute(self, batch: Batch) -> float:
-        self.batch = batch
-        return self._engine.execute(batch)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
-class _TapRuntime:
-    """A Runtime whose engine is tapped. run_workload has no observer argument; its
-    on_step hook runs after Scheduler.complete and outside the timed region, which is
-    exactly when sim.simulate calls its observer, so the tap adds no step time."""
-
-    def __init__(self, rt: Runtime) -> None:
-        self._rt = rt
-        self.engine_tap: _TapEngine | None = None
-
-    def engine(self, *args: Any, **kw: Any) -> _TapEngine:
-        self.engine_tap = _TapEngine(self._rt.engine(*args, **kw))
-        return self.engine_tap
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rt, name)
-
-
-def serve(workload: Workload, cfg: SchedulerConfig, observer: Observer | None = None,
+def serve(workload: Workload, cfg: SchedulerConfig, observer: StepObserver | None = None,
           model: str = MODEL) -> RunResult:
     """Serve `workload` on the real backend on the wall clock (arrivals as given),
     calling observer(replica, start, duration, batch) after each step as
-    sim.simulate does (start and duration are NaN here: read them from the step table)."""
-    rt = runtime(model)
-    if observer is None:
-        return run_workload(rt, workload, cfg, progress=False)
-    tap = _TapRuntime(rt)
-
-    def on_step(_: int) -> None:
-        observer(0, math.nan, math.nan, tap.engine_tap.batch)
-    return run_workload(tap, workload, cfg, progress=False, on_step=on_step)  # type: ignore[arg-type]
+    sim.simulate does."""
+    return run_workload(runtime(model), workload, cfg, progress=False, observer=observer)
 
 
 def decode_step_ms(steps: dict[str, np.ndarray]) -> float:
