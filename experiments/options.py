@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from experiments.config import ExperimentConfig, build_config, read_toml
+from experiments.errors import UserError
 from experiments.workload_options import add_workload_options, workload_overrides
 
 
@@ -41,6 +42,16 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="DIR", help="write tables (CSV), summary (JSON) here")
     g.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: the summary on stdout, keyed by policy")
+
+
+def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]) -> None:
+    """A flag this command accepts (the options are shared) but cannot honour is an
+    error, not silently ignored. unused: argparse dest -> why it does not apply."""
+    for dest, why in unused.items():
+        if getattr(args, dest, None) is not None:
+            flag = "--" + {"hw_name": "hardware", "hw_tensor_parallel": "tp", "pr_path": "profile",
+                           "ru_router": "router"}.get(dest, dest.replace("_", "-"))
+            raise UserError(f"{flag} does not apply to batchlab {command}: {why}")
 
 
 _SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run"}

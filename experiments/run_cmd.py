@@ -9,7 +9,7 @@ import time
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment
+from experiments.options import add_common_options, load_experiment, reject_unused
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table
 
@@ -64,6 +64,10 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from backend.driver import run_workload  # torch only when this command runs
 
+    reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
+                   "hw_tensor_parallel": "the backend runs on one device",
+                   "ru_router": "it serves one replica",
+                                "pr_path": "it measures; use it with simulate or validate"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")

@@ -14,7 +14,7 @@ from core.specs import MODELS
 from core.workload import build_workload
 from experiments.config import ExperimentConfig, read_toml
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment
+from experiments.options import add_common_options, load_experiment, reject_unused
 from experiments.output import to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
 from experiments.validation import profile_source
@@ -42,6 +42,11 @@ def _config_names_model(config: str | None) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    no_slo = "it compares latencies, not goodput"
+    reject_unused(args, "validate", {"hw_name": "it serves on this machine's device (--device)",
+                   "hw_tensor_parallel": "the backend runs on one device",
+                   "ru_router": "it serves one replica",
+                                     "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")

@@ -67,6 +67,10 @@ def test_config_file(tmp_path, capsys):
     (["--kv-memory", "lots"], "memory budget"),
     (["--time-scale", "-1"], "run.time_scale: Input should be greater than or equal to 0"),
     (["--replicas", "2"], "one replica"),
+    (["--hardware", "h100-sxm"], "--hardware does not apply to batchlab run"),
+    (["--tp", "2"], "--tp does not apply to batchlab run"),
+    (["--profile", "default"], "--profile does not apply to batchlab run"),
+    (["--router", "least_loaded"], "--router does not apply to batchlab run"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg, capsys):
     code, _, err = run_cli(["run", *SMALL, *args], capsys)

@@ -122,6 +122,8 @@ def test_json_format(profile_file):
     (["--profile", "/nonexistent/p.json"], "profile not found"),
     (["--profile", "default", "--replicas", "2"], "one replica"),
     (["--profile", "default", "--policy", "nope"], "unknown policy"),
+    (["--profile", "default", "--hardware", "h200"], "--hardware does not apply to batchlab validate"),
+    (["--profile", "default", "--slo-tpot-ms", "50"], "--slo-tpot-ms does not apply"),
 ])
 def test_bad_inputs_are_one_line_errors(args, message):
     code, _, err = cli(["validate", *SMALL, *args])
