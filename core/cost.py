@@ -44,6 +44,18 @@ class RooflineCostModel:
             t_comm = self.comm_latency_s + self.comm_bytes_per_token * tokens / self.comm_bandwidth
         return self.overhead_s + max(t_mem, t_flops) + t_comm
 
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        """step_time of m decode-only steps of n sequences reading kv0, kv0 + n, ... KV
+        tokens: the same arithmetic in plain Python, cheaper than numpy for short runs."""
+        w, kvb, bw = self.weight_bytes, self.kv_bytes_per_token, self.mem_bandwidth
+        flops, afp, peak = self.flops_per_token * n, self.attention_flops_per_pair, self.peak_flops
+        t_comm = 0.0
+        if self.comm_bytes_per_token:
+            t_comm = self.comm_latency_s + self.comm_bytes_per_token * n / self.comm_bandwidth
+        o = self.overhead_s
+        return [o + max((w + kvb * kv) / bw, (flops + afp * kv) / peak) + t_comm
+                for kv in range(kv0, kv0 + m * n, n)]
+
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         """step_time of m steady decode steps, vectorised with the same arithmetic."""
         kv, pairs = _growing(f, m)

@@ -16,7 +16,9 @@ import numpy as np
 from core.batch import StepFeatures
 from core.cost import CostModel, decode_run_times
 
-SHORT_SEGMENT = 16  # shorter stretches of equal batch size are priced step by step
+# Stretches of equal batch size shorter than these are priced step by step (in the cost
+# model's pure-Python form, or by step_time), longer ones by one numpy call.
+SHORT_PLAIN, SHORT_STEPS = 48, 6
 
 
 def kv_steps(cached: np.ndarray, table_len: np.ndarray, block_size: int, free: int, k: int,
@@ -71,18 +73,21 @@ def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int)
             e[0] += 1
             e[1] += c
     n, base = len(cached), sum(cached)  # sequences running and their sum of c_i
+    plain = getattr(cost, "decode_times", None)  # a cost model's own pure-Python form
     run = DecodeRun([], [], [])
     start = 1
     for stop in sorted(leaving) + [k]:  # stretch: steps start..stop
         if stop >= start:
             length = stop - start + 1
             kv0 = base + start * n
-            first = StepFeatures(n, 0, 0, n, kv0, kv0)
-            if length < SHORT_SEGMENT:
-                run.durations += [cost.step_time(first if j == 0 else StepFeatures(
-                    n, 0, 0, n, kv0 + j * n, kv0 + j * n)) for j in range(length)]
+            if plain is not None and length < SHORT_PLAIN:
+                run.durations += plain(n, kv0, length)
+            elif length < SHORT_STEPS:
+                run.durations += [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv))
+                                  for kv in range(kv0, kv0 + length * n, n)]
             else:
-                run.durations += decode_run_times(cost, first, length).tolist()
+                run.durations += decode_run_times(cost, StepFeatures(n, 0, 0, n, kv0, kv0),
+                                                  length).tolist()
             run.num_seqs += [n] * length
             run.kv_read += range(kv0, kv0 + length * n, n)
             start = stop + 1

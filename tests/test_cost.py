@@ -80,3 +80,13 @@ def test_step_features_of_a_mixed_batch():
 def test_linear_model_rejects_unknown_features():
     with pytest.raises(ValueError, match="unknown cost features"):
         LinearCostModel(0.0, {"batch": 1.0})
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_decode_run_forms_equal_step_time_exactly(tp):
+    """The fast-forward prices decode runs with these; stepping uses step_time."""
+    cost = roofline(lookup_model("llama-3-70b"), lookup_hardware("h100-sxm"), tp, 0.8, 0.6, 0.002)
+    for n, kv0, m in ((1, 17, 5), (37, 40_000, 60), (300, 2_000_000, 9)):
+        slow = [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv)) for kv in range(kv0, kv0 + m * n, n)]
+        assert cost.decode_times(n, kv0, m) == slow
+        assert cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist() == slow
