@@ -67,11 +67,12 @@ def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int)
     constant and the KV read grows by n a step: a stretch of equal size is one
     vectorised cost call (or step_time calls when short, where those are cheaper)."""
     leaving: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # step -> [count, sum c]
-    for c, r in zip(cached, remaining):
-        if r < k:
-            e = leaving[r]
-            e[0] += 1
-            e[1] += c
+    if min(remaining) < k:  # often nobody leaves within the steps asked for
+        for c, r in zip(cached, remaining):
+            if r < k:
+                e = leaving[r]
+                e[0] += 1
+                e[1] += c
     n, base = len(cached), sum(cached)  # sequences running and their sum of c_i
     plain = getattr(cost, "decode_times", None)  # a cost model's own pure-Python form
     run = DecodeRun([], [], [])
