@@ -36,6 +36,7 @@ def _column(name: str) -> array | list:
 class MetricsRecorder:
     def __init__(self, record_steps: bool = True) -> None:
         self._req = {c: _column(c) for c in REQUEST_COLUMNS}
+        self._req_append = [col.append for col in self._req.values()]
         self._step = {c: _column(c) for c in STEP_COLUMNS} if record_steps else None
         # Running totals over steps: what the summary needs when there is no step table.
         self.totals = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}
@@ -119,14 +120,14 @@ class MetricsRecorder:
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished ones."""
-        cols = self._req
+        appends = self._req_append
         for seq in seqs:
             r = seq.request
             row = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
                    seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
                    seq.status.value, seq.reject_reason)
-            for col, v in zip(cols.values(), row):
-                col.append(v)
+            for append, v in zip(appends, row):
+                append(v)
 
     @property
     def num_requests(self) -> int:
