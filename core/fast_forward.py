@@ -77,21 +77,22 @@ def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int)
     plain = getattr(cost, "decode_times", None)  # a cost model's own pure-Python form
     run = DecodeRun([], [], [])
     start = 1
-    for stop in sorted(leaving) + [k]:  # stretch: steps start..stop
-        if stop >= start:
-            length = stop - start + 1
-            kv0 = base + start * n
-            if plain is not None and length < SHORT_PLAIN:
-                run.durations += plain(n, kv0, length)
-            elif length < SHORT_STEPS:
-                run.durations += [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv))
-                                  for kv in range(kv0, kv0 + length * n, n)]
-            else:
-                run.durations += decode_run_times(cost, StepFeatures(n, 0, 0, n, kv0, kv0),
-                                                  length).tolist()
-            run.num_seqs += [n] * length
-            run.kv_read += range(kv0, kv0 + length * n, n)
-            start = stop + 1
+    # Stretch by stretch, steps start..stop: the leaving steps are distinct, >= 1 and
+    # below k, so no stretch is empty.
+    for stop in sorted(leaving) + [k]:
+        length = stop - start + 1
+        kv0 = base + start * n
+        if plain is not None and length < SHORT_PLAIN:
+            run.durations += plain(n, kv0, length)
+        elif length < SHORT_STEPS:
+            run.durations += [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv))
+                              for kv in range(kv0, kv0 + length * n, n)]
+        else:
+            run.durations += decode_run_times(cost, StepFeatures(n, 0, 0, n, kv0, kv0),
+                                              length).tolist()
+        run.num_seqs += [n] * length
+        run.kv_read += range(kv0, kv0 + length * n, n)
+        start = stop + 1
         if stop in leaving:  # sequences whose last step is `stop` leave after it
             count, c_sum = leaving[stop]
             n, base = n - count, base - c_sum

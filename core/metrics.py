@@ -63,8 +63,7 @@ class MetricsRecorder:
                     self.itl_gap.append(end - seq.last_token)
                     self.itl_count.append(1)
                 seq.last_token = end
-        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
-            self._fold()
+        self._maybe_fold()
         t = self.totals
         t["num_steps"] += 1
         t["seat_fraction"] += features.num_seqs / seats
@@ -92,18 +91,20 @@ class MetricsRecorder:
 
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
-                          seats: int, last_token: list[float]) -> None:
+                          seats: int, seqs: list[Sequence]) -> None:
         """m decode-only steps at once (see core/fast_forward.py): step j ran from
-        times[j-1] to times[j] with num_seqs[j-1] sequences; last_token: when each
-        sequence of step 1 had its previous token. The same rows, gaps and totals as m
-        calls of record_step."""
+        times[j-1] to times[j] with num_seqs[j-1] of `seqs` (all of them in step 1).
+        The same rows, gaps, totals and token stamps as m calls of record_step (those
+        that finish within the run are stamped the run's end, which nothing reads)."""
         m = len(num_seqs)
-        self._gaps_after(times[0], times[1], last_token)
+        self._gaps_after(times[0], times[1], [s.last_token for s in seqs])
+        end = times[m]
+        for s in seqs:
+            s.last_token = end
         if m > 1:  # everyone in step j >= 2 was in step j - 1
             self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
             self.itl_count.extend(num_seqs[1:])
-        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
-            self._fold()
+        self._maybe_fold()
         t = self.totals
         t["num_steps"] += m
         t["seat_fraction"] += sum(num_seqs) / seats
@@ -152,6 +153,11 @@ class MetricsRecorder:
         t = {c: _np(v) for c, v in self._step.items()}
         order = np.lexsort((t["start_s"], t["replica"]))
         return {c: v[order] for c, v in t.items()}
+
+    def _maybe_fold(self) -> None:
+        """Without a step table, keep at most FOLD_EVERY gap pairs before the histogram."""
+        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
+            self._fold()
 
     def _fold(self) -> None:
         self._itl_hist.add(_np(self.itl_gap), _np(self.itl_count))

@@ -128,14 +128,11 @@ class Replica:
         m = sched.kv_steps(batch, remaining, m)
         if m < MIN_FAST_FORWARD:
             return None
-        last_token = [s.last_token for s in batch.seqs]
         kv_used, done = sched.advance_decodes(batch, m, remaining)
         end = times[m]
-        for s in batch.seqs:
-            s.last_token = end
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, sched.kv.num_blocks,
-                                        sched.max_seqs, last_token)
+                                        sched.max_seqs, batch.seqs)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:

@@ -79,8 +79,6 @@ class Scheduler(ABC):
             seq.num_computed += 1
             seq.num_generated += 1
             if seq.num_generated >= seq.request.output_len:
-                seq.status, seq.finish = Status.FINISHED, now
-                self.kv.free(seq.block_table)
                 finished.append(seq)
         for i in range(b, len(batch.seqs)):
             seq = batch.seqs[i]
@@ -92,10 +90,8 @@ class Scheduler(ABC):
                     self._num_prefilling -= 1
                 seq.num_generated += 1
                 if seq.done:
-                    seq.status, seq.finish = Status.FINISHED, now
-                    self.kv.free(seq.block_table)
                     finished.append(seq)
-        self._drop_running(finished)
+        self.retire(finished, now)
         return finished
 
     def has_work(self) -> bool:
@@ -185,8 +181,8 @@ class Scheduler(ABC):
         return list(accumulate((t - f for t, f in zip(taken, freed[1:m + 1])), initial=used))[1:], done
 
     def retire(self, done: list[Sequence], at: float | list[float]) -> None:
-        """Finish sequences advance_decodes left done, as complete() would at `at`
-        (one time for all, or one each)."""
+        """Finish sequences that are done (by complete(), or left by advance_decodes)
+        at `at`: one time for all, or one each. Frees their KV blocks."""
         times = at if isinstance(at, list) else [at] * len(done)
         for seq, now in zip(done, times):
             seq.status, seq.finish = Status.FINISHED, now
