@@ -44,6 +44,22 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                    help="json: the summary on stdout, keyed by policy")
 
 
+def add_backend_options(parser: argparse.ArgumentParser, threads_note: str = "") -> argparse._ArgumentGroup:
+    """The torch backend's options (run, validate); mo_* land in the [model] table."""
+    g = parser.add_argument_group("backend")
+    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
+    g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
+    g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
+                   help="torch threads (default 1: steady timing on small CPUs)" + threads_note)
+    g.add_argument("--kv-memory", dest="mo_kv_memory", metavar="BUDGET",
+                   help="KV pool: a size (2GiB) or a fraction of free memory (0.5); default "
+                        "1GiB on cpu, 0.8 of free GPU memory on cuda; --num-kv-blocks overrides it")
+    g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"),
+                   help="GEMM kernel (auto: prepacked oneDNN on CPU float32)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return g
+
+
 def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]) -> None:
     """A flag this command accepts (the options are shared) but cannot honour is an
     error, not silently ignored. unused: argparse dest -> why it does not apply."""

@@ -9,7 +9,7 @@ import time
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment, reject_unused
+from experiments.options import add_backend_options, add_common_options, load_experiment, reject_unused
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table
 
@@ -26,22 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("run", help="serve a workload for real on the torch backend",
                               description=__doc__)
     add_common_options(p)
-    g = p.add_argument_group("backend")
-    # mo_* land in the [model] table, like --model
-    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
-    g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
-    g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
-                   help="torch threads (default 1: steady timing on small CPUs)")
-    g.add_argument("--kv-memory", dest="mo_kv_memory", metavar="BUDGET",
-                   help="KV pool: a size (2GiB) or a fraction of free memory (0.5); default "
-                        "1GiB on cpu, 0.8 of free GPU memory on cuda; --num-kv-blocks overrides it")
+    g = add_backend_options(p)
     g.add_argument("--time-scale", dest="ru_time_scale", type=float, metavar="K",
                    help="multiply arrival times by K (0.5: twice as fast; 0: all at once)")
     g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
                    help="0: greedy (default)")
-    g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"),
-                   help="GEMM kernel (auto: prepacked oneDNN on CPU float32)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from core.specs import MODELS
 from core.workload import build_workload
-from experiments.config import ExperimentConfig, read_toml
+from experiments.config import read_toml
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment, reject_unused
+from experiments.options import add_backend_options, add_common_options, load_experiment, reject_unused
 from experiments.output import to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
 from experiments.validation import profile_source
@@ -25,15 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
-    g = p.add_argument_group("backend")
-    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
-    g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
-    g.add_argument("--threads", dest="mo_threads", type=int, metavar="N",
-                   help="torch threads (default 1); the profile should be measured with the same")
-    g.add_argument("--kv-memory", dest="mo_kv_memory", metavar="BUDGET",
-                   help="KV pool: a size (2GiB) or a fraction of free memory; --num-kv-blocks overrides")
-    g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"), help="GEMM kernel")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_backend_options(p, threads_note="; the profile should be measured with the same")
     p.set_defaults(func=run)
 
 
