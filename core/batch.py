@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from core.request import Sequence
+
+if TYPE_CHECKING:
+    from core.decode_group import DecodeGroup
 
 
 @dataclass(slots=True)
@@ -24,6 +27,13 @@ class Batch:
     # The first bulk_decodes items are decodes of running sequences, added in bulk by
     # the scheduler, so the hot loops need not check them item by item.
     bulk_decodes: int = 0
+    # Besides the listed items, one decode of each of the group_decodes members of a
+    # DecodeGroup (the simulator's lazy form of bulk decodes), reading group_kv cached
+    # tokens in all; group_fresh: those that joined since the group's last step.
+    group: DecodeGroup | None = None
+    group_decodes: int = 0
+    group_kv: int = 0
+    group_fresh: list[Sequence] = field(default_factory=list)
 
     def add(self, seq: Sequence, n: int) -> None:
         self.total_tokens += n
@@ -32,16 +42,11 @@ class Batch:
         self.starts.append(seq.num_computed)
 
     def __len__(self) -> int:
-        return len(self.seqs)
+        return len(self.seqs) + self.group_decodes
 
     @property
     def is_empty(self) -> bool:
-        return not self.seqs
-
-    @property
-    def decode_only(self) -> bool:
-        """Every item is a bulk decode and nothing was preempted."""
-        return 0 < self.bulk_decodes == len(self.seqs) and not self.preempted
+        return not self.seqs and not self.group_decodes
 
 
 # Told of every step, once complete() has run: (replica, start, duration, batch). For
@@ -75,11 +80,11 @@ class StepFeatures(NamedTuple):
 
 
 def step_features(batch: Batch) -> StepFeatures:
-    b = batch.bulk_decodes
+    b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
-    kv_read = pairs = sum(batch.starts[:b]) + b if b else 0
+    kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
     prefill_seqs = prefill = 0
-    decode = b
+    decode = b + g
     for i in range(b, len(batch.seqs)):
         seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
         kv_read += s + c
@@ -90,4 +95,4 @@ def step_features(batch: Batch) -> StepFeatures:
         else:
             prefill_seqs += 1
             prefill += c
-    return StepFeatures(len(batch.seqs), prefill_seqs, prefill, decode, kv_read, pairs)
+    return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs)

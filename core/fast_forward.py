@@ -1,17 +1,14 @@
-"""Closed forms for runs of decode steps, so the simulator can advance over many steps
-at once and stay exactly equal to stepping one by one.
+"""Closed-form prices for runs of decode steps, so the simulator can advance over many
+steps at once and stay exactly equal to stepping one by one.
 
 During such a run every sequence of the batch decodes one token per step until it
 finishes: sequence i (c_i tokens cached before step 1, r_i tokens left to generate)
-takes part in steps 1..r_i, processes position c_i + j - 1 at step j and needs
-ceil((c_i + j) / block_size) KV blocks by then. A step's shape is then the count n_j of
-sequences still running and the KV they read, sum over them of c_i + j."""
+takes part in steps 1..r_i and reads c_i + j KV slots at step j (its context and the
+new token). A step's shape is then the count n_j of sequences still running and the KV
+they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)"""
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
-
-import numpy as np
 
 from core.batch import StepFeatures
 from core.cost import CostModel, decode_run_times
@@ -19,39 +16,6 @@ from core.cost import CostModel, decode_run_times
 # Stretches of equal batch size shorter than these are priced step by step (in the cost
 # model's pure-Python form, or by step_time), longer ones by one numpy call.
 SHORT_PLAIN, SHORT_STEPS = 48, 6
-
-
-def kv_steps(cached: np.ndarray, table_len: np.ndarray, block_size: int, free: int, k: int,
-             remaining: np.ndarray | None = None) -> int:
-    """Largest j <= k such that running steps 1..j needs at most `free` new blocks,
-    counting none of the blocks that finishing sequences give back (so the answer is
-    safe). (Step 1's blocks are already held, so it is at least 1.)"""
-    def extra(j: int) -> int:
-        upto = j if remaining is None else np.minimum(j, remaining)
-        return int(np.maximum(0, -(-(cached + upto) // block_size) - table_len).sum())
-
-    if extra(k) <= free:
-        return k
-    lo, hi = 1, k  # extra is non-decreasing in j
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if extra(mid) <= free else (lo, mid)
-    return lo
-
-
-def block_steps(first: list[int], count: list[int], block_size: int, m: int) -> list[int]:
-    """Blocks taken at each of steps 1..m when sequence i takes count[i] of them, one
-    every block_size steps from step first[i]."""
-    if sum(count) <= 64:  # few: a plain loop is cheaper than numpy's overhead
-        taken = [0] * (m + 1)
-        for f, n in zip(first, count):
-            for j in range(f, f + n * block_size, block_size):
-                taken[j] += 1
-        return taken[1:]
-    c = np.array(count)
-    nth = np.arange(c.sum()) - np.repeat(np.cumsum(c) - c, c)
-    steps = np.repeat(np.array(first), c) + nth * block_size
-    return np.bincount(steps, minlength=m + 1)[1:].tolist()
 
 
 @dataclass
@@ -62,18 +26,13 @@ class DecodeRun:
     kv_read: list[int]
 
 
-def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int) -> DecodeRun:
-    """Price steps 1..k (k <= max(remaining)). Between two finishes the batch size is
-    constant and the KV read grows by n a step: a stretch of equal size is one
-    vectorised cost call (or step_time calls when short, where those are cheaper)."""
-    leaving: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # step -> [count, sum c]
-    if min(remaining) < k:  # often nobody leaves within the steps asked for
-        for c, r in zip(cached, remaining):
-            if r < k:
-                e = leaving[r]
-                e[0] += 1
-                e[1] += c
-    n, base = len(cached), sum(cached)  # sequences running and their sum of c_i
+def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int]],
+               k: int) -> DecodeRun:
+    """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
+    leaving[r] = [count, their cached tokens] of those whose last step is r (< k).
+    Between two finishes the batch size is constant and the KV read grows by n a step:
+    a stretch of equal size is one vectorised cost call (or plain calls when short,
+    where those are cheaper)."""
     plain = getattr(cost, "decode_times", None)  # a cost model's own pure-Python form
     run = DecodeRun([], [], [])
     start = 1
@@ -81,7 +40,7 @@ def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int)
     # below k, so no stretch is empty.
     for stop in sorted(leaving) + [k]:
         length = stop - start + 1
-        kv0 = base + start * n
+        kv0 = cached + start * n
         if plain is not None and length < SHORT_PLAIN:
             run.durations += plain(n, kv0, length)
         elif length < SHORT_STEPS:
@@ -95,5 +54,5 @@ def decode_run(cost: CostModel, cached: list[int], remaining: list[int], k: int)
         start = stop + 1
         if stop in leaving:  # sequences whose last step is `stop` leave after it
             count, c_sum = leaving[stop]
-            n, base = n - count, base - c_sum
+            n, cached = n - count, cached - c_sum
     return run

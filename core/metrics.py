@@ -50,6 +50,8 @@ class MetricsRecorder:
         """Call after Scheduler.complete (it sets batch.sampled). Tokens are stamped
         `end` exactly (not start + duration), so the next step's start matches them."""
         seqs, b = batch.seqs, batch.bulk_decodes
+        if batch.group_decodes:
+            self._group_gaps(start, end, batch)
         if b:  # bulk decodes: every one sampled and has a previous token
             self._gaps_after(start, end, [s.last_token for s in seqs[:b]])
             for seq in seqs[:b]:
@@ -89,18 +91,36 @@ class MetricsRecorder:
             self.itl_gap.extend(other)
             self.itl_count.extend([1] * len(other))
 
+    def _group_gaps(self, start: float, end: float, batch: Batch) -> None:
+        """Gaps of the decode group's tokens stamped `end` (core/decode_group.py): the
+        members that took part in the group's last step share its token time."""
+        group, fresh = batch.group, batch.group_fresh
+        old = batch.group_decodes - len(fresh)
+        if old and group.last != start:
+            self.itl_gap.append(end - group.last)
+            self.itl_count.append(old)
+            old = 0
+        last = [s.last_token for s in fresh]
+        same = last.count(start) + old
+        if same:
+            self.itl_gap.append(end - start)
+            self.itl_count.append(same)
+        if same - old < len(last):
+            other = [end - t for t in last if t != start]
+            self.itl_gap.extend(other)
+            self.itl_count.extend([1] * len(other))
+        group.last = end
+
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
-                          seats: int, seqs: list[Sequence]) -> None:
-        """m decode-only steps at once (see core/fast_forward.py): step j ran from
-        times[j-1] to times[j] with num_seqs[j-1] of `seqs` (all of them in step 1).
-        The same rows, gaps, totals and token stamps as m calls of record_step (those
-        that finish within the run are stamped the run's end, which nothing reads)."""
+                          seats: int, batch: Batch) -> None:
+        """m decode-only steps of the decode group at once, the first one `batch`
+        (see core/decode_group.py): step j ran from times[j-1] to times[j] with
+        num_seqs[j-1] members. The same rows, gaps, totals and token stamps as m calls
+        of record_step."""
         m = len(num_seqs)
-        self._gaps_after(times[0], times[1], [s.last_token for s in seqs])
-        end = times[m]
-        for s in seqs:
-            s.last_token = end
+        self._group_gaps(times[0], times[1], batch)
+        batch.group.last = times[m]
         if m > 1:  # everyone in step j >= 2 was in step j - 1
             self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
             self.itl_count.extend(num_seqs[1:])

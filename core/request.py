@@ -61,6 +61,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     admit_order: int = -1  # set at each admission; larger = admitted more recently
     decoding: bool = False  # sampled since its last admission: each step now adds one token
+    group_tick: int = -1  # >= 0: counters kept lazily by a DecodeGroup since that tick
     preemptions: int = 0
     first_scheduled: float = -1.0
     first_token: float = -1.0

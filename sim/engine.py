@@ -10,7 +10,7 @@ import simpy
 
 from core.batch import Batch, StepObserver, step_features
 from core.cost import CostModel
-from core.fast_forward import DecodeRun, decode_run
+from core.fast_forward import DecodeRun
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
@@ -36,6 +36,8 @@ class Replica:
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer else next_arrival
+        if self.next_arrival is not None:
+            scheduler.keep_decodes_in_group()
         self.observer = observer
         self.closed_loop = closed_loop
         self._wake = env.event()
@@ -87,14 +89,14 @@ class Replica:
                 if self.closed_loop:
                     yield late(env)  # the users' next requests, if sent now, come first
 
-    def _run(self, cached: list[int], remaining: list[int], k: int, t0: float) -> tuple[DecodeRun, list]:
-        """The first k steps of a run priced, and their start times then end times,
+    def _run(self, k: int, t0: float) -> tuple[DecodeRun, list]:
+        """The group's next k steps priced, and their start times then end times,
         summed in order as the clock advances when stepping one by one."""
-        run = decode_run(self.cost, cached, remaining, k)
+        run = self.scheduler.group.price(self.cost, k)
         return run, list(accumulate(run.durations, initial=t0))
 
     def _fast_forward(self, batch: Batch) -> tuple[float, list] | None:
-        """Advance over the run of decode steps this batch starts (core/fast_forward.py):
+        """Advance over the run of decode steps this batch starts (core/decode_group.py):
         through finishes where they let nobody in, up to the last step that starts before
         the next possible arrival where one could join, or the last KV memory allows.
         Records every step, and finishes sequences at their times, as stepping would;
@@ -102,10 +104,10 @@ class Replica:
         normally."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
-        if plan is None or plan[1] < MIN_FAST_FORWARD:
+        if plan is None or plan[0] < MIN_FAST_FORWARD:
             return None
-        remaining, k, sensitive_from = plan
-        t0, cached = self.env.now, batch.starts
+        k, sensitive_from = plan
+        t0 = self.env.now
         if sensitive_from <= k:
             # Steps from sensitive_from on must start before the next arrival, which
             # usually comes long before step k: price a guess of the steps up to it
@@ -115,7 +117,7 @@ class Replica:
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
                      if first > 0 and arrival < math.inf else k)
             while True:
-                run, times = self._run(cached, remaining, min(k, guess), t0)
+                run, times = self._run(min(k, guess), t0)
                 if times[-2] >= arrival or guess >= k:
                     break
                 guess *= 2
@@ -124,15 +126,16 @@ class Replica:
                 return None
         else:
             m = k
-            run, times = self._run(cached, remaining, k, t0)
-        m = sched.kv_steps(batch, remaining, m)
+            run, times = self._run(k, t0)
+        group, kv = sched.group, sched.kv
+        m = group.kv_steps(m, kv.num_free)
         if m < MIN_FAST_FORWARD:
             return None
-        kv_used, done = sched.advance_decodes(batch, m, remaining)
+        kv_used, done = group.advance(m, kv)
         end = times[m]
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
-                                        run.kv_read[:m], kv_used, sched.kv.num_blocks,
-                                        sched.max_seqs, batch.seqs)
+                                        run.kv_read[:m], kv_used, kv.num_blocks,
+                                        sched.max_seqs, batch)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:

@@ -23,7 +23,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
-    decode steps in one event, with identical results (see core/fast_forward.py).
+    decode steps in one event, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
     record_steps=False keeps step totals instead of the step table (result.steps is
     None) and inter-token gaps in a fixed-size histogram (0.005% resolution), so that a

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel, roofline
-from core.fast_forward import kv_steps
 from core.profile import load_profile
 from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
@@ -87,12 +86,3 @@ def test_fast_forward_events_do_not_grow_with_reply_length():
     assert stepped[1] > 3.5 * stepped[0]
     assert fast[1] < 1.2 * fast[0]
     assert fast[0] < 5 * 64  # a handful of events per request
-
-
-def test_kv_steps_matches_a_direct_count():
-    cached = np.array([0, 5, 15, 16])
-    tables = -(-(cached + 1) // 4)  # blocks held for step 1
-    for free in range(0, 12):
-        k = kv_steps(cached, tables, 4, free, 30)
-        need = lambda j: int(np.maximum(0, -(-(cached + j) // 4) - tables).sum())  # noqa: E731
-        assert need(k) <= free and (k == 30 or need(k + 1) > free)

@@ -7,15 +7,12 @@ KV blocks come from a BlockManager; running out means preemption by recompute
 from __future__ import annotations
 
 import heapq
-from itertools import accumulate
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-import numpy as np
-
 from core.batch import Batch
 from core.config import SchedulerConfig
-from core.fast_forward import block_steps, kv_steps
+from core.decode_group import DecodeGroup
 from core.kv import BlockManager, blocks_for
 from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from core.request import Request, Sequence, Status
@@ -30,8 +27,11 @@ class Scheduler(ABC):
     # memory only shrinks; no decision depends on `now`); and when a sequence finishes
     # while nobody waits (or, for a policy that admits only into an empty batch, while
     # others still run), it returns the same composition less the finished ones. The
-    # simulator then advances over such runs in one event. A policy that cannot
-    # promise this sets False and is simulated step by step.
+    # simulator then advances over such runs in one event, and keeps the running
+    # decoders' counters lazily in a DecodeGroup meanwhile (keep_decodes_in_group): such
+    # a policy reserves running sequences only through _reserve_running and reads no
+    # decoder's counters itself. A policy that cannot promise this sets False and is
+    # simulated step by step.
     fast_forward: ClassVar[bool] = True
     # Whether an arrival can join while sequences run (False for static batching).
     admits_while_running: ClassVar[bool] = True
@@ -51,6 +51,7 @@ class Scheduler(ABC):
         self._admissions = 0
         self.num_preemptions = 0
         self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
+        self.group: DecodeGroup | None = None  # see keep_decodes_in_group
 
     # -- the contract --------------------------------------------------------------
     def add(self, request: Request, now: float) -> Sequence:
@@ -71,7 +72,7 @@ class Scheduler(ABC):
     def complete(self, batch: Batch, now: float) -> list[Sequence]:
         """Advance token counters after the step ran; free finished sequences.
         Sets batch.sampled: which items produced a new token in this step."""
-        finished = []
+        finished = self.group.step() if batch.group_decodes else []
         b = batch.bulk_decodes
         sampled = batch.sampled
         sampled[:] = [True] * b
@@ -85,12 +86,14 @@ class Scheduler(ABC):
             seq.num_computed += batch.num_tokens[i]
             sampled.append(seq.num_computed == seq.request.prompt_len + seq.num_generated)
             if sampled[-1]:
-                if not seq.decoding:
-                    seq.decoding = True
-                    self._num_prefilling -= 1
                 seq.num_generated += 1
                 if seq.done:
                     finished.append(seq)
+                if not seq.decoding:
+                    seq.decoding = True
+                    self._num_prefilling -= 1
+                    if self.group is not None and not seq.done:
+                        self.group.join(seq)
         self.retire(finished, now)
         return finished
 
@@ -114,74 +117,35 @@ class Scheduler(ABC):
         return [e[2] for e in sorted(self._waiting, key=lambda e: e[:2])]
 
     # -- fast-forward ------------------------------------------------------------------
-    def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[list[int], int, int] | None:
-        """For a batch where every running sequence decodes: (remaining, k, sensitive_from).
+    def keep_decodes_in_group(self) -> None:
+        """Keep running decoders' counters lazily in a DecodeGroup (the simulator's
+        fast-forward mode: steps then cost O(changes), not O(batch); see
+        core/decode_group.py). A policy that cannot promise the fast-forward contract
+        stays eager."""
+        if self.fast_forward:
+            self.group = DecodeGroup(self.kv.block_size, self._victim_key)
 
-        remaining[i]: tokens batch.seqs[i] has left. Provided nothing arrives, the next k
-        steps (this one included) each decode one token of every member not yet
-        finished, and nothing else, with KV memory to spare. Finishes end the run (k is
-        the first one's step) unless through_finishes and a finish cannot let anyone in
-        (nobody waits, or the policy admits only into an empty batch). Steps from
-        sensitive_from on could admit an arrival (a seat is free by then): they may
-        only run if they start before it. KV memory is not checked here: see
-        kv_steps(). None: step normally."""
-        seqs = batch.seqs
-        if not (self.fast_forward and batch.decode_only):
+    def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[int, int] | None:
+        """For a batch that is one step of the decode group and nothing else: (k,
+        sensitive_from). Provided nothing arrives, the next k steps (this one included)
+        each decode one token of every member not yet finished, and nothing else.
+        Finishes end the run (k is the first one's step) unless through_finishes and a
+        finish cannot let anyone in (nobody waits, or the policy admits only into an
+        empty batch). Steps from sensitive_from on could admit an arrival (a seat is
+        free by then): they may only run if they start before it. KV memory is not
+        checked here: see DecodeGroup.kv_steps. None: step normally."""
+        if not batch.group_decodes or batch.seqs or batch.preempted:
             return None
-        remaining = [s.request.output_len - s.num_generated for s in seqs]
-        first = min(remaining)
+        first, last = self.group.steps_left()
         through = through_finishes and (not self._waiting or not self.admits_while_running)
-        k = max(remaining) if through else first
+        k = last if through else first
         seat_free = self.admits_while_running and len(self.running) < self.max_seqs
         # After a finish a seat is free; even a policy that cannot use it then must not
         # run past an arrival, so that a router sees this replica as stepping would.
-        return remaining, k, 1 if seat_free else min(first + 1, k + 1)
-
-    def kv_steps(self, batch: Batch, remaining: list[int], m: int) -> int:
-        """How many of steps 1..m of a steady run KV memory allows (at least 1)."""
-        bs, free = self.kv.block_size, self.kv.num_free
-        # Each sequence needs at most ceil((m-1)/bs) more blocks over steps 2..m; only
-        # when that bound does not fit is the exact count worth computing.
-        if m > 1 and len(batch.seqs) * -(-(m - 1) // bs) > free:
-            m = kv_steps(np.array(batch.starts, np.int64),
-                         np.array([len(s.block_table) for s in batch.seqs], np.int64), bs, free,
-                         m, np.array(remaining, np.int64))
-        return m
-
-    def advance_decodes(self, batch: Batch, m: int, remaining: list[int]
-                        ) -> tuple[list[int], list[tuple[Sequence, int]]]:
-        """Apply steps 1..m of a steady run (m <= k of steady_decode_run) as m
-        schedule/complete rounds would, except that finished sequences stay running
-        until retire(): returns them with the step they finish at. Also returns the KV
-        blocks in use at each step, after its allocation. (Block ids may differ from
-        stepping's, since each sequence takes its blocks at once; counts, and so
-        everything a run reports, are the same.)"""
-        bs, kv = self.kv.block_size, self.kv
-        freed = [0] * (m + 2)  # blocks given back after each step
-        growing, done = [], []  # (table, first step needing a block, new blocks)
-        for s, r in zip(batch.seqs, remaining):
-            a = r if r < m else m  # steps this sequence takes part in
-            # Step j processes position num_computed + j - 1; the table covers
-            # len(table) * bs positions, so the first new block is needed at step f.
-            f = len(s.block_table) * bs - s.num_computed + 1
-            new = (a - f) // bs + 1 if f <= a else 0
-            if new:
-                growing.append((s.block_table, f, new))
-            s.num_computed += a
-            s.num_generated += a
-            if r <= m:
-                done.append((s, r))
-                freed[r + 1] += len(s.block_table) + new
-        used = kv.num_used
-        blocks, at = kv.take(sum(g[2] for g in growing)), 0
-        for table, _, n in growing:
-            table.extend(blocks[at:at + n])
-            at += n
-        taken = block_steps([g[1] for g in growing], [g[2] for g in growing], bs, m)
-        return list(accumulate((t - f for t, f in zip(taken, freed[1:m + 1])), initial=used))[1:], done
+        return k, 1 if seat_free else min(first + 1, k + 1)
 
     def retire(self, done: list[Sequence], at: float | list[float]) -> None:
-        """Finish sequences that are done (by complete(), or left by advance_decodes)
+        """Finish sequences that are done (by complete(), or left by DecodeGroup.advance)
         at `at`: one time for all, or one each. Frees their KV blocks."""
         times = at if isinstance(at, list) else [at] * len(done)
         for seq, now in zip(done, times):
@@ -277,6 +241,35 @@ class Scheduler(ABC):
         batch.total_tokens = batch.bulk_decodes = p
         return p
 
+    def _reserve_group(self, batch: Batch) -> list[Sequence] | None:
+        """The decode group's step, as _reserve_decodes would reserve it: every decoder
+        decodes, and they all come before the other running sequences in protection
+        order. Returns the others, in that order, for the general loop; None (with the
+        group released) when that does not hold or KV memory is short, so that the
+        general loop decides (and preempts) as in eager mode."""
+        group, running, p = self.group, self.running, self._num_prefilling
+        budget = self.token_budget
+        leads = (not p or (self.config.preemption == "recent"
+                           and not any(s.decoding for s in running[-p:])))
+        if not (leads and len(running) - p <= (budget or len(running))):
+            if group.size:
+                group.release()
+            return None
+        if group.size != len(running) - p:  # decoders left outside by an eager step
+            group.release()
+            for seq in running:
+                if seq.decoding:
+                    group.join(seq)
+        if not group.size:
+            return None
+        if not group.reserve(self.kv):
+            group.release()
+            return None
+        batch.group, batch.group_decodes, batch.group_kv = group, group.size, group.kv_sum
+        batch.group_fresh, group.fresh = group.fresh, []
+        batch.total_tokens += group.size
+        return running[-p:] if p else []
+
     def _reserve_running(self, batch: Batch, tokens_for) -> bool:
         """Give each running sequence (most protected first) the blocks for its share
         of this step, preempting from the unprotected end when memory runs out.
@@ -284,8 +277,11 @@ class Scheduler(ABC):
         `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop);
         for a decoding sequence it must be 1 while the token budget allows.
         Returns True if anything was preempted."""
-        queue = self._by_protection()
-        i = self._reserve_decodes(batch, queue) if batch.is_empty else 0
+        queue = self._reserve_group(batch) if self.group is not None and batch.is_empty else None
+        i = 0
+        if queue is None:
+            queue = self._by_protection()
+            i = self._reserve_decodes(batch, queue) if batch.is_empty else 0
         kv, bs = self.kv, self.kv.block_size
         preempted = False
         while i < len(queue):  # the hot loop of the simulator: kept lean

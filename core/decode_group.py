@@ -1,0 +1,182 @@
+"""The running sequences that decode, kept lazily on one shared decode clock.
+
+In a decode step every decoding sequence gains one token, needs a new KV block every
+block_size tokens, and finishes after a known number of steps. Updating each one's
+counters every step costs O(batch) per step; the simulator (fast-forward mode) instead
+keeps them as a group with a clock `tick` (steps the group has decoded) and aggregates:
+members sorted by the tick they finish at, members counted by the tick residue at
+which they need a block, and the sum of their cached tokens. A step, or a run of steps,
+then costs O(sequences that finish), not O(batch).
+
+A member that joined at tick J with counters (c, g) has, at tick T, computed c + T - J
+tokens and generated g + T - J. Its table is tight when it joins (it holds exactly
+ceil(c / block_size) blocks, as every step reserves just what it processes), so the step
+from tick T needs a block for it iff (c - J + T) % block_size == 0. Blocks taken for
+members sit in `owed` until a member is materialised (when it finishes, or when the
+scheduler needs every counter: release()); block ids may then differ from stepping's,
+the counts never do.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from itertools import accumulate
+from typing import Callable
+
+from core.cost import CostModel
+from core.fast_forward import DecodeRun, decode_run
+from core.kv import BlockManager
+from core.request import Sequence
+
+
+class DecodeGroup:
+    def __init__(self, block_size: int, order: Callable[[Sequence], tuple]) -> None:
+        self.block_size = block_size
+        self._order = order  # protection order: finishes at one tick leave in it
+        self.tick = 0
+        # (finish tick, order key, base = computed - joined tick, seq), sorted; keys are
+        # unique (admit_order), so sequences are never compared.
+        self._by_finish: list[tuple[int, tuple, int, Sequence]] = []
+        self._phase = [0] * block_size  # members by tick residue of their block needs
+        self._base_sum = 0
+        self.owed: list[int] = []  # KV blocks taken for members, not yet in their tables
+        self.last = -1.0  # token time of the members that took part in the last tick
+        self.fresh: list[Sequence] = []  # joined since the last tick: own last_token
+
+    @property
+    def size(self) -> int:
+        return len(self._by_finish)
+
+    @property
+    def kv_sum(self) -> int:
+        """Tokens cached over all members: what the next step's decodes read (less one each)."""
+        return self._base_sum + len(self._by_finish) * self.tick
+
+    def steps_left(self) -> tuple[int, int]:
+        """Steps until the first member finishes, and until the last one does."""
+        return self._by_finish[0][0] - self.tick, self._by_finish[-1][0] - self.tick
+
+    def join(self, seq: Sequence) -> None:
+        t, c = self.tick, seq.num_computed
+        base = c - t
+        seq.group_tick = t
+        insort(self._by_finish, (t + seq.request.output_len - seq.num_generated,
+                                 self._order(seq), base, seq))
+        self._phase[-base % self.block_size] += 1
+        self._base_sum += base
+        self.fresh.append(seq)
+
+    def reserve(self, kv: BlockManager) -> bool:
+        """Take the blocks the next step needs, if free (else False: nothing taken)."""
+        need = self._phase[self.tick % self.block_size]
+        if need > kv.num_free:
+            return False
+        if need:
+            self.owed += kv.take(need)
+        return True
+
+    def step(self) -> list[Sequence]:
+        """One decode step of every member (its blocks reserved): those that finish."""
+        self.tick += 1
+        entries = self._by_finish
+        if entries[0][0] != self.tick:
+            return []
+        n = bisect_left(entries, (self.tick + 1,))
+        done = entries[:n]
+        del entries[:n]
+        return [self._leave(e) for e in done]
+
+    def release(self) -> list[Sequence]:
+        """Materialise every member and empty the group (the scheduler takes over)."""
+        t, members = self.tick, [e[3] for e in self._by_finish]
+        for seq in members:
+            if seq.group_tick != t:  # took part in the last tick
+                seq.last_token = self.last
+            self._materialise(seq, t)
+        assert not self.owed, "decode group: blocks owed to no member"
+        self._by_finish, self._phase, self._base_sum = [], [0] * self.block_size, 0
+        self.fresh = []
+        return members
+
+    # -- runs of steps (fast-forward) ----------------------------------------------
+    def price(self, cost: CostModel, k: int) -> DecodeRun:
+        """Durations, sizes and KV reads of the next k steps (k <= last finish)."""
+        t, entries = self.tick, self._by_finish
+        leaving: dict[int, list[int]] = {}  # step -> [count, sum of cached tokens]
+        for f, _, base, _ in entries[:bisect_left(entries, (t + k,))]:
+            e = leaving.setdefault(f - t, [0, 0])
+            e[0] += 1
+            e[1] += base + t
+        return decode_run(cost, self.size, self.kv_sum, leaving, k)
+
+    def kv_steps(self, m: int, free: int) -> int:
+        """How many of the next m steps (the first one's blocks already reserved) fit
+        in `free` blocks, not counting blocks that finishing members give back."""
+        if self.size * -(-(m - 1) // self.block_size) <= free:
+            return m
+        taken = list(accumulate(self._taken(m)))
+        return bisect_left(taken, free + 1)  # taken[0] = 0: at least 1
+
+    def advance(self, m: int, kv: BlockManager) -> tuple[list[int], list[tuple[Sequence, int]]]:
+        """Apply the next m steps (the first one's blocks reserved): the KV blocks in use
+        at each step, after its allocation, and the members that finish with their step
+        (materialised, still running: the scheduler retires them)."""
+        t = self.tick
+        diffs = self._taken(m)
+        used = kv.num_used
+        if sum(diffs):
+            self.owed += kv.take(sum(diffs))
+        entries = self._by_finish
+        n = bisect_left(entries, (t + m + 1,))
+        leaving = entries[:n]
+        del entries[:n]
+        done = []
+        for e in leaving:
+            blocks = -(-(e[2] + e[0]) // self.block_size)  # held when it finishes
+            seq = self._leave(e)
+            done.append((seq, e[0] - t))
+            if e[0] - t < m:
+                diffs[e[0] - t] -= blocks  # given back after its last step
+        self.tick = t + m
+        return list(accumulate(diffs, initial=used))[1:], done
+
+    def _taken(self, m: int) -> list[int]:
+        """Blocks taken at each of the next m steps (0 at the first: reserved)."""
+        t, bs = self.tick, self.block_size
+        phase = self._phase[:]
+        out = [0]
+        j = 2  # next step to fill; step j runs from tick t + j - 1
+        for f, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
+            r = f - t  # its last step: from r + 1 on it takes nothing
+            if r >= j:
+                out += _cycle(phase, t + j - 1, r - j + 1)
+                j = r + 1
+            phase[-base % bs] -= 1
+        if m >= j:
+            out += _cycle(phase, t + j - 1, m - j + 1)
+        return out
+
+    # -- members ---------------------------------------------------------------------
+    def _leave(self, entry: tuple[int, tuple, int, Sequence]) -> Sequence:
+        f, _, base, seq = entry
+        self._phase[-base % self.block_size] -= 1
+        self._base_sum -= base
+        self._materialise(seq, f)
+        return seq
+
+    def _materialise(self, seq: Sequence, t: int) -> None:
+        """Counters as of tick t, and the blocks they need from `owed`."""
+        d = t - seq.group_tick
+        seq.num_computed += d
+        seq.num_generated += d
+        seq.group_tick = -1
+        need = -(-seq.num_computed // self.block_size) - len(seq.block_table)
+        if need:
+            seq.block_table += self.owed[-need:]
+            del self.owed[-need:]
+
+
+def _cycle(phase: list[int], start: int, length: int) -> list[int]:
+    """phase[(start + i) % len(phase)] for i in range(length)."""
+    s = start % len(phase)
+    rotated = phase[s:] + phase[:s]
+    return (rotated * (length // len(phase) + 1))[:length]
