@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.config import SchedulerConfig  # noqa: E402
 from core.cost import kv_capacity_blocks, roofline  # noqa: E402
 from core.specs import lookup_hardware, lookup_model  # noqa: E402
-from core.workload import WorkloadConfig, build_workload  # noqa: E402
+from core.workload import LengthSpec, WorkloadConfig, build_workload  # noqa: E402
 from sim import simulate  # noqa: E402
 from sim.events import counting_events  # noqa: E402
 
@@ -97,9 +97,24 @@ def main() -> None:
                       f"{base / dt:>8.1f}x")
             if args.profile and name.endswith("conv.csv"):
                 profile(w, policy, cost, blocks)
+    long_replies(args.quick, cost, blocks)
     # Each synthetic size in a fresh process, so that its peak memory is its own.
     for n in (args.synthetic // 10, args.synthetic):
         subprocess.run([sys.executable, __file__, "--synthetic-only", str(n)], check=True)
+
+
+def long_replies(quick: bool, cost, blocks) -> None:
+    """Where fast-forward pays most: long replies (reasoning-style, ~4,000 tokens) at a
+    load where scheduling events are rare next to steps."""
+    w = build_workload(WorkloadConfig(
+        source="chat", num_requests=300 if quick else 1500, rate=0.5,
+        output=LengthSpec(dist="lognormal", mean=4000, sigma=0.5, max=16000)))
+    base = None
+    for ff, mode in ((False, "step, lean"), (True, "ff, lean")):
+        dt, ev, steps = timed(w, "chunked", ff, cost, blocks, record_steps=False)
+        base = base or dt
+        print(f"{'long replies':<22}{'chunked':<12}{mode:<14}{dt:>8.2f}{len(w) / dt:>10.0f}"
+              f"{ev / dt:>10.0f}{steps:>9}{steps / ev:>12.2f}{base / dt:>8.1f}x", flush=True)
 
 
 def rss_mib(field: str) -> float:
@@ -113,13 +128,26 @@ def rss_mib(field: str) -> float:
 def synthetic(n: int, cost, blocks) -> None:
     w = build_workload(WorkloadConfig(source="chat", num_requests=n, rate=12.0))
     before = rss_mib("VmRSS")
-    dt, ev, steps = timed(w, "chunked", True, cost, blocks, record_steps=False)
+    left, rss = [0], {}  # RSS when each tenth of the requests has left
+
+    def progress(k: int) -> None:
+        left[0] += k
+        if left[0] % (n // 10 or 1) == 0:
+            rss[left[0]] = rss_mib("VmRSS")
+    with counting_events() as events:
+        t0 = time.perf_counter()
+        r = simulate(w, SchedulerConfig(policy="chunked"), cost, blocks, record_steps=False,
+                     progress=progress)
+        dt = time.perf_counter() - t0
+    steps = r.summary()["num_steps"]
     print(f"{'chat synthetic':<22}{'chunked':<12}{'fast-forward':<14}{dt:>8.2f}{n / dt:>10.0f}"
-          f"{ev / dt:>10.0f}{steps:>9}")
-    after = rss_mib("VmRSS")
-    print(f"  {n} requests, no step table: RSS {before:.0f} MiB before the run, {after:.0f} MiB "
-          f"after it ({(after - before) * 2**20 / n:.0f} bytes per request); peak {rss_mib('VmHWM'):.0f} "
-          f"MiB (workload generation included)", flush=True)
+          f"{events[0] / dt:>10.0f}{steps:>9}")
+    first, last = min(rss), max(rss)
+    growth = (rss[last] - rss[first]) * 2**20 / max(1, last - first)
+    print(f"  {n} requests, no step table: RSS {before:.0f} MiB before the run, {rss[first]:.0f} "
+          f"MiB when {first} had left, {rss[last]:.0f} MiB when all had ({growth:.0f} bytes more "
+          f"per request that left); peak {rss_mib('VmHWM'):.0f} MiB (with the result tables)",
+          flush=True)
 
 
 if __name__ == "__main__":
