@@ -89,7 +89,12 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = None) -> ExperimentConfig:
     data = read_toml(args.config) if args.config else copy.deepcopy(default or {})
-    merge(data, cli_overrides(args))
+    overrides = cli_overrides(args)
+    if not args.config and "source" in overrides.get("workload", {}):
+        # The embedded default's size and rate belong to its own preset: a trace named
+        # on the command line is replayed whole, at its own times, unless told otherwise.
+        data.pop("workload", None)
+    merge(data, overrides)
     return build_config(data, where=args.config or "")
 
 

@@ -1,12 +1,15 @@
 """`batchlab simulate` as a user runs it: defaults, outputs, bad input."""
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from core.workload import load_trace
 from experiments.cli import main
 
 SMALL = ["--num-requests", "150", "--rate", "20"]
@@ -140,3 +143,18 @@ def test_simulation_needs_no_torch(extra):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)
+
+
+def test_a_trace_named_on_the_command_line_is_replayed_whole_at_its_own_times(tmp_path, capsys):
+    """The embedded default's size and rate (1000 requests at 14/s) are its chat preset's;
+    they must not truncate or rescale a trace the user names."""
+    trace = Path(__file__).parent / "data" / "azure_conv_300.csv"
+    code, _, _ = run_cli(["simulate", "--workload", str(trace), "--policy", "continuous",
+                          "--out", str(tmp_path)], capsys)
+    assert code == 0
+    rows = list(csv.DictReader((tmp_path / "continuous" / "requests.csv").open()))
+    assert len(rows) == 300
+    first = min(float(r["arrival_s"]) for r in rows)
+    last = max(float(r["arrival_s"]) for r in rows)
+    want = load_trace(str(trace))
+    assert last - first == pytest.approx(want.arrival[-1] - want.arrival[0])
