@@ -35,7 +35,7 @@ def scenarios(draw):
     cfg = SchedulerConfig(
         policy=draw(st.sampled_from(["static", "continuous", "chunked"])),
         max_num_seqs=draw(st.integers(1, 12)),
-        max_num_batched_tokens=draw(st.sampled_from([None, 64, 512])),
+        max_num_batched_tokens=draw(st.sampled_from([None, 8, 64, 512])),  # 8: fewer than the decoders
         block_size=draw(st.sampled_from([1, 4, 16])),
         admission=draw(st.sampled_from(["fcfs", "priority", "shortest_prompt"])),
         preemption=draw(st.sampled_from(["recent", "priority"])),
