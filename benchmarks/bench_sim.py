@@ -3,15 +3,16 @@
     python benchmarks/bench_sim.py [--quick] [--synthetic N] [--profile]
 
 Full Azure traces (../shared/traces) on one replica of Llama-3-8B / A100-80GB
-(roofline), continuous batching and chunked prefill; then a large synthetic workload
-(no step table: totals only) with its peak memory. "lean" rows keep no step table
+(roofline), continuous batching and chunked prefill; long replies (~4,000 tokens) at low
+load; then a large synthetic workload (no step table: totals only) with its memory
+during the run and its peak. "lean" rows keep no step table
 (`simulate --no-step-table`). Ratios are against step-by-step in the same run (the
 machine is shared and noisy: compare ratios, not absolute seconds).
 --profile adds where the time goes on the conv trace: SimPy, scheduler, metrics...
 
 steps/event bounds what fast-forward can gain: every arrival, admission and finish is
-still an event, so on a trace where one comes every ~2-3 steps the gain over (equally
-lean) stepping is ~1.5x; on long replies at low load it grows with the reply length."""
+still an event, so on a trace where one comes every ~3 steps the gain over (equally
+lean) stepping is ~3x; on long replies at low load it grows with the reply length."""
 from __future__ import annotations
 
 import argparse
@@ -46,6 +47,7 @@ def timed(workload, policy, fast_forward, cost, blocks, record_steps=True):
 
 # Where simulator time goes, by the file a function lives in.
 COMPONENTS = (("simpy", "SimPy events"), ("core/schedulers", "scheduler"), ("core/kv", "scheduler"),
+              ("core/decode_group", "scheduler"), ("core/fast_forward", "cost model"),
               ("core/batch", "step features"), ("core/metrics", "metrics recording"),
               ("core/cost", "cost model"), ("sim/", "engine and arrivals"), ("numpy", "numpy (python side)"))
 
