@@ -33,9 +33,9 @@ class DecodeGroup:
         self.block_size = block_size
         self._order = order  # protection order: finishes at one tick leave in it
         self.tick = 0
-        # (finish tick, order key, base = computed - joined tick, seq), sorted; keys are
-        # unique (admit_order), so sequences are never compared.
-        self._by_finish: list[tuple[int, tuple, int, Sequence]] = []
+        # (finish tick, order key, admit_order, base = computed - joined tick, seq),
+        # sorted; admit_order is unique, so sequences are never compared.
+        self._by_finish: list[tuple[int, tuple, int, int, Sequence]] = []
         self._phase = [0] * block_size  # members by tick residue of their block needs
         self._base_sum = 0
         self.owed: list[int] = []  # KV blocks taken for members, not yet in their tables
@@ -60,7 +60,7 @@ class DecodeGroup:
         base = c - t
         seq.group_tick = t
         insort(self._by_finish, (t + seq.request.output_len - seq.num_generated,
-                                 self._order(seq), base, seq))
+                                 self._order(seq), seq.admit_order, base, seq))
         self._phase[-base % self.block_size] += 1
         self._base_sum += base
         self.fresh.append(seq)
@@ -87,7 +87,7 @@ class DecodeGroup:
 
     def release(self) -> list[Sequence]:
         """Materialise every member and empty the group (the scheduler takes over)."""
-        t, members = self.tick, [e[3] for e in self._by_finish]
+        t, members = self.tick, [e[4] for e in self._by_finish]
         for seq in members:
             if seq.group_tick != t:  # took part in the last tick
                 seq.last_token = self.last
@@ -102,7 +102,7 @@ class DecodeGroup:
         """Durations, sizes and KV reads of the next k steps (k <= last finish)."""
         t, entries = self.tick, self._by_finish
         leaving: dict[int, list[int]] = {}  # step -> [count, sum of cached tokens]
-        for f, _, base, _ in entries[:bisect_left(entries, (t + k,))]:
+        for f, _, _, base, _ in entries[:bisect_left(entries, (t + k,))]:
             e = leaving.setdefault(f - t, [0, 0])
             e[0] += 1
             e[1] += base + t
@@ -131,7 +131,7 @@ class DecodeGroup:
         del entries[:n]
         done = []
         for e in leaving:
-            blocks = -(-(e[2] + e[0]) // self.block_size)  # held when it finishes
+            blocks = -(-(e[3] + e[0]) // self.block_size)  # held when it finishes
             seq = self._leave(e)
             done.append((seq, e[0] - t))
             if e[0] - t < m:
@@ -145,7 +145,7 @@ class DecodeGroup:
         phase = self._phase[:]
         out = [0]
         j = 2  # next step to fill; step j runs from tick t + j - 1
-        for f, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
+        for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
             r = f - t  # its last step: from r + 1 on it takes nothing
             if r >= j:
                 out += _cycle(phase, t + j - 1, r - j + 1)
@@ -156,8 +156,8 @@ class DecodeGroup:
         return out
 
     # -- members ---------------------------------------------------------------------
-    def _leave(self, entry: tuple[int, tuple, int, Sequence]) -> Sequence:
-        f, _, base, seq = entry
+    def _leave(self, entry: tuple[int, tuple, int, int, Sequence]) -> Sequence:
+        f, _, _, base, seq = entry
         self._phase[-base % self.block_size] -= 1
         self._base_sum -= base
         self._materialise(seq, f)

@@ -96,13 +96,13 @@ def test_release_mid_run_gives_the_stepped_counters(case, m):
 @given(groups())
 def test_kv_steps_is_the_longest_run_the_free_blocks_allow(case):
     bs, members, ticks, free = case
-    group, kv, _ = build(bs, members, ticks)
+    group, kv, seqs = build(bs, members, ticks)
     m = group.steps_left()[1]
     j = group.kv_steps(m, free)
     # A direct count: blocks member i needs over steps 2..j (step 1 is reserved).
     def need(j):
         total = 0
-        for seq in (e[3] for e in group._by_finish):
+        for seq in seqs:
             left = seq.request.output_len - seq.num_generated
             steps = min(j, left)
             total += blocks_for(seq.num_computed + steps, bs) - blocks_for(seq.num_computed + 1, bs)
