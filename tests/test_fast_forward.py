@@ -5,9 +5,12 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.batch import Batch
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel, roofline
 from core.profile import load_profile
+from core.schedulers import SCHEDULERS
+from core.schedulers.continuous import ContinuousScheduler
 from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
 from sim import simulate
@@ -86,3 +89,42 @@ def test_fast_forward_events_do_not_grow_with_reply_length():
     assert stepped[1] > 3.5 * stepped[0]
     assert fast[1] < 1.2 * fast[0]
     assert fast[0] < 5 * 64  # a handful of events per request
+
+
+class PacedAdmission(ContinuousScheduler):
+    """Admits at most one request per 50 ms of simulated time: a decision that depends
+    on `now`, so it cannot promise the fast-forward contract."""
+    name = "paced_admission_test"
+    fast_forward = False
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self._next_admission = 0.0
+
+    def schedule(self, now: float) -> Batch:
+        if now >= self._next_admission and self._waiting and len(self.running) < self.max_seqs:
+            batch = Batch()
+            if self._admit_head(batch, now, self._peek().known):
+                self._next_admission = now + 0.05
+                return batch
+        batch = Batch()
+        self._reserve_running(batch, lambda seq: 1)
+        return batch
+
+
+def test_a_policy_that_declares_no_fast_forward_is_stepped():
+    SCHEDULERS[PacedAdmission.name] = PacedAdmission
+    try:
+        rng = np.random.default_rng(1)
+        work = Workload(np.zeros(30), rng.integers(10, 100, 30), rng.integers(50, 200, 30))
+        cfg = SchedulerConfig(policy=PacedAdmission.name, max_num_seqs=8)
+        with counting_events() as n:
+            fast = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=True)
+        stepped = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=False)
+    finally:
+        del SCHEDULERS[PacedAdmission.name]
+    assert n[0] >= fast.summary()["num_steps"]  # an event for every step
+    assert_same(stepped, fast)
+    # Admissions really are paced: no two first steps closer than 50 ms.
+    starts = np.sort(fast.requests["first_scheduled_s"])
+    assert np.all(np.diff(starts) >= 0.05 - 1e-12)
