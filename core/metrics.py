@@ -79,14 +79,15 @@ class MetricsRecorder:
             for col, value in zip(self._step.values(), row):
                 col.append(value)
 
-    def _gaps_after(self, start: float, end: float, last: list[float]) -> None:
-        """Gaps of tokens stamped `end` whose previous tokens came at `last`: the ones
-        from the step that ended at `start` (most) share a single pair."""
-        same = last.count(start)
+    def _gaps_after(self, start: float, end: float, last: list[float], also: int = 0) -> None:
+        """Gaps of tokens stamped `end` whose previous tokens came at `last` (and of
+        `also` more whose previous token came at `start`): the ones from the step that
+        ended at `start` (most) share a single pair."""
+        same = last.count(start) + also
         if same:
             self.itl_gap.append(end - start)
             self.itl_count.append(same)
-        if same < len(last):
+        if same - also < len(last):
             other = [end - t for t in last if t != start]
             self.itl_gap.extend(other)
             self.itl_count.extend([1] * len(other))
@@ -100,15 +101,7 @@ class MetricsRecorder:
             self.itl_gap.append(end - group.last)
             self.itl_count.append(old)
             old = 0
-        last = [s.last_token for s in fresh]
-        same = last.count(start) + old
-        if same:
-            self.itl_gap.append(end - start)
-            self.itl_count.append(same)
-        if same - old < len(last):
-            other = [end - t for t in last if t != start]
-            self.itl_gap.extend(other)
-            self.itl_count.extend([1] * len(other))
+        self._gaps_after(start, end, [s.last_token for s in fresh], old)
         group.last = end
 
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
