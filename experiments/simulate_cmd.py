@@ -71,12 +71,17 @@ def run(args: argparse.Namespace) -> int:
             result = simulate(workload, cfg.scheduler_for(policy), cost, blocks,
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
                               fast_forward=not args.step_by_step, record_steps=args.step_table,
-                              progress=bar.update)
+                              progress=bar.update, keep_on_interrupt=True)
         summaries[policy] = result.summary(cfg.run.slo)
-        print(f"[{policy}] {len(workload)} requests, {summaries[policy]['num_steps']} steps "
-              f"simulated in {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+        interrupted = result.meta["interrupted"]
+        print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
+              f"{summaries[policy]['num_steps']} steps simulated in "
+              f"{time.perf_counter() - t0:.2f} s" + (" (interrupted)" if interrupted else ""),
+              file=sys.stderr)
         if writer:
             writer.add(policy, result, summaries[policy])
+        if interrupted:
+            break  # Ctrl-C: keep what was simulated, run no further policy
     if args.format == "json":
         print(to_json(summaries))
     else:
@@ -87,4 +92,4 @@ def run(args: argparse.Namespace) -> int:
         print(comparison_table(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
-    return 0
+    return 130 if interrupted else 0

@@ -21,13 +21,17 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
              meta: dict | None = None, observer: StepObserver | None = None,
              fast_forward: bool = True, record_steps: bool = True,
-             progress: Callable[[int], None] | None = None) -> RunResult:
+             progress: Callable[[int], None] | None = None,
+             keep_on_interrupt: bool = False) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one event, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
     record_steps=False keeps step totals instead of the step table (result.steps is
     None) and inter-token gaps in a fixed-size histogram (0.005% resolution), so that a
-    replay of millions of requests holds little more than their rows."""
+    replay of millions of requests holds little more than their rows.
+    keep_on_interrupt: on Ctrl-C, return what was simulated, with meta["interrupted"]
+    (rows for the requests that arrived; those still running or waiting say so),
+    instead of raising."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     env = simpy.Environment()
@@ -52,9 +56,16 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
                                on_done, next_arrival if fast_forward else None, observer,
                                closed_loop=arrivals.closed_loop))
-    env.run()
-    for e in engines:  # nothing should be left; if something is, its row says so
+    interrupted = False
+    try:
+        env.run()
+    except KeyboardInterrupt:  # Ctrl-C on a long replay: keep what was simulated
+        if not keep_on_interrupt:
+            raise
+        interrupted = True
+    for e in engines:  # nothing should be left unless interrupted; rows say so
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
-            "num_kv_blocks": num_kv_blocks, "workload": workload.describe(), **(meta or {})}
+            "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
+            "interrupted": interrupted, "simulated_s": env.now, **(meta or {})}
     return RunResult.from_recorder(rec, info)

@@ -158,3 +158,32 @@ def test_a_trace_named_on_the_command_line_is_replayed_whole_at_its_own_times(tm
     last = max(float(r["arrival_s"]) for r in rows)
     want = load_trace(str(trace))
     assert last - first == pytest.approx(want.arrival[-1] - want.arrival[0])
+
+
+def test_ctrl_c_keeps_the_policies_simulated_so_far(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the second policy: the first one's results and the second's partial
+    ones are written, no third policy runs, exit 130."""
+    import experiments.simulate_cmd as cmd
+    real, calls = cmd.simulate, []
+
+    def simulate(*args, progress, **kw):
+        calls.append(1)
+        left = [0]
+
+        def pressed(k: int) -> None:
+            progress(k)
+            left[0] += k
+            if len(calls) == 2 and left[0] >= 50:
+                raise KeyboardInterrupt
+        return real(*args, progress=pressed, **kw)
+    monkeypatch.setattr(cmd, "simulate", simulate)
+    code, out, err = run_cli(["simulate", *SMALL, "--out", str(tmp_path), "--format", "json"], capsys)
+    assert code == 130 and len(calls) == 2
+    assert "(interrupted)" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert list(summary) == ["static", "continuous"]
+    assert summary["static"]["completed"] == 150
+    assert 50 <= summary["continuous"]["completed"] < 150
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["continuous"]["interrupted"] and not meta["static"]["interrupted"]
+    assert len((tmp_path / "continuous" / "requests.csv").read_text().splitlines()) > 50

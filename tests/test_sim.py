@@ -114,3 +114,38 @@ def test_a_closed_loop_burst_at_t0_is_seen_whole():
     r = simulate(work, SchedulerConfig(policy="static", max_num_seqs=8), UNIT, 1000)
     assert r.steps["num_seqs"][0] == 8
     assert (r.requests["first_scheduled_s"] == 0).sum() == 8
+
+
+def interrupt_after(n: int):
+    """A progress callback that presses Ctrl-C once n requests have left."""
+    left = [0]
+
+    def progress(k: int) -> None:
+        left[0] += k
+        if left[0] >= n:
+            raise KeyboardInterrupt
+    return progress
+
+
+def test_an_interrupted_replay_keeps_what_was_simulated():
+    work = w(np.arange(100) * 0.05, np.full(100, 16), np.full(100, 40))
+    cfg = SchedulerConfig(policy="continuous", max_num_seqs=4)
+    full = simulate(work, cfg, UNIT, 1000)
+    part = simulate(work, cfg, UNIT, 1000, progress=interrupt_after(30), keep_on_interrupt=True)
+    assert part.meta["interrupted"] and not full.meta["interrupted"]
+    req = part.requests
+    done = req["status"] == "finished"
+    assert 30 <= done.sum() < 34  # those that left with the 30th, in its step, too
+    assert 30 < len(req["status"]) < 100  # rows for the requests that had arrived
+    assert set(req["status"][~done]) <= {"running", "waiting"}
+    # What was simulated is what the full run did up to then.
+    ids = req["request_id"][done]
+    by_id = dict(zip(full.requests["request_id"], full.requests["finish_s"]))
+    assert np.array_equal(req["finish_s"][done], [by_id[i] for i in ids])
+    assert part.meta["simulated_s"] < full.requests["finish_s"].max()
+
+
+def test_without_keep_on_interrupt_ctrl_c_propagates():
+    work = w(np.zeros(20), np.full(20, 16), np.full(20, 40))
+    with pytest.raises(KeyboardInterrupt):
+        simulate(work, SchedulerConfig(policy="continuous"), UNIT, 1000, progress=interrupt_after(5))
