@@ -168,16 +168,16 @@ def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
         f"Continuous serves {co['output_throughput'] / st['output_throughput']:.1f}x static's "
         f"output tokens/s and its median queueing delay is "
         f"{st['median_queueing_delay_ms'] / co['median_queueing_delay_ms']:.1f}x shorter.",
-        f"slot utilisation here is the mean over steps of (sequences in the step / seats). "
-        f"A static batch of 8 with one ~500-token reply and seven of ~26 tokens runs ~500 "
-        f"steps and fills (500 + 7 x 26) of 8 x 500 seat-steps = ~17%; it can never fall "
-        f"below 1/8 = 12.5%, because a step always has at least one busy seat. ~9% needs a "
-        f"different measure (time-weighting over idle gaps, or more than 8 seats: the README's "
-        f"32-seat chat mix gives static ~12%). Continuous stays near, not above, 90% by this "
-        f"measure because it is vLLM-v0 style: a step that admits a request runs only its "
-        f"prefill while the other seats' decodes wait (their seats are held, not computing); "
-        f"chunked prefill mixes the two and stays above 90%. Utilisation also drops at the "
-        f"end of the run, when no requests are left to fill freed seats.")
+        "slot utilisation here is the mean over steps of (sequences in the step / seats). "
+        "A static batch of 8 with one ~500-token reply and seven of ~26 tokens runs ~500 "
+        "steps and fills (500 + 7 x 26) of 8 x 500 seat-steps = ~17%; it can never fall "
+        "below 1/8 = 12.5%, because a step always has at least one busy seat. ~9% needs a "
+        "different measure (time-weighting over idle gaps, or more than 8 seats: the README's "
+        "32-seat chat mix gives static ~12%). Continuous stays near, not above, 90% by this "
+        "measure because it is vLLM-v0 style: a step that admits a request runs only its "
+        "prefill while the other seats' decodes wait (their seats are held, not computing); "
+        "chunked prefill mixes the two and stays above 90%. Utilisation also drops at the "
+        "end of the run, when no requests are left to fill freed seats.")
     rep.heading("Results")
     rep.table(
         ["policy", "slot util.", "time-weighted", "seats held", "output tok/s", "req/s",

@@ -26,12 +26,6 @@ def composition(batch: Batch) -> Composition:
     return run, tuple(sorted(s.id for s in batch.preempted))
 
 
-def feature_keys(steps: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
-    """Stand-in keys from the step table (replica 0): the batch shape of each step."""
-    cols = [steps[c] for c in (*FEATURE_NAMES, "num_preempted")]
-    return [tuple(int(v) for v in row) for row in zip(*cols)]
-
-
 def first_divergence(a: list[Hashable], b: list[Hashable]) -> int | None:
     """Index of the first step where the schedules differ (one run ending before the
     other counts), or None where they are identical."""
