@@ -103,11 +103,14 @@ def profile(workload, policy, cost, blocks) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="first 3000 requests of each trace")
-    ap.add_argument("--synthetic", type=int, default=1_000_000, help="requests in the synthetic run")
+    ap.add_argument("--quick", action="store_true",
+                    help="first 3000 requests of each trace; 100,000 synthetic unless --synthetic")
+    ap.add_argument("--synthetic", type=int, help="requests in the synthetic run (default 1,000,000)")
     ap.add_argument("--profile", action="store_true", help="time by component on the conv trace")
     ap.add_argument("--synthetic-only", type=int, metavar="N", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.synthetic is None:
+        args.synthetic = 100_000 if args.quick else 1_000_000
     model, hw = lookup_model("llama-3-8b"), lookup_hardware("a100-80gb")
     cost = roofline(model, hw, 1, 0.8, 0.6, 0.002)
     blocks = kv_capacity_blocks(model, hw, 1, 16)

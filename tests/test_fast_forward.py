@@ -36,7 +36,8 @@ def scenarios(draw):
                     priority=rng.integers(0, 3, n), max_concurrency=closed,
                     think_time_s=draw(st.sampled_from([0.0, 0.05])))
     cfg = SchedulerConfig(
-        policy=draw(st.sampled_from(["static", "continuous", "chunked"])),
+        # Every registered policy: a new one that claims fast-forward is checked here.
+        policy=draw(st.sampled_from(sorted(SCHEDULERS))),
         max_num_seqs=draw(st.integers(1, 12)),
         max_num_batched_tokens=draw(st.sampled_from([None, 8, 64, 512])),  # 8: fewer than the decoders
         block_size=draw(st.sampled_from([1, 4, 16])),
