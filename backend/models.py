@@ -66,8 +66,18 @@ def spec_from_config(name: str, config, dtype: torch.dtype) -> ModelSpec:
         num_kv_heads=getattr(config, "num_key_value_heads", None) or nh,
         head_dim=getattr(config, "head_dim", None) or h // nh,
         intermediate_size=config.intermediate_size, vocab_size=config.vocab_size,
+        max_context=config.max_position_embeddings,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         dtype_bytes=torch.empty(0, dtype=dtype).element_size())
+
+
+def params_label(n: int) -> str:
+    """A parameter count as people write it: 140k, 21M, 125M, 7.2B."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f}{unit}" if v >= 10 else f"{v:.1f}{unit}"
+    return str(n)
 
 
 def preset_config(spec: ModelSpec):
@@ -123,8 +133,13 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub
     config = AutoConfig.from_pretrained(d, local_files_only=True)
     check_supported(config)
-    hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True,
-                                              attn_implementation="sdpa")
+    try:
+        hf = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True,
+                                                  attn_implementation="sdpa")
+    except Exception as e:  # noqa: BLE001: a corrupt file raises whatever its reader raises
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else "no detail"
+        raise ValueError(f"{d}: cannot load the weights ({type(e).__name__}: {detail}); "
+                         f"is a weights file corrupt or truncated?") from e
     hf = hf.to(device=device).eval()
     return LoadedModel(hf, str(d), "checkpoint", spec_from_config(d.name, config, dtype))
 

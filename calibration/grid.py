@@ -82,6 +82,7 @@ class Grid:
     max_rounds: int = 40
     warmup: int = 1  # executions of each point before its first round (recorded, not used)
     heldout_every: int = 4  # 1 in n points of each region is held out of the fit
+    name: str = "custom"  # recorded in the profile: "quick" profiles are flagged when used
 
     def rounds_for(self, seconds: float | None) -> int:
         """Timed rounds for a point whose step takes about `seconds`."""
@@ -111,16 +112,25 @@ def default_grid() -> Grid:
     pts += [GridPoint(chunk=c, chunks=n) for n, c in ((2, 32), (4, 32), (8, 16), (2, 128), (4, 64))]
     pts += [GridPoint(b, c, ch, s) for b in (4, 16, 48) for c in (128, 512)
             for ch, s in ((32, 0), (128, 256), (256, 0)) if b * c <= 24576]
-    return Grid(pts, rounds=5, target_s=1.2)
+    return Grid(pts, rounds=5, target_s=1.2, name="default")
 
 
 def tiny_grid() -> Grid:
-    """A few points for tests: seconds on batchlab-tiny."""
+    """A few points for tests and `--grid quick`: seconds on batchlab-tiny. A smoke
+    test: too few points to pin every rate down (fits can be non-physical)."""
     pts = [GridPoint(b, c) for b in (1, 2, 4, 8, 16) for c in (16, 48)]
     pts += [GridPoint(chunk=c, cached=s) for c in (8, 32) for s in (0, 16)]
     pts += [GridPoint(chunk=8, chunks=3)]
     pts += [GridPoint(4, 32, 16, 0), GridPoint(2, 16, 8, 8), GridPoint(8, 16, 24, 0)]
-    return Grid(pts, rounds=3, warmup=1, heldout_every=4)
+    return Grid(pts, rounds=3, warmup=1, heldout_every=4, name="quick")
+
+
+def max_context(points: list[GridPoint]) -> int:
+    """The longest sequence (cached + new tokens) any point builds."""
+    def longest(p: GridPoint) -> int:
+        decode = max(p.contexts()) + 1 if p.decodes else 0
+        return max(decode, p.cached + p.chunk if p.chunk else 0)
+    return max((longest(p) for p in points), default=0)
 
 
 def blocks_needed(points: list[GridPoint], block_size: int) -> int:

@@ -3,10 +3,12 @@ roofline, and per-point errors."""
 from __future__ import annotations
 
 from core.batch import StepFeatures
-from core.profile import Profile, RegionError
+from core.profile import UNRESOLVED_RATIO, Profile, RegionError
 
 
-UNRESOLVED = 100.0  # a fitted rate this many times the machine's: its term is ~0
+# A fitted rate above the machine's measured peak by more than this is not physical: the
+# grid did not pin its term down (timing noise, or too few points, as on --grid quick).
+ABOVE_PEAK = 1.5
 
 
 def _row(name: str, e: RegionError) -> str:
@@ -27,34 +29,42 @@ def fit_table(p: Profile) -> str:
     return "\n".join(lines)
 
 
+def _rate(label: str, value: float | None, unit: str, measured: float | None, of: str) -> str:
+    """One fitted rate against the measured one; an unresolved or non-physical fit says so
+    instead of printing an infinite or impossible figure as if it were measured."""
+    scale = 1e9  # GB/s, GFLOP/s
+    ratio = value / measured if value and measured else None
+    if value is None or (ratio is not None and ratio > UNRESOLVED_RATIO):
+        return f"  {label:<22}not resolved by this grid (its term fitted to ~0)"
+    line = f"  {label:<22}{value / scale:8.1f} {unit:<8}"
+    if ratio is None:
+        return line + "     -"
+    line += f"{ratio:5.2f}x of {of}"
+    if ratio > ABOVE_PEAK:
+        line += "  [above the measured peak: not physical; the grid does not pin this term down]"
+    return line
+
+
 def rates_table(p: Profile) -> str:
     e, c = p.effective, p.cost
+    read, copy, mm = e.measured_read_bandwidth, e.measured_copy_bandwidth, e.measured_matmul_flops
 
-    def ratio(a: float | None, b: float | None) -> str:
-        if a and b and a / b > UNRESOLVED:
-            return "  (term ~0: not resolved by this grid)"
-        return f"{a / b:6.2f}x" if a and b else "     -"
+    def fmt(x: float | None, unit: str) -> str:
+        return f"{x / 1e9:.1f} {unit}" if x else "?"
 
-    def g(x: float | None, unit: float = 1e9) -> str:
-        return f"{x / unit:8.1f}" if x and x < 1e18 else "     inf"
-
-    lines = [f"fitted terms (form {c.combine!r}) vs the roofline measured in the same run",
-             f"  weight-read bandwidth {g(e.mem_bandwidth)} GB/s   "
-             f"{ratio(e.mem_bandwidth, e.measured_read_bandwidth)} of read "
-             f"({(e.measured_read_bandwidth or 0) / 1e9:.1f} GB/s)"
-             + ("  [pinned: sum form]" if c.combine == "sum" else ""),
-             f"  KV-read bandwidth     {g(e.kv_bandwidth)} GB/s   "
-             f"{ratio(e.kv_bandwidth, e.measured_copy_bandwidth)} of copy "
-             f"({(e.measured_copy_bandwidth or 0) / 1e9:.1f} GB/s)",
-             f"  matmul FLOP rate      {g(e.flop_rate)} GFLOP/s"
-             f"{ratio(e.flop_rate, e.measured_matmul_flops)} of matmul "
-             f"({(e.measured_matmul_flops or 0) / 1e9:.0f} GFLOP/s)",
-             f"  attention FLOP rate   {g(e.attn_flop_rate)} GFLOP/s"
-             f"{ratio(e.attn_flop_rate, e.measured_matmul_flops)} of matmul",
+    weight = _rate("weight-read bandwidth", e.mem_bandwidth, "GB/s", read, f"read ({fmt(read, 'GB/s')})")
+    if c.combine == "sum":
+        weight += "  [pinned: sum form]"
+    lines = [f"fitted terms (form {c.combine!r}) vs the roofline measured in the same run", weight,
+             _rate("KV-read bandwidth", e.kv_bandwidth, "GB/s", copy, f"copy ({fmt(copy, 'GB/s')})"),
+             _rate("matmul FLOP rate", e.flop_rate, "GFLOP/s", mm, f"matmul ({fmt(mm, 'GFLOP/s')})"),
+             _rate("attention FLOP rate", e.attn_flop_rate, "GFLOP/s", mm, "matmul"),
              f"  fixed overhead        {e.overhead_s * 1e3:8.2f} ms/step; per sequence "
              f"{c.per_seq_s * 1e3:.3f} ms; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms",
              "  small-row corrections " + (", ".join(f"{i + 1} row(s) {v * 1e3:+.2f} ms"
                                                     for i, v in enumerate(c.small_rows)) or "none")]
+    if p.grid is not None and p.grid.name == "quick":
+        lines.append("  (quick grid: a smoke test; these rates are not for use)")
     return "\n".join(lines)
 
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Callable
 
 from calibration.aggregate import spread_pct, summarize
 from calibration.fit import fit
-from calibration.grid import Grid, blocks_needed, default_grid
+from calibration.grid import Grid, blocks_needed, default_grid, max_context
 from calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
                                read_roofline)
 from calibration.timing import ReferenceKernel, measure_roofline
 from core.fitted_cost import Shape
-from core.profile import CostParams, DeviceInfo, Effective, Profile
+from core.profile import UNRESOLVED_RATIO, CostParams, DeviceInfo, Effective, GridInfo, Profile
 
 if TYPE_CHECKING:
     from backend.runtime import Runtime
@@ -34,8 +34,12 @@ def _device_info(meta: dict) -> DeviceInfo:
                       dtype=meta["dtype"], matmul=meta.get("matmul", ""), torch=meta["torch"])
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+def _resolved(rate: float, measured: float | None) -> float | None:
+    """A fitted rate, or None where its term fitted to ~0 (an infinite or absurd rate:
+    this grid did not resolve it)."""
+    if not math.isfinite(rate) or (measured and rate > UNRESOLVED_RATIO * measured):
+        return None
+    return rate
 
 
 def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | None = 1,
@@ -52,6 +56,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     1GiB on CPU). runtime: an already loaded backend to time (its model, device, dtype
     and threads win over the arguments). Raises ValueError (one line) for an unknown
     model or absent device."""
+    from backend.models import params_label
     from backend.runtime import Runtime  # torch: only when calibrating
 
     grid = grid or default_grid()
@@ -60,9 +65,14 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     rt = runtime or Runtime(model, dtype=dtype, device=device, threads=threads,
                             kv_memory=kv_memory, seed=seed)
     meta = rt.meta()
-    say(f"calibrate: {meta['model']} ({rt.spec.params / 1e6:.0f}M params, {meta['dtype']}) on "
+    say(f"calibrate: {meta['model']} ({params_label(rt.spec.params)} params, {meta['dtype']}) on "
         f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "
         f"loaded in {rt.load_s:.1f} s")
+    longest = max_context(grid.points)
+    if longest > rt.spec.max_context:
+        say(f"calibrate: warning: the grid builds sequences of up to {longest} tokens, beyond "
+            f"{meta['model']}'s context limit of {rt.spec.max_context}: the fit covers contexts "
+            f"this model cannot serve")
     ident = {"model": meta["model"], "device": meta["device"], "threads": meta["threads"],
              "dtype": meta["dtype"], "matmul": meta["matmul"], "block_size": block_size}
     path = measurements_path(out) if out else Path(tempfile.mkdtemp()) / "measurements.jsonl"
@@ -116,11 +126,15 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
                         s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
                         small_rows=list(m.small_rows), combine=m.combine),
         fit=result.quality,
-        effective=Effective(mem_bandwidth=_finite(m.mem_bandwidth), kv_bandwidth=_finite(m.kv_bandwidth),
-                            flop_rate=_finite(m.flop_rate), attn_flop_rate=_finite(m.attn_flop_rate),
+        effective=Effective(mem_bandwidth=_resolved(m.mem_bandwidth, roof["read_bandwidth"]),
+                            kv_bandwidth=_resolved(m.kv_bandwidth, roof["copy_bandwidth"]),
+                            flop_rate=_resolved(m.flop_rate, roof["matmul_flops"]),
+                            attn_flop_rate=_resolved(m.attn_flop_rate, roof["matmul_flops"]),
                             overhead_s=m.overhead_s, measured_copy_bandwidth=roof["copy_bandwidth"],
                             measured_read_bandwidth=roof["read_bandwidth"],
                             measured_matmul_flops=roof["matmul_flops"]),
+        grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,
+                      target_s=grid.target_s),
         drift_normalisation=normalised, sweep_s=round(sweep_s, 2),
         total_s=round(time.perf_counter() - t_start, 2),
         measurements=ms if embed_measurements else None,

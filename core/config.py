@@ -19,3 +19,6 @@ class SchedulerConfig(BaseModel):
     preemption: str = Field("recent", description="victim: recent (last admitted) | priority")
     max_batch_delay_s: float = Field(
         0.0, ge=0, description="static: wait up to this long for a full batch")
+    max_model_len: int | None = Field(
+        None, gt=0, description="longest prompt + output a request may ask for, as vLLM's "
+        "max_model_len (longer ones are rejected); default: the model's context length")

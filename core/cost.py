@@ -89,10 +89,22 @@ def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray
 ALLREDUCE_LATENCY_S = 8e-6  # one NCCL all-reduce of a small message, order of magnitude
 
 
+def kv_shards(model: ModelSpec, tensor_parallel: int) -> int:
+    """Over how many GPUs the KV heads are split: tp, or the KV head count when tp
+    exceeds it (each GPU then holds a replica of one KV head, as vLLM does). A tp that
+    splits a head is an error."""
+    tp, heads, kv = tensor_parallel, model.num_heads, model.num_kv_heads
+    if heads % tp or (kv % tp and tp % kv):
+        raise ValueError(f"tensor_parallel={tp} does not split {model.name}'s {heads} attention "
+                         f"heads and {kv} KV heads evenly")
+    return min(tp, kv)
+
+
 def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
              mem_efficiency: float = 1.0, compute_efficiency: float = 1.0,
              overhead_s: float = 0.0) -> RooflineCostModel:
     tp = tensor_parallel
+    shards = kv_shards(model, tp)
     comm_bytes = comm_latency = 0.0
     if tp > 1:
         # Two all-reduces of the hidden state per layer; a ring moves 2(tp-1)/tp of it.
@@ -102,7 +114,7 @@ def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
             raise ValueError(f"hardware {hw.name!r} has no interconnect_bandwidth for tensor_parallel={tp}")
     return RooflineCostModel(
         weight_bytes=model.params_read_per_step * model.dtype_bytes / tp,
-        kv_bytes_per_token=model.kv_bytes_per_token / tp,
+        kv_bytes_per_token=model.kv_bytes_per_token / shards,  # each GPU reads its share
         flops_per_token=model.flops_per_token / tp,
         attention_flops_per_pair=model.attention_flops_per_pair / tp,
         mem_bandwidth=hw.mem_bandwidth * mem_efficiency,
@@ -119,7 +131,9 @@ def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
     """KV blocks that fit in the memory left after weights (vLLM's
     gpu_memory_utilization: the rest is headroom for activations and the runtime)."""
     free = hw.memory_bytes * tensor_parallel * memory_utilization - model.weight_bytes
-    blocks = int(free // (model.kv_bytes_per_token * block_size))
+    # Replicated KV heads (tp above the KV head count) store each token tp/shards times.
+    per_token = model.kv_bytes_per_token * tensor_parallel / kv_shards(model, tensor_parallel)
+    blocks = int(free // (per_token * block_size))
     if blocks < 1:
         need = model.weight_bytes / 2**30
         have = hw.memory_bytes * tensor_parallel * memory_utilization / 2**30

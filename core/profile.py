@@ -15,10 +15,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.fitted_cost import FittedCostModel, Shape
-from core.specs import ModelSpec
+from core.specs import MODELS, ModelSpec
 
 PROFILE_FORMAT = "batchlab-profile"
-PROFILE_VERSION = 1
+# Version 2 added `grid` (how the profile was measured); version 1 files still load.
+PROFILE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# A fitted rate this many times the machine's measured one: its term fitted to ~0, the
+# grid did not resolve it (recorded as None, reported as such).
+UNRESOLVED_RATIO = 100.0
+# Fewer measured points than this in a profile that records no grid (version 1): most
+# likely a `--grid quick` smoke test (18 points; the default grid has 93).
+FEW_POINTS = 30
 # Profiles shipped with the package (calibration/profiles/NAME.json); "default" names one.
 # Found as package data, without importing calibration (which needs torch).
 SHIPPED_PACKAGE = "calibration"
@@ -83,6 +91,15 @@ class Effective(BaseModel):
     measured_matmul_flops: float | None = Field(None, description="FLOP/s, a square matmul")
 
 
+class GridInfo(BaseModel):
+    """Which calibration grid was timed, and how often (calibration.grid.Grid)."""
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="default | quick (a smoke test, not for use) | custom")
+    points: int = Field(ge=0)
+    rounds: int = Field(ge=0, description="timed rounds a point, at least")
+    target_s: float = Field(ge=0, description="seconds of timings a cheap point gets")
+
+
 class Measurement(BaseModel):
     model_config = ConfigDict(extra="forbid")
     point: str
@@ -97,7 +114,7 @@ class Measurement(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
-    version: Literal[1] = PROFILE_VERSION
+    version: Literal[1, 2] = PROFILE_VERSION
     created: str = ""
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
@@ -107,6 +124,7 @@ class Profile(BaseModel):
     cost: CostParams
     fit: FitQuality
     effective: Effective
+    grid: GridInfo | None = Field(None, description="the grid measured (None: a version-1 profile)")
     drift_normalisation: str = Field("none", description="none | reference | rolling (calibration.aggregate)")
     sweep_s: float | None = Field(None, description="wall seconds of the sweep (this run's part)")
     total_s: float | None = Field(None, description="wall seconds of calibrate: load, sweep, fit")
@@ -131,6 +149,18 @@ class Profile(BaseModel):
 
     def describe(self) -> str:
         return f"{self.model.name} on {self.device_description()}"
+
+    def smoke_test_warning(self) -> str | None:
+        """One line when the profile was measured on the quick grid (its fits may be
+        non-physical); None for a profile fit for use."""
+        n = len(self.measurements or [])
+        if self.grid is not None and self.grid.name == "quick":
+            reason = f"measured on the quick grid ({self.grid.points} points), a smoke test"
+        elif self.grid is None and 0 < n < FEW_POINTS:
+            reason = f"records no grid and was measured on only {n} points (a --grid quick smoke test?)"
+        else:
+            return None
+        return f"profile {reason}: its fitted rates are not reliable; for use, calibrate with --grid default"
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(indent=1) + "\n")
@@ -158,6 +188,23 @@ def resolve_profile_path(name_or_path: str | Path) -> Path:
     return Path(name_or_path)
 
 
+def _fill_max_context(data: dict) -> None:
+    """Profiles written before ModelSpec had max_context: take it from the preset of the
+    same name, else from the checkpoint's config.json if it is still there."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "max_context" in model:
+        return  # a bad model field is reported by validation
+    preset = MODELS.get(model.get("name")) or MODELS.get(data.get("model_source"))
+    if preset is not None:
+        model["max_context"] = preset.max_context
+        return
+    try:
+        config = json.loads((Path(str(data.get("model_source"))) / "config.json").read_text())
+        model["max_context"] = int(config["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # validation then names the missing model.max_context
+
+
 def parse_profile(text: str, where: str = "profile") -> Profile:
     try:
         data = json.loads(text)
@@ -165,9 +212,11 @@ def parse_profile(text: str, where: str = "profile") -> Profile:
         raise ProfileError(f"{where}: not a JSON document ({e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{where}: not a batchlab profile (no \"format\": \"{PROFILE_FORMAT}\")")
-    if data.get("version") != PROFILE_VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
         raise ProfileError(f"{where}: profile version {data.get('version')!r}; this batchlab "
-                           f"reads version {PROFILE_VERSION} (re-run batchlab calibrate)")
+                           f"reads versions {', '.join(map(str, READABLE_VERSIONS))} "
+                           f"(re-run batchlab calibrate)")
+    _fill_max_context(data)
     try:
         return Profile.model_validate(data)
     except ValidationError as e:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GIB = 2**30
 
 
 class ModelSpec(BaseModel):
@@ -21,6 +20,7 @@ class ModelSpec(BaseModel):
     head_dim: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
+    max_context: int = Field(gt=0, description="max_position_embeddings: longest prompt + output")
     tied_embeddings: bool = False
     dtype_bytes: int = Field(2, gt=0, description="bytes per weight and KV element")
 
@@ -71,34 +71,40 @@ class HardwareSpec(BaseModel):
     interconnect_bandwidth: float = Field(0.0, ge=0, description="bytes/s per GPU for all-reduce; 0 = none")
 
 
-def _llama(name, L, h, nh, nkv, inter, vocab, tied=False, hd=None) -> ModelSpec:
+def _llama(name, L, h, nh, nkv, inter, vocab, ctx, tied=False, hd=None) -> ModelSpec:
     return ModelSpec(name=name, num_layers=L, hidden_size=h, num_heads=nh, num_kv_heads=nkv,
                      head_dim=hd or h // nh, intermediate_size=inter, vocab_size=vocab,
-                     tied_embeddings=tied)
+                     max_context=ctx, tied_embeddings=tied)
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in [
-    _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
-    _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000),
-    _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000),
-    _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256),
-    _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256),
-    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000),
-    _llama("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, tied=True),
-    _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
+    _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+    _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+    _llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    _llama("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    # Llama 3.1: the same shapes, RoPE scaled to a 128k context.
+    _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
+    _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 32768),
+    _llama("qwen2.5-0.5b", 24, 896, 14, 2, 4864, 151936, 32768, tied=True),
+    _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 32768),
     # The backend's embedded models (seeded random weights, float32 on CPU).
-    _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000).model_copy(update={"dtype_bytes": 4}),
-    _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000).model_copy(update={"dtype_bytes": 4}),
+    _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
+    _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
 ]}
 
+# Memory is what nvidia-smi reports as the total (MiB): datasheets round it, in GB
+# or in GiB (an H200's "141 GB" is 140.4 GiB; an L4's "24 GB" is 22.5 GiB).
+MIB = 2**20
 HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
-    HardwareSpec(name="a100-80gb", memory_bytes=80 * GIB, mem_bandwidth=2.039e12,
+    HardwareSpec(name="a100-80gb", memory_bytes=81_920 * MIB, mem_bandwidth=2.039e12,
                  peak_flops=312e12, interconnect_bandwidth=300e9),
-    HardwareSpec(name="h100-sxm", memory_bytes=80 * GIB, mem_bandwidth=3.35e12,
+    HardwareSpec(name="h100-sxm", memory_bytes=81_559 * MIB, mem_bandwidth=3.35e12,
                  peak_flops=989e12, interconnect_bandwidth=450e9),
-    HardwareSpec(name="h200", memory_bytes=141e9, mem_bandwidth=4.8e12,
+    HardwareSpec(name="h200", memory_bytes=143_771 * MIB, mem_bandwidth=4.8e12,
                  peak_flops=989e12, interconnect_bandwidth=450e9),
-    HardwareSpec(name="l4", memory_bytes=24 * GIB, mem_bandwidth=300e9,
+    HardwareSpec(name="l4", memory_bytes=23_034 * MIB, mem_bandwidth=300e9,
                  peak_flops=121e12, interconnect_bandwidth=32e9),
 ]}
 

@@ -95,10 +95,33 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_names() -> tuple[set[str], set[str]]:
+    """Model and hardware names a config gets without naming them: the embedded demo's
+    and the config schema's. Only a name outside these was given by the user."""
+    from experiments.config import HardwareConfig, ModelConfig
+    from experiments.simulate_cmd import DEFAULT_EXPERIMENT  # imports this module: not at the top
+    return ({ModelConfig.model_fields["name"].default, DEFAULT_EXPERIMENT["model"]["name"]},
+            {HardwareConfig.model_fields["name"].default, DEFAULT_EXPERIMENT["hardware"]["name"]})
+
+
+def _same_model(name: str, profile) -> bool:
+    """Whether --model NAME|DIR names the profile's model (its name, its checkpoint
+    directory, or a preset of the same shape)."""
+    from core.specs import MODELS
+    source = profile.model_source or profile.model.name
+    if name in (profile.model.name, source) or Path(name).resolve() == Path(source).resolve():
+        return True
+    shape = profile.model.model_dump(exclude={"name"})
+    return name in MODELS and MODELS[name].model_dump(exclude={"name"}) == shape
+
+
 def profile_setup(cfg) -> tuple:
     """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
     fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
-    --num-kv-blocks is given) and its model."""
+    --num-kv-blocks is given) and its model. A model, hardware or tensor parallelism the
+    user set that contradicts the profile is an error; cfg is updated to the model and
+    device the profile prices, so that config.json records what was simulated."""
+    where = str(cfg.profile.path)
     try:
         profile = load_profile(cfg.profile.path)
     except ProfileError as e:
@@ -106,12 +129,29 @@ def profile_setup(cfg) -> tuple:
     if cfg.hardware.tensor_parallel != 1:
         raise UserError(f"a profile prices one device as measured; tensor_parallel="
                         f"{cfg.hardware.tensor_parallel} does not apply")
+    default_models, default_hardware = _default_names()
+    measured_on = f"profiled {profile.device_description()}"
+    if cfg.model.name not in default_models and not _same_model(cfg.model.name, profile):
+        raise UserError(f"model {cfg.model.name!r} (--model / [model] name) contradicts profile "
+                        f"{where}, measured on {profile.model_source or profile.model.name}: a "
+                        f"profile simulates its own model; drop the model or the profile")
+    if cfg.hardware.name not in default_hardware | {measured_on}:
+        raise UserError(f"hardware {cfg.hardware.name!r} (--hardware / [hardware] name) does not "
+                        f"apply with profile {where}: it prices the device it was measured on "
+                        f"({profile.device_description()}); drop the hardware or the profile")
     bs = cfg.scheduler.block_size
     blocks = cfg.scheduler.num_kv_blocks or profile.num_kv_blocks * profile.block_size // bs
     if blocks < 1:
-        raise UserError(f"profile {cfg.profile.path}: its KV capacity holds no block of {bs} tokens")
-    meta = {"model": profile.model.name, "hardware": f"profiled {profile.device_description()}",
-            "tensor_parallel": 1,
-            "cost_model": f"profile ({profile.cost.combine} form)", "profile": str(cfg.profile.path),
+        raise UserError(f"profile {where}: its KV capacity holds no block of {bs} tokens")
+    warning = profile.smoke_test_warning()  # a --grid quick profile
+    if warning:
+        print(f"batchlab: warning: {where}: {warning}", file=sys.stderr)
+    cfg.model.name = profile.model_source or profile.model.name  # what is simulated
+    cfg.hardware.name = measured_on
+    meta = {"model": profile.model.name, "hardware": measured_on, "tensor_parallel": 1,
+            "max_context": profile.model.max_context,
+            "cost_model": f"profile ({profile.cost.combine} form)", "profile": where,
             "profile_heldout_median_ape": profile.fit.heldout.median_ape}
+    if warning:
+        meta["profile_warning"] = warning
     return profile.cost_model(), blocks, meta

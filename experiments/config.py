@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from core.config import SchedulerConfig
 from core.schedulers import SCHEDULERS
@@ -79,11 +79,25 @@ class ExperimentConfig(BaseModel):
             raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
         return v
 
+    @model_validator(mode="after")
+    def _options_apply(self) -> "ExperimentConfig":
+        # A setting no policy of this run reads would be silently ignored: say so instead.
+        if self.scheduler.max_batch_delay_s and "static" not in self.policies():
+            raise ValueError(f"scheduler.max_batch_delay_s (--max-batch-delay) applies to the "
+                             f"static policy only; this run's policies: {', '.join(self.policies())}")
+        return self
+
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
 
-    def scheduler_for(self, policy: str) -> SchedulerConfig:
-        return self.scheduler.model_copy(update={"policy": policy})
+    def scheduler_for(self, policy: str, max_context: int | None = None) -> SchedulerConfig:
+        """One policy's scheduler. max_model_len defaults to the model's context length
+        (max_context) and may not exceed it, as in vLLM."""
+        limit = self.scheduler.max_model_len
+        if limit is not None and max_context is not None and limit > max_context:
+            raise UserError(f"scheduler.max_model_len={limit} exceeds the model's context "
+                            f"length of {max_context} tokens")
+        return self.scheduler.model_copy(update={"policy": policy, "max_model_len": limit or max_context})
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -99,7 +113,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def build_config(data: dict[str, Any], where: str = "") -> ExperimentConfig:
+    """Validate TOML (and command-line) values strictly: a TOML `true` is not a seat count
+    and "20" is not a rate (lax pydantic would coerce both); an int where a float is
+    expected is fine. Command-line values arrive already typed by argparse."""
     try:
-        return ExperimentConfig.model_validate(data)
+        return ExperimentConfig.model_validate(data, strict=True)
     except ValidationError as e:
         raise UserError(describe_validation_error(e, where)) from None

@@ -12,10 +12,17 @@ def describe_validation_error(err: ValidationError, where: str = "") -> str:
     """One line per pydantic error is too much for a CLI: name the first field, the
     problem and the value given; count the rest."""
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "config"
+    loc = ".".join(str(p) for p in first["loc"])
+    loc = f"{loc}: " if loc else ""  # a check across sections names its fields itself
     msg = first["msg"].removeprefix("Value error, ")
     given = first.get("input")
     value = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+    if value and first["type"].endswith("_type"):  # strict: say what type was given
+        value = f" (got {given!r}, a {_TYPE_NAMES.get(type(given), type(given).__name__)})"
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
     prefix = f"{where}: " if where else ""
-    return f"{prefix}{loc}: {msg}{value}{more}"
+    return f"{prefix}{loc}{msg}{value}{more}"
+
+
+# How a TOML value's Python type reads in an error (TOML: true, "20", 1.5, [..]).
+_TYPE_NAMES = {bool: "boolean", str: "string", int: "integer", float: "float", list: "list"}

@@ -19,6 +19,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                    help="static | continuous | chunked; repeat or comma-separate to compare")
     g.add_argument("--max-num-seqs", dest="sc_max_num_seqs", type=int, metavar="N", help="seats")
     g.add_argument("--max-num-batched-tokens", dest="sc_max_num_batched_tokens", type=int, metavar="N")
+    g.add_argument("--max-model-len", dest="sc_max_model_len", type=int, metavar="N",
+                   help="longest prompt + output a request may ask for (default: the model's context)")
     g.add_argument("--block-size", dest="sc_block_size", type=int, metavar="N")
     g.add_argument("--num-kv-blocks", dest="sc_num_kv_blocks", type=int, metavar="N")
     g.add_argument("--admission", dest="sc_admission", metavar="ORDER",
@@ -94,6 +96,10 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
         # The embedded default's size and rate belong to its own preset: a trace named
         # on the command line is replayed whole, at its own times, unless told otherwise.
         data.pop("workload", None)
+    if not args.config and "slo" in overrides.get("run", {}):
+        # Likewise its SLO: `--slo-e2el-ms` alone must mean that objective alone, not
+        # that one added to the default's hidden TTFT and TPOT limits.
+        data.get("run", {}).pop("slo", None)
     merge(data, overrides)
     return build_config(data, where=args.config or "")
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+from core.summary import SLO
+
 # (summary key, label, format)
 ROWS: list[tuple[str, str, str]] = [
     ("completed", "completed requests", "{:.0f}"),
@@ -40,3 +42,13 @@ def comparison_table(summaries: dict[str, dict[str, float]]) -> str:
     out = [line("", names), line("", ["-" * w for w in widths])]
     out += [line(label, cells) for label, cells in rows]
     return "\n".join(out)
+
+
+def slo_line(slo: SLO | None) -> str | None:
+    """The objectives goodput counts against, printed with the table so none is hidden."""
+    if slo is None:
+        return None
+    parts = [f"{label} <= {v:g} ms" for label, v in
+             (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E latency", slo.e2el_ms))
+             if v is not None]
+    return "goodput SLO: " + (", ".join(parts) if parts else "none (every finished request counts)")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import add_backend_options, add_common_options, load_experiment, reject_unused
 from experiments.output import ResultWriter, to_json
-from experiments.report import comparison_table
+from experiments.report import comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -52,6 +51,7 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from backend.driver import run_workload  # torch only when this command runs
+    from backend.models import params_label
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
@@ -64,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
-          f"({rt.spec.params / 1e6:.0f}M params, {cfg.model.dtype} on {rt.device}, "
+          f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     summaries, metas = {}, {}
     for policy in cfg.policies():
-        sched = cfg.scheduler_for(policy)
+        sched = cfg.scheduler_for(policy, rt.spec.max_context)
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
               f"{m['num_kv_blocks']} KV blocks of {m['block_size']} tokens, "
               f"{cfg.scheduler.max_num_seqs} seats, time scale {cfg.run.time_scale:g}\n")
         print(comparison_table(summaries))
+        if cfg.run.slo is not None:
+            print(slo_line(cfg.run.slo))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0

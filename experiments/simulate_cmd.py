@@ -2,21 +2,24 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
 from tqdm import tqdm
 
 from core.cost import CostModel, kv_capacity_blocks, roofline
-from core.specs import lookup_hardware, lookup_model
+from core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
 from core.workload import build_workload
 from experiments.calibrate_cmd import profile_setup
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment
 from experiments.output import ResultWriter, to_json
-from experiments.report import comparison_table
+from experiments.report import comparison_table, slo_line
 from sim import simulate
+
+log = logging.getLogger("batchlab")
 
 # The embedded default shows the seed's point: a chat mix whose replies vary widely
 # (most short, a few very long) served by static, continuous and chunked batching.
@@ -53,9 +56,26 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
                     h.step_overhead_s)
     blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
         model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
+    if cfg.scheduler.num_kv_blocks:
+        _warn_if_kv_cannot_fit(cfg, model, hw)
     meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
-            "cost_model": "roofline"}
+            "cost_model": "roofline", "max_context": model.max_context}
     return cost, blocks, meta
+
+
+def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
+    """A KV pool given in blocks is the user's call, but one larger than all the memory
+    the weights leave would price steps for memory the hardware does not have."""
+    h, sc = cfg.hardware, cfg.scheduler
+    try:
+        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0)
+    except ValueError:
+        most = 0  # the weights alone fill the memory
+    if sc.num_kv_blocks > most:
+        log.warning("scheduler.num_kv_blocks (--num-kv-blocks) %d exceeds the %d blocks of %d "
+                    "tokens that fit in %d x %s memory after %s's weights; the results assume "
+                    "memory the hardware does not have", sc.num_kv_blocks, most, sc.block_size,
+                    h.tensor_parallel, hw.name, model.name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         with tqdm(total=len(workload), desc=policy, unit="req", disable=not sys.stderr.isatty(),
                   leave=False, mininterval=0.5) as bar:
-            result = simulate(workload, cfg.scheduler_for(policy), cost, blocks,
+            result = simulate(workload, cfg.scheduler_for(policy, meta["max_context"]), cost, blocks,
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
                               fast_forward=not args.step_by_step, record_steps=args.step_table,
                               progress=bar.update, keep_on_interrupt=True)
@@ -90,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
               f"{blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
               f"{cfg.scheduler.max_num_seqs} seats, {cfg.run.replicas} replica(s)\n")
         print(comparison_table(summaries))
+        if cfg.run.slo is not None:
+            print(slo_line(cfg.run.slo))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if interrupted else 0

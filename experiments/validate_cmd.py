@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     cost = profile.cost_model()
     comps = {}
     for policy in cfg.policies():
-        v = validate(rt, workload, cfg.scheduler_for(policy), cost, seed=cfg.workload.seed,
+        sched = cfg.scheduler_for(policy, rt.spec.max_context)
+        v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
                      progress=not args.no_progress and sys.stderr.isatty(), profile=info)
         if v.real.result.meta.get("interrupted"):
             raise KeyboardInterrupt  # a partial real run has nothing to compare with

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +49,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     """[workload] of --config (if any), then the command-line options, then SOURCE."""
+    if args.source and args.wl_source:  # which one was meant? refuse to guess
+        raise UserError(f"the workload is given twice, as SOURCE {args.source!r} and as "
+                        f"--workload {args.wl_source!r}; expected one of them")
     data = read_toml(args.config).get("workload", {}) if args.config else {}
     if not isinstance(data, dict):
         raise UserError(f"{args.config}: workload: expected a table")
@@ -58,6 +62,8 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
 
 
 def stats(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot)  # before the work, not after it
     w = build_workload(workload_config(args))
     s = workload_stats(w)
     if args.format == "json":
@@ -76,6 +82,16 @@ def convert(args: argparse.Namespace) -> int:
     write_trace(w, args.output)
     print(f"wrote {len(w)} requests to {args.output}", file=sys.stderr)
     return 0
+
+
+def check_plot_path(path: str) -> None:
+    """--plot must name a file in an existing directory (matplotlib creates no folders)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"--plot {path}: is a directory; expected a file name such as plot.png")
+    if not p.parent.is_dir():
+        raise UserError(f"--plot {path}: no directory {p.parent}; expected a file in an "
+                        "existing directory")
 
 
 def plot(w: Workload, path: str) -> None:
@@ -102,4 +118,7 @@ def plot(w: Workload, path: str) -> None:
         ax.set_xlabel(f"{name} length (tokens)")
         ax.set_ylabel("requests")
         ax.set_title(f"{name} lengths (mean {col.mean():.0f})")
-    save(fig, path)
+    try:
+        save(fig, path)
+    except OSError as e:  # e.g. no permission to write there
+        raise UserError(f"--plot {path}: cannot write: {e.strerror}") from None

@@ -106,3 +106,59 @@ def test_backend_settings_from_toml(tmp_path, capsys):
     meta = json.loads((out / "meta.json").read_text())["continuous"]
     assert meta["kv_budget_bytes"] == 16 * 2**20
     assert (meta["matmul"], meta["time_scale"]) == ("torch", 0.0)
+
+
+def _tiny_checkpoint(path, max_positions: int = 256) -> None:
+    from tests.test_backend_models import _small_config
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+    cfg = _small_config("llama")
+    cfg.max_position_embeddings = max_positions
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+
+
+@pytest.mark.parametrize("damage", ["truncated safetensors", "junk pytorch_model.bin"])
+@pytest.mark.parametrize("command", [
+    ["run", *SMALL],
+    ["calibrate", "--grid", "quick", "--no-progress"],
+    ["validate", *SMALL, "--profile", "default"],
+])
+def test_corrupt_weights_are_one_line_exit_2(tmp_path, capsys, damage, command):
+    ckpt = tmp_path / "ckpt"
+    _tiny_checkpoint(ckpt)
+    weights = ckpt / "model.safetensors"
+    if damage.startswith("truncated"):
+        weights.write_bytes(weights.read_bytes()[:5000])
+    else:
+        weights.unlink()
+        (ckpt / "pytorch_model.bin").write_bytes(b"junk\n")
+    extra = ["--out", str(tmp_path / "p.json")] if command[0] == "calibrate" else []
+    code, _, err = run_cli([*command, *extra, "--model", str(ckpt)], capsys)
+    assert code == 2, err
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("batchlab")]
+    assert len(lines) == 1 and "cannot load the weights" in lines[0] and str(ckpt) in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_requests_beyond_the_context_limit_are_rejected(tmp_path, capsys):
+    """A checkpoint's max_position_embeddings is the default max_model_len: longer
+    requests are rejected with the reason (as vLLM), never served at untrained
+    positions; a max_model_len beyond it is an error. The model size is readable."""
+    import json
+    from backend.models import params_label
+    from backend.runtime import Runtime
+    _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
+    base = ["run", "--model", str(tmp_path / "ckpt"), "--kv-memory", "16MiB", "--no-progress"]
+    code, _, err = run_cli([*base, "--workload", "uniform", "--num-requests", "3", "--rate", "inf",
+                            "--max-prompt-len", "62", "--max-output-len", "4", "--out",
+                            str(tmp_path / "out")], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["continuous"]["rejected"] == 3
+    rows = (tmp_path / "out" / "continuous" / "requests.csv").read_text()
+    assert "exceeds max_model_len=64" in rows
+    params = Runtime(str(tmp_path / "ckpt"), kv_memory="16MiB").spec.params
+    assert params < 1e6 and f"({params_label(params)} params" in err and "(0M params" not in err
+    code, _, err = run_cli([*base, "--num-requests", "2", "--max-model-len", "65"], capsys)
+    assert code == 2 and "exceeds the model's context length of 64" in err

@@ -114,3 +114,16 @@ def test_checkpoint_with_unsupported_features_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="unsupported activation 'gelu'"):
         load_model(str(tmp_path))
+
+
+def test_params_label():
+    from backend.models import params_label
+    assert [params_label(n) for n in (512, 139_584, 1_500_000, 21_012_480, 125_000_000, 7.24e9)] == \
+        ["512", "140k", "1.5M", "21M", "125M", "7.2B"]
+
+
+def test_context_limit_of_presets_and_checkpoints(tmp_path):
+    rt = Runtime("batchlab-tiny", kv_memory="16MiB")
+    assert rt.spec.max_context == 8192
+    _save_checkpoint("qwen2", tmp_path)  # max_position_embeddings=256
+    assert load_model(str(tmp_path)).spec.max_context == 256

@@ -109,5 +109,52 @@ def test_calibrate_then_simulate_end_to_end(tmp_path, capsys):
                              "--kv-memory", "16MiB", "--out", str(out), "--no-progress"], capsys)
     assert code == 0
     assert "held-out, decode" in text and "matmul FLOP rate" in text and str(out) in text
-    code, text, _ = run_cli(["simulate", *SMALL, "--profile", str(out)], capsys)
+    assert json.loads(out.read_text())["grid"]["name"] == "quick"
+    code, text, err = run_cli(["simulate", *SMALL, "--profile", str(out)], capsys)
     assert code == 0 and "batchlab-tiny" in text
+    assert f"batchlab: warning: {out}: profile measured on the quick grid" in err  # not for use
+
+
+def test_simulate_warns_only_for_a_quick_grid_profile(tmp_path, capsys):
+    from core.profile import GridInfo
+    path = tmp_path / "p.json"
+    make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0)).save(path)
+    code, _, err = run_cli(["simulate", *SMALL, "--profile", str(path)], capsys)
+    assert code == 0 and err.count("batchlab: warning:") == 1 and "quick grid" in err
+    code, _, err = run_cli(["simulate", *SMALL, "--profile", "default"], capsys)
+    assert code == 0 and "warning" not in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "llama-3-70b"], ["'llama-3-70b'", "contradicts profile default", "batchlab-small"]),
+    (["--model", "batchlab-tiny"], ["'batchlab-tiny'", "contradicts"]),
+    (["--hardware", "h100-sxm"], ["'h100-sxm'", "does not apply with profile default"]),
+    (["--model", "llama-3-70b", "--hardware", "h100-sxm"], ["'llama-3-70b'"]),
+    (["--tp", "4"], ["tensor_parallel=4"]),
+])
+def test_simulate_refuses_a_model_or_hardware_the_profile_contradicts(capsys, args, words):
+    code, _, err = run_cli(["simulate", *SMALL, "--profile", "default", *args], capsys)
+    one_line_error(code, err, *words)
+
+
+def test_a_config_file_contradicting_the_profile_is_refused(tmp_path, capsys):
+    cfg = tmp_path / "exp.toml"
+    for table in ('[model]\nname = "llama-3-70b"\n', '[hardware]\nname = "h200"\n'):
+        cfg.write_text(f'[profile]\npath = "default"\n{table}')
+        code, _, err = run_cli(["simulate", *SMALL, "--config", str(cfg)], capsys)
+        one_line_error(code, err, "contradicts" if "model" in table else "does not apply")
+
+
+def test_config_json_records_the_model_the_profile_simulates(tmp_path, capsys):
+    """The defaults (llama-3-8b on an A100) give way to the profile's model and device,
+    and the written config says so; naming the profile's own model is fine."""
+    for extra in ([], ["--model", "batchlab-small"]):
+        out = tmp_path / f"o{len(extra)}"
+        code, _, err = run_cli(["simulate", *SMALL, "--profile", "default", *extra, "--out", str(out)],
+                               capsys)
+        assert code == 0, err
+        cfg = json.loads((out / "config.json").read_text())
+        assert cfg["model"]["name"] == "batchlab-small"
+        assert cfg["hardware"]["name"].startswith("profiled cpu")
+        meta = json.loads((out / "meta.json").read_text())["continuous"]
+        assert meta["model"] == "batchlab-small" and meta["hardware"] == cfg["hardware"]["name"]

@@ -122,3 +122,48 @@ def test_fast_forward_with_the_fitted_model_equals_stepping():
         fast = simulate(work, cfg, cost, 400, fast_forward=True)
         slow = simulate(work, cfg, cost, 400, fast_forward=False)
         assert_same(fast, slow)
+
+
+def test_a_version_1_profile_still_loads(tmp_path):
+    """Version 2 added `grid`; files written before it load, with the grid unknown and
+    the context length of the model's preset."""
+    data = json.loads(make_profile().model_dump_json())
+    data["version"] = 1
+    del data["grid"]
+    data["model"].pop("max_context", None)  # nor did model specs record their context length
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(data))
+    p = load_profile(path)
+    assert p.version == 1 and p.grid is None and p.model == MODELS["batchlab-tiny"]
+    assert load_profile("default").grid.name == "default"  # the shipped one records its grid
+
+
+def test_quick_grid_profiles_carry_a_warning():
+    from core.profile import GridInfo, Measurement
+    assert make_profile().smoke_test_warning() is None
+    quick = make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0))
+    assert "quick grid" in quick.smoke_test_warning() and "--grid default" in quick.smoke_test_warning()
+    full = make_profile(grid=GridInfo(name="default", points=93, rounds=5, target_s=1.2))
+    assert full.smoke_test_warning() is None
+    # a version-1 profile: no grid recorded, but only a smoke test's handful of points
+    m = Measurement(point="d1x16", region="decode", features={}, median_s=0.01, mad_s=0, reps=3)
+    assert "18 points" in make_profile(measurements=[m] * 18).smoke_test_warning()
+    assert load_profile("default").smoke_test_warning() is None
+
+
+def test_unresolved_and_non_physical_rates_are_reported_as_such():
+    """A term fitted to ~0 is not an infinite bandwidth; a rate far above the machine's
+    measured peak is not a measurement."""
+    from calibration.report import rates_table
+    from calibration.run import _resolved
+    assert _resolved(float("inf"), 25e9) is None and _resolved(9e30, 25e9) is None
+    assert _resolved(3e9, 25e9) == 3e9
+    eff = make_profile().effective.model_copy(update={
+        "kv_bandwidth": None, "flop_rate": 232e9, "measured_copy_bandwidth": 25e9,
+        "measured_read_bandwidth": 29e9, "measured_matmul_flops": 86e9})
+    text = rates_table(make_profile(effective=eff))
+    kv = next(ln for ln in text.splitlines() if "KV-read" in ln)
+    assert "not resolved by this grid" in kv and "inf" not in kv
+    mm = next(ln for ln in text.splitlines() if "matmul FLOP rate" in ln)
+    assert "2.70x" in mm and "not physical" in mm
+    assert "not physical" not in rates_table(make_profile())

@@ -88,7 +88,22 @@ def test_calibrate_saves_a_loadable_profile(tmp_path):
     assert q.num_kv_blocks == 16 * 2**20 // (2 * 6 * 4 * 32 * 4 * 16)
     assert q.measurements_path == str(measurements_path(out)) and measurements_path(out).exists()
     assert len(q.measurements) == len(tiny_grid().points)
+    assert (q.grid.name, q.grid.points) == ("quick", len(tiny_grid().points))  # how it was measured
     assert q.fit.heldout.n == len(tiny_grid().heldout()) and q.fit.heldout.median_ape is not None
     assert q.effective.measured_read_bandwidth > 0 and q.effective.measured_matmul_flops > 0
     lines = measurements_path(out).read_text().splitlines()
     assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
+
+
+def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
+    """The quick grid reaches 73 tokens; a checkpoint limited to 64 is told so."""
+    from calibration.grid import max_context
+    from tests.test_backend_cli import _tiny_checkpoint
+    _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
+    said: list[str] = []
+    calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, tiny_grid(), kv_memory="16MiB",
+              progress=False, log=said.append)
+    longest = max_context(tiny_grid().points)
+    assert longest == 73
+    assert any("warning" in m and f"up to {longest} tokens" in m and "context limit of 64" in m
+               for m in said), said

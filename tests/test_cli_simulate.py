@@ -114,6 +114,13 @@ name = "l4"
     (["--admission", "random"], "unknown admission order 'random'"),
     (["--rate", "fast"], "--rate: invalid float value"),
     (["--config", "/nonexistent.toml"], "/nonexistent.toml: config file not found"),
+    (["--seed", "-1"], "workload.seed: Input should be greater than or equal to 0 (got -1)"),
+    # Options that would be silently ignored are contradictions, not no-ops.
+    (["--think-time", "2"], "think_time_s (2 s, --think-time) applies to a closed loop only; "
+                            "set max_concurrency (--max-concurrency) too"),
+    (["--max-batch-delay", "5", "--policy", "continuous,chunked"],
+     "max_batch_delay_s (--max-batch-delay) applies to the static policy only; this run's "
+     "policies: continuous, chunked"),
 ])
 def test_bad_input_is_one_line_exit_2(args, expect):
     p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", *SMALL, *args],
@@ -131,7 +138,120 @@ def test_wrong_type_in_toml_names_the_field(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip() == (f"batchlab: error: {cfg}: scheduler.max_num_seqs: Input should be a "
-                                "valid integer, unable to parse string as an integer (got 'many')")
+                                "valid integer (got 'many', a string)")
+
+
+@pytest.mark.parametrize("table, given, says", [
+    # Lax pydantic ran these: true as 1 seat or 1 request, "20" as a rate.
+    ("scheduler", "max_num_seqs = true", "scheduler.max_num_seqs: Input should be a valid "
+                                         "integer (got True, a boolean)"),
+    ("workload", "num_requests = true", "workload.num_requests: Input should be a valid integer"),
+    ("workload", 'rate = "20"', "workload.rate: Input should be a valid number (got '20', a string)"),
+    ("hardware", 'tensor_parallel = "2"', "hardware.tensor_parallel: Input should be a valid integer"),
+    ("workload", "seed = -1", "workload.seed: Input should be greater than or equal to 0"),
+    ("workload.output", 'dist = "fixed"\nvalue = 2.5', "workload.output.value: Input should be a "
+                                                      "valid integer (got 2.5, a float)"),
+])
+def test_toml_values_are_not_coerced(tmp_path, table, given, says):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(f"[{table}]\n{given}\n")
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", "--config", str(cfg)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.startswith(f"batchlab: error: {cfg}: {says}"), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_toml_int_where_a_float_is_expected_is_fine(tmp_path, capsys):
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text('[workload]\nnum_requests = 30\nrate = 20\n[hardware]\nmem_efficiency = 1\n'
+                   '[run]\nslo = { ttft_ms = 2000 }\npolicies = ["continuous"]\n')
+    code, out, _ = run_cli(["simulate", "--config", str(cfg), "--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["continuous"]["completed"] == 30
+
+
+def test_an_slo_option_replaces_the_embedded_defaults_slo(capsys):
+    """The default's TTFT/TPOT objectives must not be added, unseen, to the one asked for:
+    every request here ends within 60 s, so all of them count as goodput."""
+    code, out, _ = run_cli(["simulate", "--num-requests", "1000", "--rate", "18", "--policy",
+                            "continuous", "--slo-e2el-ms", "60000"], capsys)
+    assert code == 0
+    assert out.rstrip().endswith("goodput SLO: E2E latency <= 60000 ms")
+    code, out, _ = run_cli(["simulate", "--num-requests", "1000", "--rate", "18", "--policy",
+                            "continuous", "--slo-e2el-ms", "60000", "--format", "json"], capsys)
+    s = json.loads(out)["continuous"]
+    assert s["p99_e2el_ms"] < 60000 and s["slo_attainment"] == 1.0
+    assert s["request_goodput"] == s["request_throughput"]
+
+
+def test_the_slo_in_force_is_printed_with_the_table(tmp_path, capsys):
+    code, out, _ = run_cli(["simulate", *SMALL, "--policy", "continuous"], capsys)
+    assert code == 0 and "goodput SLO: TTFT <= 2000 ms, TPOT <= 100 ms" in out  # the default's
+    # With a config, an SLO option overrides the file's SLO field by field.
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('[workload]\nnum_requests = 50\n[run]\nslo = { ttft_ms = 1500 }\n')
+    code, out, _ = run_cli(["simulate", "--config", str(cfg), "--slo-e2el-ms", "9000"], capsys)
+    assert code == 0 and "goodput SLO: TTFT <= 1500 ms, E2E latency <= 9000 ms" in out
+    cfg.write_text('[workload]\nnum_requests = 50\n')
+    code, out, _ = run_cli(["simulate", "--config", str(cfg)], capsys)
+    assert code == 0 and "goodput" not in out  # no SLO, no goodput row, nothing hidden
+
+
+def test_out_that_is_a_file_is_one_line_before_simulating(tmp_path):
+    taken = tmp_path / "summary.json"
+    taken.write_text("{}")
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", *SMALL,
+                        "--out", str(taken)], capture_output=True, text=True)
+    assert p.returncode == 2
+    # one line: no policy's progress line was printed before it
+    assert p.stderr == (f"batchlab: error: --out {taken}: is a file; expected a directory "
+                        "(created if missing)\n")
+    assert taken.read_text() == "{}"
+
+
+def test_reused_out_dir_keeps_no_stale_policy_and_nothing_else_is_removed(tmp_path, capsys):
+    assert run_cli(["simulate", *SMALL, "--policy", "static,chunked,continuous",
+                    "--out", str(tmp_path)], capsys)[0] == 0
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "continuous" / "plot.png").write_text("mine too")
+    assert run_cli(["simulate", *SMALL, "--policy", "static", "--out", str(tmp_path)], capsys)[0] == 0
+    assert list(json.loads((tmp_path / "summary.json").read_text())) == ["static"]
+    assert list(json.loads((tmp_path / "meta.json").read_text())) == ["static"]
+    assert not (tmp_path / "chunked").exists()  # its tables gone, then the empty folder
+    assert [p.name for p in (tmp_path / "continuous").iterdir()] == ["plot.png"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "static").iterdir()) == ["requests.csv", "steps.csv"]
+
+
+def test_kv_pool_beyond_the_hardwares_memory_warns(capsys, caplog):
+    # Llama-3-8B on one A100-80GB holds ~33,000 blocks of 16 tokens after its weights.
+    code, _, _ = run_cli(["simulate", *SMALL, "--policy", "continuous", "--num-kv-blocks",
+                          "1000000"], capsys)
+    assert code == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "scheduler.num_kv_blocks (--num-kv-blocks) 1000000 exceeds the 33301 blocks of 16 tokens "
+        "that fit in 1 x a100-80gb memory after llama-3-8b's weights; the results assume memory "
+        "the hardware does not have"]
+    caplog.clear()
+    code, _, _ = run_cli(["simulate", *SMALL, "--policy", "continuous", "--num-kv-blocks",
+                          "30000"], capsys)
+    assert code == 0 and not caplog.records
+
+
+def test_the_models_context_length_is_the_default_max_model_len(tmp_path, capsys):
+    """As vLLM: a request whose prompt + output exceeds the context is rejected with the
+    reason; a long-context model serves it; a max_model_len beyond the context is an error."""
+    trace = tmp_path / "two.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n0,100,20\n0.5,8000,500\n")
+    base = ["simulate", "--workload", str(trace), "--policy", "chunked", "--format", "json"]
+    for model, rejected in (("llama-3-8b", 1), ("llama-3.1-8b", 0)):
+        code, out, err = run_cli([*base, "--model", model], capsys)
+        assert code == 0, err
+        assert json.loads(out)["chunked"]["rejected"] == rejected, model
+    code, out, _ = run_cli([*base, "--model", "llama-3.1-8b", "--max-model-len", "8192"], capsys)
+    assert code == 0 and json.loads(out)["chunked"]["rejected"] == 1
+    code, _, err = run_cli([*base, "--max-model-len", "10000"], capsys)
+    assert code == 2 and "exceeds the model's context length of 8192" in err and "\n" == err[-1]
 
 
 @pytest.mark.parametrize("extra", [[], ["--profile", "default"]])

@@ -58,6 +58,20 @@ def test_kv_capacity_from_memory_left_after_weights():
     assert blocks == int(expected)
 
 
+def test_tensor_parallel_beyond_the_kv_heads_replicates_them():
+    m, hw = lookup_model("llama-3-70b"), lookup_hardware("h100-sxm")  # 64 heads, 8 KV heads
+    weights = m.weight_bytes
+    free8, free16 = (tp * hw.memory_bytes * 0.9 - weights for tp in (8, 16))
+    # tp=16: each GPU holds one KV head's share, so a token takes twice its bytes.
+    assert kv_capacity_blocks(m, hw, 16, 16) == int(free16 // (2 * m.kv_bytes_per_token * 16))
+    assert kv_capacity_blocks(m, hw, 8, 16) == int(free8 // (m.kv_bytes_per_token * 16))
+    # Each GPU still reads one KV head per token: no faster than at tp=8.
+    assert roofline(m, hw, 16).kv_bytes_per_token == roofline(m, hw, 8).kv_bytes_per_token
+    for tp in (3, 5, 12):  # 3: splits no head count; 12: splits 64 heads unevenly
+        with pytest.raises(ValueError, match="does not split"):
+            kv_capacity_blocks(m, hw, tp, 16)
+
+
 def test_model_that_does_not_fit_is_an_error():
     with pytest.raises(ValueError, match="leaves no KV memory"):
         kv_capacity_blocks(lookup_model("llama-2-70b"), lookup_hardware("l4"), 1, 16)

@@ -94,9 +94,9 @@ def test_fast_forward_events_do_not_grow_with_reply_length():
 
 class PacedAdmission(ContinuousScheduler):
     """Admits at most one request per 50 ms of simulated time: a decision that depends
-    on `now`, so it cannot promise the fast-forward contract."""
+    on `now`, so it cannot promise the fast-forward contract. It does not claim it, and
+    its parent's claim is not inherited."""
     name = "paced_admission_test"
-    fast_forward = False
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
@@ -113,7 +113,8 @@ class PacedAdmission(ContinuousScheduler):
         return batch
 
 
-def test_a_policy_that_declares_no_fast_forward_is_stepped():
+def test_a_policy_that_does_not_claim_fast_forward_is_stepped():
+    assert ContinuousScheduler.fast_forward and not PacedAdmission.fast_forward
     SCHEDULERS[PacedAdmission.name] = PacedAdmission
     try:
         rng = np.random.default_rng(1)

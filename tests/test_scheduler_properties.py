@@ -135,3 +135,16 @@ def test_schedulers_are_deterministic(reqs, cfg_blocks):
         return log
 
     assert trace() == trace()
+
+
+def test_chunked_admits_only_a_prompt_that_fits_whole():
+    """A prompt whose first chunk fits but whole does not waits: admitted, it would be
+    the next victim as the decoder grows, readmitted into the blocks it freed, and
+    preempted again, recomputing its chunks over and over."""
+    cfg = SchedulerConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=8, block_size=4)
+    sched = make_scheduler(cfg, 10)  # 40 tokens of KV
+    decoder = Request(id=0, arrival=0.0, prompt_len=8, output_len=20)  # up to 7 blocks
+    long = Request(id=1, arrival=0.0, prompt_len=32, output_len=2)  # 8 blocks
+    finished, rejected, _ = drive(sched, [decoder, long])
+    assert [s.id for s in finished] == [0, 1] and not rejected
+    assert sched.num_preemptions == 0

@@ -80,6 +80,14 @@ def test_request_that_can_never_fit_is_rejected_with_a_reason():
     assert r.summary()["rejected"] == 1
 
 
+@pytest.mark.parametrize("policy", ["static", "continuous", "chunked"])
+def test_request_longer_than_max_model_len_is_rejected(policy):
+    cfg = SchedulerConfig(policy=policy, max_model_len=100)
+    r = simulate(w([0.0, 0.0, 0.0], [50, 60, 99], [50, 41, 1]), cfg, UNIT, 1000)
+    assert r.requests["status"].tolist() == ["finished", "rejected", "finished"]
+    assert "101 tokens exceeds max_model_len=100" in r.requests["reject_reason"][1]
+
+
 def test_replicas_share_the_load():
     work = w(np.zeros(40), np.full(40, 8), np.full(40, 50))
     one = simulate(work, SchedulerConfig(max_num_seqs=4), UNIT, 1000).summary()

@@ -89,6 +89,7 @@ def test_out_dir_and_printed_table(validated):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
     assert "TTFT (ms)" in text and "E2E latency (ms)" in text and "output tokens/s" in text
     assert "steps: real" in text and "preemptions: real" in text and "outside forward passes" in text
+    assert "ITL and queueing delay are not judged" in text.splitlines()[0]
 
 
 def test_a_real_run_against_itself_has_zero_error(profile_file):
@@ -111,9 +112,11 @@ def test_a_real_run_against_itself_has_zero_error(profile_file):
 
 
 def test_json_format(profile_file):
-    code, out, _ = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--profile", str(profile_file),
-                        "--format", "json"])
+    code, out, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--profile", str(profile_file),
+                          "--format", "json"])
     assert code == 0
+    # the fixture's profile is a quick-grid one: a smoke test, flagged when used
+    assert f"batchlab: warning: {profile_file}: profile measured on the quick grid" in err
     comp = json.loads(out)["continuous"]
     assert comp["policy"] == "continuous" and len(comp["metrics"]) == 23
 

@@ -114,3 +114,16 @@ def test_self_fit_recovers_a_linear_cost(run):
     fitted = fit_linear_cost(run.result)
     pred = fitted.intercept + sum(c * run.result.steps[n] for n, c in fitted.coef.items())
     np.testing.assert_allclose(pred, run.result.steps["duration_s"], rtol=1e-6)
+
+
+def test_the_header_names_exactly_the_rows_judged_against_targets(run):
+    """The `*` legend must not promise stars on rows that are never judged (ITL,
+    queueing delay): it names the judged rows before its first ';', the others last."""
+    from experiments.validation.text import heading
+    legend = heading({"policy": "continuous", "profile": {}}).split("* = over target")[1]
+    judged_part, unjudged_part = legend.split(";")[0], legend.split(";")[-1]
+    judged = {c.metric for c in compare.compare_summaries(run.result.summary(), run.result.summary())
+              if c.target is not None}
+    for _, label in compare.LATENCIES:
+        assert (label in judged_part, label in unjudged_part) == (label in judged, label not in judged), label
+    assert "throughput 5%" in legend and "ITL and queueing delay are not judged" in legend

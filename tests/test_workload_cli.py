@@ -111,3 +111,29 @@ def test_simulate_takes_a_scaled_trace(capsys):
                         "--policy", "continuous", "--format", "json"], capsys)
     assert code == 0
     assert json.loads(out)["continuous"]["completed"] == 300
+
+
+def test_source_given_twice_is_an_error(capsys):
+    code, out, err = run(["workload", "stats", "chat", "--workload", "uniform"], capsys)
+    assert code == 2 and out == ""
+    assert err == ("batchlab: error: the workload is given twice, as SOURCE 'chat' and as "
+                   "--workload 'uniform'; expected one of them\n")
+
+
+@pytest.mark.parametrize("where, says", [
+    ("nodir/p.png", "no directory {d}/nodir; expected a file in an existing directory"),
+    (".", "is a directory; expected a file name such as plot.png"),
+])
+def test_plot_path_that_cannot_be_written_is_one_line(capsys, tmp_path, where, says):
+    path = tmp_path / where
+    code, out, err = run(["workload", "stats", "chat", "--num-requests", 10, "--plot", path], capsys)
+    assert code == 2 and out == ""  # checked before the statistics are printed
+    assert err == f"batchlab: error: --plot {path}: {says.format(d=tmp_path)}\n"
+
+
+def test_toml_workload_values_are_not_coerced(capsys, tmp_path):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('[workload]\nsource = "chat"\nnum_requests = true\n')
+    code, _, err = run(["workload", "stats", "--config", cfg], capsys)
+    assert code == 2 and err == (f"batchlab: error: {cfg}: workload.num_requests: Input should "
+                                 "be a valid integer (got True, a boolean)\n")

@@ -103,3 +103,54 @@ def test_closed_loop_reaches_the_simulator():
                                       think_time_s=1.5))
     assert (w.max_concurrency, w.think_time_s) == (2, 1.5)
     assert w.description[-1] == "closed loop: 2 in flight, think 1.5 s"
+
+
+def _leaf_specs():
+    return st.one_of(
+        st.builds(lambda v: LengthSpec(dist="fixed", value=v), st.integers(1, 500)),
+        st.builds(lambda lo, span: LengthSpec(dist="uniform", low=lo, high=lo + span),
+                  st.integers(1, 100), st.integers(0, 2000)),
+        st.builds(lambda m, s: LengthSpec(dist="lognormal", mean=m, sigma=s, max=8192),
+                  st.floats(1, 2000), st.floats(0, 2)),
+        st.builds(lambda col: LengthSpec(dist="file", path=LENGTHS, column=col),
+                  st.sampled_from(["prompt", "output"])))
+
+
+length_specs = st.recursive(_leaf_specs(), lambda children: st.builds(
+    lambda parts: LengthSpec(dist="mixture", components=[
+        c.model_copy(update={"weight": w}) for c, w in parts]),
+    st.lists(st.tuples(children, st.floats(0.01, 10)), min_size=1, max_size=4)), max_leaves=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(length_specs, st.integers(0, 2**32), st.integers(1, 400), st.data())
+def test_lengths_are_prefix_stable(spec, seed, n, data):
+    """The first k of n lengths are the k a k-request workload draws: a workload's
+    request i must not change with --num-requests (a mixture used to shift them)."""
+    k = data.draw(st.integers(1, n))
+    full = spec.sample(n, np.random.default_rng(seed))
+    assert np.array_equal(full[:k], spec.sample(k, np.random.default_rng(seed)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["chat", "uniform", "length_file"]), st.integers(0, 2**32),
+       st.integers(2, 400), st.sampled_from([None, 0.1, 1.0, 4.0]),
+       st.sampled_from([3.0, 50.0, math.inf]), st.data())
+def test_workloads_are_prefix_stable(source, seed, n, burstiness, rate, data):
+    """Arrivals (Gamma gaps) and lengths of a k-request workload are the first k of an
+    n-request one with the same seed."""
+    k = data.draw(st.integers(1, n))
+    extra = dict(source="uniform", length_file=LENGTHS) if source == "length_file" else {}
+    cfg = WorkloadConfig(**{"source": source, **extra}, seed=seed, burstiness=burstiness,
+                         rate=rate)
+    full = build_workload(cfg.model_copy(update={"num_requests": n}))
+    first = build_workload(cfg.model_copy(update={"num_requests": k}))
+    for col in ("arrival", "prompt_len", "output_len"):
+        assert np.array_equal(getattr(full, col)[:k], getattr(first, col)), col
+
+
+def test_chat_request_0_does_not_depend_on_the_workload_size():
+    """The review's case: request 0's reply was 292, 282, 269 tokens for N = 5, 10, 1000."""
+    lens = {n: build_workload(WorkloadConfig(source="chat", num_requests=n)).output_len[0]
+            for n in (5, 10, 1000)}
+    assert len(set(lens.values())) == 1, lens

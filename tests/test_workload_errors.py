@@ -108,6 +108,8 @@ def test_build_errors_are_one_line_value_errors(fields, says):
     (dict(length_scale=-1), "greater than 0"),
     (dict(max_prompt_len=0), "greater than or equal to 1"),
     (dict(colour="red"), "Extra inputs are not permitted"),
+    (dict(seed=-1), "seed\n  Input should be greater than or equal to 0"),
+    (dict(think_time_s=2), "think_time_s (2 s, --think-time) applies to a closed loop only"),
 ])
 def test_config_rejects_bad_fields(fields, says):
     with pytest.raises(ValueError, match=".") as info:

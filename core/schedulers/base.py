@@ -30,13 +30,18 @@ class Scheduler(ABC):
     # simulator then advances over such runs in one event, and keeps the running
     # decoders' counters lazily in a DecodeGroup meanwhile (keep_decodes_in_group): such
     # a policy reserves running sequences only through _reserve_running and reads no
-    # decoder's counters itself. A policy that cannot promise this sets False and is
-    # simulated step by step.
-    fast_forward: ClassVar[bool] = True
+    # decoder's counters itself. Each class claims this itself (fast_forward = True in
+    # its own body): a subclass that does not is simulated step by step, since it may
+    # have changed the very decisions the claim was about.
+    fast_forward: ClassVar[bool] = False
     # Whether an arrival can join while sequences run (False for static batching).
     admits_while_running: ClassVar[bool] = True
     # Tokens per step when max_num_batched_tokens is not set (None: no budget).
     default_token_budget: ClassVar[int | None] = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fast_forward = bool(cls.__dict__.get("fast_forward", False))  # not inherited
 
     def __init__(self, config: SchedulerConfig, kv: BlockManager) -> None:
         self.config = config
@@ -163,6 +168,10 @@ class Scheduler(ABC):
             self.running = [s for s in self.running if s.status is Status.RUNNING]
 
     def reject_reason(self, request: Request) -> str:
+        limit, total = self.config.max_model_len, request.prompt_len + request.output_len
+        if limit is not None and total > limit:
+            return (f"prompt+output = {total} tokens exceeds max_model_len={limit} "
+                    f"(the model's context length unless set)")
         need = blocks_for(request.max_kv_tokens, self.kv.block_size)
         if need > self.kv.num_blocks:
             return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens) "
@@ -188,11 +197,12 @@ class Scheduler(ABC):
         self.running.append(seq)
         return seq
 
-    def _admit_head(self, batch: Batch, now: float, n: int) -> bool:
-        """Admit the head of the waiting queue with n tokens in this step, if its KV
-        blocks fit. If not, nobody is admitted: order is kept, nobody overtakes."""
+    def _admit_head(self, batch: Batch, now: float, n: int, fits: int | None = None) -> bool:
+        """Admit the head of the waiting queue with n tokens in this step, if the KV
+        blocks for `fits` tokens (default n) are free now. If not, nobody is admitted:
+        order is kept, nobody overtakes."""
         head = self._peek()
-        if not self.kv.can_grow(head.block_table, n):
+        if not self.kv.can_grow(head.block_table, n if fits is None else fits):
             return False
         seq = self._admit(now)
         self.kv.grow(seq.block_table, n)

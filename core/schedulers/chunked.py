@@ -15,6 +15,7 @@ from core.schedulers.base import Scheduler
 @register
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
+    fast_forward = True  # obeys the contract in base.py
     default_token_budget = 2048
 
     def schedule(self, now: float) -> Batch:
@@ -25,7 +26,10 @@ class ChunkedPrefillScheduler(Scheduler):
         if preempted:
             return batch
         while self._waiting and len(self.running) < self.max_seqs and batch.total_tokens < budget:
-            n = min(self._peek().remaining_prefill, budget - batch.total_tokens)
-            if not self._admit_head(batch, now, n):
+            whole = self._peek().remaining_prefill
+            # Admitted only if the whole prompt fits now (as vLLM v0 allocates it): one
+            # that fits a first chunk alone is the next victim when decoders grow, and
+            # is readmitted into the blocks it just freed, over and over.
+            if not self._admit_head(batch, now, min(whole, budget - batch.total_tokens), whole):
                 break
         return batch

@@ -15,6 +15,7 @@ from core.schedulers.base import Scheduler
 @register
 class ContinuousScheduler(Scheduler):
     name = "continuous"
+    fast_forward = True  # obeys the contract in base.py
     default_token_budget = 8192
 
     def reject_reason(self, request: Request) -> str:

@@ -13,6 +13,7 @@ from core.schedulers.base import Scheduler
 @register
 class StaticScheduler(Scheduler):
     name = "static"
+    fast_forward = True  # obeys the contract in base.py
     admits_while_running = False
 
     def schedule(self, now: float) -> Batch:

@@ -55,7 +55,7 @@ class WorkloadConfig(BaseModel):
     max_concurrency: int | None = Field(None, gt=0, description="closed loop: users in flight")
     think_time_s: float = Field(0.0, ge=0, description="closed loop: pause between a reply "
                                 "and that user's next request")
-    seed: int = Field(0, description="seeds arrivals, lengths and jitter")
+    seed: int = Field(0, ge=0, description="seeds arrivals, lengths and jitter")
     jitter_s: float | None = Field(None, gt=0, description="spread each arrival uniformly "
                                    "within [t, t + jitter_s): undoes coarse timestamps")
     window_start_s: float = Field(0.0, ge=0, description="keep arrivals from this time on")
@@ -77,6 +77,11 @@ class WorkloadConfig(BaseModel):
             raise ValueError("give length_file or prompt/output length specs, not both")
         if math.isinf(self.rate_scale):
             raise ValueError("rate_scale must be finite")
+        if self.think_time_s and self.max_concurrency is None:
+            # Open loop: requests arrive on their own clock, so a pause between a user's
+            # reply and next request has no meaning; silently ignoring it would mislead.
+            raise ValueError(f"think_time_s ({self.think_time_s:g} s, --think-time) applies to "
+                             "a closed loop only; set max_concurrency (--max-concurrency) too")
         return self
 
 

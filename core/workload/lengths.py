@@ -46,6 +46,7 @@ class LengthSpec(BaseModel):
         return self
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n lengths; prefix-stable: the first k of n equal sample(k) from the same rng state."""
         if self.dist == "fixed":
             x = np.full(n, self.value, dtype=np.int64)
         elif self.dist == "uniform":
@@ -57,12 +58,17 @@ class LengthSpec(BaseModel):
             col = self.file_lengths()
             x = col[rng.integers(0, len(col), size=n)]
         else:
+            # Prefix-stable: request i's length must not depend on n. Drawing each
+            # component only for its members would shift every stream with n, so each
+            # component draws n values from its own child stream and request i takes
+            # the i-th value of the component it picked.
             w = np.array([c.weight for c in self.components])
             which = rng.choice(len(w), size=n, p=w / w.sum())
+            children = rng.spawn(len(self.components))
             x = np.empty(n, dtype=np.int64)
-            for k, comp in enumerate(self.components):
-                idx = np.flatnonzero(which == k)
-                x[idx] = comp.sample(len(idx), rng)
+            for k, (comp, child) in enumerate(zip(self.components, children)):
+                mine = which == k
+                x[mine] = comp.sample(n, child)[mine]
         return self.clip(x)
 
     def clip(self, x: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ MODEL, HARDWARE, SEATS, SEED = "llama-3-8b", "a100-80gb", 32, 0
 SLO_SPEC = SLO(ttft_ms=2000, tpot_ms=100)
 PARAMS = {
     "full": dict(requests=1000, rates=(0.5, 1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 24)),
-    "small": dict(requests=200, rates=(0.5, 2, 8, 14, 24)),
+    "small": dict(requests=1000, rates=(0.5, 2, 8, 14, 24)),  # fewer would not build a queue
 }
 COLUMNS = ("policy", "rate", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
            "request_throughput", "output_throughput", "request_goodput", "slo_attainment",

@@ -21,6 +21,19 @@ STAT_TARGET = {"mean": 0.05, "median": 0.05, "p90": 0.05, "p99": 0.10}
 THROUGHPUT_TARGET = 0.05
 
 
+def target_legend() -> str:
+    """What a `*` in the printed table means, built from the targets above so the header
+    names exactly the rows that are judged."""
+    labels = dict(LATENCIES)
+    by_target: dict[float, list[str]] = {}
+    for stat, stat_label in STATS:
+        by_target.setdefault(STAT_TARGET[stat], []).append(stat_label)
+    stats = ", ".join(f"{t * 100:g}% {'/'.join(names)}" for t, names in by_target.items())
+    unjudged = " and ".join(label for stem, label in LATENCIES if stem not in TARGETED)
+    return (f"* = over target ({', '.join(labels[s] for s in TARGETED)}: {stats}; throughput "
+            f"{THROUGHPUT_TARGET * 100:g}%; {unjudged} are not judged)")
+
+
 def rel_error(real: float, sim: float) -> float:
     """(sim - real) / real; 0 when equal (a run against itself), NaN when undefined."""
     if real == sim:

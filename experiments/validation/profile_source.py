@@ -30,7 +30,8 @@ def check_model(profile, spec, name: str) -> None:
 def check_profile(profile, runtime) -> list[str]:
     """UserError if the profile is for another model; warnings for other conditions."""
     check_model(profile, runtime.spec, runtime.model.name)
-    warnings = []
+    smoke = profile.smoke_test_warning()  # a --grid quick profile
+    warnings = [smoke] if smoke else []
     d = profile.device
     if d.kind != runtime.device.type:
         warnings.append(f"profile measured on {d.kind}, the real run is on {runtime.device.type}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from experiments.validation.compare import target_legend
 from experiments.validation.validate import HEADLINE
 
 
@@ -89,7 +90,10 @@ def explanation(comp: dict) -> list[str]:
     return lines
 
 
+def heading(comp: dict) -> str:
+    return (f"[{comp['policy']}] real vs simulated ({HEADLINE}: "
+            f"{comp['profile'].get('describe', 'profile')}); {target_legend()}")
+
+
 def render(comp: dict) -> str:
-    head = (f"[{comp['policy']}] real vs simulated ({HEADLINE}: {comp['profile'].get('describe', 'profile')}); "
-            f"* = over target (5% mean/p50/p90, 10% p99, 5% throughput)")
-    return "\n".join([head, "", metrics_table(comp), "", *explanation(comp)])
+    return "\n".join([heading(comp), "", metrics_table(comp), "", *explanation(comp)])
