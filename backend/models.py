@@ -115,6 +115,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                     device: torch.device | str = "cpu") -> LoadedModel:
     """A local Hugging Face checkpoint directory (config.json + safetensors)."""
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
     d = Path(path)
     if not d.is_dir():
         raise ValueError(f"model directory {str(path)!r} does not exist")
@@ -131,6 +132,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
     if not any(d.glob("*.safetensors")) and not any(d.glob("pytorch_model*.bin")):
         raise ValueError(f"{str(path)!r} has no weights (*.safetensors)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub
+    hf_logging.disable_progress_bar()  # a bar per load would clutter the command's output
     config = AutoConfig.from_pretrained(d, local_files_only=True)
     check_supported(config)
     try:

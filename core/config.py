@@ -21,4 +21,5 @@ class SchedulerConfig(BaseModel):
         0.0, ge=0, description="static: wait up to this long for a full batch")
     max_model_len: int | None = Field(
         None, gt=0, description="longest prompt + output a request may ask for, as vLLM's "
-        "max_model_len (longer ones are rejected); default: the model's context length")
+        "max_model_len (longer ones are rejected); None: no limit (the commands default it "
+        "to the model's context length)")

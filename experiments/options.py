@@ -72,6 +72,15 @@ def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]
             raise UserError(f"{flag} does not apply to batchlab {command}: {why}")
 
 
+def reject_unused_tables(cfg: ExperimentConfig, command: str, unused: dict[str, str]) -> None:
+    """The same for a config file's tables: a [hardware] that `run` cannot honour is an
+    error, not ignored. unused: table -> why it does not apply."""
+    for table, why in unused.items():
+        given = sorted(getattr(cfg, table).model_fields_set)
+        if given:
+            raise UserError(f"[{table}] {', '.join(given)} does not apply to batchlab {command}: {why}")
+
+
 _SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run"}
 
 

@@ -8,7 +8,8 @@ import time
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import add_backend_options, add_common_options, load_experiment, reject_unused
+from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
+                                 reject_unused_tables)
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table, slo_line
 
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
                    "ru_router": "it serves one replica",
                                 "pr_path": "it measures; use it with simulate or validate"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)",
+                                      "profile": "it measures; use it with simulate or validate"})
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
     workload = build_workload(cfg.workload)

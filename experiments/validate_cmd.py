@@ -14,7 +14,8 @@ from core.specs import MODELS
 from core.workload import build_workload
 from experiments.config import read_toml
 from experiments.errors import UserError
-from experiments.options import add_backend_options, add_common_options, load_experiment, reject_unused
+from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
+                                 reject_unused_tables)
 from experiments.output import to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
 from experiments.validation import profile_source
@@ -40,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
                    "ru_router": "it serves one replica",
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
     workload = build_workload(cfg.workload)

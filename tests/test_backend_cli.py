@@ -80,6 +80,17 @@ def test_bad_input_is_one_line_exit_2(args, msg, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("command, table", [("run", '[hardware]\nname = "h100-sxm"'),
+                                            ("run", '[profile]\npath = "default"'),
+                                            ("validate", '[hardware]\ntensor_parallel = 2')])
+def test_a_config_table_the_command_cannot_honour_is_an_error(tmp_path, capsys, command, table):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(table + "\n")
+    code, _, err = run_cli([command, "--config", str(cfg), *SMALL], capsys)
+    assert code == 2 and f"does not apply to batchlab {command}" in err, err
+    assert err.startswith("batchlab: error: [") and len(err.strip().splitlines()) == 1
+
+
 def test_cuda_without_gpu_is_refused(capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
