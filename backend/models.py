@@ -143,7 +143,8 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
         raise ValueError(f"{d}: cannot load the weights ({type(e).__name__}: {detail}); "
                          f"is a weights file corrupt or truncated?") from e
     hf = hf.to(device=device).eval()
-    return LoadedModel(hf, str(d), "checkpoint", spec_from_config(d.name, config, dtype))
+    # The absolute path: a profile records it, and must name it from any folder.
+    return LoadedModel(hf, str(d.resolve()), "checkpoint", spec_from_config(d.name, config, dtype))
 
 
 def load_model(name_or_dir: str, dtype: torch.dtype = torch.float32,

@@ -69,7 +69,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "
         f"loaded in {rt.load_s:.1f} s")
     longest = max_context(grid.points)
-    if longest > rt.spec.max_context:
+    if rt.spec.max_context is not None and longest > rt.spec.max_context:
         say(f"calibrate: warning: the grid builds sequences of up to {longest} tokens, beyond "
             f"{meta['model']}'s context limit of {rt.spec.max_context}: the fit covers contexts "
             f"this model cannot serve")

@@ -190,7 +190,8 @@ def resolve_profile_path(name_or_path: str | Path) -> Path:
 
 def _fill_max_context(data: dict) -> None:
     """Profiles written before ModelSpec had max_context: take it from the preset of the
-    same name, else from the checkpoint's config.json if it is still there."""
+    same name, else from the checkpoint's config.json if it is still there (else it
+    stays unknown)."""
     model = data.get("model")
     if not isinstance(model, dict) or "max_context" in model:
         return  # a bad model field is reported by validation
@@ -202,7 +203,7 @@ def _fill_max_context(data: dict) -> None:
         config = json.loads((Path(str(data.get("model_source"))) / "config.json").read_text())
         model["max_context"] = int(config["max_position_embeddings"])
     except (OSError, ValueError, KeyError, TypeError):
-        pass  # validation then names the missing model.max_context
+        pass  # unknown: no context limit, as for any model whose limit is not known
 
 
 def parse_profile(text: str, where: str = "profile") -> Profile:

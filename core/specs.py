@@ -20,7 +20,8 @@ class ModelSpec(BaseModel):
     head_dim: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
-    max_context: int = Field(gt=0, description="max_position_embeddings: longest prompt + output")
+    max_context: int | None = Field(
+        None, gt=0, description="max_position_embeddings: longest prompt + output (None: unknown)")
     tied_embeddings: bool = False
     dtype_bytes: int = Field(2, gt=0, description="bytes per weight and KV element")
 

@@ -95,15 +95,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_names() -> tuple[set[str], set[str]]:
-    """Model and hardware names a config gets without naming them: the embedded demo's
-    and the config schema's. Only a name outside these was given by the user."""
-    from experiments.config import HardwareConfig, ModelConfig
-    from experiments.simulate_cmd import DEFAULT_EXPERIMENT  # imports this module: not at the top
-    return ({ModelConfig.model_fields["name"].default, DEFAULT_EXPERIMENT["model"]["name"]},
-            {HardwareConfig.model_fields["name"].default, DEFAULT_EXPERIMENT["hardware"]["name"]})
-
-
 def _same_model(name: str, profile) -> bool:
     """Whether --model NAME|DIR names the profile's model (its name, its checkpoint
     directory, or a preset of the same shape)."""
@@ -115,12 +106,13 @@ def _same_model(name: str, profile) -> bool:
     return name in MODELS and MODELS[name].model_dump(exclude={"name"}) == shape
 
 
-def profile_setup(cfg) -> tuple:
+def profile_setup(cfg, model_named: bool = False, hardware_named: bool = False) -> tuple:
     """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
     fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
-    --num-kv-blocks is given) and its model. A model, hardware or tensor parallelism the
-    user set that contradicts the profile is an error; cfg is updated to the model and
-    device the profile prices, so that config.json records what was simulated."""
+    --num-kv-blocks is given) and its model. A model or hardware the user named
+    (model_named, hardware_named: by flag or config file) or a tensor parallelism that
+    contradicts the profile is an error; cfg is updated to the model and device the
+    profile prices, so that config.json records what was simulated."""
     where = str(cfg.profile.path)
     try:
         profile = load_profile(cfg.profile.path)
@@ -129,13 +121,12 @@ def profile_setup(cfg) -> tuple:
     if cfg.hardware.tensor_parallel != 1:
         raise UserError(f"a profile prices one device as measured; tensor_parallel="
                         f"{cfg.hardware.tensor_parallel} does not apply")
-    default_models, default_hardware = _default_names()
     measured_on = f"profiled {profile.device_description()}"
-    if cfg.model.name not in default_models and not _same_model(cfg.model.name, profile):
+    if model_named and not _same_model(cfg.model.name, profile):
         raise UserError(f"model {cfg.model.name!r} (--model / [model] name) contradicts profile "
                         f"{where}, measured on {profile.model_source or profile.model.name}: a "
                         f"profile simulates its own model; drop the model or the profile")
-    if cfg.hardware.name not in default_hardware | {measured_on}:
+    if hardware_named and cfg.hardware.name != measured_on:
         raise UserError(f"hardware {cfg.hardware.name!r} (--hardware / [hardware] name) does not "
                         f"apply with profile {where}: it prices the device it was measured on "
                         f"({profile.device_description()}); drop the hardware or the profile")

@@ -72,6 +72,15 @@ def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]
             raise UserError(f"{flag} does not apply to batchlab {command}: {why}")
 
 
+def named(args: argparse.Namespace, table: str, field: str = "name") -> bool:
+    """Whether the user set [table] field, by its flag or in the config file (a default,
+    the embedded experiment's included, is not the user's choice)."""
+    prefix = next(p for p, t in _SECTIONS.items() if t == table)
+    if getattr(args, prefix + field, None) is not None:
+        return True
+    return bool(args.config) and field in (read_toml(args.config).get(table) or {})
+
+
 def reject_unused_tables(cfg: ExperimentConfig, command: str, unused: dict[str, str]) -> None:
     """The same for a config file's tables: a [hardware] that `run` cannot honour is an
     error, not ignored. unused: table -> why it does not apply."""

@@ -41,21 +41,31 @@ def write_table(path: Path, table: dict[str, np.ndarray]) -> None:
 TABLES = ("requests.csv", "steps.csv")
 
 
+def check_out_dir(out_dir: str | Path) -> None:
+    """--out names a directory, or nothing yet: checked before any work is done."""
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UserError(f"--out {out_dir}: is a file; expected a directory (created if missing)")
+
+
+def make_out_dir(out_dir: str | Path, config: dict[str, Any], clear: bool = True) -> Path:
+    """Create `out_dir`, clear an earlier run's results from it (clear) and write
+    config.json; a one-line error if it cannot be written."""
+    check_out_dir(out_dir)
+    d = Path(out_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if clear:
+            remove_earlier_results(d)
+        (d / "config.json").write_text(to_json(config) + "\n")
+    except OSError as e:
+        raise UserError(f"--out {out_dir}: cannot write there: {e.strerror} ({e.filename})") from None
+    return d
+
+
 class ResultWriter:
     def __init__(self, out_dir: str | Path, config: dict[str, Any]) -> None:
-        """Create `out_dir` (an error if that is a file), clear an earlier run's results
-        from it and write config.json; done before anything is simulated or served."""
-        self.dir = Path(out_dir)
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            remove_earlier_results(self.dir)
-            (self.dir / "config.json").write_text(to_json(config) + "\n")
-        except FileExistsError:
-            raise UserError(f"--out {out_dir}: is a file; expected a directory "
-                            "(created if missing)") from None
-        except OSError as e:
-            raise UserError(f"--out {out_dir}: cannot write there: {e.strerror} "
-                            f"({e.filename})") from None
+        """Done before anything is simulated or served (see make_out_dir)."""
+        self.dir = make_out_dir(out_dir, config)
         self.summaries: dict[str, dict] = {}
         self.meta: dict[str, dict] = {}
 
@@ -73,19 +83,21 @@ class ResultWriter:
 
 def remove_earlier_results(out: Path) -> None:
     """A reused --out directory must not mix two runs (a `chunked/` left from an earlier
-    run beside a summary listing only `static`). The policies an earlier batchlab run
-    lists in its summary.json or meta.json lose their tables (and their folders, if that
-    empties them), and those two files go; anything batchlab did not write stays."""
-    policies: set[str] = set()
-    for name in ("summary.json", "meta.json"):
-        try:
-            listed = json.loads((out / name).read_text())
-        except (OSError, ValueError):  # absent, or not a file we wrote
-            continue
-        if isinstance(listed, dict):
-            # Only plain folder names: never follow a key such as "../x" out of `out`.
-            policies.update(k for k in listed if k not in ("", ".", "..") and Path(k).name == k)
-            (out / name).unlink()
+    run beside a summary listing only `static`). If its meta.json is one batchlab wrote
+    (a run's meta per policy, each saying its "world"), the policies it lists lose their
+    tables (and their folders, if that empties them), and meta.json and summary.json go;
+    anything else stays."""
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+    except (OSError, ValueError):  # absent, or not JSON: not ours
+        return
+    if not (isinstance(meta, dict) and meta
+            and all(isinstance(m, dict) and m.get("world") in ("sim", "real") for m in meta.values())):
+        return  # someone else's meta.json
+    # Only plain folder names: never follow a key such as "../x" out of `out`.
+    policies = {k for k in meta if k not in ("", ".", "..") and Path(k).name == k}
+    for name in ("meta.json", "summary.json"):
+        (out / name).unlink(missing_ok=True)
     for policy in sorted(policies):
         folder = out / policy
         if folder.is_symlink() or not folder.is_dir():

@@ -10,7 +10,7 @@ from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                  reject_unused_tables)
-from experiments.output import ResultWriter, to_json
+from experiments.output import ResultWriter, check_out_dir, to_json
 from experiments.report import comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
@@ -64,15 +64,18 @@ def run(args: argparse.Namespace) -> int:
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
     workload = build_workload(cfg.workload)
+    if args.out:
+        check_out_dir(args.out)  # before the model loads
     t0 = time.perf_counter()
     rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
+    # Every setting is checked before an earlier run's results in --out are cleared.
+    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     summaries, metas = {}, {}
-    for policy in cfg.policies():
-        sched = cfg.scheduler_for(policy, rt.spec.max_context)
+    for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)

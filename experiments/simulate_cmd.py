@@ -14,7 +14,7 @@ from core.workload import build_workload
 from experiments.calibrate_cmd import profile_setup
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment
+from experiments.options import add_common_options, load_experiment, named
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table, slo_line
 from sim import simulate
@@ -81,14 +81,19 @@ def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: Hardware
 def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     workload = build_workload(cfg.workload)
-    cost, blocks, meta = profile_setup(cfg) if cfg.profile.path else roofline_setup(cfg)
+    if cfg.profile.path:
+        cost, blocks, meta = profile_setup(cfg, named(args, "model"), named(args, "hardware"))
+    else:
+        cost, blocks, meta = roofline_setup(cfg)
+    # Every setting is checked before an earlier run's results in --out are cleared.
+    schedulers = {p: cfg.scheduler_for(p, meta["max_context"]) for p in cfg.policies()}
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     summaries = {}
-    for policy in cfg.policies():
+    for policy, scheduler in schedulers.items():
         t0 = time.perf_counter()
         with tqdm(total=len(workload), desc=policy, unit="req", disable=not sys.stderr.isatty(),
                   leave=False, mininterval=0.5) as bar:
-            result = simulate(workload, cfg.scheduler_for(policy, meta["max_context"]), cost, blocks,
+            result = simulate(workload, scheduler, cost, blocks,
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
                               fast_forward=not args.step_by_step, record_steps=args.step_table,
                               progress=bar.update, keep_on_interrupt=True)

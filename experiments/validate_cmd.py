@@ -12,11 +12,10 @@ from pathlib import Path
 
 from core.specs import MODELS
 from core.workload import build_workload
-from experiments.config import read_toml
 from experiments.errors import UserError
-from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
-                                 reject_unused_tables)
-from experiments.output import to_json
+from experiments.options import (add_backend_options, add_common_options, load_experiment, named,
+                                 reject_unused, reject_unused_tables)
+from experiments.output import check_out_dir, to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
 from experiments.validation import profile_source
 from experiments.validation.text import render
@@ -28,10 +27,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_common_options(p)  # --profile among them; without one, validate calibrates first
     add_backend_options(p, threads_note="; the profile should be measured with the same")
     p.set_defaults(func=run)
-
-
-def _config_names_model(config: str | None) -> bool:
-    return bool(config) and "name" in (read_toml(config).get("model") or {})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,11 +42,13 @@ def run(args: argparse.Namespace) -> int:
     workload = build_workload(cfg.workload)
     if not len(workload):
         raise UserError("the workload has no requests")
+    if args.out:
+        check_out_dir(args.out)  # before the model loads
     # A bad profile fails before the model loads (for a preset, whose shape is known).
     path = cfg.profile.path  # --profile or the config's [profile] path
     if path:
         profile = profile_source.load(path)
-        if args.mo_name is None and not _config_names_model(args.config):
+        if not named(args, "model"):
             cfg.model.name = profile.model_source or profile.model.name  # the profile's model
         if cfg.model.name in MODELS:
             profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
@@ -59,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
+    # Before a calibration (minutes, without --profile) and before --out is written.
+    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
     writer = None
     if args.out:
         from experiments.validation.output import ValidationWriter  # matplotlib only with --out
@@ -66,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
     cost = profile.cost_model()
     comps = {}
-    for policy in cfg.policies():
-        sched = cfg.scheduler_for(policy, rt.spec.max_context)
+    for policy, sched in schedulers.items():
         v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
                      progress=not args.no_progress and sys.stderr.isatty(), profile=info)
         if v.real.result.meta.get("interrupted"):

@@ -90,8 +90,14 @@ def check_plot_path(path: str) -> None:
     if p.is_dir():
         raise UserError(f"--plot {path}: is a directory; expected a file name such as plot.png")
     if not p.parent.is_dir():
-        raise UserError(f"--plot {path}: no directory {p.parent}; expected a file in an "
+        what = "not a directory" if p.parent.exists() else "no such directory"
+        raise UserError(f"--plot {path}: {p.parent} is {what}; expected a file in an "
                         "existing directory")
+    from matplotlib.backend_bases import FigureCanvasBase  # matplotlib only when asked for
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if p.suffix.lstrip(".").lower() not in kinds:
+        raise UserError(f"--plot {path}: unknown image type {p.suffix or '(none)'}; expected "
+                        f"one of {', '.join('.' + k for k in sorted(kinds))}")
 
 
 def plot(w: Workload, path: str) -> None:

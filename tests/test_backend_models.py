@@ -127,3 +127,11 @@ def test_context_limit_of_presets_and_checkpoints(tmp_path):
     assert rt.spec.max_context == 8192
     _save_checkpoint("qwen2", tmp_path)  # max_position_embeddings=256
     assert load_model(str(tmp_path)).spec.max_context == 256
+
+
+def test_a_checkpoint_is_named_by_its_absolute_path(tmp_path, monkeypatch):
+    """A profile records the name; typed relative at calibration, it must still name the
+    checkpoint when used from another folder."""
+    _save_checkpoint("qwen2", tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)
+    assert load_model("./ckpt").name == str((tmp_path / "ckpt").resolve())

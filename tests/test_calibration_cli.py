@@ -130,6 +130,9 @@ def test_simulate_warns_only_for_a_quick_grid_profile(tmp_path, capsys):
     (["--model", "batchlab-tiny"], ["'batchlab-tiny'", "contradicts"]),
     (["--hardware", "h100-sxm"], ["'h100-sxm'", "does not apply with profile default"]),
     (["--model", "llama-3-70b", "--hardware", "h100-sxm"], ["'llama-3-70b'"]),
+    # Named, though also the embedded demo's defaults: the user asked for them.
+    (["--model", "llama-3-8b"], ["'llama-3-8b'", "contradicts"]),
+    (["--hardware", "a100-80gb"], ["'a100-80gb'", "does not apply with profile default"]),
     (["--tp", "4"], ["tensor_parallel=4"]),
 ])
 def test_simulate_refuses_a_model_or_hardware_the_profile_contradicts(capsys, args, words):

@@ -136,6 +136,10 @@ def test_a_version_1_profile_still_loads(tmp_path):
     p = load_profile(path)
     assert p.version == 1 and p.grid is None and p.model == MODELS["batchlab-tiny"]
     assert load_profile("default").grid.name == "default"  # the shipped one records its grid
+    # A checkpoint's profile from another machine: its context is unknown, not an error.
+    data["model"]["name"], data["model_source"] = "my-llama", "/elsewhere/my-llama"
+    path.write_text(json.dumps(data))
+    assert load_profile(path).model.max_context is None
 
 
 def test_quick_grid_profiles_carry_a_warning():

@@ -223,6 +223,24 @@ def test_reused_out_dir_keeps_no_stale_policy_and_nothing_else_is_removed(tmp_pa
     assert sorted(p.name for p in (tmp_path / "static").iterdir()) == ["requests.csv", "steps.csv"]
 
 
+def test_an_out_dir_batchlab_did_not_write_loses_nothing(tmp_path, capsys):
+    """A user's own meta.json is not a list of policies to clean up."""
+    (tmp_path / "meta.json").write_text('{"data": "notes"}')
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "requests.csv").write_text("mine")
+    assert run_cli(["simulate", *SMALL, "--policy", "static", "--out", str(tmp_path)], capsys)[0] == 0
+    assert (tmp_path / "data" / "requests.csv").read_text() == "mine"
+
+
+def test_a_bad_option_fails_before_an_earlier_run_is_cleared(tmp_path, capsys):
+    assert run_cli(["simulate", *SMALL, "--policy", "static", "--out", str(tmp_path)], capsys)[0] == 0
+    code, _, err = run_cli(["simulate", *SMALL, "--policy", "static", "--out", str(tmp_path),
+                            "--max-model-len", "9000"], capsys)
+    assert code == 2 and "max_model_len" in err
+    assert list(json.loads((tmp_path / "summary.json").read_text())) == ["static"]
+    assert (tmp_path / "static" / "requests.csv").exists()
+
+
 def test_kv_pool_beyond_the_hardwares_memory_warns(capsys, caplog):
     # Llama-3-8B on one A100-80GB holds ~33,000 blocks of 16 tokens after its weights.
     code, _, _ = run_cli(["simulate", *SMALL, "--policy", "continuous", "--num-kv-blocks",

@@ -133,6 +133,18 @@ def test_bad_inputs_are_one_line_errors(args, message):
     assert code == 2 and message in err and err.strip().count("\n") == 0
 
 
+def test_out_at_a_file_and_a_max_model_len_beyond_the_context_fail_first(tmp_path):
+    """Both before anything is run or calibrated (no --profile: a calibration first)."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    code, _, err = cli(["validate", *SMALL, "--profile", "default", "--out", str(afile)])
+    assert code == 2 and "is a file" in err and err.strip().count("\n") == 0
+    assert afile.read_text() == "mine"
+    code, _, err = cli(["validate", *SMALL, "--max-model-len", "9000", "--out", str(tmp_path / "o")])
+    assert code == 2 and "exceeds the model's context length of 8192" in err
+    assert not (tmp_path / "o").exists()
+
+
 def test_not_a_profile_is_a_one_line_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"hello": 1}')

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.output import to_json, write_table
+from experiments.output import make_out_dir, to_json, write_table
 from experiments.validation.pair import Run
 from experiments.validation.plot import cdf_overlay
 from experiments.validation.validate import HEADLINE, Validation
@@ -25,9 +25,7 @@ def write_run(d: Path, run: Run) -> list[Path]:
 
 class ValidationWriter:
     def __init__(self, out_dir: str | Path, config: dict) -> None:
-        self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "config.json").write_text(to_json(config) + "\n")
+        self.dir = make_out_dir(out_dir, config, clear=False)  # its layout is its own
         self.comparisons: dict[str, dict] = {}
 
     def add(self, v: Validation, comparison: dict) -> list[Path]:
