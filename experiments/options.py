@@ -114,6 +114,9 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
         # The embedded default's size and rate belong to its own preset: a trace named
         # on the command line is replayed whole, at its own times, unless told otherwise.
         data.pop("workload", None)
+        # So does its seat count, sized to show its point: 32 seats saturate on the Azure
+        # conv trace where vLLM's default of 256 keeps up. The scheduler's default applies.
+        data.get("scheduler", {}).pop("max_num_seqs", None)
     if not args.config and "slo" in overrides.get("run", {}):
         # Likewise its SLO: `--slo-e2el-ms` alone must mean that objective alone, not
         # that one added to the default's hidden TTFT and TPOT limits.

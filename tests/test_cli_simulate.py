@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.config import SchedulerConfig
 from core.workload import load_trace
 from experiments.cli import main
 
@@ -296,6 +297,11 @@ def test_a_trace_named_on_the_command_line_is_replayed_whole_at_its_own_times(tm
     last = max(float(r["arrival_s"]) for r in rows)
     want = load_trace(str(trace))
     assert last - first == pytest.approx(want.arrival[-1] - want.arrival[0])
+    # Nor its 32 seats: the scheduler's default applies, unless given.
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["scheduler"]["max_num_seqs"] == SchedulerConfig().max_num_seqs == 256
+    code, out, _ = run_cli(["simulate", "--workload", str(trace), "--max-num-seqs", "8"], capsys)
+    assert code == 0 and "8 seats" in out
 
 
 def test_ctrl_c_keeps_the_policies_simulated_so_far(tmp_path, capsys, monkeypatch):
