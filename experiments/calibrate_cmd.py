@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from core.profile import ProfileError, load_profile
-from experiments.errors import UserError
+from experiments.errors import UserError, warn
 
 GRIDS = ("default", "quick")
 
@@ -136,7 +136,7 @@ def profile_setup(cfg, model_named: bool = False, hardware_named: bool = False) 
         raise UserError(f"profile {where}: its KV capacity holds no block of {bs} tokens")
     warning = profile.smoke_test_warning()  # a --grid quick profile
     if warning:
-        print(f"batchlab: warning: {where}: {warning}", file=sys.stderr)
+        warn(f"{where}: {warning}")
     cfg.model.name = profile.model_source or profile.model.name  # what is simulated
     cfg.hardware.name = measured_on
     meta = {"model": profile.model.name, "hardware": measured_on, "tensor_parallel": 1,

@@ -1,11 +1,18 @@
 """Errors a user can fix: printed as one line, exit code 2, never a traceback."""
 from __future__ import annotations
 
+import sys
+
 from pydantic import ValidationError
 
 
 class UserError(Exception):
     """Bad input: a file, a field, an option. The message names it and what was expected."""
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr: the run goes on."""
+    print(f"batchlab: warning: {message}", file=sys.stderr)
 
 
 def describe_validation_error(err: ValidationError, where: str = "") -> str:

@@ -8,11 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from experiments.errors import UserError
-
-
-def warn(message: str) -> None:
-    print(f"batchlab: warning: {message}", file=sys.stderr)
+from experiments.errors import UserError, warn
 
 
 def _shape(spec) -> dict:
