@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from core.class_summary import BREAKDOWNS, breakdowns
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                  reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -72,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    schedulers = cfg.schedulers(rt.spec.max_context)
+    writer = ResultWriter(args.out, cfg.record()) if args.out else None
     summaries, metas = {}, {}
     for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
         metas[policy] = result.meta
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
@@ -101,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
         print(comparison_table(summaries))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
+        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
+            print("\n" + class_tables(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0

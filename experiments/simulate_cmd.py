@@ -10,13 +10,14 @@ from tqdm import tqdm
 
 from core.cost import CostModel, kv_capacity_blocks, roofline
 from core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
+from core.class_summary import BREAKDOWNS, breakdowns
 from core.workload import build_workload
 from experiments.calibrate_cmd import profile_setup
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment, named
 from experiments.output import ResultWriter, to_json
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 from sim import simulate
 
 log = logging.getLogger("batchlab")
@@ -41,6 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="keep step totals only, no steps.csv: for replays of millions of requests")
     g.add_argument("--step-by-step", action="store_true",
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
+    g.add_argument("--list-policies", action="store_true",
+                   help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
 
 
@@ -79,6 +82,10 @@ def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: Hardware
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_policies:
+        from experiments import listing
+        print(to_json(listing.registry()) if args.format == "json" else listing.render())
+        return 0
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     workload = build_workload(cfg.workload)
     if cfg.profile.path:
@@ -86,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         cost, blocks, meta = roofline_setup(cfg)
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, meta["max_context"]) for p in cfg.policies()}
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    schedulers = cfg.schedulers(meta["max_context"])
+    writer = ResultWriter(args.out, cfg.record()) if args.out else None
     summaries = {}
     for policy, scheduler in schedulers.items():
         t0 = time.perf_counter()
@@ -97,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
                               fast_forward=not args.step_by_step, record_steps=args.step_table,
                               progress=bar.update, keep_on_interrupt=True)
-        summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
         interrupted = result.meta["interrupted"]
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
               f"{summaries[policy]['num_steps']} steps simulated in "
@@ -117,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         print(comparison_table(summaries))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
+        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
+            print("\n" + class_tables(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if interrupted else 0
