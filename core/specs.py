@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.checks import Count, NonNegative, Positive, Tokens
+
 
 
 class ModelSpec(BaseModel):
@@ -13,17 +15,17 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_context: int | None = Field(
-        None, gt=0, description="max_position_embeddings: longest prompt + output (None: unknown)")
+    num_layers: Count
+    hidden_size: Count
+    num_heads: Count
+    num_kv_heads: Count
+    head_dim: Count
+    intermediate_size: Count
+    vocab_size: Count
+    max_context: Tokens | None = Field(
+        None, description="max_position_embeddings: longest prompt + output (None: unknown)")
     tied_embeddings: bool = False
-    dtype_bytes: int = Field(2, gt=0, description="bytes per weight and KV element")
+    dtype_bytes: Count = Field(2, le=8, description="bytes per weight and KV element")
 
     @property
     def layer_params(self) -> int:
@@ -66,10 +68,10 @@ class HardwareSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    memory_bytes: float = Field(gt=0)
-    mem_bandwidth: float = Field(gt=0, description="bytes/s")
-    peak_flops: float = Field(gt=0, description="dense FLOP/s at the model dtype")
-    interconnect_bandwidth: float = Field(0.0, ge=0, description="bytes/s per GPU for all-reduce; 0 = none")
+    memory_bytes: Positive
+    mem_bandwidth: Positive = Field(description="bytes/s")
+    peak_flops: Positive = Field(description="dense FLOP/s at the model dtype")
+    interconnect_bandwidth: NonNegative = Field(0.0, description="bytes/s per GPU for all-reduce; 0 = none")
 
 
 def _llama(name, L, h, nh, nkv, inter, vocab, ctx, tied=False, hd=None) -> ModelSpec:

@@ -9,12 +9,13 @@ import time
 from tqdm import tqdm
 
 from core.cost import CostModel, kv_capacity_blocks, roofline
+from core.sizes import check_run_size
 from core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
 from core.workload import build_workload
 from experiments.calibrate_cmd import profile_setup
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment, named
+from experiments.options import add_common_options, load_experiment, named, reject_unused_fields
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table, slo_line
 from sim import simulate
@@ -30,6 +31,16 @@ DEFAULT_EXPERIMENT = {
     "hardware": {"name": "a100-80gb"},
     "run": {"policies": ["static", "continuous", "chunked"], "slo": {"ttft_ms": 2000, "tpot_ms": 100}},
 }
+
+
+# [model] and [run] fields only the torch backend reads (batchlab run, validate).
+_BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
+BACKEND_ONLY = {"model.dtype": "the roofline prices the preset's own dtype; " + _BACKEND,
+                "model.device": _BACKEND, "model.threads": _BACKEND,
+                "model.kv_memory": "the KV pool comes from [hardware] memory or --num-kv-blocks",
+                "model.matmul": _BACKEND,
+                "run.time_scale": "replays run on the wall clock only (use [workload] rate_scale)",
+                "run.temperature": "sampling does not change simulated timings"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +70,8 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
     if cfg.scheduler.num_kv_blocks:
         _warn_if_kv_cannot_fit(cfg, model, hw)
     meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
-            "cost_model": "roofline", "max_context": model.max_context}
+            "dtype_bytes": model.dtype_bytes, "cost_model": "roofline",
+            "max_context": model.max_context}
     return cost, blocks, meta
 
 
@@ -80,6 +92,7 @@ def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: Hardware
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     workload = build_workload(cfg.workload)
     if cfg.profile.path:
         cost, blocks, meta = profile_setup(cfg, named(args, "model"), named(args, "hardware"))
@@ -87,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
         cost, blocks, meta = roofline_setup(cfg)
     # Every setting is checked before an earlier run's results in --out are cleared.
     schedulers = {p: cfg.scheduler_for(p, meta["max_context"]) for p in cfg.policies()}
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    try:
+        check_run_size(len(workload), cfg.run.replicas, blocks)
+    except ValueError as e:
+        raise UserError(f"{e} (--replicas, --num-kv-blocks, --num-requests)") from None
+    writer = ResultWriter(args.out, cfg.record(tuple(BACKEND_ONLY))) if args.out else None
     summaries = {}
     for policy, scheduler in schedulers.items():
         t0 = time.perf_counter()
