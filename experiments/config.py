@@ -20,7 +20,10 @@ from experiments.errors import UserError, describe_validation_error
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("llama-3-8b", description="simulator: a model preset; backend: a named size or a checkpoint dir")
-    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16")
+    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16; simulator: "
+                       "the weights' dtype, bf16 | fp16 | fp8 (default: the preset's, bf16)")
+    kv_cache_dtype: str = Field("auto", description="simulator: the KV cache's dtype, auto (the "
+                                "weights') | bf16 | fp16 | fp8, as vLLM's --kv-cache-dtype")
     device: str = Field("cpu", description="backend: cpu | cuda")
     threads: Count = Field(1, le=4096, description="backend: torch threads on CPU")
     kv_memory: KVMemory | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
@@ -35,6 +38,8 @@ class HardwareConfig(BaseModel):
     mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
     compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
+    allreduce_latency_s: Seconds | None = Field(
+        None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
     gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
 
 
@@ -97,11 +102,13 @@ class ExperimentConfig(BaseModel):
         return {f: why for f, why in fields.items()
                 if f.split(".")[1] in getattr(self, f.split(".")[0]).model_fields_set}
 
-    def record(self, ignored: tuple[str, ...] = ()) -> dict[str, Any]:
+    def record(self, ignored: tuple[str, ...] = (), ran: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
         """What config.json records: what ran. The policies run (not [scheduler]
         policy, overridden by [run] policies), without the tables or fields (`ignored`:
         "table" or "table.field") the command does not use, so that a simulated 70B
-        is never recorded as float32 on cpu."""
+        is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
+        a field by what the command resolved it to (the dtype a preset is served in)."""
         data = self.model_dump()
         data["run"]["policies"] = self.policies()
         del data["scheduler"]["policy"]
@@ -111,6 +118,9 @@ class ExperimentConfig(BaseModel):
                 data[table].pop(field, None)
             else:
                 data.pop(table, None)
+        for name, value in (ran or {}).items():
+            table, _, field = name.partition(".")
+            data[table][field] = value
         return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None) -> SchedulerConfig:

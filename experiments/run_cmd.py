@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
@@ -52,6 +54,7 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from backend.driver import run_workload  # torch only when this command runs
+    from backend.device import dtype_name
     from backend.models import params_label
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
@@ -59,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
                    "ru_router": "it serves one replica",
                                 "pr_path": "it measures; use it with simulate or validate"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
-    reject_unused_fields(cfg, "run", {"run.router": "it serves one replica"})
+    reject_unused_fields(cfg, "run", {"run.router": "it serves one replica",
+                                      "model.kv_cache_dtype": "the backend keeps its KV cache "
+                                      "in the model's dtype ([model] dtype, --dtype)"})
     reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)",
                                       "profile": "it measures; use it with simulate or validate"})
     if cfg.run.replicas != 1:
@@ -76,13 +81,17 @@ def run(args: argparse.Namespace) -> int:
     schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
     for sched in schedulers.values():  # the KV pool: refused now, before --out is written
         rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
-    writer = ResultWriter(args.out, cfg.record(("hardware", "profile"))) if args.out else None
+    ran = {"model.dtype": dtype_name(rt.dtype), "model.device": str(rt.device),
+           "model.threads": rt.threads}
+    writer = ResultWriter(args.out, cfg.record(("hardware", "profile", "model.kv_cache_dtype"), ran)
+                          ) if args.out else None
     summaries, metas = {}, {}
     for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
         summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
         metas[policy] = result.meta
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
