@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
 from core.config import SchedulerConfig
 from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from core.params import validate_params
@@ -26,8 +27,8 @@ class ModelConfig(BaseModel):
     kv_cache_dtype: str = Field("auto", description="simulator: the KV cache's dtype, auto (the "
                                 "weights') | bf16 | fp16 | fp8, as vLLM's --kv-cache-dtype")
     device: str = Field("cpu", description="backend: cpu | cuda")
-    threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
-    kv_memory: str | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
+    threads: Count = Field(1, le=4096, description="backend: torch threads on CPU")
+    kv_memory: KVMemory | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
                                   "of free memory (0.5); default 1GiB on cpu, 0.8 on cuda")
     matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
 
@@ -35,13 +36,13 @@ class ModelConfig(BaseModel):
 class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
-    tensor_parallel: int = Field(1, gt=0)
-    mem_efficiency: float = Field(0.8, gt=0, le=1, description="achieved fraction of datasheet bandwidth")
-    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved fraction of datasheet FLOP/s")
-    step_overhead_s: float = Field(0.002, ge=0, description="fixed per-step cost (launches, scheduling)")
-    allreduce_latency_s: float | None = Field(
-        None, ge=0, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
+    tensor_parallel: Count = Field(1, le=4096)
+    mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
+    step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
+    allreduce_latency_s: Seconds | None = Field(
+        None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
+    gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
 
 
 class ProfileConfig(BaseModel):
@@ -56,10 +57,10 @@ class RunConfig(BaseModel):
     admissions: list[str] | None = Field(
         None, description="compare these admission orders (one run per policy and order); "
         "default [scheduler].admission")
-    replicas: int = Field(1, gt=0)
+    replicas: Count = 1
     router: str = "round_robin"
-    time_scale: float = Field(1.0, ge=0, description="run: multiply arrival times by K (0: all at once)")
-    temperature: float = Field(0.0, ge=0, description="run: sampling temperature (0: greedy)")
+    time_scale: NonNegative = Field(1.0, le=1e6, description="run: multiply arrival times by K (0: all at once)")
+    temperature: NonNegative = Field(0.0, le=1e6, description="run: sampling temperature (0: greedy)")
     slo: SLO | None = None
 
     @field_validator("policies")
@@ -145,9 +146,34 @@ class ExperimentConfig(BaseModel):
         return {p: validate_params(p, SCHEDULERS[p].Params, self._params_of(p)).model_dump()
                 for p in self.policies()}
 
-    def record(self) -> dict[str, Any]:
-        """What config.json records: the config, and each policy's parameters in full."""
-        return {**self.model_dump(), "policy_params": self.policy_params()}
+    def unused(self, fields: dict[str, str]) -> dict[str, str]:
+        """Of `fields` ("table.field" -> why a command ignores it), those set in this
+        config (by a file or a flag; a default is not the user's)."""
+        return {f: why for f, why in fields.items()
+                if f.split(".")[1] in getattr(self, f.split(".")[0]).model_fields_set}
+
+    def record(self, ignored: tuple[str, ...] = (), ran: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """What config.json records: what ran. The policies run (not [scheduler]
+        policy, overridden by [run] policies), without the tables or fields (`ignored`:
+        "table" or "table.field") the command does not use, so that a simulated 70B
+        is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
+        a field by what the command resolved it to (the dtype a preset is served in)."""
+        data = self.model_dump()
+        data["run"]["policies"] = self.policies()
+        del data["scheduler"]["policy"]
+        for name in ignored:
+            table, _, field = name.partition(".")
+            if field:
+                data[table].pop(field, None)
+            else:
+                data.pop(table, None)
+        for name, value in (ran or {}).items():
+            table, _, field = name.partition(".")
+            data[table][field] = value
+        data["run"]["admissions"] = self.admissions()
+        data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
+        return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None,
                       admission: str | None = None) -> SchedulerConfig:
