@@ -8,7 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
 from core.config import SchedulerConfig
+from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from core.params import validate_params
 from core.schedulers import SCHEDULERS
 from core.specs import HARDWARE
 from core.summary import SLO
@@ -19,10 +22,13 @@ from experiments.errors import UserError, describe_validation_error
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("llama-3-8b", description="simulator: a model preset; backend: a named size or a checkpoint dir")
-    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16")
+    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16; simulator: "
+                       "the weights' dtype, bf16 | fp16 | fp8 (default: the preset's, bf16)")
+    kv_cache_dtype: str = Field("auto", description="simulator: the KV cache's dtype, auto (the "
+                                "weights') | bf16 | fp16 | fp8, as vLLM's --kv-cache-dtype")
     device: str = Field("cpu", description="backend: cpu | cuda")
-    threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
-    kv_memory: str | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
+    threads: Count = Field(1, le=4096, description="backend: torch threads on CPU")
+    kv_memory: KVMemory | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
                                   "of free memory (0.5); default 1GiB on cpu, 0.8 on cuda")
     matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
 
@@ -30,11 +36,13 @@ class ModelConfig(BaseModel):
 class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
-    tensor_parallel: int = Field(1, gt=0)
-    mem_efficiency: float = Field(0.8, gt=0, le=1, description="achieved fraction of datasheet bandwidth")
-    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved fraction of datasheet FLOP/s")
-    step_overhead_s: float = Field(0.002, ge=0, description="fixed per-step cost (launches, scheduling)")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
+    tensor_parallel: Count = Field(1, le=4096)
+    mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
+    step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
+    allreduce_latency_s: Seconds | None = Field(
+        None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
+    gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
 
 
 class ProfileConfig(BaseModel):
@@ -46,10 +54,13 @@ class ProfileConfig(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
-    replicas: int = Field(1, gt=0)
+    admissions: list[str] | None = Field(
+        None, description="compare these admission orders (one run per policy and order); "
+        "default [scheduler].admission")
+    replicas: Count = 1
     router: str = "round_robin"
-    time_scale: float = Field(1.0, ge=0, description="run: multiply arrival times by K (0: all at once)")
-    temperature: float = Field(0.0, ge=0, description="run: sampling temperature (0: greedy)")
+    time_scale: NonNegative = Field(1.0, le=1e6, description="run: multiply arrival times by K (0: all at once)")
+    temperature: NonNegative = Field(0.0, le=1e6, description="run: sampling temperature (0: greedy)")
     slo: SLO | None = None
 
     @field_validator("policies")
@@ -60,6 +71,17 @@ class RunConfig(BaseModel):
                 raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
         if v is not None and not v:
             raise ValueError("needs at least one policy")
+        return v
+
+    @field_validator("admissions")
+    @classmethod
+    def _known_orders(cls, v: list[str] | None) -> list[str] | None:
+        for a in v or []:
+            if a not in ADMISSION_ORDERS:
+                raise ValueError(f"unknown admission order {a!r}; expected one of "
+                                 f"{', '.join(sorted(ADMISSION_ORDERS))}")
+        if v is not None and not v:
+            raise ValueError("needs at least one admission order")
         return v
 
 
@@ -74,9 +96,13 @@ class ExperimentConfig(BaseModel):
 
     @field_validator("scheduler")
     @classmethod
-    def _policy_known(cls, v: SchedulerConfig) -> SchedulerConfig:
+    def _names_known(cls, v: SchedulerConfig) -> SchedulerConfig:
         if v.policy not in SCHEDULERS:
             raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+        for table, value, what in ((ADMISSION_ORDERS, v.admission, "admission order"),
+                                   (VICTIM_ORDERS, v.preemption, "preemption victim order")):
+            if value not in table:
+                raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(sorted(table))}")
         return v
 
     @model_validator(mode="after")
@@ -85,19 +111,86 @@ class ExperimentConfig(BaseModel):
         if self.scheduler.max_batch_delay_s and "static" not in self.policies():
             raise ValueError(f"scheduler.max_batch_delay_s (--max-batch-delay) applies to the "
                              f"static policy only; this run's policies: {', '.join(self.policies())}")
+        # Each parameter is validated against every compared policy that declares it; one
+        # that none of them declares is an error, as an unknown field is.
+        given = self.scheduler.params
+        for name in given:
+            if not any(name in SCHEDULERS[p].Params.model_fields for p in self.policies()):
+                declared = {p: ", ".join(SCHEDULERS[p].Params.model_fields) or "none"
+                            for p in self.policies()}
+                raise ValueError(f"scheduler.params.{name} (--policy-param): no policy of this run "
+                                 f"declares it ({'; '.join(f'{p}: {d}' for p, d in declared.items())})")
+        for p in self.policies():
+            validate_params(p, SCHEDULERS[p].Params, self._params_of(p), strict=True)
         return self
 
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
 
-    def scheduler_for(self, policy: str, max_context: int | None = None) -> SchedulerConfig:
-        """One policy's scheduler. max_model_len defaults to the model's context length
-        (max_context) and may not exceed it, as in vLLM."""
+    def admissions(self) -> list[str]:
+        return self.run.admissions or [self.scheduler.admission]
+
+    def runs(self) -> list[tuple[str, str, str]]:
+        """(name, policy, admission order) of each run compared: every policy with every
+        admission order. The name keys the tables, the JSON and the --out folders: the
+        policy alone when one order is compared, else policy+order."""
+        several = len(self.admissions()) > 1
+        return [(f"{p}+{a}" if several else p, p, a) for p in self.policies() for a in self.admissions()]
+
+    def _params_of(self, policy: str) -> dict[str, Any]:
+        declared = SCHEDULERS[policy].Params.model_fields
+        return {k: v for k, v in self.scheduler.params.items() if k in declared}
+
+    def policy_params(self) -> dict[str, dict[str, Any]]:
+        """Every compared policy's parameters with defaults filled in (for config.json)."""
+        return {p: validate_params(p, SCHEDULERS[p].Params, self._params_of(p)).model_dump()
+                for p in self.policies()}
+
+    def unused(self, fields: dict[str, str]) -> dict[str, str]:
+        """Of `fields` ("table.field" -> why a command ignores it), those set in this
+        config (by a file or a flag; a default is not the user's)."""
+        return {f: why for f, why in fields.items()
+                if f.split(".")[1] in getattr(self, f.split(".")[0]).model_fields_set}
+
+    def record(self, ignored: tuple[str, ...] = (), ran: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """What config.json records: what ran. The policies run (not [scheduler]
+        policy, overridden by [run] policies), without the tables or fields (`ignored`:
+        "table" or "table.field") the command does not use, so that a simulated 70B
+        is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
+        a field by what the command resolved it to (the dtype a preset is served in)."""
+        data = self.model_dump()
+        data["run"]["policies"] = self.policies()
+        del data["scheduler"]["policy"]
+        for name in ignored:
+            table, _, field = name.partition(".")
+            if field:
+                data[table].pop(field, None)
+            else:
+                data.pop(table, None)
+        for name, value in (ran or {}).items():
+            table, _, field = name.partition(".")
+            data[table][field] = value
+        data["run"]["admissions"] = self.admissions()
+        data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
+        return data
+
+    def scheduler_for(self, policy: str, max_context: int | None = None,
+                      admission: str | None = None) -> SchedulerConfig:
+        """One policy's scheduler (with the parameters it declares, and `admission` if
+        given). max_model_len defaults to the model's context length (max_context) and
+        may not exceed it, as in vLLM."""
         limit = self.scheduler.max_model_len
         if limit is not None and max_context is not None and limit > max_context:
             raise UserError(f"scheduler.max_model_len={limit} exceeds the model's context "
                             f"length of {max_context} tokens")
-        return self.scheduler.model_copy(update={"policy": policy, "max_model_len": limit or max_context})
+        return self.scheduler.model_copy(update={
+            "policy": policy, "max_model_len": limit or max_context, "params": self._params_of(policy),
+            "admission": admission or self.scheduler.admission})
+
+    def schedulers(self, max_context: int | None = None) -> dict[str, SchedulerConfig]:
+        """Each run's scheduler, by run name (see runs())."""
+        return {name: self.scheduler_for(p, max_context, a) for name, p, a in self.runs()}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

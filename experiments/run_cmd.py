@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+from core.class_summary import BREAKDOWNS, breakdowns
+from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
-                                 reject_unused_tables)
+                                 reject_unused_fields, reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -52,6 +55,7 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from backend.driver import run_workload  # torch only when this command runs
+    from backend.device import dtype_name
     from backend.models import params_label
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
@@ -59,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
                    "ru_router": "it serves one replica",
                                 "pr_path": "it measures; use it with simulate or validate"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_fields(cfg, "run", {"run.router": "it serves one replica",
+                                      "model.kv_cache_dtype": "the backend keeps its KV cache "
+                                      "in the model's dtype ([model] dtype, --dtype)"})
     reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)",
                                       "profile": "it measures; use it with simulate or validate"})
     if cfg.run.replicas != 1:
@@ -72,14 +79,20 @@ def run(args: argparse.Namespace) -> int:
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    schedulers = cfg.schedulers(rt.spec.max_context)
+    for sched in schedulers.values():  # the KV pool: refused now, before --out is written
+        rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
+    ran = {"model.dtype": dtype_name(rt.dtype), "model.device": str(rt.device),
+           "model.threads": rt.threads}
+    writer = ResultWriter(args.out, cfg.record(("hardware", "profile", "model.kv_cache_dtype"), ran)
+                          ) if args.out else None
     summaries, metas = {}, {}
     for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
+        summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
         metas[policy] = result.meta
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
@@ -101,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(comparison_table(summaries))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
+        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
+            print("\n" + class_tables(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0
