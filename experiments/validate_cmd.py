@@ -17,7 +17,8 @@ from experiments.options import (add_backend_options, add_common_options, load_e
                                  reject_unused, reject_unused_tables)
 from experiments.output import check_out_dir, to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
-from experiments.validation import profile_source
+from experiments.replay.cmd import add_target_options
+from experiments.validation import endpoint, profile_source
 from experiments.validation.text import render
 from experiments.validation.validate import validate
 
@@ -26,6 +27,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
     add_backend_options(p, threads_note="; the profile should be measured with the same")
+    add_target_options(p, required=False)  # --endpoint: replay against a server instead
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="with --endpoint: the model name the server serves (default: its first)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
         check_out_dir(args.out)  # before the model loads
     # A bad profile fails before the model loads (for a preset, whose shape is known).
     path = cfg.profile.path  # --profile or the config's [profile] path
+    if not args.endpoint and (args.api_key or args.served_model_name):
+        raise UserError("--api-key and --served-model-name apply with --endpoint only")
+    if args.endpoint:
+        endpoint.check_args(args, path)
+        profile = profile_source.load(path)
+        return endpoint.validate_endpoint(args, cfg, workload, profile, profile_source.describe(path, profile))
     if path:
         profile = profile_source.load(path)
         if not named(args, "model"):

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 import time
 
 import httpx
 import numpy as np
 import pytest
 
-from tests.serve_helpers import ServeProcess, batchlab
+from tests.serve_helpers import ROOT, ServeProcess, batchlab
 
 openai = pytest.importorskip("openai")
 pytestmark = pytest.mark.slow
@@ -22,11 +25,12 @@ KEY = "test-key-17"
 MODEL = "batchlab-tiny"
 BLOCKS = 512  # KV blocks of 16 tokens: small enough that a long request shows in the gauge
 # How much later the client may see a first token or the end of a stream than the server
-# stamped it: HTTP transit and SSE framing (under 1 ms on loopback), plus the wait of the
-# server's HTTP thread and of the client process for a CPU. On the project's shared
-# 2-vCPU machines (load average 5-9 from other jobs) that wait dominates: medians of
-# 15-22 ms were measured there; a quiet machine sees a few ms.
-MEDIAN_SLACK_MS, MAX_SLACK_MS = 30.0, 100.0
+# stamped it: HTTP framing and parsing, a few ms at most, plus what a loopback round trip
+# to the same server costs at the same moment (measured during the replay: /health). That
+# round trip is two processes waiting for a CPU, which is what the token path waits for
+# too; on the project's shared 2-vCPU machines (load average 5-9 from other jobs) it is
+# 10-30 ms, on a quiet machine well under 1 ms.
+FRAMING_MS = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -152,14 +156,43 @@ def test_a_client_that_leaves_frees_its_kv_blocks(server):
     assert m["vllm:num_requests_running"] == 0 and m["vllm:kv_cache_usage_perc"] == 0
 
 
+def test_validate_against_the_endpoint(server, tmp_path):
+    p = batchlab("validate", "--endpoint", server.base, "--api-key", KEY, "--profile", "default",
+                 "--workload", "chat", "--num-requests", "6", "--rate", "4", "--max-prompt-len", "128",
+                 "--max-output-len", "12", "--num-kv-blocks", str(BLOCKS), "--out", str(tmp_path / "v"),
+                 "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert "real vs simulated" not in p.stdout and f"{server.base}/v1/completions vs simulated" in p.stdout
+    for label in ("TTFT (ms)", "TPOT (ms)", "E2E latency (ms)", "output tokens/s"):
+        assert label in p.stdout
+    comp = json.loads((tmp_path / "v" / "comparison.json").read_text())["continuous"]
+    ttft = next(c for c in comp["metrics"] if c["key"] == "median_ttft_ms")
+    assert ttft["real"] > 0 and ttft["sim"] > 0 and comp["failed"] == 0
+    assert len(list(csv.DictReader(open(tmp_path / "v" / "real" / "requests.csv")))) == 6
+
+
 def test_replay_agrees_with_the_server_records(server, tmp_path):
     before = metrics(server)
     out = tmp_path / "replay"
-    p = batchlab("replay", "--endpoint", server.base, "--api-key", KEY, "--workload", "chat",
-                 "--num-requests", "16", "--rate", "4", "--max-prompt-len", "256",
-                 "--max-output-len", "24", "--seed", "3", "--out", str(out), "--no-progress")
-    assert p.returncode == 0, p.stderr
-    assert "all 16 requests finished" in p.stderr
+    p = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", "replay", "--endpoint", server.base, "--api-key", KEY,
+         "--workload", "chat", "--num-requests", "16", "--rate", "4", "--max-prompt-len", "256",
+         "--max-output-len", "24", "--seed", "3", "--out", str(out), "--no-progress"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)
+    rtt = []
+    try:
+        while p.poll() is None:  # loopback round trips to the server meanwhile
+            t = time.perf_counter()
+            httpx.get(f"{server.base}/health", timeout=10)
+            rtt.append(time.perf_counter() - t)
+            time.sleep(0.05)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    assert p.returncode == 0, err
+    assert "all 16 requests finished" in err
     bench = json.loads((out / "result.json").read_text())
     assert bench["completed"] == 16 and bench["failed"] == 0 and len(bench["ttfts"]) == 16
     rows = list(csv.DictReader(open(out / "replay" / "requests.csv")))
@@ -179,7 +212,13 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
         ttft.append((float(row["first_token_s"]) - a) - (float(s["first_token_s"]) - sa))
         e2e.append((float(row["finish_s"]) - a) - (float(s["finish_s"]) - sa))
     ttft_ms, e2e_ms = np.array(ttft) * 1000, np.array(e2e) * 1000
+    rtt_ms = np.array(rtt) * 1000
     # The client sends before the server stamps arrival and reads after it stamps tokens.
     assert ttft_ms.min() >= 0 and e2e_ms.min() >= 0
-    assert np.median(ttft_ms) <= MEDIAN_SLACK_MS and np.median(e2e_ms) <= MEDIAN_SLACK_MS, (ttft_ms, e2e_ms)
-    assert ttft_ms.max() <= MAX_SLACK_MS and e2e_ms.max() <= MAX_SLACK_MS, (ttft_ms, e2e_ms)
+    print(f"replay - server, median / p90 ms: TTFT {np.median(ttft_ms):.1f} / {np.percentile(ttft_ms, 90):.1f}, "
+          f"E2E {np.median(e2e_ms):.1f} / {np.percentile(e2e_ms, 90):.1f}; loopback round trip "
+          f"{np.median(rtt_ms):.1f} / {np.percentile(rtt_ms, 90):.1f}")
+    for q in (50, 90):
+        bound = FRAMING_MS + np.percentile(rtt_ms, q)
+        assert np.percentile(ttft_ms, q) <= bound and np.percentile(e2e_ms, q) <= bound, \
+            (q, bound, ttft_ms.round(1), e2e_ms.round(1), rtt_ms.round(1))

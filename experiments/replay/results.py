@@ -50,6 +50,7 @@ def itl_gaps(rep: Replay) -> np.ndarray:
 def run_result(rep: Replay, meta: dict) -> RunResult:
     gaps = itl_gaps(rep)
     info = {"world": "real", "source": "replay", "replicas": 1, "interrupted": rep.interrupted,
+            "unobserved": ["first_scheduled_s"],  # a client cannot see scheduling
             "requests_sent": len(rep.outcomes),
             "failed": sum(not o.ok for o in rep.outcomes.values()), **meta}
     return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), info, dict(NO_STEPS))
