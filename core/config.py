@@ -19,6 +19,10 @@ class SchedulerConfig(BaseModel):
     preemption: str = Field("recent", description="victim: recent (last admitted) | priority")
     max_batch_delay_s: float = Field(
         0.0, ge=0, description="static: wait up to this long for a full batch")
+    prefix_caching: bool | None = Field(
+        None, description="reuse the KV blocks of cached prompt prefixes (vLLM v1 "
+        "semantics, core/prefix_cache.py); None: the policy's default (on for continuous "
+        "and chunked, off for static)")
     max_model_len: int | None = Field(
         None, gt=0, description="longest prompt + output a request may ask for, as vLLM's "
         "max_model_len (longer ones are rejected); None: no limit (the commands default it "

@@ -65,6 +65,18 @@ def per_request_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
+def prefix_cache_stats(req: dict[str, np.ndarray]) -> dict[str, float]:
+    """vLLM's prefix_cache_queries / prefix_cache_hits, in tokens: the prompt tokens of
+    every request scheduled, and how many its first admission found cached."""
+    if "cached_tokens" not in req:  # a table from before prefix caching
+        return {}
+    scheduled = ~np.isnan(req["first_scheduled_s"])
+    queries = int(req["prompt_len"][scheduled].sum())
+    hits = int(req["cached_tokens"][scheduled].sum())
+    return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else math.nan}
+
+
 def step_totals(steps: dict[str, np.ndarray]) -> dict[str, float]:
     """What the summary needs from a step table (MetricsRecorder.totals keeps the same
     running sums when no table is recorded)."""
@@ -111,6 +123,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     s["slot_utilization"] = steps["seat_fraction"] / n if n else math.nan
     s["kv_utilization"] = steps["kv_fraction"] / n if n else math.nan
     s["preemptions"] = int(steps["preemptions"])
+    s.update(prefix_cache_stats(req))
     if slo is not None:
         ok = np.ones(n_done, dtype=bool)
         multi = req["output_len"][done] > 1

@@ -10,7 +10,7 @@ from core.cost import CostModel
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence
 from core.result import RunResult
-from core.schedulers import make_scheduler
+from core.schedulers import check_prefix_hashes, make_scheduler
 from core.workload import Workload
 from sim.arrivals import Arrivals
 from sim.engine import Replica, StepObserver
@@ -34,6 +34,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     instead of raising."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
+    check_prefix_hashes(scheduler, workload)
     env = simpy.Environment()
     rec = MetricsRecorder(record_steps)
     pick = make_router(router)
