@@ -11,6 +11,7 @@ from core.metrics import MetricsRecorder
 from core.request import Request, Sequence
 from core.result import RunResult
 from core.schedulers import check_prefix_hashes, make_scheduler
+from core.sizes import check_run_size
 from core.workload import Workload
 from sim.arrivals import Arrivals
 from sim.engine import Replica, StepObserver
@@ -35,6 +36,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
+    # Before anything is allocated: replicas of a huge pool can exhaust memory.
+    check_run_size(len(workload), replicas, scheduler.num_kv_blocks or num_kv_blocks)
     env = simpy.Environment()
     rec = MetricsRecorder(record_steps)
     pick = make_router(router)

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from core.checks import MAX_TOKENS
 from core.workload.stats import mean_rate
 from core.workload.workload import Workload
 
@@ -74,7 +75,12 @@ def scale_lengths(w: Workload, k: float) -> Workload:
     block): requests still share exactly the leading blocks their hashes share."""
     if not k > 0 or math.isinf(k):
         raise ValueError(f"length scale must be a finite number > 0, got {k:g}")
-    div = lambda x: np.maximum(1, np.rint(x / k)).astype(np.int64)
+    def div(x: np.ndarray) -> np.ndarray:
+        y = np.maximum(1, np.rint(x / k))
+        if len(y) and not y.max() <= MAX_TOKENS:  # checked while a float: int64 would wrap
+            raise ValueError(f"length scale {k:g} makes a length of {y.max():.3g} tokens; "
+                             f"lengths must stay <= {MAX_TOKENS:.0e}")
+        return y.astype(np.int64)
     block = max(1, round(w.hash_block_size / k))
     note = f"; prefix hash blocks {block} tokens" if w.prefix_hashes is not None else ""
     return w.replace(f"lengths / {k:g} (rounded, at least 1 token){note}",
