@@ -13,13 +13,8 @@ from experiments.sweep import command as sweep_cmd
 from experiments.errors import UserError
 from experiments.replay import cmd as replay_cmd
 
-<<<<<<< HEAD
-SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd, serve_cmd,
-               replay_cmd]
-=======
 SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
-               capacity_cmd, sweep_cmd]
->>>>>>> main
+               capacity_cmd, sweep_cmd, serve_cmd, replay_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
