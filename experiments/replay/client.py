@@ -23,6 +23,7 @@ class Outcome:
     end: float = -1.0
     token_times: list[float] = field(default_factory=list)  # one per chunk with a choice
     usage_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if given
     text: str = ""
     response_id: str = ""
     error: str = ""
@@ -71,6 +72,9 @@ def _take(out: Outcome, data: str) -> bool:
     usage = obj.get("usage")
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
         out.usage_tokens = usage["completion_tokens"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            out.cached_tokens = details["cached_tokens"]
     return False
 
 

@@ -23,23 +23,30 @@ NO_STEPS = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptio
 
 
 def request_table(rep: Replay) -> dict[str, np.ndarray]:
+    """The columns of core.metrics.REQUEST_COLUMNS, by workload index. cached_tokens is
+    there only if the server reported it (usage.prompt_tokens_details.cached_tokens, as
+    vLLM does with prefix caching on): a client cannot otherwise tell a cache hit."""
     rows = [rep.outcomes[i] for i in sorted(rep.outcomes)]
     t0, nan = rep.t0, math.nan
 
-    def rel(t: float) -> float:
-        return t - t0 if t >= 0 else nan
+    def rel(o: Outcome, t: float) -> float:
+        return t - t0 if o.ok and t >= 0 else nan
 
-    cols: dict[str, list] = {c: [] for c in REQUEST_COLUMNS}
-    for o in rows:
-        values = (o.index, 0, o.start - t0, o.prompt_len, o.output_tokens if o.ok else o.requested, 0,
-                  nan, rel(o.first) if o.ok else nan, rel(o.end) if o.ok else nan, 0,
-                  "finished" if o.ok else "failed", o.error)
-        for c, v in zip(REQUEST_COLUMNS, values):
-            cols[c].append(v)
+    cols = {
+        "request_id": [o.index for o in rows], "replica": [0] * len(rows),
+        "arrival_s": [o.start - t0 for o in rows], "prompt_len": [o.prompt_len for o in rows],
+        "output_len": [o.output_tokens if o.ok else o.requested for o in rows],
+        "priority": [0] * len(rows), "first_scheduled_s": [nan] * len(rows),
+        "first_token_s": [rel(o, o.first) for o in rows], "finish_s": [rel(o, o.end) for o in rows],
+        "preemptions": [0] * len(rows), "status": ["finished" if o.ok else "failed" for o in rows],
+        "reject_reason": [o.error for o in rows],
+    }
+    if any(o.cached_tokens is not None for o in rows):
+        cols["cached_tokens"] = [o.cached_tokens or 0 for o in rows]
     text = {"status", "reject_reason"}
     floats = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s"}
-    return {c: np.array(v, dtype=object if c in text else float if c in floats else np.int64)
-            for c, v in cols.items()}
+    return {c: np.array(cols[c], dtype=object if c in text else float if c in floats else np.int64)
+            for c in REQUEST_COLUMNS if c in cols}
 
 
 def itl_gaps(rep: Replay) -> np.ndarray:
