@@ -30,6 +30,15 @@ from core.request import Request
 _ROOT = 0x5BD1E995  # the parent key of a prompt's first unit
 
 
+def chain(hashes: tuple[int, ...]) -> list[int]:
+    """Chained keys of trace hash blocks: key i stands for hashes[0..i] together."""
+    keys, parent = [], _ROOT
+    for h in hashes:
+        parent = hash((parent, h))
+        keys.append(parent)
+    return keys
+
+
 def block_keys(request: Request, block_size: int) -> tuple[tuple[int, ...], int]:
     """(chained keys of the request's full prompt units, KV blocks per unit). From its
     token ids (one block per unit), else from its trace hashes (each covering
@@ -47,10 +56,7 @@ def block_keys(request: Request, block_size: int) -> tuple[tuple[int, ...], int]
     if not hashes:
         return (), 1
     if hbs % block_size == 0:  # a trace block is a unit of hbs / block_size blocks
-        for h in hashes[:request.prompt_len // hbs]:
-            parent = hash((parent, h))
-            keys.append(parent)
-        return tuple(keys), hbs // block_size
+        return tuple(chain(hashes[:request.prompt_len // hbs])), hbs // block_size
     if block_size % hbs == 0:  # an engine block spans r trace blocks
         r = block_size // hbs
         for j in range(min(request.prompt_len // block_size, len(hashes) // r)):

@@ -44,7 +44,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     engines: list[Replica] = []
 
     def submit(request: Request) -> None:
-        pick(engines).submit(request)
+        pick(engines, request).submit(request)
 
     def on_done(seq: Sequence) -> None:
         arrivals.done(seq)

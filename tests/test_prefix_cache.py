@@ -240,14 +240,15 @@ def scenarios(draw):
         block_size=draw(st.sampled_from([1, 4])),
         preemption=draw(st.sampled_from(["recent", "priority"])))
     blocks = max(2, draw(st.integers(40, 3000)) // cfg.block_size)
-    return work, cfg, blocks, draw(st.sampled_from(sorted(COSTS))), draw(st.sampled_from([1, 1, 2]))
+    return (work, cfg, blocks, draw(st.sampled_from(sorted(COSTS))), draw(st.sampled_from([1, 1, 2])),
+            draw(st.sampled_from(["least_loaded", "prefix_aware"])))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_fast_forward_equals_step_by_step_with_caching(scenario):
-    work, cfg, blocks, cost, replicas = scenario
-    kw = dict(replicas=replicas, router="least_loaded")
+    work, cfg, blocks, cost, replicas, router = scenario
+    kw = dict(replicas=replicas, router=router)
     stepped = simulate(work, cfg, COSTS[cost], blocks, fast_forward=False, **kw)
     fast = simulate(work, cfg, COSTS[cost], blocks, fast_forward=True, **kw)
     assert_same(stepped, fast)
@@ -262,3 +263,21 @@ def test_a_block_size_that_does_not_divide_the_hash_blocks_is_one_line_naming_th
     assert "KV block size 24 does not divide the workload's 512-token hash blocks" in msg
     # Without caching the hashes are not used: nothing to map.
     simulate(w, SchedulerConfig(block_size=24, prefix_caching=False), COSTS["linear"], 100)
+
+
+def test_prefix_aware_routing_follows_the_cache_until_the_load_is_too_uneven():
+    # A long shared prefix cached on replica 0: later requests with it go there, where
+    # round robin alternates and computes it once more on replica 1.
+    n = 12
+    hashes = [tuple(range(8)) + (100 + i,) for i in range(n)]
+    w = Workload(np.arange(n) * 2.0, [140] * n, [4] * n, prefix_hashes=hashes, hash_block_size=16)
+    cfg = SchedulerConfig(policy="chunked")
+    aware = simulate(w, cfg, COSTS["linear"], 1000, replicas=2, router="prefix_aware")
+    assert (aware.requests["replica"] == 0).all()
+    assert (aware.requests["cached_tokens"][1:] == 128).all()
+    spread = simulate(w, cfg, COSTS["linear"], 1000, replicas=2, router="round_robin")
+    assert spread.summary()["prefix_cache_hits"] == aware.summary()["prefix_cache_hits"] - 128
+    # All at once: replica 0 piles up, and past the balance threshold requests go to 1.
+    burst = simulate(w.replace(arrival=np.zeros(n)), cfg, COSTS["linear"], 1000, replicas=2,
+                     router="prefix_aware")
+    assert set(burst.requests["replica"].tolist()) == {0, 1}
