@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
+from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds, shown
 from core.config import SchedulerConfig
 from core.schedulers import SCHEDULERS
 from core.specs import HARDWARE
@@ -63,7 +63,7 @@ class RunConfig(BaseModel):
     def _known(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
             if p not in SCHEDULERS:
-                raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+                raise ValueError(f"unknown policy {shown(p)}; expected one of {', '.join(sorted(SCHEDULERS))}")
         if v is not None and not v:
             raise ValueError("needs at least one policy")
         return v
@@ -82,7 +82,7 @@ class ExperimentConfig(BaseModel):
     @classmethod
     def _policy_known(cls, v: SchedulerConfig) -> SchedulerConfig:
         if v.policy not in SCHEDULERS:
-            raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+            raise ValueError(f"unknown policy {shown(v.policy)}; expected one of {', '.join(sorted(SCHEDULERS))}")
         return v
 
     @model_validator(mode="after")
@@ -141,6 +141,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text (a binary file?); expected a TOML config") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 

@@ -76,8 +76,8 @@ def scale_lengths(w: Workload, k: float) -> Workload:
     def div(x: np.ndarray) -> np.ndarray:
         y = np.maximum(1, np.rint(x / k))
         if len(y) and not y.max() <= MAX_TOKENS:  # checked while a float: int64 would wrap
-            raise ValueError(f"length scale {k:g} makes a length of {y.max():.3g} tokens; "
-                             f"lengths must stay <= {MAX_TOKENS:.0e}")
+            raise ValueError(f"workload length_scale {k:g} makes a length of {y.max():.3g} tokens; "
+                             f"lengths must stay <= {MAX_TOKENS:,}")
         return y.astype(np.int64)
     return w.replace(f"lengths / {k:g} (rounded, at least 1 token)",
                      prompt_len=div(w.prompt_len), output_len=div(w.output_len))
