@@ -85,6 +85,9 @@ Finite = _num(float, None, None, "a finite number")
 NonNegative = _num(float, 0, None, "a finite number >= 0")
 Positive = _num(float, 0, None, "a finite number > 0", lo_open=True)
 Fraction = _num(float, 0, 1, "a fraction > 0 and <= 1", lo_open=True)
+# Achieved share of a datasheet figure: below 1% it is not a machine, and steps priced
+# at 1e-233 of the bandwidth overflow every statistic.
+Efficiency = _num(float, 0.01, 1, "a share of the datasheet from 0.01 to 1")
 # Whole numbers.
 Tokens = _num(int, 1, MAX_TOKENS, f"a whole number of tokens from 1 to {MAX_TOKENS:,}")
 Count = _num(int, 1, MAX_COUNT, "a whole number from 1 to 2**53")

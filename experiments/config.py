@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds, shown
+from core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
 from core.config import SchedulerConfig
 from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from core.params import validate_params
@@ -37,8 +37,8 @@ class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
     tensor_parallel: Count = Field(1, le=4096)
-    mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
-    compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
+    mem_efficiency: Efficiency = Field(0.8, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: Efficiency = Field(0.6, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
     allreduce_latency_s: Seconds | None = Field(
         None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")

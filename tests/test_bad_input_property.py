@@ -65,16 +65,24 @@ def _simulate(argv: list[str], capsys) -> tuple[int, dict | None]:
     return code, json.loads(out)
 
 
+def _check_figures(s: dict, where: str) -> None:
+    """Every figure finite; null only for a statistic over an empty set of this dict's
+    (the run's, or one class's) requests. Breakdowns are checked the same way."""
+    for key, value in s.items():
+        if isinstance(value, dict):
+            _check_figures(value, f"{where}.{key}")
+        elif isinstance(value, str):
+            continue  # the stability verdict
+        elif value is None:
+            assert s.get("completed") == 0 or any(k in key for k in EMPTY_OK), (where, key, s)
+        else:
+            assert math.isfinite(value), (where, key, value)
+
+
 def _check_summary(summary: dict, n: int) -> None:
     for policy, s in summary.items():
         assert s["completed"] + s["rejected"] + s["unfinished"] == n, (policy, s)
-        for key, value in s.items():
-            if isinstance(value, str):
-                continue  # the stability verdict
-            if value is None:  # null: only a statistic over an empty set
-                assert s["completed"] == 0 or any(k in key for k in EMPTY_OK), (policy, key, s)
-                continue
-            assert math.isfinite(value), (policy, key, value)
+        _check_figures(s, policy)
         if s["completed"]:
             assert 0 <= s["mean_ttft_ms"] <= s["mean_e2el_ms"] * (1 + 1e-9), s
             assert s["duration"] > 0 and s["request_throughput"] > 0, s
