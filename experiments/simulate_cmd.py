@@ -17,6 +17,7 @@ from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment, named
 from experiments.output import ResultWriter, to_json
 from experiments.report import comparison_table, slo_line
+from experiments.run_labels import stability
 from sim import simulate
 
 log = logging.getLogger("batchlab")
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
                               replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
                               fast_forward=not args.step_by_step, record_steps=args.step_table,
                               progress=bar.update, keep_on_interrupt=True)
-        summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy] = {**result.summary(cfg.run.slo),
+                             "stability": stability(result)["verdict"]}  # in meta.json too
         interrupted = result.meta["interrupted"]
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
               f"{summaries[policy]['num_steps']} steps simulated in "
@@ -115,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
               f"{blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
               f"{cfg.scheduler.max_num_seqs} seats, {cfg.run.replicas} replica(s)\n")
         print(comparison_table(summaries))
+        print("runs: " + "; ".join(f"{p}: {s['stability']}" for p, s in summaries.items()))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
         if writer:
