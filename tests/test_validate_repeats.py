@@ -179,6 +179,6 @@ def test_batchlab_run_records_speed_and_stability(profile_file, tmp_path):  # no
     assert meta["machine_speed"]["factor"] > 0 and meta["machine_speed"]["steps"] > 0
     summary = json.loads((tmp_path / "summary.json").read_text())["continuous"]
     assert summary["stability"] == meta["stability"]["verdict"] == "stable"
-    assert "runs: continuous: stable, steady decode steps" in text
+    assert "machine speed: continuous: steady decode steps" in text
     code, text, _ = cli(["run", *RUN_SMALL, "--format", "json"])
     assert code == 0 and json.loads(text)["continuous"]["stability"] == "stable"
