@@ -6,13 +6,14 @@ import argparse
 import sys
 import time
 
+from core.class_summary import BREAKDOWNS, breakdowns
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError, warn
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                  reject_unused_fields, reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             warn(f"{cfg.profile.path}: {w}")
         speed_cost, speed_source = profile.cost_model(), profile.describe()
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
+    schedulers = cfg.schedulers(rt.spec.max_context)
     for sched in schedulers.values():  # the KV pool: refused now, before --out is written
         rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
     ran = {"model.dtype": dtype_name(rt.dtype), "model.device": str(rt.device),
@@ -97,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        label_real(result, speed_cost, speed_source)
-        summaries[policy] = {**result.summary(cfg.run.slo),
+        label_real(result, speed_cost, speed_source)  # meta: machine_speed, stability
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta["stability"]["verdict"]}
         metas[policy] = result.meta
         m = result.meta
@@ -122,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         print(labels_line(metas))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
+        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
+            print("\n" + class_tables(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0
