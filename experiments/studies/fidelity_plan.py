@@ -24,14 +24,14 @@ class Shape:
 
 SHAPES = (
     Shape("chat", "open-loop Poisson chat mix (`chat` preset, replies clipped to 256 tokens)",
-          {"source": "chat", "max_output_len": 256, "rate": 3.0},
-          "--workload chat --max-output-len 256 --rate 3"),
+          {"source": "chat", "max_output_len": 256, "rate": 2.0},
+          "--workload chat --max-output-len 256 --rate 2"),
     Shape("code-burst", "Azure 2023 code trace from t = 180 s, lengths / 4: bursty, prefill-heavy",
           {"source": "azure_code", "window_start_s": 180, "length_scale": 4, "rate": 2.5},
           "--workload azure_code --window-start 180 --length-scale 4 --rate 2.5"),
     Shape("long-prompt", "Mooncake trace, lengths / 8, prompts clipped to 2048 tokens: long prompts",
-          {"source": "mooncake", "length_scale": 8, "max_prompt_len": 2048, "rate": 1.5},
-          "--workload mooncake --length-scale 8 --max-prompt-len 2048 --rate 1.5"),
+          {"source": "mooncake", "length_scale": 8, "max_prompt_len": 2048, "rate": 1.0},
+          "--workload mooncake --length-scale 8 --max-prompt-len 2048 --rate 1"),
     Shape("closed-loop", "closed loop: 8 users on the chat preset, 0.2 s think time",
           {"source": "chat", "max_output_len": 256, "max_concurrency": 8, "think_time_s": 0.2},
           "--workload chat --max-output-len 256 --max-concurrency 8 --think-time 0.2"),

@@ -73,9 +73,10 @@ def totals(cells: list[dict], key: str) -> dict:
 
 
 def bias(cells: list[dict]) -> tuple[int, int]:
-    """(latency numbers the simulation predicts faster, judged latency numbers)."""
+    """(latency numbers the simulation predicts faster, judged latency numbers of stable runs)."""
     errs = [m["error"] for c in cells for m in c["metrics"]
-            if m["target"] is not None and m["key"].endswith("_ms") and math.isfinite(m["error"])]
+            if m["target"] is not None and m["key"].endswith("_ms") and not m["overloaded"]
+            and math.isfinite(m["error"])]
     return sum(e < 0 for e in errs), len(errs)
 
 
@@ -99,7 +100,7 @@ def summary_para(cells: list[dict]) -> str:
     return (f"Judged numbers (TTFT, TPOT, E2E at mean/p50/p90/p99, throughput), median error over "
             f"the real runs: raw {line(raw)}; normalised {line(norm)}. Within target regardless of "
             f"the noise floor: raw {w_raw}/{n_raw}, normalised {w_norm}/{n_norm}. The simulation "
-            f"predicts the faster run in {fast} of {lat} judged latency numbers. Numbers this "
+            f"predicts the faster run in {fast} of {lat} latency numbers of stable runs. Numbers this "
             f"hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}.")
 
 
