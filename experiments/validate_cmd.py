@@ -26,7 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
-    add_backend_options(p, threads_note="; the profile should be measured with the same")
+    g = add_backend_options(p, threads_note="; the profile should be measured with the same")
+    g.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
+                        "what this hardware cannot decide (default 1)")
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
     p.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name the server serves (default: its first)")
@@ -39,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
                    "hw_tensor_parallel": "the backend runs on one device",
                    "ru_router": "it serves one replica",
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be a whole number >= 1, got {args.repeats}")
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
@@ -53,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.endpoint and (args.api_key or args.served_model_name):
         raise UserError("--api-key and --served-model-name apply with --endpoint only")
     if args.endpoint:
+        if args.repeats != 1:
+            raise UserError("--repeats does not apply with --endpoint (one replay per validation)")
         endpoint.check_args(args, path)
         profile = profile_source.load(path)
         return endpoint.validate_endpoint(args, cfg, workload, profile, profile_source.describe(path, profile))
@@ -79,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
     comps = {}
     for policy, sched in schedulers.items():
         v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
-                     progress=not args.no_progress and sys.stderr.isatty(), profile=info)
-        if v.real.result.meta.get("interrupted"):
+                     progress=not args.no_progress and sys.stderr.isatty(), profile=info,
+                     repeats=args.repeats)
+        if any(r.result.meta.get("interrupted") for r in v.reals):
             raise KeyboardInterrupt  # a partial real run has nothing to compare with
         comps[policy] = v.comparison()
         if writer:
