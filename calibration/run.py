@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import shutil
 import sys
@@ -14,32 +13,19 @@ from typing import TYPE_CHECKING, Callable
 from calibration.aggregate import spread_pct, summarize
 from calibration.fit import fit
 from calibration.grid import Grid, blocks_needed, default_grid, max_context
+from calibration.profile_parts import cost_params, effective
+from calibration.served_runs import device_info
 from calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
                                read_roofline)
 from calibration.timing import ReferenceKernel, measure_roofline
 from core.fitted_cost import Shape
-from core.profile import UNRESOLVED_RATIO, CostParams, DeviceInfo, Effective, GridInfo, Profile
+from core.profile import GridInfo, Profile
 
 if TYPE_CHECKING:
     from backend.runtime import Runtime
 
 DEFAULT_MODEL = "batchlab-small"
 BLOCK_SIZE = 16
-
-
-def _device_info(meta: dict) -> DeviceInfo:
-    kind = meta["device"].split(":")[0]
-    name = meta.get("gpu") if kind == "cuda" else meta.get("cpu", "")
-    return DeviceInfo(kind=kind, name=name or kind, threads=meta.get("threads"),
-                      dtype=meta["dtype"], matmul=meta.get("matmul", ""), torch=meta["torch"])
-
-
-def _resolved(rate: float, measured: float | None) -> float | None:
-    """A fitted rate, or None where its term fitted to ~0 (an infinite or absurd rate:
-    this grid did not resolve it)."""
-    if not math.isfinite(rate) or (measured and rate > UNRESOLVED_RATIO * measured):
-        return None
-    return rate
 
 
 def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | None = 1,
@@ -119,20 +105,9 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         notes += "; weight read pinned to the measured read bandwidth (not separable from overhead)"
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model=rt.spec, model_source=meta["model"], device=_device_info(meta),
+        model=rt.spec, model_source=meta["model"], device=device_info(meta),
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
-        cost=CostParams(overhead_s=m.overhead_s, per_seq_s=m.per_seq_s, per_chunk_s=m.per_chunk_s,
-                        s_per_weight_byte=m.s_per_weight_byte, s_per_flop=m.s_per_flop,
-                        s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
-                        small_rows=list(m.small_rows), combine=m.combine),
-        fit=result.quality,
-        effective=Effective(mem_bandwidth=_resolved(m.mem_bandwidth, roof["read_bandwidth"]),
-                            kv_bandwidth=_resolved(m.kv_bandwidth, roof["copy_bandwidth"]),
-                            flop_rate=_resolved(m.flop_rate, roof["matmul_flops"]),
-                            attn_flop_rate=_resolved(m.attn_flop_rate, roof["matmul_flops"]),
-                            overhead_s=m.overhead_s, measured_copy_bandwidth=roof["copy_bandwidth"],
-                            measured_read_bandwidth=roof["read_bandwidth"],
-                            measured_matmul_flops=roof["matmul_flops"]),
+        cost=cost_params(m), fit=result.quality, effective=effective(m, roof),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,
                       target_s=grid.target_s),
         drift_normalisation=normalised, sweep_s=round(sweep_s, 2),

@@ -36,6 +36,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: fit quality and effective rates on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--from-run", nargs="+", metavar="DIR",
+                   help="fit from served runs instead of sweeping: the --out directories of "
+                   "batchlab run / validate (see docs/calibration.md)")
+    p.add_argument("--profile", metavar="FILE|NAME",
+                   help="with --from-run: refine this profile to serving (default: fit every term)")
+    p.add_argument("--holdout-every", type=int, default=3, metavar="K",
+                   help="with --from-run: judge on 1 in K runs, not fitted on (a single run: its "
+                   "last quarter); 0: fit on all (default 3)")
     p.set_defaults(func=run)
 
 
@@ -52,6 +60,11 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_run:
+        from experiments.calibrate_from_run import run_from_runs
+        return run_from_runs(args)
+    if args.profile:
+        raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
     from calibration.grid import default_grid, tiny_grid
     from calibration.report import fit_table, points_table, rates_table
     from calibration.sweep import measurements_path

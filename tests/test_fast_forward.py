@@ -19,6 +19,9 @@ from sim.events import counting_events
 COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
                                       "decode_tokens": 3e-5, "kv_tokens_read": 1e-7}),
+    "linear_context": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
+                                              "decode_tokens": 3e-5, "after_prefill": 0.003,
+                                              "after_idle": 0.002}),
     "roofline": roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002),
     "calibrated": load_profile("default").cost_model(),  # the shipped CPU profile's fit
 }
