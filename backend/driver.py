@@ -117,11 +117,12 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         last_post = 0.0
         while not stopper.event.is_set():
             now = clock()
-            while nxt < n and send_time(nxt) <= now:
+            while nxt < n and (sent := send_time(nxt)) <= now:
+                # The arrival is the send time, not this poll: a slot that came free
+                # mid-step sent its request then, and it has queued since (as in sim).
                 if free_at is not None:
                     heapq.heappop(free_at)
-                arrival = now if free_at is not None else float(workload.arrival[nxt]) * time_scale
-                seq = sched.add(workload.request(nxt, arrival=arrival), now)
+                seq = sched.add(workload.request(nxt, arrival=sent), now)
                 released.append(seq)
                 nxt += 1
                 if seq.status is Status.REJECTED:

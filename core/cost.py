@@ -88,9 +88,6 @@ def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray
         kv_tokens_read=int(a), attention_pairs=int(b))) for j, (a, b) in enumerate(zip(kv, pairs))])
 
 
-ALLREDUCE_LATENCY_S = 8e-6  # one NCCL all-reduce of a small message, order of magnitude
-
-
 def kv_shards(model: ModelSpec, tensor_parallel: int) -> int:
     """Over how many GPUs the KV heads are split: tp, or the KV head count when tp
     exceeds it (each GPU then holds a replica of one KV head, as vLLM does). A tp that
@@ -102,25 +99,37 @@ def kv_shards(model: ModelSpec, tensor_parallel: int) -> int:
     return min(tp, kv)
 
 
+def allreduces_per_step(model: ModelSpec, tensor_parallel: int) -> int:
+    """Megatron-style TP: one all-reduce after attention, one after the MLP, per layer."""
+    return 2 * model.num_layers if tensor_parallel > 1 else 0
+
+
 def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
              mem_efficiency: float = 1.0, compute_efficiency: float = 1.0,
-             overhead_s: float = 0.0) -> RooflineCostModel:
+             overhead_s: float = 0.0, allreduce_latency_s: float | None = None) -> RooflineCostModel:
+    """The model's dtypes are its bytes (with_dtypes): weights of 1 byte are fp8 and run
+    at the GPU's fp8 peak (an error where it has none); attention runs at the 16-bit
+    peak whatever the KV cache stores. allreduce_latency_s: None is the preset's."""
     tp = tensor_parallel
     shards = kv_shards(model, tp)
+    peak = hw.flops_for("fp8" if model.dtype_bytes == 1 else "bf16")
     comm_bytes = comm_latency = 0.0
     if tp > 1:
-        # Two all-reduces of the hidden state per layer; a ring moves 2(tp-1)/tp of it.
-        comm_bytes = 2 * model.num_layers * model.hidden_size * model.dtype_bytes * 2 * (tp - 1) / tp
-        comm_latency = 2 * model.num_layers * ALLREDUCE_LATENCY_S
+        # Each all-reduce sums the hidden state of every token; a ring moves 2(tp-1)/tp of it.
+        n = allreduces_per_step(model, tp)
+        comm_bytes = n * model.hidden_size * model.activation_bytes * 2 * (tp - 1) / tp
+        latency = hw.allreduce_latency_s if allreduce_latency_s is None else allreduce_latency_s
+        comm_latency = n * latency
         if hw.interconnect_bandwidth <= 0:
             raise ValueError(f"hardware {hw.name!r} has no interconnect_bandwidth for tensor_parallel={tp}")
     return RooflineCostModel(
         weight_bytes=model.params_read_per_step * model.dtype_bytes / tp,
         kv_bytes_per_token=model.kv_bytes_per_token / shards,  # each GPU reads its share
         flops_per_token=model.flops_per_token / tp,
-        attention_flops_per_pair=model.attention_flops_per_pair / tp,
+        # One peak prices all FLOPs: attention's are scaled to what they cost at 16 bits.
+        attention_flops_per_pair=model.attention_flops_per_pair / tp * peak / hw.peak_flops,
         mem_bandwidth=hw.mem_bandwidth * mem_efficiency,
-        peak_flops=hw.peak_flops * compute_efficiency,
+        peak_flops=peak * compute_efficiency,
         overhead_s=overhead_s,
         comm_bytes_per_token=comm_bytes,
         comm_bandwidth=hw.interconnect_bandwidth or 1.0,

@@ -1,7 +1,8 @@
 """Model architectures and accelerators, from their configs and datasheets.
 
-Figures are the vendors' (dense, no sparsity; bf16/fp16 tensor-core peak). What a
-real engine achieves is lower: the roofline cost model scales them by efficiencies."""
+Figures are the vendors' (dense, no sparsity; bf16/fp16 and, where the GPU has them,
+fp8 tensor-core peak). What a real engine achieves is lower: the roofline cost model
+scales them by efficiencies."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,8 @@ class ModelSpec(BaseModel):
     max_context: int | None = Field(
         None, gt=0, description="max_position_embeddings: longest prompt + output (None: unknown)")
     tied_embeddings: bool = False
-    dtype_bytes: int = Field(2, gt=0, description="bytes per weight and KV element")
+    dtype_bytes: int = Field(2, gt=0, description="bytes per weight (and KV element, unless kv_dtype_bytes)")
+    kv_dtype_bytes: int | None = Field(None, gt=0, description="bytes per KV element; None: dtype_bytes")
 
     @property
     def layer_params(self) -> int:
@@ -49,7 +51,14 @@ class ModelSpec(BaseModel):
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        kv = self.kv_dtype_bytes or self.dtype_bytes
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element (what a TP all-reduce moves): fp8 weights still
+        compute and exchange activations in 16 bits."""
+        return max(self.dtype_bytes, 2)
 
     @property
     def flops_per_token(self) -> int:
@@ -68,8 +77,45 @@ class HardwareSpec(BaseModel):
     name: str
     memory_bytes: float = Field(gt=0)
     mem_bandwidth: float = Field(gt=0, description="bytes/s")
-    peak_flops: float = Field(gt=0, description="dense FLOP/s at the model dtype")
+    peak_flops: float = Field(gt=0, description="dense bf16/fp16 tensor-core FLOP/s")
+    peak_flops_fp8: float = Field(0.0, ge=0, description="dense fp8 tensor-core FLOP/s; 0 = no fp8")
     interconnect_bandwidth: float = Field(0.0, ge=0, description="bytes/s per GPU for all-reduce; 0 = none")
+    interconnect: str = Field("", description="what the all-reduces cross (NVLink, PCIe)")
+    allreduce_latency_s: float = Field(0.0, ge=0, description="fixed cost of one all-reduce")
+
+    def flops_for(self, dtype: str) -> float:
+        """Dense tensor-core FLOP/s for weights in `dtype` (a DTYPES key)."""
+        if dtype == "fp8":
+            if not self.peak_flops_fp8:
+                raise ValueError(f"hardware {self.name!r} has no fp8 tensor cores; use bf16 or fp16 "
+                                 f"weights (fp8 is priced on {', '.join(fp8_hardware())})")
+            return self.peak_flops_fp8
+        return self.peak_flops
+
+
+# Serving dtypes the roofline prices: bytes per element. float32 is the backend's CPU
+# dtype (the embedded models); a GPU serves in 16 or 8 bits.
+DTYPES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float8": "fp8",
+                 "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "float32": "fp32"}
+
+
+def canonical_dtype(name: str) -> str:
+    """bf16 | fp16 | fp8 | fp32 from a dtype name as vLLM or torch spell it."""
+    d = DTYPE_ALIASES.get(name.lower(), name.lower())
+    if d not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of bf16, fp16, fp8 "
+                         f"(or bfloat16, float16, float8)")
+    return d
+
+
+def with_dtypes(model: ModelSpec, weights: str, kv: str) -> ModelSpec:
+    """The model served with weights and KV cache in these dtypes (DTYPES keys)."""
+    return model.model_copy(update={"dtype_bytes": DTYPES[weights], "kv_dtype_bytes": DTYPES[kv]})
+
+
+def fp8_hardware() -> list[str]:
+    return [h.name for h in HARDWARE.values() if h.peak_flops_fp8]
 
 
 def _llama(name, L, h, nh, nkv, inter, vocab, ctx, tied=False, hd=None) -> ModelSpec:
@@ -98,15 +144,25 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 # Memory is what nvidia-smi reports as the total (MiB): datasheets round it, in GB
 # or in GiB (an H200's "141 GB" is 140.4 GiB; an L4's "24 GB" is 22.5 GiB).
 MIB = 2**20
+# Interconnect: bytes/s one way per GPU (NVLink 3: 600 GB/s total, NVLink 4: 900; an L4
+# has PCIe Gen4 x16, 32 GB/s). All-reduce latency: what one collective costs however
+# small, 45 us, the low end of the 45-90 us of Vidur's profiled NCCL all-reduces on A100
+# (a launch, a handshake, a sync); the same figure is assumed on every preset, PCIe
+# included, for want of a measurement (--collective-latency-us sets it).
+ALLREDUCE_LATENCY_S = 45e-6
 HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
     HardwareSpec(name="a100-80gb", memory_bytes=81_920 * MIB, mem_bandwidth=2.039e12,
-                 peak_flops=312e12, interconnect_bandwidth=300e9),
+                 peak_flops=312e12, interconnect_bandwidth=300e9, interconnect="NVLink 3",
+                 allreduce_latency_s=ALLREDUCE_LATENCY_S),  # Ampere: no fp8 tensor cores
     HardwareSpec(name="h100-sxm", memory_bytes=81_559 * MIB, mem_bandwidth=3.35e12,
-                 peak_flops=989e12, interconnect_bandwidth=450e9),
+                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
+                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
     HardwareSpec(name="h200", memory_bytes=143_771 * MIB, mem_bandwidth=4.8e12,
-                 peak_flops=989e12, interconnect_bandwidth=450e9),
+                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
+                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
     HardwareSpec(name="l4", memory_bytes=23_034 * MIB, mem_bandwidth=300e9,
-                 peak_flops=121e12, interconnect_bandwidth=32e9),
+                 peak_flops=121e12, peak_flops_fp8=242e12, interconnect_bandwidth=32e9,
+                 interconnect="PCIe 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
 ]}
 
 

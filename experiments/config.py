@@ -19,7 +19,10 @@ from experiments.errors import UserError, describe_validation_error
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("llama-3-8b", description="simulator: a model preset; backend: a named size or a checkpoint dir")
-    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16")
+    dtype: str = Field("float32", description="backend: float32 | bfloat16 | float16; simulator: "
+                       "the weights' dtype, bf16 | fp16 | fp8 (default: the preset's, bf16)")
+    kv_cache_dtype: str = Field("auto", description="simulator: the KV cache's dtype, auto (the "
+                                "weights') | bf16 | fp16 | fp8, as vLLM's --kv-cache-dtype")
     device: str = Field("cpu", description="backend: cpu | cuda")
     threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
     kv_memory: str | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
@@ -34,6 +37,8 @@ class HardwareConfig(BaseModel):
     mem_efficiency: float = Field(0.8, gt=0, le=1, description="achieved fraction of datasheet bandwidth")
     compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: float = Field(0.002, ge=0, description="fixed per-step cost (launches, scheduling)")
+    allreduce_latency_s: float | None = Field(
+        None, ge=0, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
 
 

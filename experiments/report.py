@@ -23,6 +23,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("median_e2el_ms", "E2E latency p50 (ms)", "{:.1f}"),
     ("p99_e2el_ms", "E2E latency p99 (ms)", "{:.1f}"),
     ("request_goodput", "goodput (req/s in SLO)", "{:.2f}"),
+    ("stability", "queue (stability)", "{}"),
 ]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
         summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
         metas[policy] = result.meta
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "

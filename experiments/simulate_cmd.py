@@ -2,24 +2,21 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
 from tqdm import tqdm
 
-from core.cost import CostModel, kv_capacity_blocks, roofline
-from core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
+from core.stability import queue_stability
 from core.workload import build_workload
-from experiments.calibrate_cmd import profile_setup
-from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment, named
 from experiments.output import ResultWriter, to_json
+from experiments.repeats import aggregate, paired, repeats_table
 from experiments.report import comparison_table, slo_line
+from experiments.roofline_options import add_roofline_options
+from experiments.sim_setup import roofline_setup, sim_setup  # noqa: F401 (studies import it here)
 from sim import simulate
-
-log = logging.getLogger("batchlab")
 
 # The embedded default shows the seed's point: a chat mix whose replies vary widely
 # (most short, a few very long) served by static, continuous and chunked batching.
@@ -36,7 +33,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="simulate serving a workload (default: embedded demo)",
                               description=__doc__)
     add_common_options(p)
+    add_roofline_options(p)
     g = p.add_argument_group("simulator")
+    g.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="run N seeds (the workload's seed, +1, ...): each metric's mean with a "
+                        "95%% confidence interval, and each policy's paired difference against the first")
     g.add_argument("--no-step-table", dest="step_table", action="store_false",
                    help="keep step totals only, no steps.csv: for replays of millions of requests")
     g.add_argument("--step-by-step", action="store_true",
@@ -44,79 +45,97 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
-    """Roofline cost model and KV capacity from the model and hardware presets."""
-    try:
-        model = lookup_model(cfg.model.name)
-        hw = lookup_hardware(cfg.hardware.name)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    h = cfg.hardware
-    cost = roofline(model, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
-                    h.step_overhead_s)
-    blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-        model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
-    if cfg.scheduler.num_kv_blocks:
-        _warn_if_kv_cannot_fit(cfg, model, hw)
-    meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
-            "cost_model": "roofline", "max_context": model.max_context}
-    return cost, blocks, meta
-
-
-def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
-    """A KV pool given in blocks is the user's call, but one larger than all the memory
-    the weights leave would price steps for memory the hardware does not have."""
-    h, sc = cfg.hardware, cfg.scheduler
-    try:
-        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0)
-    except ValueError:
-        most = 0  # the weights alone fill the memory
-    if sc.num_kv_blocks > most:
-        log.warning("scheduler.num_kv_blocks (--num-kv-blocks) %d exceeds the %d blocks of %d "
-                    "tokens that fit in %d x %s memory after %s's weights; the results assume "
-                    "memory the hardware does not have", sc.num_kv_blocks, most, sc.block_size,
-                    h.tensor_parallel, hw.name, model.name)
-
-
 def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
-    workload = build_workload(cfg.workload)
-    if cfg.profile.path:
-        cost, blocks, meta = profile_setup(cfg, named(args, "model"), named(args, "hardware"))
-    else:
-        cost, blocks, meta = roofline_setup(cfg)
+    seeds = [cfg.workload.seed + i for i in range(args.seeds)]
+    workloads = {s: build_workload(cfg.workload.model_copy(update={"seed": s})) for s in seeds}
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, meta["max_context"]) for p in cfg.policies()}
+    setup = sim_setup(cfg, named(args, "model"), named(args, "hardware"))
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
-    summaries = {}
-    for policy, scheduler in schedulers.items():
-        t0 = time.perf_counter()
-        with tqdm(total=len(workload), desc=policy, unit="req", disable=not sys.stderr.isatty(),
-                  leave=False, mininterval=0.5) as bar:
-            result = simulate(workload, scheduler, cost, blocks,
-                              replicas=cfg.run.replicas, router=cfg.run.router, meta=meta,
-                              fast_forward=not args.step_by_step, record_steps=args.step_table,
-                              progress=bar.update, keep_on_interrupt=True)
-        summaries[policy] = result.summary(cfg.run.slo)
-        interrupted = result.meta["interrupted"]
-        print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
-              f"{summaries[policy]['num_steps']} steps simulated in "
-              f"{time.perf_counter() - t0:.2f} s" + (" (interrupted)" if interrupted else ""),
-              file=sys.stderr)
-        if writer:
-            writer.add(policy, result, summaries[policy])
+    runs: dict[str, list[dict]] = {p: [] for p in setup.schedulers}
+    interrupted = False
+    for seed, workload in workloads.items():
+        for policy, scheduler in setup.schedulers.items():
+            name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
+            summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer)
+            runs[policy].append(summary)
+            if interrupted:
+                break  # Ctrl-C: keep what was simulated, run no further policy
         if interrupted:
-            break  # Ctrl-C: keep what was simulated, run no further policy
+            break
+    workload = workloads[seeds[0]]
+    if len(seeds) > 1 and not interrupted:
+        return _report_repeats(runs, seeds, workload, setup, cfg, args, writer)
+    summaries = {p: r[0] for p, r in runs.items() if r}
     if args.format == "json":
         print(to_json(summaries))
     else:
-        print(f"workload: {workload.describe()}")
-        print(f"model {meta['model']} on {cfg.hardware.tensor_parallel} x {meta['hardware']}, "
-              f"{blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
-              f"{cfg.scheduler.max_num_seqs} seats, {cfg.run.replicas} replica(s)\n")
+        _print_header(workload, setup, cfg)
         print(comparison_table(summaries))
-        if cfg.run.slo is not None:
-            print(slo_line(cfg.run.slo))
-        if writer:
-            print(f"\nresults written to {writer.dir}/")
+        _print_footer(cfg, writer)
     return 130 if interrupted else 0
+
+
+def _simulate_one(name, workload, scheduler, setup, cfg, args, writer) -> tuple[dict, bool]:
+    t0 = time.perf_counter()
+    with tqdm(total=len(workload), desc=name, unit="req", disable=not sys.stderr.isatty(),
+              leave=False, mininterval=0.5) as bar:
+        result = simulate(workload, scheduler, setup.cost, setup.blocks,
+                          replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
+                          fast_forward=not args.step_by_step, record_steps=args.step_table,
+                          progress=bar.update, keep_on_interrupt=True)
+    summary = result.summary(cfg.run.slo)
+    summary["stability"] = queue_stability(result.requests).verdict
+    interrupted = result.meta["interrupted"]
+    print(f"[{name}] {summary['completed']:.0f}/{len(workload)} requests, "
+          f"{summary['num_steps']} steps simulated in "
+          f"{time.perf_counter() - t0:.2f} s" + (" (interrupted)" if interrupted else ""),
+          file=sys.stderr)
+    if writer:
+        writer.add(name, result, summary)
+    return summary, interrupted
+
+
+def _print_header(workload, setup, cfg) -> None:
+    meta = setup.meta
+    seats = sorted(set(meta["max_num_seqs"].values()))
+    print(f"workload: {workload.describe()}")
+    print(f"model {meta['model']} on {cfg.hardware.tensor_parallel} x {meta['hardware']}, "
+          f"{setup.blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
+          f"{'/'.join(map(str, seats))} seats, {cfg.run.replicas} replica(s)")
+    print("\n".join(setup.assumptions()) + "\n")
+
+
+def _print_footer(cfg, writer) -> None:
+    if cfg.run.slo is not None:
+        print(slo_line(cfg.run.slo))
+    if writer:
+        print(f"\nresults written to {writer.dir}/")
+
+
+def _report_repeats(runs, seeds, workload, setup, cfg, args, writer) -> int:
+    names = list(runs)
+    out = {p: {"seeds": seeds, "stability": [r["stability"] for r in runs[p]],
+               "metrics": aggregate(runs[p])} for p in names}
+    for p in names[1:]:
+        out[p]["paired_difference_vs_" + names[0]] = paired(runs[p], runs[names[0]])
+    if writer:
+        (writer.dir / "repeats.json").write_text(to_json(out) + "\n")
+    if args.format == "json":
+        print(to_json(out))
+        return 0
+    _print_header(workload, setup, cfg)
+    print(f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): mean ± 95% CI half-width"
+          + (f"; paired differences against {names[0]}, * where the interval excludes 0"
+             if len(names) > 1 else ""))
+    print(repeats_table(runs))
+    for p in names:
+        verdicts = out[p]["stability"]
+        print(f"stability [{p}]: {verdicts.count('stable')}/{len(verdicts)} seeds stable")
+    if all(len({str(sorted(r.items())) for r in runs[p]}) == 1 for p in names):
+        print("note: every seed gave the same run (a trace replays the same requests; the seed "
+              "moves generated arrivals and lengths, and jitter_s)")
+    _print_footer(cfg, writer)
+    return 0

@@ -67,6 +67,9 @@ def test_step_by_step_and_no_step_table_give_the_same_summary(tmp_path, capsys):
             for k, v in ref.items():
                 # Without a step table the gaps come from a histogram of 0.005% resolution.
                 rel = 5e-5 if name == "lean" and "itl" in k else 1e-9
+                if isinstance(v, str):  # the stability verdict
+                    assert got[k] == v
+                    continue
                 assert got[k] == pytest.approx(v, rel=rel, nan_ok=True), (name, policy, k)
 
 

@@ -1,0 +1,69 @@
+"""A closed-loop request arrives when its user sends it (the previous reply's finish +
+think time), in the real driver as in the simulator, even when the step in progress ends
+later: the request then queues, and both worlds see that queueing delay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from backend.driver import run_workload
+from backend.runtime import Runtime
+from core.config import SchedulerConfig
+from core.workload import Workload
+from experiments.validation.overhead import fit_overhead
+from experiments.validation.pair import run_real, run_sim, sim_scheduler
+from experiments.validation.variants import WithOverhead, fit_linear_cost
+
+ZERO_S = 0.0002  # "no delay": the buggy driver stamped the poll, 0.2 ms is far above that
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
+
+
+def closed_loop(n: int, users: int, think: float, seed: int = 3) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(np.zeros(n), rng.integers(8, 120, n), rng.integers(3, 24, n),
+                    max_concurrency=users, think_time_s=think,
+                    description=[f"closed loop: {n} requests, {users} users, think {think:g} s"])
+
+
+def test_arrival_is_the_send_time_not_the_next_poll(runtime):
+    users, think = 2, 0.004
+    w = closed_loop(14, users, think)
+    req = run_workload(runtime, w, SchedulerConfig(block_size=8), progress=False).requests
+    assert (req["status"] == "finished").all()
+    # Slots free at finish + think, taken in order: the k-th request after the first
+    # `users` is sent at the (k - users)-th earliest of them, to the bit.
+    freed = np.sort(req["finish_s"] + think)
+    sent = np.sort(req["arrival_s"])
+    assert np.array_equal(sent[:users], [0.0] * users)
+    assert np.array_equal(sent[users:], freed[:len(w) - users])
+    assert (req["first_scheduled_s"] >= req["arrival_s"]).all()
+
+
+def queueing(requests: dict) -> np.ndarray:
+    return requests["first_scheduled_s"] - requests["arrival_s"]
+
+
+def test_queueing_delay_distribution_matches_the_simulation(runtime):
+    """A think time about two decode steps long: most users send mid-step, and their
+    request waits for the step in progress to end (in the simulator, by construction)."""
+    w = closed_loop(60, 4, 0.007, seed=7)
+    cfg = SchedulerConfig(policy="continuous", block_size=8, max_num_seqs=8)
+    real = run_real(runtime, w, cfg)
+    # The run's own step costs (self-fit + between-step time), so the comparison is of
+    # when requests arrive and queue, not of a profile's price.
+    cost = WithOverhead(fit_linear_cost(real.result), fit_overhead(real.result))
+    sim = run_sim(w, sim_scheduler(cfg, real.result), cost)
+    q_real, q_sim = queueing(real.result.requests), queueing(sim.result.requests)
+    zero_real, zero_sim = (q_real < ZERO_S).mean(), (q_sim < ZERO_S).mean()
+    ks = stats.ks_2samp(q_real, q_sim).statistic
+    # With the poll stamped as arrival, this very run gave zero delay to 100% of real
+    # requests against 13-20% simulated, KS 0.90-0.93; fixed, 3% vs 8%, KS 0.18-0.35 (the
+    # schedules part after a few steps: the two runs' step boundaries are not the same).
+    assert abs(zero_real - zero_sim) < 0.2, (zero_real, zero_sim)
+    assert ks < 0.45, (ks, np.median(q_real), np.median(q_sim))
+    assert np.median(q_real) > ZERO_S  # the real requests did queue
