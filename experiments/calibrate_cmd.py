@@ -100,6 +100,15 @@ def run(args: argparse.Namespace) -> int:
     print(fit_table(profile))
     print()
     print(rates_table(profile))
+    if profile.serving:
+        from experiments.calibrate_from_run import table
+        sv, c = profile.serving, profile.cost
+        print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
+              f"run x{sv['scale']:.3f} the sweep's price; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
+              f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
+              f"{c.after_idle_s * 1e3:.3f} ms")
+        print(table(sv["after"], sv["before"], "on the served steps (fitted on them)",
+                    ("sweep's fit", "refined")))
     if args.points:
         print()
         print(points_table(profile))

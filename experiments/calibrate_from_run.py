@@ -19,15 +19,15 @@ def _cell(e: dict | None) -> str:
     return f"{e['n']:>6} {e['median_ape']:>7.1f}% {e['median_error']:>+7.1f}% {e['faster_share']:>6.0%}"
 
 
-def table(result) -> str:
+def table(after: dict, before: dict | None, where: str, labels=("given profile", "fitted")) -> str:
+    """Per step kind: n, median |error|, median signed error, share predicted faster."""
     cols = "n  |err|  signed  faster"
-    head = f"  {'step kind':<14}" + (f"{'given profile':>28}" if result.before else "") + f"{'fitted':>28}"
-    lines = ["per-step error on the held-out runs (|err|: median absolute, signed: median, "
-             "+ = predicted slower; faster: share of steps predicted faster)", head,
-             f"  {'':<14}" + (f"{cols:>28}" if result.before else "") + f"{cols:>28}"]
+    head = f"  {'step kind':<14}" + (f"{labels[0]:>28}" if before else "") + f"{labels[1]:>28}"
+    lines = [f"per-step error {where} (|err|: median absolute, signed: median, + = predicted "
+             "slower; faster: share of steps predicted faster)", head,
+             f"  {'':<14}" + (f"{cols:>28}" if before else "") + f"{cols:>28}"]
     for k in KINDS:
-        before = _cell(result.before.get(k)) if result.before else ""
-        lines.append(f"  {k:<14}{before}{_cell(result.after.get(k))}")
+        lines.append(f"  {k:<14}{_cell(before.get(k)) if before else ''}{_cell(after.get(k))}")
     return "\n".join(lines)
 
 
@@ -70,6 +70,6 @@ def run_from_runs(args: argparse.Namespace) -> int:
     print(f"terms: per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, after a prefill "
           f"{c.after_prefill_s * 1e3:.3f} ms, after an idle gap {c.after_idle_s * 1e3:.3f} ms\n")
     if result.after:
-        print(table(result))
+        print(table(result.after, result.before, "on the held-out runs"))
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
     return 0

@@ -104,8 +104,11 @@ def test_a_broken_step_table(tmp_path, capsys):
 def test_from_a_real_run_end_to_end(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    code, _, err = run_cli(["run", "--model", "batchlab-tiny", "--kv-memory", "32MiB", "--workload", "chat",
-                            "--num-requests", "10", "--rate", "1.5", "--max-output-len", "24",
+    trace = tmp_path / "t.csv"  # requests 0.3 s apart (each finds the engine idle), a few in pairs
+    rows = [f"{0.3 * (i // 2 * 2 if i % 4 == 3 else i):.2f},{9 + 37 * i % 200},{3 + i % 7},0," for i in range(14)]
+    trace.write_text("# batchlab trace\narrival_s,prompt_len,output_len,priority,prefix_hashes\n"
+                     + "\n".join(sorted(rows, key=lambda r: float(r.split(",")[0]))) + "\n")
+    code, _, err = run_cli(["run", "--model", "batchlab-tiny", "--kv-memory", "32MiB", "--workload", str(trace),
                             "--policy", "continuous,chunked",
                             "--out", str(out), "--no-progress"], capsys)
     assert code == 0, err

@@ -8,6 +8,7 @@ import pytest
 from calibration.from_run import split
 from calibration.serve_fit import features, judge, kinds, missing_kinds, predict, refine
 from calibration.served_runs import ServedRun
+from core.features import StepFeatures
 from core.config import SchedulerConfig
 from core.fitted_cost import FittedCostModel, Shape
 from core.specs import MODELS
@@ -76,3 +77,35 @@ def test_holding_out_runs_or_the_tail_of_one():
     n = steps["duration_s"].size
     assert held[0]["duration_s"].size == round(n / 4) and train[0]["duration_s"].size == n - round(n / 4)
     assert held[0]["start_s"].min() > train[0]["start_s"].max()  # the tail, in time order
+
+
+def test_sweep_times_prefill_points_in_shapes_never_run_before():
+    from calibration.grid import GridPoint
+    from calibration.sweep import fresh_count, fresh_variant, widest_variant
+    seen: set = set()
+    for point in (GridPoint(chunk=16), GridPoint(chunk=8, cached=16), GridPoint(4, 32, 16, 0)):
+        got = []
+        n = min(12, fresh_count(point))
+        assert n >= 7
+        for _ in range(n):
+            v = fresh_variant(point, seen)
+            seen.add(v)
+            got.append(v)
+        assert len(set(got)) == n, point  # never the same shape twice
+        assert all(abs(v.chunk - point.chunk) <= max(3, point.chunk // 8) for v in got)
+        wide = widest_variant(point, n)
+        assert all(v.chunk <= wide.chunk and v.cached <= wide.cached for v in got)
+    assert fresh_variant(GridPoint(8, 64), seen) == GridPoint(8, 64)  # decodes as they are
+
+
+def test_serving_phase_workload_has_distinct_prompts_at_half_load():
+    from calibration.serve_phase import LOAD, workload
+    w = workload(BASE, 512, 20.0, seed=3, max_context=256)
+    assert len(set(w.prompt_len.tolist())) == len(w) >= 12
+    assert w.prompt_len.min() >= 2 and (w.prompt_len + w.output_len).max() <= 256
+    assert w.prompt_len.min() <= 8  # chunks down to a few tokens
+    busy = sum(BASE.step_time(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
+               + (o - 1) * BASE.step_time(StepFeatures(1, 0, 0, 1, int(p), int(p)))
+               for p, o in zip(w.prompt_len, w.output_len))
+    assert 0.25 < busy / w.arrival[-1] < 1.0  # about LOAD of the time busy
+    assert LOAD == 0.5
