@@ -10,15 +10,13 @@ import re
 
 import torch
 
+from core.checks import parse_memory  # noqa: F401  (re-exported: the backend's budgets)
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16,
 }
-
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "t": 1e12, "tb": 1e12}
-
 
 def resolve_device(name: str = "cpu") -> torch.device:
     """'cpu', 'cuda' or 'cuda:N'; refuses a GPU that is not there."""
@@ -73,23 +71,6 @@ def free_memory_bytes(device: torch.device) -> int:
     except OSError:
         pass
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-
-
-def parse_memory(value: str | int | float) -> tuple[str, float]:
-    """A KV budget: a fraction of free memory ('0.3', 0.3) or a size ('2GiB', '512MB',
-    2e9). Returns ('fraction', f) or ('bytes', n)."""
-    if isinstance(value, (int, float)):
-        num, unit = float(value), ""
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"memory budget {value!r}: expected a fraction (0.3) or a size (2GiB, 512MB)")
-        num, unit = float(m.group(1)), m.group(2).lower()
-    if num <= 0:
-        raise ValueError(f"memory budget must be > 0, got {value!r}")
-    if unit == "" and num <= 1:
-        return "fraction", num
-    return "bytes", num * _UNITS[unit]
 
 
 def budget_bytes(value: str | int | float, device: torch.device) -> int:

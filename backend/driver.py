@@ -72,7 +72,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     complete() and outside the timed region."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
-    num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
+    num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
     kv, seats = sched.kv, sched.max_seqs

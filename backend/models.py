@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from backend.checkpoint import check_shape
+from core.checks import shown
 from core.specs import MODELS, ModelSpec
 
 PRESET_PREFIX = "batchlab-"
@@ -117,18 +119,25 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"model {str(path)!r} is a file; expected a preset "
+                         f"({', '.join(preset_names())}) or a checkpoint directory "
+                         f"(config.json + *.safetensors)")
     if not d.is_dir():
         raise ValueError(f"model directory {str(path)!r} does not exist")
     if not (d / "config.json").is_file():
         raise ValueError(f"{str(path)!r} has no config.json: not a Hugging Face checkpoint directory")
     try:
         raw = json.loads((d / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{d / 'config.json'}: unreadable ({e})") from e
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{d / 'config.json'}: unreadable ({shown(str(e), 80)})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{d / 'config.json'}: a JSON {type(raw).__name__}; expected an object")
     if raw.get("model_type") not in SUPPORTED_TYPES:  # before transformers sees an unknown type
         raise ValueError(f"unsupported architecture {raw.get('model_type')!r} "
                          f"({', '.join(raw.get('architectures') or [])}) in {path}; "
                          f"the backend runs {', '.join(SUPPORTED_TYPES)} checkpoints")
+    check_shape(raw, d / "config.json", dtype, device)
     if not any(d.glob("*.safetensors")) and not any(d.glob("pytorch_model*.bin")):
         raise ValueError(f"{str(path)!r} has no weights (*.safetensors)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub

@@ -8,12 +8,13 @@ import time
 
 import torch
 
-from backend.device import (budget_bytes, dtype_name, parse_memory, resolve_device,
-                            resolve_dtype, set_threads)
+from backend.device import (budget_bytes, dtype_name, free_memory_bytes, parse_memory,
+                            resolve_device, resolve_dtype, set_threads)
 from backend.engine import Engine
 from backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from backend.model_runner import ModelRunner
 from backend.models import LoadedModel, load_model
+from core.sizes import gib
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
 # free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost
@@ -65,6 +66,27 @@ class Runtime:
     def kv_blocks(self, block_size: int) -> int:
         """Blocks the memory budget holds (what the scheduler's BlockManager gets)."""
         return blocks_in_budget(self.spec, block_size, self.dtype, self.kv_budget_bytes)
+
+    def pool_blocks(self, num_kv_blocks: int | None, block_size: int) -> int:
+        """The KV pool a run gets: num_kv_blocks, else what the budget holds; refused,
+        naming the option and the figure, before anything is allocated when it holds no
+        block or would not fit in the device's free memory."""
+        per_block = bytes_per_block(self.spec, block_size, self.dtype)
+        blocks = num_kv_blocks or self.kv_blocks(block_size)
+        what = (f"--num-kv-blocks {num_kv_blocks}" if num_kv_blocks
+                else f"--kv-memory {self.kv_memory} ({self.kv_budget_bytes:,} bytes)")
+        if blocks < 1:
+            raise ValueError(f"{what} holds no KV block: one block of {block_size} tokens of "
+                             f"{self.model.name} in {dtype_name(self.dtype)} takes {per_block:,} "
+                             f"bytes; give at least that (or a smaller --block-size)")
+        c = self._cache
+        if c is None or c.num_blocks != blocks or c.block_size != block_size:
+            need = blocks * per_block
+            free = free_memory_bytes(self.device) + (c.nbytes if c is not None else 0)
+            if need > free:
+                raise ValueError(f"{what}: a KV pool of {blocks:,} blocks of {block_size} tokens "
+                                 f"would need {gib(need)}; {self.device} has {gib(free)} free")
+        return blocks
 
     def cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
         """A pool of exactly num_blocks blocks (reused when the shape is unchanged)."""

@@ -51,6 +51,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     t_start = time.perf_counter()
     rt = runtime or Runtime(model, dtype=dtype, device=device, threads=threads,
                             kv_memory=kv_memory, seed=seed)
+    rt.pool_blocks(None, block_size)  # a budget that holds no block fails now, not after the sweep
     meta = rt.meta()
     say(f"calibrate: {meta['model']} ({params_label(rt.spec.params)} params, {meta['dtype']}) on "
         f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "

@@ -145,6 +145,11 @@ def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
     # Replicated KV heads (tp above the KV head count) store each token tp/shards times.
     per_token = model.kv_bytes_per_token * tensor_parallel / kv_shards(model, tensor_parallel)
     blocks = int(free // (per_token * block_size))
+    if blocks < 1 and free > 0:  # memory is left, but not a block's worth
+        raise ValueError(f"a KV block of {block_size:,} tokens (block_size) takes "
+                         f"{per_token * block_size / 2**30:.3g} GiB of {model.name}'s KV; "
+                         f"{tensor_parallel} x {hw.name} leaves {free / 2**30:.1f} GiB after "
+                         f"the weights: give a smaller block size")
     if blocks < 1:
         need = model.weight_bytes / 2**30
         have = hw.memory_bytes * tensor_parallel * memory_utilization / 2**30

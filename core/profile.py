@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from core.checks import Count, Finite, NonNegative, Tokens, shown
 from core.fitted_cost import FittedCostModel, Shape
 from core.specs import MODELS, ModelSpec
 
@@ -52,14 +53,14 @@ class DeviceInfo(BaseModel):
 class CostParams(BaseModel):
     """core.fitted_cost.FittedCostModel's fitted parameters (seconds per unit)."""
     model_config = ConfigDict(extra="forbid")
-    overhead_s: float = Field(ge=0)
-    per_seq_s: float = Field(ge=0)
-    per_chunk_s: float = Field(ge=0)
-    s_per_weight_byte: float = Field(ge=0)
-    s_per_flop: float = Field(ge=0)
-    s_per_kv_byte: float = Field(ge=0)
-    s_per_attn_flop: float = Field(ge=0)
-    small_rows: list[float] = Field(default_factory=list, description="extra seconds at 1, 2, ... rows")
+    overhead_s: NonNegative
+    per_seq_s: NonNegative
+    per_chunk_s: NonNegative
+    s_per_weight_byte: NonNegative
+    s_per_flop: NonNegative
+    s_per_kv_byte: NonNegative
+    s_per_attn_flop: NonNegative
+    small_rows: list[Finite] = Field(default_factory=list, description="extra seconds at 1, 2, ... rows")
     combine: Literal["max", "sum"] = "max"
     after_prefill_s: float = Field(0.0, ge=0, description="extra seconds of a step after a prefill step")
     after_idle_s: float = Field(0.0, ge=0, description="extra seconds of the first step after an idle gap")
@@ -123,8 +124,8 @@ class Profile(BaseModel):
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
     device: DeviceInfo
-    block_size: int = Field(gt=0)
-    num_kv_blocks: int = Field(gt=0, description="blocks in the backend's default KV pool")
+    block_size: Tokens
+    num_kv_blocks: Count = Field(description="blocks in the backend's default KV pool")
     cost: CostParams
     fit: FitQuality
     effective: Effective
@@ -233,7 +234,10 @@ def parse_profile(text: str, where: str = "profile") -> Profile:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "document"
         more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ProfileError(f"{where}: bad profile field {loc}: {first['msg']}{more}") from None
+        given = first.get("input")
+        got = "" if isinstance(given, (dict, list)) or first["type"] == "missing" else f" (got {shown(given)})"
+        raise ProfileError(f"{where}: bad profile field {loc}: "
+                           f"{first['msg'].removeprefix('Value error, ')}{got}{more}") from None
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -28,5 +28,37 @@ class RunResult:
         return np.repeat(self.itl_gaps, self.itl_counts)
 
     def summary(self, slo: SLO | None = None) -> dict[str, float]:
+        """The summary; ValueError if the run produced a non-finite time (see
+        check_finite): a result that cannot be trusted is an error, never nulls."""
+        check_finite(self)
         totals = step_totals(self.steps) if self.steps is not None else self.totals
         return summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
+
+
+# Times a finished request has; a rejected one has none of them (empty, NaN, by design:
+# it was never scheduled), an unfinished one (an interrupted run) only some.
+_FINISHED_TIMES = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+
+
+def check_finite(result: RunResult) -> None:
+    """Every time of a finished request, every step and every inter-token gap is a
+    finite number. Summary figures are then finite too, except a statistic over an
+    empty set (TPOT when every reply is one token; latencies when nothing finished),
+    which is NaN (null in JSON, empty in a table)."""
+    req = result.requests
+    done = req["status"] == "finished"
+    for col in _FINISHED_TIMES:
+        bad = done & ~np.isfinite(req[col].astype(float))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"the run produced a non-finite {col} ({req[col][i]}) for request "
+                             f"{req['request_id'][i]}: an input beyond the checked ranges")
+    if not np.isfinite(req["arrival_s"].astype(float)).all():
+        raise ValueError("the run produced a non-finite arrival time")
+    if result.steps is not None:
+        for col in ("start_s", "duration_s"):
+            if not np.isfinite(result.steps[col]).all():
+                raise ValueError(f"the run produced a non-finite step {col}: a cost setting "
+                                 f"beyond the checked ranges")
+    if len(result.itl_gaps) and not np.isfinite(result.itl_gaps).all():
+        raise ValueError("the run produced a non-finite inter-token gap")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.checks import Count, NonNegative, Positive, Seconds, Tokens
+
 
 
 class ModelSpec(BaseModel):
@@ -14,18 +16,18 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_context: int | None = Field(
-        None, gt=0, description="max_position_embeddings: longest prompt + output (None: unknown)")
+    num_layers: Count
+    hidden_size: Count
+    num_heads: Count
+    num_kv_heads: Count
+    head_dim: Count
+    intermediate_size: Count
+    vocab_size: Count
+    max_context: Tokens | None = Field(
+        None, description="max_position_embeddings: longest prompt + output (None: unknown)")
     tied_embeddings: bool = False
-    dtype_bytes: int = Field(2, gt=0, description="bytes per weight (and KV element, unless kv_dtype_bytes)")
-    kv_dtype_bytes: int | None = Field(None, gt=0, description="bytes per KV element; None: dtype_bytes")
+    dtype_bytes: Count = Field(2, le=8, description="bytes per weight (and KV element, unless kv_dtype_bytes)")
+    kv_dtype_bytes: Count | None = Field(None, le=8, description="bytes per KV element; None: dtype_bytes")
 
     @property
     def layer_params(self) -> int:
@@ -75,13 +77,13 @@ class HardwareSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    memory_bytes: float = Field(gt=0)
-    mem_bandwidth: float = Field(gt=0, description="bytes/s")
-    peak_flops: float = Field(gt=0, description="dense bf16/fp16 tensor-core FLOP/s")
-    peak_flops_fp8: float = Field(0.0, ge=0, description="dense fp8 tensor-core FLOP/s; 0 = no fp8")
-    interconnect_bandwidth: float = Field(0.0, ge=0, description="bytes/s per GPU for all-reduce; 0 = none")
+    memory_bytes: Positive
+    mem_bandwidth: Positive = Field(description="bytes/s")
+    peak_flops: Positive = Field(description="dense bf16/fp16 tensor-core FLOP/s")
+    peak_flops_fp8: NonNegative = Field(0.0, description="dense fp8 tensor-core FLOP/s; 0 = no fp8")
+    interconnect_bandwidth: NonNegative = Field(0.0, description="bytes/s per GPU for all-reduce; 0 = none")
     interconnect: str = Field("", description="what the all-reduces cross (NVLink, PCIe)")
-    allreduce_latency_s: float = Field(0.0, ge=0, description="fixed cost of one all-reduce")
+    allreduce_latency_s: Seconds = Field(0.0, description="fixed cost of one all-reduce")
 
     def flops_for(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s for weights in `dtype` (a DTYPES key)."""

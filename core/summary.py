@@ -6,15 +6,17 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.checks import Positive
+
 PERCENTILES = (90, 99)
 
 
 class SLO(BaseModel):
     """Service-level objectives for goodput; a request counts if it meets all given."""
     model_config = ConfigDict(extra="forbid")
-    ttft_ms: float | None = Field(None, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
-    e2el_ms: float | None = Field(None, gt=0)
+    ttft_ms: Positive | None = None
+    tpot_ms: Positive | None = None
+    e2el_ms: Positive | None = None
 
 
 def _stats(prefix: str, values_s: np.ndarray, counts: np.ndarray | None = None) -> dict[str, float]:

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from core.checks import MAX_TOKENS, parse_memory
 from core.profile import ProfileError, load_profile
 from experiments.errors import UserError, warn
 
@@ -73,10 +74,15 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"calibration needs the backend: torch and transformers ({e}); "
                         "install batchlab[backend]") from None
-    if args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
-    if args.block_size < 1:
-        raise UserError(f"--block-size must be >= 1, got {args.block_size}")
+    if not 1 <= args.threads <= 4096:
+        raise UserError(f"--threads must be from 1 to 4096, got {args.threads}")
+    if not 1 <= args.block_size <= MAX_TOKENS:
+        raise UserError(f"--block-size must be from 1 to {MAX_TOKENS:.0e} tokens, got {args.block_size}")
+    if args.kv_memory is not None:
+        try:
+            parse_memory(args.kv_memory)
+        except ValueError as e:
+            raise UserError(f"--kv-memory: {e}") from None
     out = _out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:
@@ -162,6 +168,7 @@ def profile_setup(cfg, model_named: bool = False, hardware_named: bool = False) 
     cfg.model.name = profile.model_source or profile.model.name  # what is simulated
     cfg.hardware.name = measured_on
     meta = {"model": profile.model.name, "hardware": measured_on, "tensor_parallel": 1,
+            "dtype": profile.device.dtype, "dtype_bytes": profile.model.dtype_bytes,
             "max_context": profile.model.max_context,
             "cost_model": f"profile ({profile.cost.combine} form)", "profile": where,
             "profile_heldout_median_ape": profile.fit.heldout.median_ape}

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
 from core.config import SchedulerConfig
 from core.schedulers import SCHEDULERS
 from core.specs import HARDWARE
@@ -24,8 +25,8 @@ class ModelConfig(BaseModel):
     kv_cache_dtype: str = Field("auto", description="simulator: the KV cache's dtype, auto (the "
                                 "weights') | bf16 | fp16 | fp8, as vLLM's --kv-cache-dtype")
     device: str = Field("cpu", description="backend: cpu | cuda")
-    threads: int = Field(1, gt=0, description="backend: torch threads on CPU")
-    kv_memory: str | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
+    threads: Count = Field(1, le=4096, description="backend: torch threads on CPU")
+    kv_memory: KVMemory | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
                                   "of free memory (0.5); default 1GiB on cpu, 0.8 on cuda")
     matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
 
@@ -33,13 +34,13 @@ class ModelConfig(BaseModel):
 class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
-    tensor_parallel: int = Field(1, gt=0)
-    mem_efficiency: float = Field(0.8, gt=0, le=1, description="achieved fraction of datasheet bandwidth")
-    compute_efficiency: float = Field(0.6, gt=0, le=1, description="achieved fraction of datasheet FLOP/s")
-    step_overhead_s: float = Field(0.002, ge=0, description="fixed per-step cost (launches, scheduling)")
-    allreduce_latency_s: float | None = Field(
-        None, ge=0, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="share of memory for weights + KV")
+    tensor_parallel: Count = Field(1, le=4096)
+    mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
+    step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
+    allreduce_latency_s: Seconds | None = Field(
+        None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
+    gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
 
 
 class ProfileConfig(BaseModel):
@@ -51,10 +52,10 @@ class ProfileConfig(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
-    replicas: int = Field(1, gt=0)
+    replicas: Count = 1
     router: str = "round_robin"
-    time_scale: float = Field(1.0, ge=0, description="run: multiply arrival times by K (0: all at once)")
-    temperature: float = Field(0.0, ge=0, description="run: sampling temperature (0: greedy)")
+    time_scale: NonNegative = Field(1.0, le=1e6, description="run: multiply arrival times by K (0: all at once)")
+    temperature: NonNegative = Field(0.0, le=1e6, description="run: sampling temperature (0: greedy)")
     slo: SLO | None = None
 
     @field_validator("policies")
@@ -94,6 +95,33 @@ class ExperimentConfig(BaseModel):
 
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
+
+    def unused(self, fields: dict[str, str]) -> dict[str, str]:
+        """Of `fields` ("table.field" -> why a command ignores it), those set in this
+        config (by a file or a flag; a default is not the user's)."""
+        return {f: why for f, why in fields.items()
+                if f.split(".")[1] in getattr(self, f.split(".")[0]).model_fields_set}
+
+    def record(self, ignored: tuple[str, ...] = (), ran: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """What config.json records: what ran. The policies run (not [scheduler]
+        policy, overridden by [run] policies), without the tables or fields (`ignored`:
+        "table" or "table.field") the command does not use, so that a simulated 70B
+        is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
+        a field by what the command resolved it to (the dtype a preset is served in)."""
+        data = self.model_dump()
+        data["run"]["policies"] = self.policies()
+        del data["scheduler"]["policy"]
+        for name in ignored:
+            table, _, field = name.partition(".")
+            if field:
+                data[table].pop(field, None)
+            else:
+                data.pop(table, None)
+        for name, value in (ran or {}).items():
+            table, _, field = name.partition(".")
+            data[table][field] = value
+        return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None) -> SchedulerConfig:
         """One policy's scheduler. max_model_len defaults to the model's context length

@@ -5,6 +5,8 @@ import sys
 
 from pydantic import ValidationError
 
+from core.checks import shown
+
 
 class UserError(Exception):
     """Bad input: a file, a field, an option. The message names it and what was expected."""
@@ -23,9 +25,9 @@ def describe_validation_error(err: ValidationError, where: str = "") -> str:
     loc = f"{loc}: " if loc else ""  # a check across sections names its fields itself
     msg = first["msg"].removeprefix("Value error, ")
     given = first.get("input")
-    value = "" if isinstance(given, dict) or given is None else f" (got {given!r})"
+    value = "" if isinstance(given, dict) or given is None else f" (got {shown(given)})"
     if value and first["type"].endswith("_type"):  # strict: say what type was given
-        value = f" (got {given!r}, a {_TYPE_NAMES.get(type(given), type(given).__name__)})"
+        value = f" (got {shown(given)}, a {_TYPE_NAMES.get(type(given), type(given).__name__)})"
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
     prefix = f"{where}: " if where else ""
     return f"{prefix}{loc}{msg}{value}{more}"

@@ -90,6 +90,14 @@ def reject_unused_tables(cfg: ExperimentConfig, command: str, unused: dict[str, 
             raise UserError(f"[{table}] {', '.join(given)} does not apply to batchlab {command}: {why}")
 
 
+def reject_unused_fields(cfg: ExperimentConfig, command: str, unused: dict[str, str]) -> None:
+    """The same for single fields: [model] dtype in a simulate config is an error, not
+    silently ignored. unused: "table.field" -> why it does not apply."""
+    for field, why in cfg.unused(unused).items():
+        table, name = field.split(".")
+        raise UserError(f"[{table}] {name} does not apply to batchlab {command}: {why}")
+
+
 _SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run"}
 
 

@@ -11,7 +11,7 @@ from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
-                                 reject_unused_tables)
+                                 reject_unused_fields, reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
 from experiments.report import comparison_table, slo_line
 
@@ -54,6 +54,7 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from backend.driver import run_workload  # torch only when this command runs
+    from backend.device import dtype_name
     from backend.models import params_label
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
                    "ru_router": "it serves one replica",
                                 "pr_path": "it measures; use it with simulate or validate"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_fields(cfg, "run", {"run.router": "it serves one replica",
+                                      "model.kv_cache_dtype": "the backend keeps its KV cache "
+                                      "in the model's dtype ([model] dtype, --dtype)"})
     reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)",
                                       "profile": "it measures; use it with simulate or validate"})
     if cfg.run.replicas != 1:
@@ -75,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
           f"{rt.threads} thread(s))", file=sys.stderr)
     # Every setting is checked before an earlier run's results in --out are cleared.
     schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    for sched in schedulers.values():  # the KV pool: refused now, before --out is written
+        rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
+    ran = {"model.dtype": dtype_name(rt.dtype), "model.device": str(rt.device),
+           "model.threads": rt.threads}
+    writer = ResultWriter(args.out, cfg.record(("hardware", "profile", "model.kv_cache_dtype"), ran)
+                          ) if args.out else None
     summaries, metas = {}, {}
     for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,

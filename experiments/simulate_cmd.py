@@ -7,10 +7,11 @@ import time
 
 from tqdm import tqdm
 
+from core.sizes import check_run_size
 from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment, named
+from experiments.options import add_common_options, load_experiment, named, reject_unused_fields
 from experiments.output import ResultWriter, to_json
 from experiments.repeats import aggregate, paired, repeats_table
 from experiments.report import comparison_table, slo_line
@@ -27,6 +28,20 @@ DEFAULT_EXPERIMENT = {
     "hardware": {"name": "a100-80gb"},
     "run": {"policies": ["static", "continuous", "chunked"], "slo": {"ttft_ms": 2000, "tpot_ms": 100}},
 }
+
+
+# [model] and [run] fields only the torch backend reads (batchlab run, validate).
+_BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
+BACKEND_ONLY = {"model.device": _BACKEND, "model.threads": _BACKEND,
+                "model.kv_memory": "the KV pool comes from [hardware] memory or --num-kv-blocks",
+                "model.matmul": _BACKEND,
+                "run.time_scale": "replays run on the wall clock only (use [workload] rate_scale)",
+                "run.temperature": "sampling does not change simulated timings"}
+# What a profile replaces: its fitted cost model prices its own device and dtype.
+_PROFILED = "a profile's fitted cost model prices the device and dtype it was measured on"
+PROFILE_REPLACES = {f"hardware.{f}": _PROFILED for f in (
+    "mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s",
+    "gpu_memory_utilization")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -49,11 +64,20 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
+    if cfg.profile.path:
+        reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
     seeds = [cfg.workload.seed + i for i in range(args.seeds)]
     workloads = {s: build_workload(cfg.workload.model_copy(update={"seed": s})) for s in seeds}
     # Every setting is checked before an earlier run's results in --out are cleared.
     setup = sim_setup(cfg, named(args, "model"), named(args, "hardware"))
-    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    try:
+        check_run_size(len(workloads[seeds[0]]), cfg.run.replicas, setup.blocks)
+    except ValueError as e:
+        raise UserError(f"{e} (--replicas, --num-kv-blocks, --num-requests)") from None
+    ran = {"model.dtype": setup.meta.get("weights_dtype", setup.meta.get("dtype")),
+           "model.kv_cache_dtype": setup.meta.get("kv_cache_dtype", setup.meta.get("dtype"))}
+    writer = ResultWriter(args.out, cfg.record(tuple(BACKEND_ONLY), ran)) if args.out else None
     runs: dict[str, list[dict]] = {p: [] for p in setup.schedulers}
     interrupted = False
     for seed, workload in workloads.items():

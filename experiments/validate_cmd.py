@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     writer = None
     if args.out:
         from experiments.validation.output import ValidationWriter  # matplotlib only with --out
-        writer = ValidationWriter(args.out, cfg.model_dump())
+        writer = ValidationWriter(args.out, cfg.record(("hardware",)))
     profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
     cost = profile.cost_model()
     comps = {}

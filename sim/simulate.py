@@ -11,6 +11,7 @@ from core.metrics import MetricsRecorder
 from core.request import Request, Sequence
 from core.result import RunResult
 from core.schedulers import make_scheduler
+from core.sizes import check_run_size
 from core.workload import Workload
 from sim.arrivals import Arrivals
 from sim.engine import Replica, StepObserver
@@ -34,6 +35,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     instead of raising."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
+    # Before anything is allocated: replicas of a huge pool can exhaust memory.
+    check_run_size(len(workload), replicas, scheduler.num_kv_blocks or num_kv_blocks)
     env = simpy.Environment()
     rec = MetricsRecorder(record_steps)
     pick = make_router(router)

@@ -118,7 +118,7 @@ name = "l4"
     (["--admission", "random"], "unknown admission order 'random'"),
     (["--rate", "fast"], "--rate: invalid float value"),
     (["--config", "/nonexistent.toml"], "/nonexistent.toml: config file not found"),
-    (["--seed", "-1"], "workload.seed: Input should be greater than or equal to 0 (got -1)"),
+    (["--seed", "-1"], "workload.seed: expected a whole number from 0 to 2**63-1 (got -1)"),
     # Options that would be silently ignored are contradictions, not no-ops.
     (["--think-time", "2"], "think_time_s (2 s, --think-time) applies to a closed loop only; "
                             "set max_concurrency (--max-concurrency) too"),
@@ -152,7 +152,7 @@ def test_wrong_type_in_toml_names_the_field(tmp_path):
     ("workload", "num_requests = true", "workload.num_requests: Input should be a valid integer"),
     ("workload", 'rate = "20"', "workload.rate: Input should be a valid number (got '20', a string)"),
     ("hardware", 'tensor_parallel = "2"', "hardware.tensor_parallel: Input should be a valid integer"),
-    ("workload", "seed = -1", "workload.seed: Input should be greater than or equal to 0"),
+    ("workload", "seed = -1", "workload.seed: expected a whole number from 0 to 2**63-1"),
     ("workload.output", 'dist = "fixed"\nvalue = 2.5', "workload.output.value: Input should be a "
                                                       "valid integer (got 2.5, a float)"),
 ])

@@ -104,11 +104,11 @@ def test_build_errors_are_one_line_value_errors(fields, says):
 @pytest.mark.parametrize("fields, says", [
     (dict(trace_format="parquet"), "trace_format must be one of auto, azure"),
     (dict(length_file="x.csv", prompt={"dist": "fixed", "value": 4}), "not both"),
-    (dict(window_duration_s=0), "greater than 0"),
-    (dict(length_scale=-1), "greater than 0"),
-    (dict(max_prompt_len=0), "greater than or equal to 1"),
+    (dict(window_duration_s=0), "expected a finite time in seconds > 0"),
+    (dict(length_scale=-1), "expected a finite number > 0"),
+    (dict(max_prompt_len=0), "expected a whole number of tokens from 1"),
     (dict(colour="red"), "Extra inputs are not permitted"),
-    (dict(seed=-1), "seed\n  Input should be greater than or equal to 0"),
+    (dict(seed=-1), "seed\n  Value error, expected a whole number from 0 to 2**63-1"),
     (dict(think_time_s=2), "think_time_s (2 s, --think-time) applies to a closed loop only"),
 ])
 def test_config_rejects_bad_fields(fields, says):

@@ -23,6 +23,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.checks import (MAX_TIME_S, MAX_TOKENS, Count, Positive, PositiveSeconds, Rate,
+                         Seconds, Seed, Tokens)
+from core.checks import Burstiness
+from core.sizes import BYTES_PER_REQUEST, require_memory
 from core.workload import transforms as tf
 from core.workload.errors import WorkloadError
 from core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
@@ -41,32 +45,32 @@ class WorkloadConfig(BaseModel):
                         "arxiv), a shared trace (azure_code, azure_conv, mooncake) or a file")
     trace_format: str = Field("auto", description="auto (detect from the file) | azure | "
                               "mooncake | lengths | batchlab")
-    num_requests: int | None = Field(None, gt=0, description="presets: how many to generate; "
+    num_requests: Count | None = Field(None, description="presets: how many to generate; "
                                      "traces: keep the first N (after the window)")
-    rate: float | None = Field(None, gt=0, description="requests/s (inf: all at t=0); presets "
+    rate: Rate | None = Field(None, description="requests/s (inf: all at t=0); presets "
                                "and length files: the arrival rate; traces: rescale time to "
                                "this mean rate")
-    burstiness: float | None = Field(None, gt=0, description="generated arrivals: Gamma shape "
+    burstiness: Burstiness | None = Field(None, description="generated arrivals: Gamma shape "
                                      "of the gaps, 1 Poisson (default), <1 burstier, >1 smoother")
     prompt: LengthSpec | None = Field(None, description="presets: prompt length distribution")
     output: LengthSpec | None = Field(None, description="presets: output length distribution")
     length_file: str | None = Field(None, description="presets: draw (prompt, output) pairs "
                                     "from this length or trace file instead")
-    max_concurrency: int | None = Field(None, gt=0, description="closed loop: users in flight")
-    think_time_s: float = Field(0.0, ge=0, description="closed loop: pause between a reply "
+    max_concurrency: Count | None = Field(None, description="closed loop: users in flight")
+    think_time_s: Seconds = Field(0.0, description="closed loop: pause between a reply "
                                 "and that user's next request")
-    seed: int = Field(0, ge=0, description="seeds arrivals, lengths and jitter")
-    jitter_s: float | None = Field(None, gt=0, description="spread each arrival uniformly "
+    seed: Seed = Field(0, description="seeds arrivals, lengths and jitter")
+    jitter_s: PositiveSeconds | None = Field(None, description="spread each arrival uniformly "
                                    "within [t, t + jitter_s): undoes coarse timestamps")
-    window_start_s: float = Field(0.0, ge=0, description="keep arrivals from this time on")
-    window_duration_s: float | None = Field(None, gt=0, description="keep this many seconds "
+    window_start_s: Seconds = Field(0.0, description="keep arrivals from this time on")
+    window_duration_s: PositiveSeconds | None = Field(None, description="keep this many seconds "
                                             "of arrivals from window_start_s")
-    rate_scale: float = Field(1.0, gt=0, description="multiply the arrival rate (2: time runs "
+    rate_scale: Positive = Field(1.0, description="multiply the arrival rate (2: time runs "
                               "twice as fast)")
-    length_scale: float = Field(1.0, gt=0, description="divide prompt and output lengths by "
+    length_scale: Positive = Field(1.0, description="divide prompt and output lengths by "
                                 "this (rounded, at least 1 token)")
-    max_prompt_len: int | None = Field(None, ge=1, description="clip prompt lengths to this")
-    max_output_len: int | None = Field(None, ge=1, description="clip output lengths to this")
+    max_prompt_len: Tokens | None = Field(None, description="clip prompt lengths to this")
+    max_output_len: Tokens | None = Field(None, description="clip output lengths to this")
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadConfig":
@@ -123,13 +127,30 @@ def build_workload(cfg: WorkloadConfig) -> Workload:
         w = w.replace(f"closed loop: {cfg.max_concurrency} in flight, "
                       f"think {cfg.think_time_s:g} s",
                       max_concurrency=cfg.max_concurrency, think_time_s=cfg.think_time_s)
+    _check_result(cfg, w)
     return w
+
+
+def _check_result(cfg: WorkloadConfig, w: Workload) -> None:
+    """Each setting is in range, but together they can still leave it (a thousand
+    requests at 1e-5 req/s end after 1e8 s): the workload as built must be, too."""
+    if len(w) and not w.arrival[-1] < MAX_TIME_S:  # nan fails too
+        raise WorkloadError(None, None, f"workload {cfg.source}: the last of its {len(w)} "
+                                        f"arrivals is at {w.arrival[-1]:.3g} s; arrivals must "
+                                        f"stay below {MAX_TIME_S:g} s (about 3 years) so that "
+                                        f"step durations stay representable; raise the rate "
+                                        f"(--rate, --rate-scale) or shorten the workload")
+    for name, col in (("prompt", w.prompt_len), ("output", w.output_len)):
+        if len(col) and col.max() > MAX_TOKENS:
+            raise WorkloadError(None, None, f"workload {cfg.source}: a {name} length of "
+                                            f"{col.max()} tokens exceeds {MAX_TOKENS:.0e}")
 
 
 def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
                prompt_rng: np.random.Generator, out_rng: np.random.Generator) -> Workload:
     preset = PRESETS[cfg.source]
     n = cfg.num_requests or preset["num_requests"]
+    require_memory(n * BYTES_PER_REQUEST, f"workload num_requests={n:,}")
     rate = cfg.rate or preset["rate"]
     burstiness = cfg.burstiness or 1.0
     prompt, output = cfg.prompt or preset["prompt"], cfg.output or preset["output"]

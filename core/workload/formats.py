@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core.checks import MAX_TIME_S
 from core.workload import parse
 from core.workload.errors import WorkloadError, warn
 from core.workload.textfile import (csv_chunks, first_line, json_error, jsonl_chunks,
@@ -148,6 +149,11 @@ def _load(path: str | Path, fmt: Format) -> Workload:
     elif fmt.time == "datetime":
         ts = np.concatenate(cols["t"])
         arrival = (ts - ts.min()) / np.timedelta64(1, "s")
+        if arrival.max() >= MAX_TIME_S:  # step durations must stay representable
+            i = int(np.argmax(arrival))
+            raise WorkloadError(path, int(lines[i]), f"{fmt.arrival} is {arrival[i]:.3g} s "
+                                f"after the earliest; expected a trace spanning less than "
+                                f"{MAX_TIME_S:g} s (about 3 years)")
     else:
         arrival = np.concatenate(cols["t"])
     priority = np.concatenate(cols["prio"]) if has_priority else None

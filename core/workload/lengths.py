@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.checks import MAX_TOKENS, LengthMean, Positive, Sigma, Tokens
 from core.workload.formats import load_trace
 
 
@@ -18,19 +19,19 @@ class LengthSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dist: Literal["fixed", "uniform", "lognormal", "mixture", "file"] = "fixed"
-    value: int | None = Field(None, ge=1)
-    low: int | None = Field(None, ge=1)
-    high: int | None = Field(None, ge=1)
-    mean: float | None = Field(None, gt=0, description="lognormal: mean in tokens")
-    sigma: float | None = Field(None, ge=0, description="lognormal: std of log-length")
-    components: list["LengthSpec"] | None = None
-    weight: float = Field(1.0, gt=0, description="weight within a mixture")
+    value: Tokens | None = None
+    low: Tokens | None = None
+    high: Tokens | None = None
+    mean: LengthMean | None = Field(None, description="lognormal: mean in tokens")
+    sigma: Sigma | None = Field(None, description="lognormal: std of log-length")
+    components: list["LengthSpec"] | None = Field(None, min_length=1)
+    weight: Positive = Field(1.0, description="weight within a mixture")
     path: str | None = Field(None, description="file: a trace or length file (any format)")
     column: Literal["prompt", "output"] | None = Field(
         None, description="file: which lengths to draw (a length file's num_prefill_tokens "
                           "or num_decode_tokens, a trace's prompt or output lengths)")
-    min: int = Field(1, ge=1)
-    max: int | None = Field(None, ge=1)
+    min: Tokens = 1
+    max: Tokens | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "LengthSpec":
@@ -41,6 +42,8 @@ class LengthSpec(BaseModel):
             raise ValueError(f"dist={self.dist!r} needs {', '.join(missing)}")
         if self.dist == "uniform" and self.low > self.high:
             raise ValueError(f"uniform needs low <= high, got {self.low} > {self.high}")
+        if self.dist == "mixture" and not np.isfinite(sum(c.weight for c in self.components)):
+            raise ValueError("mixture weights must have a finite sum")
         if self.max is not None and self.max < self.min:
             raise ValueError(f"max ({self.max}) < min ({self.min})")
         return self
@@ -53,7 +56,9 @@ class LengthSpec(BaseModel):
             x = rng.integers(self.low, self.high + 1, size=n)
         elif self.dist == "lognormal":
             mu = np.log(self.mean) - self.sigma**2 / 2
-            x = np.rint(rng.lognormal(mu, self.sigma, size=n)).astype(np.int64)
+            # Clipped while a float: a draw beyond int64 would wrap to a negative count.
+            x = np.rint(np.minimum(rng.lognormal(mu, self.sigma, size=n), MAX_TOKENS)
+                        ).astype(np.int64)
         elif self.dist == "file":
             col = self.file_lengths()
             x = col[rng.integers(0, len(col), size=n)]

@@ -3,16 +3,19 @@ value is bad, a second pass finds the first offender and names its line."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from core.checks import MAX_PRIORITY, MAX_SHOWN, MAX_TIME_S, MAX_TOKENS, shown
 from core.workload.errors import WorkloadError
 
 
 def _show(v: object) -> str:
-    return repr(v) if isinstance(v, str) else json.dumps(v)
+    text = repr(v) if isinstance(v, str) else json.dumps(v)
+    return text if len(text) <= MAX_SHOWN else shown(v)  # never a 20 MB field whole
 
 
 def _fail(path: str | Path, no: int, name: str, v: object, expected: str) -> WorkloadError:
@@ -20,6 +23,10 @@ def _fail(path: str | Path, no: int, name: str, v: object, expected: str) -> Wor
 
 
 def _floats(values: list, nos: list[int], path: str | Path, name: str, expected: str) -> np.ndarray:
+    # numpy reads a JSON true as 1.0: a boolean is not a number.
+    if any(v is True or v is False for v in values):
+        i = next(i for i, v in enumerate(values) if v is True or v is False)
+        raise _fail(path, nos[i], name, values[i], expected + " (a boolean is not a number)")
     try:
         return np.array(values, dtype=np.float64)
     except (ValueError, TypeError):
@@ -42,28 +49,33 @@ def _require(ok: np.ndarray, values: list, nos: list[int], path: str | Path, nam
 
 
 def token_counts(values: list, nos: list[int], path: str | Path, name: str) -> np.ndarray:
-    """Whole numbers >= 1 (`12` or `12.0`). Zero is rejected: every request has a prompt
-    and generates at least one token."""
-    expected = "a whole number of tokens >= 1"
+    """Whole numbers from 1 to MAX_TOKENS (`12` or `12.0`). Zero is rejected: every
+    request has a prompt and generates at least one token."""
+    expected = f"a whole number of tokens >= 1 and <= {MAX_TOKENS:.0e}"
     x = _floats(values, nos, path, name, expected)
-    _require(np.isfinite(x) & (x >= 1) & (x == np.floor(x)), values, nos, path, name, expected)
+    _require(np.isfinite(x) & (x >= 1) & (x <= MAX_TOKENS) & (x == np.floor(x)), values, nos,
+             path, name, expected)
     return x.astype(np.int64)
 
 
 def integers(values: list, nos: list[int], path: str | Path, name: str) -> np.ndarray:
-    """Whole numbers of any sign; a missing value (JSON null, empty field) reads as 0."""
+    """Whole numbers of either sign up to 2**53 (exact in float64, which they are read
+    as); a missing value (JSON null, empty field) reads as 0."""
     values = [0 if v is None or v == "" else v for v in values]
-    expected = "a whole number"
+    expected = "a whole number from -2**53 to 2**53"
     x = _floats(values, nos, path, name, expected)
-    _require(np.isfinite(x) & (x == np.floor(x)), values, nos, path, name, expected)
+    _require(np.isfinite(x) & (np.abs(x) <= MAX_PRIORITY) & (x == np.floor(x)), values, nos,
+             path, name, expected)
     return x.astype(np.int64)
 
 
 def times(values: list, nos: list[int], path: str | Path, name: str, unit: str) -> np.ndarray:
-    """Finite, non-negative times in `unit` ("s" or "ms"), returned in seconds."""
-    expected = f"a time in {'seconds' if unit == 's' else 'milliseconds'} >= 0"
+    """Times in `unit` ("s" or "ms") from 0 to below MAX_TIME_S (core/checks.py: step
+    durations must stay representable), returned in seconds."""
+    top = MAX_TIME_S if unit == "s" else MAX_TIME_S * 1000
+    expected = f"a time in {'seconds' if unit == 's' else 'milliseconds'} >= 0 and < {top:g}"
     x = _floats(values, nos, path, name, expected)
-    _require(np.isfinite(x) & (x >= 0), values, nos, path, name, expected)
+    _require(np.isfinite(x) & (x >= 0) & (x < top), values, nos, path, name, expected)
     return x / 1000.0 if unit == "ms" else x
 
 
@@ -73,10 +85,25 @@ def datetimes(values: list, nos: list[int], path: str | Path, name: str) -> np.n
     with warnings.catch_warnings():  # numpy warns that it drops timezone offsets
         warnings.simplefilter("ignore")
         values = [v.strip() if isinstance(v, str) else v for v in values]
+        for v, no in zip(values, nos):
+            if isinstance(v, str) and _NUMBER.fullmatch(v):
+                # numpy reads "1700000000" as the year 1700000000: 5 s gaps become 5 years.
+                raise _fail(path, no, name, v, expected + "; a bare number (epoch seconds "
+                            "or milliseconds?) is not read as a time: convert the trace to "
+                            "the batchlab format, whose arrival_s is seconds") from None
         try:
-            return np.array(values, dtype="datetime64[ns]")
+            ts = np.array(values, dtype="datetime64[ns]")
         except (ValueError, TypeError):
-            pass
+            ts = None
+        if ts is not None:
+            # Outside 1678-2262 nanoseconds wrap around silently; days do not.
+            days = np.array(values, dtype="datetime64[D]")
+            wrapped = ts.astype("datetime64[D]") != days
+            if wrapped.any():
+                i = int(np.argmax(wrapped))
+                raise _fail(path, nos[i], name, values[i], "a date-time between the years "
+                            "1678 and 2262")
+            return ts
         for v, no in zip(values, nos):
             try:
                 np.datetime64(v, "ns")
@@ -96,11 +123,19 @@ def hash_lists(values: list, nos: list[int], path: str | Path, name: str, text: 
             out.append(())
         elif text:
             try:
-                out.append(tuple(int(s) for s in v.split()))
+                h = tuple(int(s) for s in v.split())
             except ValueError:
                 raise _fail(path, no, name, v, "integers separated by spaces") from None
-        elif isinstance(v, list) and all(type(h) is int for h in v):
+            if not all(_INT64_MIN <= x <= _INT64_MAX for x in h):
+                raise _fail(path, no, name, v, "integers within int64")
+            out.append(h)
+        elif isinstance(v, list) and all(type(h) is int and _INT64_MIN <= h <= _INT64_MAX
+                                         for h in v):
             out.append(tuple(v))
         else:
-            raise _fail(path, no, name, v, expected)
+            raise _fail(path, no, name, v, expected + " within int64")
     return out
+
+
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")

@@ -11,17 +11,23 @@ quoting: none of the supported formats needs a comma inside a field.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
+from core.sizes import BYTES_PER_TRACE_ROW, require_memory
 from core.workload.errors import WorkloadError
 
 CHUNK_BYTES = 1 << 20  # ~40k lines: a chunk of parsed text stays near 20 MB
+MAX_LINE_BYTES = 1 << 20  # a Mooncake line of a 128k-token prompt is ~3 kB
 Chunk = tuple[list[int], dict[str, list]]
 
 
 def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
-    """(1-based line numbers, stripped texts) of the lines that hold data, in chunks."""
+    """(1-based line numbers, stripped texts) of the lines that hold data, in chunks.
+    A device (/dev/zero), a line longer than MAX_LINE_BYTES or a file too large for
+    this machine's memory is refused before it is read."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -31,20 +37,41 @@ def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
     except OSError as e:
         raise WorkloadError(path, None, f"cannot read: {e.strerror}") from None
     with f:
-        start = 1
-        while raw := f.readlines(CHUNK_BYTES):
+        st = os.fstat(f.fileno())
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+            raise WorkloadError(path, None, "is a device, not a file; expected a trace file")
+        start, rest, first = 1, b"", True
+        while True:
+            block = f.read(CHUNK_BYTES)
+            raw = (rest + block).split(b"\n")
+            rest = raw.pop() if block else b""  # an unfinished last line waits for more
+            if len(rest) > MAX_LINE_BYTES:
+                raise WorkloadError(path, start + len(raw), f"a line longer than "
+                                    f"{MAX_LINE_BYTES // 2**20} MiB; expected a CSV or JSON "
+                                    f"lines trace")
+            if raw == [b""] and not block:
+                break
+            if first and stat.S_ISREG(st.st_mode) and block:
+                # Rows held as columns cost far more than their text: refuse a file
+                # whose rows cannot fit, before reading it all.
+                rows = st.st_size / max(1.0, len(block) / max(1, len(raw)))
+                require_memory(rows * BYTES_PER_TRACE_ROW + st.st_size,
+                               f"{path}: a trace of {st.st_size:,} bytes (~{rows:,.0f} rows)")
             try:
                 texts = [r.decode("utf-8").strip() for r in raw]
             except UnicodeDecodeError:
                 bad = next(i for i, r in enumerate(raw) if not _is_utf8(r))
                 raise WorkloadError(path, start + bad, "not UTF-8 text; expected a CSV or "
                                                        "JSON lines trace") from None
-            if start == 1:
+            if first and texts:
                 texts[0] = texts[0].lstrip("\ufeff")  # byte-order mark of spreadsheet exports
+            first = False
             keep = [i for i, t in enumerate(texts) if t and t[0] != "#"]
             if keep:
                 yield [start + i for i in keep], [texts[i] for i in keep]
             start += len(raw)
+            if not block:
+                break
 
 
 def _is_utf8(raw: bytes) -> bool:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from core.checks import MAX_TOKENS
 from core.workload.stats import mean_rate
 from core.workload.workload import Workload
 
@@ -72,7 +73,12 @@ def scale_lengths(w: Workload, k: float) -> Workload:
     """Divide prompt and output lengths by k, rounded, at least 1 token each."""
     if not k > 0 or math.isinf(k):
         raise ValueError(f"length scale must be a finite number > 0, got {k:g}")
-    div = lambda x: np.maximum(1, np.rint(x / k)).astype(np.int64)
+    def div(x: np.ndarray) -> np.ndarray:
+        y = np.maximum(1, np.rint(x / k))
+        if len(y) and not y.max() <= MAX_TOKENS:  # checked while a float: int64 would wrap
+            raise ValueError(f"length scale {k:g} makes a length of {y.max():.3g} tokens; "
+                             f"lengths must stay <= {MAX_TOKENS:.0e}")
+        return y.astype(np.int64)
     return w.replace(f"lengths / {k:g} (rounded, at least 1 token)",
                      prompt_len=div(w.prompt_len), output_len=div(w.output_len))
 

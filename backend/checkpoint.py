@@ -1,0 +1,52 @@
+"""A checkpoint's config.json numbers, checked before transformers reads them: a
+boolean, a float or an absurd size in a shape field is one line naming the file and
+the field, and weights that cannot fit are refused with the memory they would need."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from core.checks import Count, Tokens, shown
+from core.sizes import gib
+
+
+class CheckpointShape(BaseModel):
+    """The fields of a Llama-family config.json that size the model."""
+    model_config = ConfigDict(extra="ignore")
+    num_hidden_layers: Count
+    hidden_size: Count
+    num_attention_heads: Count
+    intermediate_size: Count
+    vocab_size: Count
+    num_key_value_heads: Count | None = None
+    head_dim: Count | None = None
+    max_position_embeddings: Tokens | None = None
+    tie_word_embeddings: bool = False
+
+    def params(self) -> int:
+        h, heads = self.hidden_size, self.num_attention_heads
+        hd = self.head_dim or h // heads
+        kv = self.num_key_value_heads or heads
+        layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * self.intermediate_size
+        embed = self.vocab_size * h
+        return self.num_hidden_layers * layer + embed * (1 if self.tie_word_embeddings else 2)
+
+
+def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device | str) -> None:
+    """ValueError (one line) for a shape field that is not a sensible count, or weights
+    larger than the device's free memory."""
+    from backend.device import free_memory_bytes
+    try:
+        shape = CheckpointShape.model_validate(raw, strict=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        got = "" if first["type"] == "missing" else f" (got {shown(first.get('input'))})"
+        raise ValueError(f"{where}: {loc}: {first['msg'].removeprefix('Value error, ')}{got}") from None
+    need = shape.params() * torch.empty(0, dtype=dtype).element_size()
+    free = free_memory_bytes(torch.device(device))
+    if need > free:
+        raise ValueError(f"{where}: a model of {shape.params():,} parameters would need "
+                         f"{gib(need)} for its weights; {device} has {gib(free)} free")
