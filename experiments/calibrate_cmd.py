@@ -48,11 +48,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _out_path(args: argparse.Namespace) -> Path:
+def out_path(args: argparse.Namespace, default: str | None = None) -> Path:
+    """--out, or `default` (MODEL-DEVICE.json); a one-line error where it cannot go."""
     if args.out:
         out = Path(args.out)
     else:
-        out = Path(f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
+        out = Path(default or f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
     if not out.parent.is_dir():
         raise UserError(f"--out {out}: directory {out.parent} does not exist")
     if out.is_dir():
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             parse_memory(args.kv_memory)
         except ValueError as e:
             raise UserError(f"--kv-memory: {e}") from None
-    out = _out_path(args)
+    out = out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:
         profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,

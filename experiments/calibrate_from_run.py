@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from core.profile import ProfileError, load_profile
+from experiments.calibrate_cmd import out_path
 from experiments.errors import UserError
 
 KINDS = ("all", "decode", "prefill", "small_chunk", "mixed", "after_prefill", "after_idle")
@@ -31,19 +32,11 @@ def table(after: dict, before: dict | None, where: str, labels=("given profile",
     return "\n".join(lines)
 
 
-def _out(args: argparse.Namespace, model: str) -> Path:
-    out = Path(args.out) if args.out else Path(f"{Path(model.rstrip('/')).name}-served.json")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: directory {out.parent} does not exist")
-    if out.is_dir():
-        raise UserError(f"--out {out}: is a directory; give a file name")
-    return out
-
-
 def run_from_runs(args: argparse.Namespace) -> int:
     from calibration.from_run import from_runs
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
+    out = out_path(args) if args.out else None  # checked before any work
     profile = None
     if args.profile:
         try:
@@ -54,7 +47,9 @@ def run_from_runs(args: argparse.Namespace) -> int:
         result = from_runs(args.from_run, profile, str(args.profile or ""), args.holdout_every)
     except ValueError as e:
         raise UserError(str(e)) from None
-    out = _out(args, result.profile.model_source or result.profile.model.name)
+    if out is None:
+        model = result.profile.model_source or result.profile.model.name
+        out = out_path(args, f"{Path(model.rstrip('/')).name}-served.json")
     result.profile.save(out)
     if args.format == "json":
         print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,
