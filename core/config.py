@@ -2,6 +2,8 @@
 [scheduler] table validates into this, with one-line errors naming the field)."""
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.checks import Count, Seconds, Tokens
@@ -17,11 +19,18 @@ class SchedulerConfig(BaseModel):
     block_size: Tokens = Field(16, description="KV block size in tokens")
     num_kv_blocks: Count | None = Field(
         None, description="KV pool size in blocks; default: derived from the hardware")
-    admission: str = Field("fcfs", description="fcfs | priority | shortest_prompt")
-    preemption: str = Field("recent", description="victim: recent (last admitted) | priority")
+    admission: str = Field("fcfs", description="admission order: fcfs | priority | shortest_prompt | "
+                           "... (any registered in core/orders; see --list-policies)")
+    preemption: str = Field("recent", description="victim order: recent (last admitted) | priority | ...")
     max_batch_delay_s: Seconds = Field(
         0.0, description="static: wait up to this long for a full batch")
     max_model_len: Tokens | None = Field(
         None, description="longest prompt + output a request may ask for, as vLLM's "
         "max_model_len (longer ones are rejected); None: no limit (the commands default it "
         "to the model's context length)")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="the policy's own parameters ([scheduler.params]; "
+        "each policy declares them, see --list-policies)")
+    kv_allocation: Literal["paged", "reserved"] = Field(
+        "paged", description="paged: blocks as tokens arrive, preempt when out; reserved: "
+        "admit only if prompt + whole output budget fits, never preempt")

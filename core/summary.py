@@ -67,6 +67,32 @@ def per_request_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
+def run_duration(req: dict[str, np.ndarray]) -> float:
+    """First arrival to last finish (NaN: nothing finished)."""
+    done = req["status"] == "finished"
+    if not done.any():
+        return math.nan
+    return float(np.nanmax(req["finish_s"][done]) - np.min(req["arrival_s"]))
+
+
+def meets_slo(req: dict[str, np.ndarray], slo: SLO,
+              lat: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Per finished request (in table order): whether it met every given objective
+    (a one-token reply has no TPOT: it meets any TPOT objective)."""
+    done = req["status"] == "finished"
+    lat = per_request_latencies(req) if lat is None else lat
+    ok = np.ones(int(done.sum()), dtype=bool)
+    if slo.ttft_ms is not None:
+        ok &= lat["ttft"] * 1000 <= slo.ttft_ms
+    if slo.tpot_ms is not None:
+        tpot = np.zeros(len(ok))
+        tpot[req["output_len"][done] > 1] = lat["tpot"]
+        ok &= tpot * 1000 <= slo.tpot_ms
+    if slo.e2el_ms is not None:
+        ok &= lat["e2el"] * 1000 <= slo.e2el_ms
+    return ok
+
+
 def step_totals(steps: dict[str, np.ndarray]) -> dict[str, float]:
     """What the summary needs from a step table (MetricsRecorder.totals keeps the same
     running sums when no table is recorded)."""
@@ -82,10 +108,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     done = req["status"] == "finished"
     n_done = int(done.sum())
     lat = per_request_latencies(req)
-    if n_done:
-        duration = float(np.nanmax(req["finish_s"][done]) - np.min(req["arrival_s"]))
-    else:
-        duration = math.nan
+    duration = run_duration(req)
     in_tok = int(req["prompt_len"][done].sum())
     out_tok = int(req["output_len"][done].sum())
 
@@ -114,16 +137,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     s["kv_utilization"] = steps["kv_fraction"] / n if n else math.nan
     s["preemptions"] = int(steps["preemptions"])
     if slo is not None:
-        ok = np.ones(n_done, dtype=bool)
-        multi = req["output_len"][done] > 1
-        if slo.ttft_ms is not None:
-            ok &= lat["ttft"] * 1000 <= slo.ttft_ms
-        if slo.tpot_ms is not None:
-            tpot = np.zeros(n_done)
-            tpot[multi] = lat["tpot"]
-            ok &= tpot * 1000 <= slo.tpot_ms
-        if slo.e2el_ms is not None:
-            ok &= lat["e2el"] * 1000 <= slo.e2el_ms
+        ok = meets_slo(req, slo, lat)
         s["request_goodput"] = rate(int(ok.sum()))
         # Over every request: a rejected or unfinished one did not meet the objectives.
         s["slo_attainment"] = float(ok.sum() / len(done)) if len(done) else math.nan

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
 from core.config import SchedulerConfig
+from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from core.params import validate_params
 from core.schedulers import SCHEDULERS
 from core.specs import HARDWARE
 from core.summary import SLO
@@ -52,6 +54,9 @@ class ProfileConfig(BaseModel):
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policies: list[str] | None = Field(None, description="compare these; default [scheduler].policy")
+    admissions: list[str] | None = Field(
+        None, description="compare these admission orders (one run per policy and order); "
+        "default [scheduler].admission")
     replicas: Count = 1
     router: str = "round_robin"
     time_scale: NonNegative = Field(1.0, le=1e6, description="run: multiply arrival times by K (0: all at once)")
@@ -68,6 +73,17 @@ class RunConfig(BaseModel):
             raise ValueError("needs at least one policy")
         return v
 
+    @field_validator("admissions")
+    @classmethod
+    def _known_orders(cls, v: list[str] | None) -> list[str] | None:
+        for a in v or []:
+            if a not in ADMISSION_ORDERS:
+                raise ValueError(f"unknown admission order {a!r}; expected one of "
+                                 f"{', '.join(sorted(ADMISSION_ORDERS))}")
+        if v is not None and not v:
+            raise ValueError("needs at least one admission order")
+        return v
+
 
 class ExperimentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -80,9 +96,13 @@ class ExperimentConfig(BaseModel):
 
     @field_validator("scheduler")
     @classmethod
-    def _policy_known(cls, v: SchedulerConfig) -> SchedulerConfig:
+    def _names_known(cls, v: SchedulerConfig) -> SchedulerConfig:
         if v.policy not in SCHEDULERS:
             raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+        for table, value, what in ((ADMISSION_ORDERS, v.admission, "admission order"),
+                                   (VICTIM_ORDERS, v.preemption, "preemption victim order")):
+            if value not in table:
+                raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(sorted(table))}")
         return v
 
     @model_validator(mode="after")
@@ -91,10 +111,40 @@ class ExperimentConfig(BaseModel):
         if self.scheduler.max_batch_delay_s and "static" not in self.policies():
             raise ValueError(f"scheduler.max_batch_delay_s (--max-batch-delay) applies to the "
                              f"static policy only; this run's policies: {', '.join(self.policies())}")
+        # Each parameter is validated against every compared policy that declares it; one
+        # that none of them declares is an error, as an unknown field is.
+        given = self.scheduler.params
+        for name in given:
+            if not any(name in SCHEDULERS[p].Params.model_fields for p in self.policies()):
+                declared = {p: ", ".join(SCHEDULERS[p].Params.model_fields) or "none"
+                            for p in self.policies()}
+                raise ValueError(f"scheduler.params.{name} (--policy-param): no policy of this run "
+                                 f"declares it ({'; '.join(f'{p}: {d}' for p, d in declared.items())})")
+        for p in self.policies():
+            validate_params(p, SCHEDULERS[p].Params, self._params_of(p), strict=True)
         return self
 
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
+
+    def admissions(self) -> list[str]:
+        return self.run.admissions or [self.scheduler.admission]
+
+    def runs(self) -> list[tuple[str, str, str]]:
+        """(name, policy, admission order) of each run compared: every policy with every
+        admission order. The name keys the tables, the JSON and the --out folders: the
+        policy alone when one order is compared, else policy+order."""
+        several = len(self.admissions()) > 1
+        return [(f"{p}+{a}" if several else p, p, a) for p in self.policies() for a in self.admissions()]
+
+    def _params_of(self, policy: str) -> dict[str, Any]:
+        declared = SCHEDULERS[policy].Params.model_fields
+        return {k: v for k, v in self.scheduler.params.items() if k in declared}
+
+    def policy_params(self) -> dict[str, dict[str, Any]]:
+        """Every compared policy's parameters with defaults filled in (for config.json)."""
+        return {p: validate_params(p, SCHEDULERS[p].Params, self._params_of(p)).model_dump()
+                for p in self.policies()}
 
     def unused(self, fields: dict[str, str]) -> dict[str, str]:
         """Of `fields` ("table.field" -> why a command ignores it), those set in this
@@ -121,16 +171,26 @@ class ExperimentConfig(BaseModel):
         for name, value in (ran or {}).items():
             table, _, field = name.partition(".")
             data[table][field] = value
+        data["run"]["admissions"] = self.admissions()
+        data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
         return data
 
-    def scheduler_for(self, policy: str, max_context: int | None = None) -> SchedulerConfig:
-        """One policy's scheduler. max_model_len defaults to the model's context length
-        (max_context) and may not exceed it, as in vLLM."""
+    def scheduler_for(self, policy: str, max_context: int | None = None,
+                      admission: str | None = None) -> SchedulerConfig:
+        """One policy's scheduler (with the parameters it declares, and `admission` if
+        given). max_model_len defaults to the model's context length (max_context) and
+        may not exceed it, as in vLLM."""
         limit = self.scheduler.max_model_len
         if limit is not None and max_context is not None and limit > max_context:
             raise UserError(f"scheduler.max_model_len={limit} exceeds the model's context "
                             f"length of {max_context} tokens")
-        return self.scheduler.model_copy(update={"policy": policy, "max_model_len": limit or max_context})
+        return self.scheduler.model_copy(update={
+            "policy": policy, "max_model_len": limit or max_context, "params": self._params_of(policy),
+            "admission": admission or self.scheduler.admission})
+
+    def schedulers(self, max_context: int | None = None) -> dict[str, SchedulerConfig]:
+        """Each run's scheduler, by run name (see runs())."""
+        return {name: self.scheduler_for(p, max_context, a) for name, p, a in self.runs()}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import tomllib
 from typing import Any
 
+from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from core.schedulers import SCHEDULERS
 from experiments.config import ExperimentConfig, build_config, read_toml
 from experiments.errors import UserError
 from experiments.workload_options import add_workload_options, workload_overrides
@@ -16,16 +19,25 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     add_workload_options(parser)
     g = parser.add_argument_group("scheduler")
     g.add_argument("--policy", action="append", metavar="NAME",
-                   help="static | continuous | chunked; repeat or comma-separate to compare")
+                   help=f"{' | '.join(sorted(SCHEDULERS))}; repeat or comma-separate to compare "
+                        "(simulate --list-policies describes them)")
+    g.add_argument("--policy-param", dest="policy_params", action="append", metavar="NAME=VALUE",
+                   help="a policy's own parameter ([scheduler.params]), repeatable; the value "
+                        "is read as in TOML (512, 0.8, true, or text)")
     g.add_argument("--max-num-seqs", dest="sc_max_num_seqs", type=int, metavar="N", help="seats")
     g.add_argument("--max-num-batched-tokens", dest="sc_max_num_batched_tokens", type=int, metavar="N")
     g.add_argument("--max-model-len", dest="sc_max_model_len", type=int, metavar="N",
                    help="longest prompt + output a request may ask for (default: the model's context)")
     g.add_argument("--block-size", dest="sc_block_size", type=int, metavar="N")
     g.add_argument("--num-kv-blocks", dest="sc_num_kv_blocks", type=int, metavar="N")
-    g.add_argument("--admission", dest="sc_admission", metavar="ORDER",
-                   help="fcfs | priority | shortest_prompt")
-    g.add_argument("--preemption", dest="sc_preemption", metavar="VICTIM", help="recent | priority")
+    g.add_argument("--admission", dest="admissions", action="append", metavar="ORDER",
+                   help=f"{' | '.join(sorted(ADMISSION_ORDERS))}; repeat or comma-separate to "
+                        "compare (a run per policy and order)")
+    g.add_argument("--preemption", dest="sc_preemption", metavar="VICTIM",
+                   help=" | ".join(sorted(VICTIM_ORDERS)))
+    g.add_argument("--kv-allocation", dest="sc_kv_allocation", choices=("paged", "reserved"),
+                   help="paged (default): blocks as tokens arrive, preempt when out; reserved: "
+                        "admit only if prompt + whole output budget fits, never preempt")
     g.add_argument("--max-batch-delay", dest="sc_max_batch_delay_s", type=float, metavar="S",
                    help="static: wait up to S seconds for a full batch")
     g = parser.add_argument_group("model and hardware")
@@ -110,9 +122,32 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     if slo:
         out.setdefault("run", {})["slo"] = slo
     if args.policy:
-        out.setdefault("run", {})["policies"] = [p.strip() for arg in args.policy
-                                                 for p in arg.split(",") if p.strip()]
+        out.setdefault("run", {})["policies"] = _names(args.policy)
+    if getattr(args, "admissions", None):
+        orders = _names(args.admissions)
+        out.setdefault("scheduler", {})["admission"] = orders[0]
+        out.setdefault("run", {})["admissions"] = orders if len(orders) > 1 else None
+    for item in getattr(args, "policy_params", None) or []:
+        name, value = parse_param(item)
+        out.setdefault("scheduler", {}).setdefault("params", {})[name] = value
     return out
+
+
+def _names(values: list[str]) -> list[str]:
+    """Repeated and comma-separated names, in order."""
+    return [p.strip() for arg in values for p in arg.split(",") if p.strip()]
+
+
+def parse_param(item: str) -> tuple[str, Any]:
+    """NAME=VALUE, the value read as a TOML value (512, 0.8, true, "x"), else as text."""
+    name, sep, text = item.partition("=")
+    if not sep or not name.strip():
+        raise UserError(f"--policy-param {item!r}: expected NAME=VALUE (e.g. long_prompt=512)")
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    return name.strip(), value
 
 
 def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = None) -> ExperimentConfig:

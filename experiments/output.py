@@ -37,6 +37,22 @@ def write_table(path: Path, table: dict[str, np.ndarray]) -> None:
         w.writerows(zip(*(table[c].tolist() for c in cols)))
 
 
+def with_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The request table plus each finished request's latencies in ms, as `vllm bench
+    serve` defines them: ttft (arrival to first token), tpot ((e2el - ttft) / (output
+    tokens - 1), for replies of more than one token), e2el (arrival to last token) and
+    queueing delay (arrival to first scheduled). Empty (NaN) for the others."""
+    done = req["status"] == "finished"
+    nan = np.where(done, 1.0, np.nan)
+    arrival, first, finish = req["arrival_s"], req["first_token_s"], req["finish_s"]
+    multi = np.where(req["output_len"] > 1, 1.0, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = (finish - first) / (req["output_len"] - 1) * multi
+    return {**req, "ttft_ms": (first - arrival) * 1000 * nan, "tpot_ms": tpot * 1000 * nan,
+            "e2el_ms": (finish - arrival) * 1000 * nan,
+            "queueing_delay_ms": (req["first_scheduled_s"] - arrival) * 1000 * nan}
+
+
 # What a run writes per policy folder; only these are ever removed.
 TABLES = ("requests.csv", "steps.csv")
 
@@ -72,7 +88,7 @@ class ResultWriter:
     def add(self, name: str, result: RunResult, summary: dict[str, float]) -> None:
         sub = self.dir / name
         sub.mkdir(exist_ok=True)
-        write_table(sub / TABLES[0], result.requests)
+        write_table(sub / TABLES[0], with_latencies(result.requests))
         if result.steps is not None:
             write_table(sub / TABLES[1], result.steps)
         self.summaries[name] = summary

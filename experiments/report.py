@@ -33,16 +33,42 @@ def _fmt(fmt: str, v: float | None) -> str:
     return fmt.format(v)
 
 
-def comparison_table(summaries: dict[str, dict[str, float]]) -> str:
+# Per class (priority, replica): the latency and goodput rows.
+CLASS_ROWS: list[tuple[str, str, str]] = [
+    ("completed", "completed requests", "{:.0f}"),
+    ("median_ttft_ms", "TTFT p50 (ms)", "{:.1f}"),
+    ("p99_ttft_ms", "TTFT p99 (ms)", "{:.1f}"),
+    ("median_tpot_ms", "TPOT p50 (ms)", "{:.2f}"),
+    ("median_queueing_delay_ms", "queueing p50 (ms)", "{:.1f}"),
+    ("median_e2el_ms", "E2E latency p50 (ms)", "{:.1f}"),
+    ("p99_e2el_ms", "E2E latency p99 (ms)", "{:.1f}"),
+    ("request_goodput", "goodput (req/s in SLO)", "{:.2f}"),
+]
+_CLASS_TITLES = {"by_priority": "priority class", "by_replica": "replica"}
+
+
+def comparison_table(summaries: dict[str, dict[str, float]], row_spec=ROWS) -> str:
     names = list(summaries)
     rows = [(label, [_fmt(fmt, summaries[n].get(key)) for n in names])
-            for key, label, fmt in ROWS if any(key in summaries[n] for n in names)]
+            for key, label, fmt in row_spec if any(key in summaries[n] for n in names)]
     w0 = max(len(r[0]) for r in rows)
     widths = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(names)]
     line = lambda first, cells: "  ".join([first.ljust(w0), *(c.rjust(w) for c, w in zip(cells, widths))])
     out = [line("", names), line("", ["-" * w for w in widths])]
     out += [line(label, cells) for label, cells in rows]
     return "\n".join(out)
+
+
+def class_tables(summaries: dict[str, dict]) -> str:
+    """The per-class breakdowns (core/class_summary.py) a run's summaries carry: one
+    table per class, a column per run ("-" where a run had no such class)."""
+    out = []
+    for key, title in _CLASS_TITLES.items():
+        classes = sorted({c for s in summaries.values() for c in s.get(key, {})}, key=int)
+        for c in classes:
+            sub = {n: s.get(key, {}).get(c, {}) for n, s in summaries.items()}
+            out.append(f"{title} {c}:\n" + comparison_table(sub, CLASS_ROWS))
+    return "\n\n".join(out)
 
 
 def slo_line(slo: SLO | None) -> str | None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from core.class_summary import BREAKDOWNS, breakdowns
 from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
@@ -13,7 +14,7 @@ from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                  reject_unused_fields, reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
     # Every setting is checked before an earlier run's results in --out are cleared.
-    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
+    schedulers = cfg.schedulers(rt.spec.max_context)
     for sched in schedulers.values():  # the KV pool: refused now, before --out is written
         rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
     ran = {"model.dtype": dtype_name(rt.dtype), "model.device": str(rt.device),
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        summaries[policy] = result.summary(cfg.run.slo)
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
         summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
         metas[policy] = result.meta
         m = result.meta
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print(comparison_table(summaries))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
+        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
+            print("\n" + class_tables(summaries))
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0

@@ -38,13 +38,13 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         hw = lookup_hardware(cfg.hardware.name)
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
-    for p in cfg.policies():
-        sc = cfg.scheduler_for(p, meta["max_context"])
+    for name, p, admission in cfg.runs():
+        sc = cfg.scheduler_for(p, meta["max_context"], admission)
         if hw is not None:
             d = engine_defaults(hw)
             sc, done = apply_engine_defaults(sc, given, d)
             applied.update(f"{a} ({p})" if "tokens" in a else a for a in done)
-        schedulers[p] = sc
+        schedulers[name] = sc
     if hw is not None and applied:
         meta["scheduler_defaults"] = f"{engine_defaults(hw).why}: {', '.join(sorted(applied))}"
     else:

@@ -7,6 +7,7 @@ import time
 
 from tqdm import tqdm
 
+from core.class_summary import BREAKDOWNS, breakdowns
 from core.sizes import check_run_size
 from core.stability import queue_stability
 from core.workload import build_workload
@@ -14,7 +15,7 @@ from experiments.errors import UserError
 from experiments.options import add_common_options, load_experiment, named, reject_unused_fields
 from experiments.output import ResultWriter, to_json
 from experiments.repeats import aggregate, paired, repeats_table
-from experiments.report import comparison_table, slo_line
+from experiments.report import class_tables, comparison_table, slo_line
 from experiments.roofline_options import add_roofline_options
 from experiments.sim_setup import roofline_setup, sim_setup  # noqa: F401 (studies import it here)
 from sim import simulate
@@ -57,10 +58,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="keep step totals only, no steps.csv: for replays of millions of requests")
     g.add_argument("--step-by-step", action="store_true",
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
+    g.add_argument("--list-policies", action="store_true",
+                   help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_policies:
+        from experiments import listing
+        print(to_json(listing.registry()) if args.format == "json" else listing.render())
+        return 0
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_header(workload, setup, cfg)
         print(comparison_table(summaries))
-        _print_footer(cfg, writer)
+        _print_footer(cfg, writer, summaries)
     return 130 if interrupted else 0
 
 
@@ -110,7 +117,7 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer) -> tuple[
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
                           progress=bar.update, keep_on_interrupt=True)
-    summary = result.summary(cfg.run.slo)
+    summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta["interrupted"]
     print(f"[{name}] {summary['completed']:.0f}/{len(workload)} requests, "
@@ -132,9 +139,11 @@ def _print_header(workload, setup, cfg) -> None:
     print("\n".join(setup.assumptions()) + "\n")
 
 
-def _print_footer(cfg, writer) -> None:
+def _print_footer(cfg, writer, summaries: dict | None = None) -> None:
     if cfg.run.slo is not None:
         print(slo_line(cfg.run.slo))
+    if summaries and any(k in s for s in summaries.values() for k in BREAKDOWNS):
+        print("\n" + class_tables(summaries))
     if writer:
         print(f"\nresults written to {writer.dir}/")
 

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
     # Before a calibration (minutes, without --profile) and before --out is written.
-    schedulers = {p: cfg.scheduler_for(p, rt.spec.max_context) for p in cfg.policies()}
+    schedulers = cfg.schedulers(rt.spec.max_context)
     writer = None
     if args.out:
         from experiments.validation.output import ValidationWriter  # matplotlib only with --out

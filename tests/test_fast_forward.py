@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from core.batch import Batch
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel, roofline
+from core.kv_reservation import KV_ALLOCATIONS
+from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from core.profile import load_profile
 from core.schedulers import SCHEDULERS
 from core.schedulers.continuous import ContinuousScheduler
@@ -17,6 +19,7 @@ from core.specs import lookup_hardware, lookup_model
 from core.workload import Workload
 from sim import simulate
 from sim.events import counting_events
+from tests.draws import params, policies
 
 COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
@@ -34,26 +37,34 @@ COSTS = {
 
 @st.composite
 def scenarios(draw):
-    n = draw(st.integers(1, 40))
+    long = draw(st.booleans())  # a few requests of realistic length, or many short ones
+    n = draw(st.integers(1, 10 if long else 40))
     rate = draw(st.sampled_from([2.0, 20.0, 200.0, float("inf")]))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     arrivals = np.zeros(n) if np.isinf(rate) else np.concatenate(([0.0], np.cumsum(rng.exponential(1 / rate, n - 1))))
     closed = draw(st.sampled_from([None, None, 3]))
-    work = Workload(arrivals, rng.integers(1, draw(st.sampled_from([20, 300])), n),
-                    rng.integers(1, draw(st.sampled_from([10, 120])), n),
+    prompts = draw(st.sampled_from([20, 300] + ([4096] if long else [])))
+    outputs = draw(st.sampled_from([10, 120] + ([2048] if long else [])))
+    work = Workload(arrivals, rng.integers(1, prompts, n), rng.integers(1, outputs, n),
                     priority=rng.integers(0, 3, n), max_concurrency=closed,
                     think_time_s=draw(st.sampled_from([0.0, 0.05])))
+    # Every registered policy, order and KV mode, with drawn parameters: a new one that
+    # claims fast-forward is checked here.
+    name = draw(st.sampled_from(policies()))
+    block_size = draw(st.sampled_from([1, 4, 16]))
     cfg = SchedulerConfig(
-        # Every registered policy: a new one that claims fast-forward is checked here.
-        policy=draw(st.sampled_from(sorted(SCHEDULERS))),
+        policy=name,
         max_num_seqs=draw(st.integers(1, 12)),
         max_num_batched_tokens=draw(st.sampled_from([None, 8, 64, 512])),  # 8: fewer than the decoders
-        block_size=draw(st.sampled_from([1, 4, 16])),
-        admission=draw(st.sampled_from(["fcfs", "priority", "shortest_prompt"])),
-        preemption=draw(st.sampled_from(["recent", "priority"])),
+        block_size=block_size,
+        admission=draw(st.sampled_from(sorted(ADMISSION_ORDERS))),
+        preemption=draw(st.sampled_from(sorted(VICTIM_ORDERS))),
         max_batch_delay_s=draw(st.sampled_from([0.0, 0.05])),
+        kv_allocation=draw(st.sampled_from(KV_ALLOCATIONS)),
+        params=draw(params(SCHEDULERS[name].Params)),
     )
-    blocks = max(2, draw(st.integers(40, 3000)) // cfg.block_size)
+    kv_tokens = draw(st.integers(40, 3000)) * (8 if long else 1)
+    blocks = max(2, kv_tokens // cfg.block_size)
     return work, cfg, blocks, draw(st.sampled_from(sorted(COSTS))), draw(st.sampled_from([1, 1, 2]))
 
 

@@ -1,44 +1,37 @@
-"""Scheduler invariants under random workloads and settings, for every policy."""
+"""Scheduler invariants under random workloads and settings, for every registered
+policy, admission order, victim order and KV allocation mode, with each policy's
+declared parameters drawn from their ranges (tests/draws.py; focus one policy with
+BATCHLAB_TEST_POLICY=NAME or pytest --policy NAME)."""
 from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.config import SchedulerConfig
 from core.request import Request, Status
 from core.schedulers import SCHEDULERS, make_scheduler
+from core.schedulers.chunked import ChunkedPrefillScheduler
+from core.schedulers.continuous import ContinuousScheduler
+from core.schedulers.static import StaticScheduler
+from tests.draws import configs, policies, requests
 from tests.driver import drive
 
-POLICIES = sorted(SCHEDULERS)
-
 
 @st.composite
-def workloads(draw):
-    n = draw(st.integers(1, 25))
-    reqs = []
-    t = 0.0
-    for i in range(n):
-        t += draw(st.sampled_from([0.0, 0.0, 0.5, 1.0, 3.0, 20.0]))
-        reqs.append(Request(id=i, arrival=t, prompt_len=draw(st.integers(1, 80)),
-                            output_len=draw(st.integers(1, 40)), priority=draw(st.integers(0, 3))))
-    return reqs
+def scenarios(draw, among=None):
+    names = policies(among)
+    if not names:
+        pytest.skip("the focused policy is not one this test is about")
+    reqs = draw(requests())
+    cfg, blocks = draw(configs(reqs, policy=draw(st.sampled_from(names))))
+    return reqs, cfg, blocks
 
 
-@st.composite
-def configs(draw, policy=None):
-    block_size = draw(st.sampled_from([1, 4, 16]))
-    kv_tokens = draw(st.integers(24, 400))  # small, so preemption and rejection happen
-    return SchedulerConfig(
-        policy=policy or draw(st.sampled_from(POLICIES)),
-        max_num_seqs=draw(st.integers(1, 8)),
-        max_num_batched_tokens=draw(st.sampled_from([None, 16, 64, 200])),
-        block_size=block_size,
-        admission=draw(st.sampled_from(["fcfs", "priority", "shortest_prompt"])),
-        preemption=draw(st.sampled_from(["recent", "priority"])),
-        max_batch_delay_s=draw(st.sampled_from([0.0, 0.0, 2.5])),
-    ), max(2, kv_tokens // block_size)
+def family(base: type) -> list[str]:
+    return [n for n, cls in SCHEDULERS.items() if issubclass(cls, base)]
 
 
 def check_invariants(sched, batch, _state):
@@ -57,18 +50,21 @@ def check_invariants(sched, batch, _state):
     for s in running:
         assert len(s.block_table) * kv.block_size >= s.num_computed
         assert s.num_generated < s.request.output_len
-    budget = getattr(sched, "token_budget", None)
-    if budget and sched.name == "chunked":
-        assert batch.total_tokens <= budget
+    if isinstance(sched, ChunkedPrefillScheduler):
+        assert batch.total_tokens <= sched.token_budget
+    if sched.config.kv_allocation == "reserved":
+        # Whole budgets fit together, so nobody is ever preempted.
+        assert not batch.preempted
+        assert sched.reservation.blocks <= kv.num_blocks
 
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
-@given(workloads(), configs())
-def test_every_request_finishes_once_with_its_tokens(reqs, cfg_blocks):
-    cfg, blocks = cfg_blocks
+@given(scenarios())
+def test_every_request_finishes_once_with_its_tokens(scenario):
+    reqs, cfg, blocks = scenario
     sched = make_scheduler(cfg, blocks)
     finished, rejected, _ = drive(sched, reqs, check=check_invariants)
     ids = Counter(s.id for s in finished + rejected)
@@ -80,23 +76,25 @@ def test_every_request_finishes_once_with_its_tokens(reqs, cfg_blocks):
         assert s.reject_reason
         # Rejected only if it could never fit, whatever else is running.
         too_big_kv = -(-s.request.max_kv_tokens // cfg.block_size) > blocks
-        too_big_step = cfg.policy == "continuous" and s.request.prompt_len > sched.token_budget
+        too_big_step = isinstance(sched, ContinuousScheduler) and s.request.prompt_len > sched.token_budget
         assert too_big_kv or too_big_step
     assert sched.kv.num_free == blocks
+    assert sched.reservation.blocks == 0
 
 
 def _head_fits(sched):
     head = sched._peek()
     if head is None or len(sched.running) >= sched.max_seqs:
         return {"head": None}
-    fits = head.known <= sched.token_budget and sched.kv.can_grow(head.block_table, head.known)
+    fits = (head.known <= sched.token_budget and sched.kv.can_grow(head.block_table, head.known)
+            and sched.reservation.fits(head) and not sched.holds_back(head))
     return {"head": head if fits else None}
 
 
 @SETTINGS
-@given(workloads(), configs(policy="continuous"))
-def test_continuous_never_leaves_a_seat_empty_when_the_head_fits(reqs, cfg_blocks):
-    cfg, blocks = cfg_blocks
+@given(scenarios(among=family(ContinuousScheduler)))
+def test_continuous_never_leaves_a_seat_empty_when_the_head_fits(scenario):
+    reqs, cfg, blocks = scenario
 
     def check(sched, batch, state):
         check_invariants(sched, batch, state)
@@ -107,9 +105,9 @@ def test_continuous_never_leaves_a_seat_empty_when_the_head_fits(reqs, cfg_block
 
 
 @SETTINGS
-@given(workloads(), configs(policy="static"))
-def test_static_admits_nobody_until_the_whole_batch_is_done(reqs, cfg_blocks):
-    cfg, blocks = cfg_blocks
+@given(scenarios(among=family(StaticScheduler)))
+def test_static_admits_nobody_until_the_whole_batch_is_done(scenario):
+    reqs, cfg, blocks = scenario
 
     def before(sched):
         return {"running": set(map(id, sched.running))}
@@ -123,9 +121,31 @@ def test_static_admits_nobody_until_the_whole_batch_is_done(reqs, cfg_blocks):
 
 
 @SETTINGS
-@given(workloads(), configs())
-def test_schedulers_are_deterministic(reqs, cfg_blocks):
-    cfg, blocks = cfg_blocks
+@given(scenarios(among=["memory_aware"]))
+def test_memory_aware_admits_no_long_prompt_while_kv_is_busy(scenario):
+    reqs, cfg, blocks = scenario
+    seen = {"held": 0}
+
+    def before(sched):
+        p, kv = sched.params, sched.kv
+        busy = bool(sched.running) and kv.num_used > p.kv_threshold * kv.num_blocks
+        return {"busy": busy, "running": set(map(id, sched.running)), "long": p.long_prompt}
+
+    def check(sched, batch, state):
+        check_invariants(sched, batch, state)
+        admitted = [s for s in batch.seqs if id(s) not in state["running"]]
+        if state["busy"]:
+            assert all(s.request.prompt_len < state["long"] for s in admitted), \
+                "admitted a long prompt while KV use was above the threshold"
+            seen["held"] += any(s.request.prompt_len >= state["long"] for s in sched.waiting())
+
+    drive(make_scheduler(cfg, blocks), reqs, before=before, check=check)
+
+
+@SETTINGS
+@given(scenarios())
+def test_schedulers_are_deterministic(scenario):
+    reqs, cfg, blocks = scenario
 
     def trace():
         log = []
@@ -137,9 +157,26 @@ def test_schedulers_are_deterministic(reqs, cfg_blocks):
     assert trace() == trace()
 
 
+def test_the_draws_reach_every_registered_order_and_mode():
+    """Nothing registered is left out of the draws above (they read the registries)."""
+    from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+    seen = {"admission": set(), "preemption": set(), "kv_allocation": set(), "policy": set()}
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(scenarios())
+    def collect(scenario):
+        cfg = scenario[1]
+        for k in seen:
+            seen[k].add(getattr(cfg, k))
+
+    collect()
+    assert seen["admission"] == set(ADMISSION_ORDERS) and seen["preemption"] == set(VICTIM_ORDERS)
+    assert seen["kv_allocation"] == {"paged", "reserved"} and seen["policy"] == set(policies())
+
+
 def test_chunked_admits_only_a_prompt_that_fits_whole():
     """A prompt whose first chunk fits but whole does not waits: admitted, it would be
-    the next victim as the decoder grows, readmitted into the blocks it freed, and
+    the next victim as the decoder grows, readmitted into the blocks it just freed, and
     preempted again, recomputing its chunks over and over."""
     cfg = SchedulerConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=8, block_size=4)
     sched = make_scheduler(cfg, 10)  # 40 tokens of KV

@@ -14,12 +14,17 @@ from core.batch import Batch
 from core.config import SchedulerConfig
 from core.decode_group import DecodeGroup
 from core.kv import BlockManager, blocks_for
-from core.policies import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
+from core.kv_reservation import make_reservation
+from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
+from core.params import PolicyParams, validate_params
 from core.request import Request, Sequence, Status
 
 
 class Scheduler(ABC):
     name: ClassVar[str]
+    description: ClassVar[str] = ""  # one line for the listings (default: the docstring's)
+    # The policy's parameters: a PolicyParams subclass; values arrive as self.params.
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
     # Fast-forward contract. If schedule() returns a batch in which every running
     # sequence decodes one token and nothing was preempted, then, as long as nothing
     # arrives, schedule() keeps returning exactly that composition until a sequence
@@ -47,8 +52,12 @@ class Scheduler(ABC):
         self.config = config
         self.kv = kv
         self.max_seqs = config.max_num_seqs
-        self._admission_key = lookup(ADMISSION_ORDERS, config.admission, "admission order")
-        self._victim_key = lookup(VICTIM_ORDERS, config.preemption, "preemption victim order")
+        self.params = validate_params(self.name, self.Params, config.params)
+        self._admission_key = lookup(ADMISSION_ORDERS, config.admission, "admission order").key
+        victims = lookup(VICTIM_ORDERS, config.preemption, "preemption victim order")
+        self._victim_key = victims.key
+        self._victims_as_admitted = victims.admission_ordered  # running list already in order
+        self.reservation = make_reservation(config.kv_allocation, kv)
         self._waiting: list[tuple[tuple, int, Sequence]] = []  # heap by admission key
         self._pushes = 0  # heap tie-break: duplicate keys never compare Sequences
         self.running: list[Sequence] = []  # in admission order
@@ -101,6 +110,13 @@ class Scheduler(ABC):
                         self.group.join(seq)
         self.retire(finished, now)
         return finished
+
+    def holds_back(self, seq: Sequence) -> bool:
+        """A policy's own reason to keep the head of the queue waiting although it fits
+        (nobody overtakes it). For fast-forward it must stay True while decode steps run
+        and nothing arrives or finishes (e.g. it may read KV use, which only grows then),
+        and must read no clock."""
+        return False
 
     def has_work(self) -> bool:
         return bool(self._waiting or self.running)
@@ -156,6 +172,7 @@ class Scheduler(ABC):
         for seq, now in zip(done, times):
             seq.status, seq.finish = Status.FINISHED, now
             self.kv.free(seq.block_table)
+            self.reservation.release(seq)
         self._drop_running(done)
 
     # -- shared mechanics ----------------------------------------------------------
@@ -191,6 +208,7 @@ class Scheduler(ABC):
         seq.decoding = False
         self._num_prefilling += 1
         seq.admit_order = self._admissions
+        self.reservation.hold(seq)
         self._admissions += 1
         if seq.first_scheduled < 0:
             seq.first_scheduled = now
@@ -204,6 +222,8 @@ class Scheduler(ABC):
         head = self._peek()
         if not self.kv.can_grow(head.block_table, n if fits is None else fits):
             return False
+        if not self.reservation.fits(head) or self.holds_back(head):
+            return False
         seq = self._admit(now)
         self.kv.grow(seq.block_table, n)
         batch.add(seq, n)
@@ -212,6 +232,7 @@ class Scheduler(ABC):
     def _preempt(self, seq: Sequence, batch: Batch) -> None:
         """Recompute preemption: drop all KV, go back to waiting with progress reset."""
         self.kv.free(seq.block_table)
+        self.reservation.release(seq)
         seq.num_computed = 0
         seq.status = Status.WAITING
         if not seq.decoding:
@@ -225,7 +246,7 @@ class Scheduler(ABC):
 
     def _by_protection(self) -> list[Sequence]:
         """Running sequences, most protected first (victims are taken from the end)."""
-        if self.config.preemption == "recent":
+        if self._victims_as_admitted:
             return self.running[:]  # already in admission order
         return sorted(self.running, key=self._victim_key)
 
@@ -259,7 +280,7 @@ class Scheduler(ABC):
         general loop decides (and preempts) as in eager mode."""
         group, running, p = self.group, self.running, self._num_prefilling
         budget = self.token_budget
-        leads = (not p or (self.config.preemption == "recent"
+        leads = (not p or (self._victims_as_admitted
                            and not any(s.decoding for s in running[-p:])))
         if not (leads and len(running) - p <= (budget or len(running))):
             if group.size:
