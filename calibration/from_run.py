@@ -88,7 +88,9 @@ def _scratch(runs: list[ServedRun], train: dict[str, np.ndarray]) -> FittedCostM
     ms = [Measurement(point=f"step{i}", region=_region(f), features=f._asdict(),
                       median_s=float(t), mad_s=0.0, reps=1)
           for i, (f, t) in enumerate(zip(feats, train["duration_s"]))]
-    return fit(Shape.of(spec), ms).model
+    # Relative-error least squares leans fast on steps timed once (a step run 3x slow
+    # pulls less than one predicted 3x slow): re-level it in log ratio (refine).
+    return refine(fit(Shape.of(spec), ms).model, feats, train["duration_s"])[0]
 
 
 def _region(f) -> str:

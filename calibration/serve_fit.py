@@ -10,8 +10,9 @@ size, right after a prefill or an idle gap. A sweep's warm medians fix the struc
 scale is the serving level against the sweep's (the same machine runs a served step
 slower than a repeated one), d_chunk the fixed cost of a chunk of a shape the process
 has not run (added to per_chunk_s), and the two context terms are new. It is a linear
-least-squares problem in relative error, refined with a soft-L1 loss so the slowest
-steps (a busy neighbour) pull less. Without a profile, fit_scratch() fits every term
+least-squares problem, solved in relative error and then refined on the log ratio of
+predicted to measured with a soft-L1 loss, so the slowest steps (a busy neighbour) pull
+less and a step's error counts the same whether it is too fast or too slow. Without a profile, fit_scratch() fits every term
 from served steps alone (calibration.fit on one measurement per step)."""
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from scipy.optimize import least_squares, lsq_linear
 from core.features import FEATURE_NAMES, StepFeatures
 from core.fitted_cost import FittedCostModel
 
-ROBUST_SCALE = 0.1  # soft-L1 turns linear beyond 10% relative error (served steps are noisy)
+ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio: a median-like fit of noisy steps
 MIN_STEPS = 5  # steps of a kind needed to fit the term that prices it
 SMALL_CHUNK = 128  # "small chunk" kind: a prefill of at most this many tokens
 
@@ -85,14 +86,24 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
                          [f.after_prefill for f in feats],
                          [f.after_idle for f in feats]]).astype(float)
     A = X / y[:, None]
-    b = np.ones(len(y))
     scale = np.abs(A).max(axis=0)
     scale[scale == 0] = 1.0
     A = A / scale
     lo = np.array([0.0, -base.per_chunk_s * scale[1], 0.0, 0.0])  # per_chunk_s stays >= 0 at scale ~1
-    x = np.maximum(lsq_linear(A, b, bounds=(lo, np.inf), method="bvls").x, lo)
-    x = least_squares(lambda z: A @ z - b, x, jac=lambda z: A, bounds=(lo, np.inf),
-                      loss="soft_l1", f_scale=ROBUST_SCALE, method="trf").x / scale
+    x = np.maximum(lsq_linear(A, np.ones(len(y)), bounds=(lo, np.inf), method="bvls").x, lo)
+    x[0] = max(x[0], 1e-3)
+
+    # Residuals in log ratio, not relative error: served steps are timed once, and a
+    # few run 2-5x slow (a neighbour took the core); (p - y) / y caps such a step's pull
+    # at -1 while a step predicted 2x too slow pulls +1, which biased the fit fast.
+    def resid(z):
+        return np.log(np.maximum(A @ z, 1e-12))
+
+    def jac(z):
+        return A / np.maximum(A @ z, 1e-12)[:, None]
+
+    x = least_squares(resid, x, jac=jac, bounds=(lo, np.inf), loss="soft_l1",
+                      f_scale=ROBUST_SCALE, method="trf").x / scale
     s, d_chunk, ap, ai = (float(v) for v in x)
     m = base.scaled(1.0 / s, 1.0 / s, s) if s > 0 else base
     m = FittedCostModel(m.shape, m.overhead_s, m.per_seq_s, max(0.0, m.per_chunk_s + d_chunk),
