@@ -22,7 +22,7 @@ from core.features import StepHistory
 from core.metrics import MetricsRecorder
 from core.request import Sequence, Status
 from core.result import RunResult
-from core.schedulers import make_scheduler
+from core.schedulers import check_prefix_hashes, make_scheduler
 from core.workload import Workload
 
 _SLEEP_SLICE = 0.05  # longest uninterrupted sleep: how fast Ctrl-C is noticed when idle
@@ -72,6 +72,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     complete() and outside the timed region."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
+    check_prefix_hashes(scheduler, workload)
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
@@ -142,13 +143,13 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                 idle_s += nap
                 continue
             features = step_features(batch, *history.context(clock()))
-            kv_used = kv.num_used
+            kv_used, cached = kv.num_used, kv.num_cached
             start = clock()
             engine.execute(batch)
             end = clock()
             history.ran(end, features.num_prefill_seqs > 0)
             finished = sched.complete(batch, end)
-            rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats)
+            rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats, cached)
             if observer is not None:
                 observer(0, start, end - start, batch)
             steps += 1

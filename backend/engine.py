@@ -4,7 +4,9 @@ sequences' token bookkeeping and block tables, run one forward pass, sample.
 Token ids of a sequence are its request's prompt ids followed by the tokens sampled so
 far (seq.output_token_ids), so a recompute after preemption re-feeds exactly what the
 sequence knew. Requests without prompt ids (synthetic workloads) get deterministic ones
-from a generator keyed by (prompt_seed, request id)."""
+from a generator keyed by (prompt_seed, request id), or by their prefix hashes
+(backend/prompt_ids.py). A prefix cache hit needs nothing here: the scheduler starts the
+sequence at its cached tokens and its block table maps the shared blocks of the pool."""
 from __future__ import annotations
 
 import time
@@ -17,14 +19,9 @@ from backend.attention import build_metadata
 from backend.device import synchronize
 from backend.kv_cache import PagedKVCache
 from backend.model_runner import ModelRunner
+from backend.prompt_ids import request_prompt, synthetic_prompt  # noqa: F401 (re-exported)
 from core.batch import Batch
 from core.request import Request, Sequence
-
-
-def synthetic_prompt(request_id: int, prompt_len: int, vocab_size: int, seed: int = 0) -> np.ndarray:
-    """The prompt ids a request without any gets: the same on every run and machine."""
-    rng = np.random.default_rng([seed, request_id])
-    return rng.integers(0, vocab_size, size=prompt_len, dtype=np.int64)
 
 
 @dataclass
@@ -57,7 +54,7 @@ class Engine:
                 if ids.min() < 0 or ids.max() >= vocab:
                     raise ValueError(f"request {request.id}: prompt token id out of range [0, {vocab})")
             else:
-                ids = synthetic_prompt(request.id, request.prompt_len, vocab, self.prompt_seed)
+                ids = request_prompt(request, vocab, self.prompt_seed)
             self._prompts[request.id] = ids
         return ids
 

@@ -24,6 +24,10 @@ class SchedulerConfig(BaseModel):
     preemption: str = Field("recent", description="victim order: recent (last admitted) | priority | ...")
     max_batch_delay_s: Seconds = Field(
         0.0, description="static: wait up to this long for a full batch")
+    prefix_caching: bool | None = Field(
+        None, description="reuse the KV blocks of cached prompt prefixes (vLLM v1 "
+        "semantics, core/prefix_cache.py); None: the policy's default (on for continuous "
+        "and chunked, off for static)")
     max_model_len: Tokens | None = Field(
         None, description="longest prompt + output a request may ask for, as vLLM's "
         "max_model_len (longer ones are rejected); None: no limit (the commands default it "

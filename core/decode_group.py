@@ -130,13 +130,13 @@ class DecodeGroup:
         n = bisect_left(entries, (t + m + 1,))
         leaving = entries[:n]
         del entries[:n]
-        done = []
-        for e in leaving:
-            blocks = -(-(e[3] + e[0]) // self.block_size)  # held when it finishes
-            seq = self._leave(e)
-            done.append((seq, e[0] - t))
-            if e[0] - t < m:
-                diffs[e[0] - t] -= blocks  # given back after its last step
+        done = [(self._leave(e), e[0] - t) for e in leaving]
+        # Given back after each one's last step (a shared cached block by the last
+        # member to drop it); `leaving` is in finish order, as the scheduler frees them.
+        freed = kv.freed_in_order([seq.block_table for seq, _ in done])
+        for (seq, step), blocks in zip(done, freed):
+            if step < m:
+                diffs[step] -= blocks
         self.tick = t + m
         return list(accumulate(diffs, initial=used))[1:], done
 

@@ -21,11 +21,11 @@ from core.request import Sequence
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
-                   "reject_reason")
+                   "reject_reason", "cached_tokens")
 STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seqs",
                 "prefill_tokens", "decode_tokens", "kv_tokens_read", "attention_pairs",
                 "num_preempted", "kv_blocks_used", "kv_blocks_total", "seats",
-                "after_prefill", "after_idle")
+                "cached_blocks", "after_prefill", "after_idle")
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
 FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
@@ -48,9 +48,11 @@ class MetricsRecorder:
 
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
-                    seats: int) -> None:
+                    seats: int, cached_blocks: int = 0) -> None:
         """Call after Scheduler.complete (it sets batch.sampled). Tokens are stamped
-        `end` exactly (not start + duration), so the next step's start matches them."""
+        `end` exactly (not start + duration), so the next step's start matches them.
+        kv_blocks_used and cached_blocks (blocks holding a cached prefix, in use or
+        not) as they stood when the step was formed."""
         seqs, b = batch.seqs, batch.bulk_decodes
         if batch.group_decodes:
             self._group_gaps(start, end, batch)
@@ -77,7 +79,8 @@ class MetricsRecorder:
             row = (replica, start, end - start, features.num_seqs, features.num_prefill_seqs,
                    features.prefill_tokens, features.decode_tokens, features.kv_tokens_read,
                    features.attention_pairs, len(batch.preempted), kv_blocks_used,
-                   kv_blocks_total, seats, features.after_prefill, features.after_idle)
+                   kv_blocks_total, seats, cached_blocks, features.after_prefill,
+                   features.after_idle)
             for col, value in zip(self._step.values(), row):
                 col.append(value)
 
@@ -108,11 +111,13 @@ class MetricsRecorder:
 
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
-                          seats: int, batch: Batch, context: tuple[int, int] = (0, 0)) -> None:
+                          seats: int, batch: Batch, cached_blocks: int = 0,
+                          context: tuple[int, int] = (0, 0)) -> None:
         """m decode-only steps of the decode group at once, the first one `batch`
         (see core/decode_group.py): step j ran from times[j-1] to times[j] with
-        num_seqs[j-1] members; context: the first step's (after_prefill, after_idle), the
-        later ones follow a decode. The same rows, gaps, totals and token stamps as m calls
+        num_seqs[j-1] members (a run neither caches nor evicts: cached_blocks holds);
+        context: the first step's (after_prefill, after_idle), the later ones follow a
+        decode. The same rows, gaps, totals and token stamps as m calls
         of record_step."""
         m = len(num_seqs)
         self._group_gaps(times[0], times[1], batch)
@@ -128,7 +133,8 @@ class MetricsRecorder:
         if self._step is None:
             return
         const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,
-                 "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats}
+                 "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats,
+                 "cached_blocks": cached_blocks}
         varying = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
                    "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
                    "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used,
@@ -144,7 +150,7 @@ class MetricsRecorder:
             r = seq.request
             row = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
                    seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
-                   seq.status.value, seq.reject_reason)
+                   seq.status.value, seq.reject_reason, seq.cached_tokens)
             for append, v in zip(appends, row):
                 append(v)
 

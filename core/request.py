@@ -17,12 +17,15 @@ class Request:
     prompt_token_ids: tuple[int, ...] | None = None
     priority: int = 0  # lower value = more important (vLLM convention)
     prefix_hashes: tuple[int, ...] | None = None  # hashes of leading prompt blocks
+    hash_block_size: int = 512  # tokens each prefix hash covers (Mooncake's 512)
 
     def __post_init__(self) -> None:
         if self.prompt_len < 1:
             raise ValueError(f"request {self.id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
             raise ValueError(f"request {self.id}: output_len must be >= 1, got {self.output_len}")
+        if self.hash_block_size < 1:
+            raise ValueError(f"request {self.id}: hash_block_size must be >= 1, got {self.hash_block_size}")
         if not self.arrival >= 0:
             raise ValueError(f"request {self.id}: arrival must be >= 0, got {self.arrival}")
         if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
@@ -69,6 +72,11 @@ class Sequence:
     finish: float = -1.0
     reject_reason: str = ""
     output_token_ids: list[int] = field(default_factory=list)  # filled by a real backend
+    # Prefix caching (core/prefix_cache.py): chained keys of its full prompt blocks (None
+    # until looked up, or with caching off), and the prompt tokens its first admission
+    # found cached (vLLM's num_cached_tokens).
+    block_keys: tuple[int, ...] | None = None
+    cached_tokens: int = 0
 
     @property
     def id(self) -> int:

@@ -10,9 +10,10 @@ import os
 BYTES_PER_REQUEST = 256
 # A replica: its SimPy process, scheduler and recorder state, with nothing running.
 BYTES_PER_REPLICA = 16 * 1024
-# A KV block's bookkeeping in core/kv.py's BlockManager: a free list of block ids holds
-# a list slot and an int object per block (8 + 28 bytes).
-KV_BYTES_PER_BLOCK = 40
+# A KV block's bookkeeping in core/kv.py's BlockManager, per block of the pool: none.
+# Never-used blocks are a counter; blocks in use cost their slots in the sequences'
+# tables (bounded by the requests in flight), so a pool of any size costs O(1).
+KV_BYTES_PER_BLOCK = 0
 # A trace line while its chunk is parsed, beyond its text (lists of fields, columns).
 BYTES_PER_TRACE_ROW = 200
 

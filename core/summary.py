@@ -67,6 +67,18 @@ def per_request_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     }
 
 
+def prefix_cache_stats(req: dict[str, np.ndarray]) -> dict[str, float]:
+    """vLLM's prefix_cache_queries / prefix_cache_hits, in tokens: the prompt tokens of
+    every request scheduled, and how many its first admission found cached."""
+    if "cached_tokens" not in req:  # a table from before prefix caching
+        return {}
+    scheduled = ~np.isnan(req["first_scheduled_s"])
+    queries = int(req["prompt_len"][scheduled].sum())
+    hits = int(req["cached_tokens"][scheduled].sum())
+    return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
+            "prefix_cache_hit_rate": hits / queries if queries else math.nan}
+
+
 def run_duration(req: dict[str, np.ndarray]) -> float:
     """First arrival to last finish (NaN: nothing finished)."""
     done = req["status"] == "finished"
@@ -136,6 +148,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     s["slot_utilization"] = steps["seat_fraction"] / n if n else math.nan
     s["kv_utilization"] = steps["kv_fraction"] / n if n else math.nan
     s["preemptions"] = int(steps["preemptions"])
+    s.update(prefix_cache_stats(req))
     if slo is not None:
         ok = meets_slo(req, slo, lat)
         s["request_goodput"] = rate(int(ok.sum()))

@@ -8,9 +8,12 @@ import sys
 
 from experiments import (calibrate_cmd, experiment_cmd, run_cmd, simulate_cmd, validate_cmd,
                          workload_cmd)
+from experiments.capacity import command as capacity_cmd
+from experiments.sweep import command as sweep_cmd
 from experiments.errors import UserError
 
-SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd]
+SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
+               capacity_cmd, sweep_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -40,6 +40,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                         "admit only if prompt + whole output budget fits, never preempt")
     g.add_argument("--max-batch-delay", dest="sc_max_batch_delay_s", type=float, metavar="S",
                    help="static: wait up to S seconds for a full batch")
+    g.add_argument("--prefix-caching", dest="sc_prefix_caching", action="store_const", const=True,
+                   help="reuse cached prompt prefixes (default: on for continuous and chunked, "
+                        "off for static)")
+    g.add_argument("--no-prefix-caching", dest="sc_prefix_caching", action="store_const",
+                   const=False, help="turn prefix caching off")
     g = parser.add_argument_group("model and hardware")
     g.add_argument("--model", dest="mo_name", metavar="NAME|DIR")
     g.add_argument("--hardware", dest="hw_name", metavar="NAME")
@@ -48,7 +53,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                    help="calibration profile (or 'default'): its cost model, KV capacity and model")
     g = parser.add_argument_group("run")
     g.add_argument("--replicas", dest="ru_replicas", type=int, metavar="N")
-    g.add_argument("--router", dest="ru_router", metavar="NAME", help="round_robin | least_loaded")
+    g.add_argument("--router", dest="ru_router", metavar="NAME", help="round_robin | least_loaded | prefix_aware")
     for slo in ("ttft", "tpot", "e2el"):
         g.add_argument(f"--slo-{slo}-ms", dest=f"slo_{slo}_ms", type=float, metavar="MS",
                        help=f"goodput: {slo.upper()} objective")

@@ -29,6 +29,12 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                    help="closed loop: at most N requests in flight")
     g.add_argument("--think-time", dest="wl_think_time_s", type=float, metavar="S",
                    help="closed loop: seconds between a reply and that user's next request")
+    g.add_argument("--system-prompt-len", dest="wl_system_prompt_len", type=int, metavar="N",
+                   help="presets: a shared system prompt of N tokens before every prompt")
+    g.add_argument("--turns", dest="wl_turns", type=float, metavar="T",
+                   help="presets: multi-turn chat, T turns per conversation on average")
+    g.add_argument("--turn-gap", dest="wl_turn_gap_s", type=float, metavar="S",
+                   help="multi-turn: mean think time between turns (default 20)")
     g = parser.add_argument_group(
         "workload transformations (fixed order: see docs/workloads.md; each is recorded)")
     g.add_argument("--jitter", dest="wl_jitter_s", type=float, metavar="S",

@@ -81,13 +81,13 @@ class Replica:
                 sched.retire(finished, env.now)
             else:
                 features = step_features(batch, *context)
-                kv_used = kv.num_used
+                kv_used, cached = kv.num_used, kv.num_cached
                 start = env.now
                 yield env.timeout(self.cost.step_time(features))
                 self.history.ran(env.now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, env.now)
                 rec.record_step(self.index, start, env.now, batch, features,
-                                kv_used, kv.num_blocks, seats)
+                                kv_used, kv.num_blocks, seats, cached)
                 if self.observer:
                     self.observer(self.index, start, env.now - start, batch)
             if finished:
@@ -134,14 +134,16 @@ class Replica:
             m = k
             run, times = self._run(k, t0, context)
         group, kv = sched.group, sched.kv
-        m = group.kv_steps(m, kv.num_free)
+        # Spare blocks only: a run never evicts a cached block (which one stepping
+        # would evict depends on when finishing members free theirs).
+        m = group.kv_steps(m, kv.num_spare)
         if m < MIN_FAST_FORWARD:
             return None
         kv_used, done = group.advance(m, kv)
         end = times[m]
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, kv.num_blocks,
-                                        sched.max_seqs, batch, context)
+                                        sched.max_seqs, batch, kv.num_cached, context)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:

@@ -1,17 +1,25 @@
-"""Routing requests across replicas."""
+"""Routing requests across replicas: round_robin, least_loaded, and prefix_aware (to the
+replica holding the longest cached prefix of the prompt, balanced against load)."""
 from __future__ import annotations
 
 from typing import Callable, Sequence as Seq
 
+from core.request import Request
 from sim.engine import Replica
 
-Router = Callable[[Seq[Replica]], Replica]
+Router = Callable[[Seq[Replica], Request], Replica]
+
+# prefix_aware falls back to the least loaded replica when the load is this uneven:
+# the busiest has more than BALANCE_ABS outstanding requests beyond the idlest and more
+# than BALANCE_REL times as many (SGLang's cache-aware router: 32 and 1.5 by default;
+# 8 suits the few replicas of a simulation).
+BALANCE_ABS, BALANCE_REL = 8, 1.5
 
 
 def round_robin() -> Router:
     state = {"next": 0}
 
-    def pick(replicas: Seq[Replica]) -> Replica:
+    def pick(replicas: Seq[Replica], _request: Request) -> Replica:
         r = replicas[state["next"] % len(replicas)]
         state["next"] += 1
         return r
@@ -20,10 +28,30 @@ def round_robin() -> Router:
 
 def least_loaded() -> Router:
     """Join the shortest queue: fewest outstanding requests, lowest index on ties."""
-    return lambda replicas: min(replicas, key=lambda r: (r.outstanding, r.index))
+    return lambda replicas, _request: _least_loaded(replicas)
 
 
-ROUTERS: dict[str, Callable[[], Router]] = {"round_robin": round_robin, "least_loaded": least_loaded}
+def _least_loaded(replicas: Seq[Replica]) -> Replica:
+    return min(replicas, key=lambda r: (r.outstanding, r.index))
+
+
+def prefix_aware() -> Router:
+    """The replica whose cache holds the longest prefix of the prompt (read through each
+    replica's scheduler, as llm-d's precise prefix-cache scorer reads the engines' KV
+    events), ties and no hit anywhere to the least loaded; the least loaded outright
+    when the load is too uneven (BALANCE_ABS, BALANCE_REL)."""
+    def pick(replicas: Seq[Replica], request: Request) -> Replica:
+        loads = [r.outstanding for r in replicas]
+        lo, hi = min(loads), max(loads)
+        if hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo:
+            return _least_loaded(replicas)
+        hits = [r.scheduler.cached_prefix_tokens(request) for r in replicas]
+        return min(replicas, key=lambda r: (-hits[r.index], r.outstanding, r.index))
+    return pick
+
+
+ROUTERS: dict[str, Callable[[], Router]] = {"round_robin": round_robin, "least_loaded": least_loaded,
+                                            "prefix_aware": prefix_aware}
 
 
 def make_router(name: str) -> Router:

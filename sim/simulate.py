@@ -10,7 +10,7 @@ from core.cost import CostModel
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence
 from core.result import RunResult
-from core.schedulers import make_scheduler
+from core.schedulers import check_prefix_hashes, make_scheduler
 from core.sizes import check_run_size
 from core.workload import Workload
 from sim.arrivals import Arrivals
@@ -35,6 +35,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     instead of raising."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
+    check_prefix_hashes(scheduler, workload)
     # Before anything is allocated: replicas of a huge pool can exhaust memory.
     check_run_size(len(workload), replicas, scheduler.num_kv_blocks or num_kv_blocks)
     env = simpy.Environment()
@@ -43,7 +44,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     engines: list[Replica] = []
 
     def submit(request: Request) -> None:
-        pick(engines).submit(request)
+        pick(engines, request).submit(request)
 
     def on_done(seq: Sequence) -> None:
         arrivals.done(seq)

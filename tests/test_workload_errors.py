@@ -36,6 +36,11 @@ CORPUS = [
     ("negative_time.jsonl", 2, "timestamp is -500; expected a time in milliseconds >= 0"),
     ("bad_hash_ids.jsonl", 2, "hash_ids is '0 1'; expected a list of integer block hashes"),
     ("null_length.jsonl", 2, "input_length is null; expected a whole number of tokens"),
+    ("float_hash_ids.jsonl", 2, "hash_ids is [1.5]; expected a list of integer block hashes"),
+    ("hash_count_mismatch.jsonl", 2, "hash_ids has 2 hashes; expected 3, one per 512-token "
+                                     "block of the 1100-token prompt (input_length)"),
+    ("mixed_hash_block.csv", 3, "hash_block_size is 16; expected one block size for the "
+                                "whole file (32 on earlier rows)"),
 ]
 
 

@@ -8,7 +8,9 @@ import pkgutil
 
 from core.config import SchedulerConfig
 from core.kv import BlockManager
+from core.prefix_cache import check_block_size
 from core.schedulers.base import Scheduler
+from core.workload.workload import Workload
 
 SCHEDULERS: dict[str, type[Scheduler]] = {}
 
@@ -19,10 +21,32 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
 
 
 def make_scheduler(config: SchedulerConfig, num_kv_blocks: int) -> Scheduler:
-    if config.policy not in SCHEDULERS:
-        raise ValueError(f"unknown policy {config.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+    _policy(config)
     blocks = config.num_kv_blocks or num_kv_blocks
     return SCHEDULERS[config.policy](config, BlockManager(blocks, config.block_size))
+
+
+def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
+    """Before a run: the workload's prefix hash blocks must map onto the KV blocks
+    when the policy caches prefixes (one-line ValueError otherwise)."""
+    on = config.prefix_caching
+    if on is None:
+        on = _policy(config).prefix_caching_default
+    if not on or workload.prefix_hashes is None:
+        return
+    why = check_block_size(workload.hash_block_size, config.block_size)
+    if why:
+        first = workload.description[0] if workload.description else "workload"
+        row = next(i for i, h in enumerate(workload.prefix_hashes) if h)
+        raise ValueError(f"{first}: request {row} (the first with prefix hashes): {why}; "
+                         f"expected a --block-size that divides {workload.hash_block_size}, "
+                         f"or --no-prefix-caching")
+
+
+def _policy(config: SchedulerConfig) -> type[Scheduler]:
+    if config.policy not in SCHEDULERS:
+        raise ValueError(f"unknown policy {config.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+    return SCHEDULERS[config.policy]
 
 
 for _mod in pkgutil.iter_modules(__path__):

@@ -17,6 +17,7 @@ from core.kv import BlockManager, blocks_for
 from core.kv_reservation import make_reservation
 from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from core.params import PolicyParams, validate_params
+from core.prefix_cache import block_keys
 from core.request import Request, Sequence, Status
 
 
@@ -43,6 +44,9 @@ class Scheduler(ABC):
     admits_while_running: ClassVar[bool] = True
     # Tokens per step when max_num_batched_tokens is not set (None: no budget).
     default_token_budget: ClassVar[int | None] = None
+    # Prefix caching when SchedulerConfig.prefix_caching is None: on, as in vLLM v1,
+    # SGLang and TensorRT-LLM; a policy modelling an engine without it says False.
+    prefix_caching_default: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -66,6 +70,12 @@ class Scheduler(ABC):
         self.num_preemptions = 0
         self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
         self.group: DecodeGroup | None = None  # see keep_decodes_in_group
+        pc = config.prefix_caching
+        self.prefix_caching = type(self).prefix_caching_default if pc is None else pc
+        # Over every admission (a recompute looks up again, as in vLLM): prompt-side
+        # tokens looked up, and how many of them were found cached.
+        self.prefix_queries = self.prefix_hits = 0
+        self._hit: tuple[Sequence | None, list[int]] = (None, [])  # the head's lookup
 
     # -- the contract --------------------------------------------------------------
     def add(self, request: Request, now: float) -> Sequence:
@@ -98,6 +108,11 @@ class Scheduler(ABC):
         for i in range(b, len(batch.seqs)):
             seq = batch.seqs[i]
             seq.num_computed += batch.num_tokens[i]
+            if seq.block_keys:  # units this chunk filled are computed now: cache them
+                span = self.kv.block_size * self.kv.unit
+                hi = min(seq.num_computed // span, len(seq.block_keys))
+                if hi > batch.starts[i] // span:
+                    self.kv.register(seq.block_table, seq.block_keys, batch.starts[i] // span, hi)
             sampled.append(seq.num_computed == seq.request.prompt_len + seq.num_generated)
             if sampled[-1]:
                 seq.num_generated += 1
@@ -169,6 +184,11 @@ class Scheduler(ABC):
         """Finish sequences that are done (by complete(), or left by DecodeGroup.advance)
         at `at`: one time for all, or one each. Frees their KV blocks."""
         times = at if isinstance(at, list) else [at] * len(done)
+        if self.prefix_caching and len(done) > 1:
+            # Freed cached blocks queue for eviction in freeing order: make that order
+            # the same whether the simulator stepped or fast-forwarded.
+            pairs = sorted(zip(done, times), key=lambda p: (p[1], p[0].admit_order))
+            done, times = [p[0] for p in pairs], [p[1] for p in pairs]
         for seq, now in zip(done, times):
             seq.status, seq.finish = Status.FINISHED, now
             self.kv.free(seq.block_table)
@@ -215,17 +235,58 @@ class Scheduler(ABC):
         self.running.append(seq)
         return seq
 
+    # -- prefix caching --------------------------------------------------------------
+    def _keys(self, seq: Sequence) -> tuple[int, ...]:
+        if seq.block_keys is None:
+            seq.block_keys, unit = block_keys(seq.request, self.kv.block_size)
+            if seq.block_keys:
+                self.kv.set_unit(unit)
+        return seq.block_keys
+
+    def _head_prefill(self) -> tuple[Sequence, int]:
+        """The head of the waiting queue and the tokens it must compute to catch up:
+        all it knows, less its longest cached prefix (looked up now, for _admit_head)."""
+        head = self._peek()
+        if not self.prefix_caching:
+            return head, head.known
+        keys = self._keys(head)
+        hit = self.kv.cached_prefix(keys, head.known) if keys else []
+        self._hit = (head, hit)
+        return head, head.known - len(hit) * self.kv.block_size
+
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Prompt tokens of `request` this replica holds cached now (for a router)."""
+        if not self.prefix_caching:
+            return 0
+        keys, unit = block_keys(request, self.kv.block_size)
+        if not keys or unit != self.kv.unit:
+            return 0
+        return len(self.kv.cached_prefix(keys, request.prompt_len)) * self.kv.block_size
+
     def _admit_head(self, batch: Batch, now: float, n: int, fits: int | None = None) -> bool:
         """Admit the head of the waiting queue with n tokens in this step, if the KV
-        blocks for `fits` tokens (default n) are free now. If not, nobody is admitted:
-        order is kept, nobody overtakes."""
+        blocks for `fits` tokens (default n) beyond its cached prefix (_head_prefill)
+        are free now. If not, nobody is admitted: order is kept, nobody overtakes."""
         head = self._peek()
-        if not self.kv.can_grow(head.block_table, n if fits is None else fits):
+        who, hit = self._hit
+        if who is not head:
+            hit = []
+        self._hit = (None, [])
+        cached = len(hit) * self.kv.block_size
+        if not self.kv.can_admit(hit, cached + (n if fits is None else fits)):
             return False
         if not self.reservation.fits(head) or self.holds_back(head):
             return False
         seq = self._admit(now)
-        self.kv.grow(seq.block_table, n)
+        if self.prefix_caching:
+            self.prefix_queries += seq.known
+            self.prefix_hits += cached
+            if seq.preemptions == 0:
+                seq.cached_tokens = cached
+            if hit:
+                self.kv.reuse(seq.block_table, hit)
+                seq.num_computed = cached
+        self.kv.grow(seq.block_table, cached + n)
         batch.add(seq, n)
         return True
 

@@ -26,7 +26,7 @@ class ChunkedPrefillScheduler(Scheduler):
         if preempted:
             return batch
         while self._waiting and len(self.running) < self.max_seqs and batch.total_tokens < budget:
-            whole = self._peek().remaining_prefill
+            _, whole = self._head_prefill()  # less its cached prefix
             # Admitted only if the whole prompt fits now (as vLLM v0 allocates it): one
             # that fits a first chunk alone is the next victim when decoders grow, and
             # is readmitted into the blocks it just freed, over and over.

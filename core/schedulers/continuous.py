@@ -34,8 +34,8 @@ class ContinuousScheduler(Scheduler):
         batch = Batch()
         budget = self.token_budget
         while self._waiting and len(self.running) < self.max_seqs:
-            head = self._peek()
-            n = head.known  # whole prompt (plus generated tokens after a preemption)
+            # Whole prompt (plus generated tokens after a preemption), less its cached prefix.
+            _, n = self._head_prefill()
             # A recompute longer than the budget may run alone, or it would never run.
             if n > budget - batch.total_tokens and not batch.is_empty:
                 break

@@ -15,6 +15,9 @@ class StaticScheduler(Scheduler):
     name = "static"
     fast_forward = True  # obeys the contract in base.py
     admits_while_running = False
+    # Request-level batching engines (FasterTransformer, HF generate) keep no cache
+    # across batches: off unless [scheduler] prefix_caching = true asks for it.
+    prefix_caching_default = False
 
     def schedule(self, now: float) -> Batch:
         batch = Batch()
@@ -24,7 +27,7 @@ class StaticScheduler(Scheduler):
         if not self._waiting or self._holding(now):
             return batch
         while self._waiting and len(self.running) < self.max_seqs:
-            if not self._admit_head(batch, now, self._peek().known):
+            if not self._admit_head(batch, now, self._head_prefill()[1]):
                 break
         return batch
 

@@ -28,6 +28,7 @@ from core.checks import (MAX_TIME_S, MAX_TOKENS, Count, Positive, PositiveSecond
 from core.checks import Burstiness
 from core.sizes import BYTES_PER_REQUEST, require_memory
 from core.workload import transforms as tf
+from core.workload.conversations import multi_turn, with_system_prompt
 from core.workload.errors import WorkloadError
 from core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
 from core.workload.lengths import LengthSpec, sample_lengths
@@ -41,8 +42,8 @@ __all__ = ["PRESETS", "WorkloadConfig", "build_workload"]
 class WorkloadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field("chat", description="a synthetic preset (chat, uniform, sharegpt, "
-                        "arxiv), a shared trace (azure_code, azure_conv, mooncake) or a file")
+    source: str = Field("chat", description="a synthetic preset (chat, multiturn, uniform, "
+                        "sharegpt, arxiv), a shared trace (azure_code, azure_conv, mooncake) or a file")
     trace_format: str = Field("auto", description="auto (detect from the file) | azure | "
                               "mooncake | lengths | batchlab")
     num_requests: Count | None = Field(None, description="presets: how many to generate; "
@@ -71,6 +72,15 @@ class WorkloadConfig(BaseModel):
                                 "this (rounded, at least 1 token)")
     max_prompt_len: Tokens | None = Field(None, description="clip prompt lengths to this")
     max_output_len: Tokens | None = Field(None, description="clip output lengths to this")
+    # Shared prefixes (core/workload/conversations.py): presets only.
+    system_prompt_len: int | None = Field(None, ge=0, le=MAX_TOKENS, description="presets: "
+                                          "a system prompt of this many tokens, shared by "
+                                          "every prompt (prefix hashes say so)")
+    turns: float | None = Field(None, ge=1, le=1000, description="presets: multi-turn chat, "
+                                "this many turns per conversation on average; rate is then "
+                                "conversations/s and each prompt the conversation so far")
+    turn_gap_s: Seconds | None = Field(None, description="multi-turn: mean think time between "
+                                       "a conversation's turns (default 20 s)")
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadConfig":
@@ -159,10 +169,23 @@ def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
         output = LengthSpec(dist="file", path=cfg.length_file, column="output")
     prompt_len, output_len = sample_lengths(prompt, output, n, prompt_rng, out_rng)
     arrival, how = _arrivals(n, rate, burstiness, arr_rng)
-    w = Workload(arrival=arrival, prompt_len=prompt_len, output_len=output_len)
-    w.description.append(f"synthetic {cfg.source!r}: {n} requests, {how}, seed {cfg.seed}")
+    turns = cfg.turns or preset.get("turns")
+    system = cfg.system_prompt_len if cfg.system_prompt_len is not None else preset.get(
+        "system_prompt_len", 0)
+    if turns:
+        gap = cfg.turn_gap_s if cfg.turn_gap_s is not None else preset.get("turn_gap_s", 20.0)
+        w = multi_turn(arrival, prompt_len, output_len, turns, gap, system, arr_rng.spawn(1)[0])
+        w.description.append(f"synthetic {cfg.source!r}: {n} turns of multi-turn chat, "
+                             f"conversations at {how}, {turns:g} turns each on average, "
+                             f"{gap:g} s between turns, {system}-token shared system prompt, "
+                             f"seed {cfg.seed}")
+    else:
+        w = Workload(arrival=arrival, prompt_len=prompt_len, output_len=output_len)
+        w.description.append(f"synthetic {cfg.source!r}: {n} requests, {how}, seed {cfg.seed}")
     if cfg.length_file:
         w.description.append(f"lengths drawn from {cfg.length_file}")
+    if system and not turns:
+        w = with_system_prompt(w, system)
     return w
 
 
@@ -175,7 +198,8 @@ def _trace_format(cfg: WorkloadConfig, path: Path) -> Format:
                                         f"a trace file, a preset ({', '.join(PRESETS)}) or a "
                                         f"shared trace ({', '.join(TRACES)})")
     fmt = detect_format(path, cfg.trace_format)
-    only_presets = [k for k in ("prompt", "output", "length_file") if getattr(cfg, k)]
+    only_presets = [k for k in ("prompt", "output", "length_file", "system_prompt_len", "turns",
+                                "turn_gap_s") if getattr(cfg, k) is not None]
     if only_presets:
         raise WorkloadError(None, None, f"workload {only_presets[0]} applies to synthetic presets; "
                                         f"{cfg.source} is a {fmt.name} file with its own lengths")

@@ -6,7 +6,7 @@ Formats (columns or JSON keys; extra ones are ignored):
   mooncake  JSONL timestamp (ms), input_length, output_length, hash_ids (prefix blocks)
   lengths   CSV   num_prefill_tokens,num_decode_tokens       no timestamps: arrivals all
                   0 here; build_workload gives them a generated arrival process
-  batchlab  CSV   arrival_s,prompt_len,output_len[,priority][,prefix_hashes]
+  batchlab  CSV   arrival_s,prompt_len,output_len[,priority][,prefix_hashes][,hash_block_size]
             JSONL the same keys; arrival_s is kept as written (seconds, >= 0)
 
 Detection (format "auto") reads the first line that is not blank or a `#` comment: a
@@ -31,6 +31,7 @@ import numpy as np
 from core.checks import MAX_TIME_S
 from core.workload import parse
 from core.workload.errors import WorkloadError, warn
+from core.workload.hashes import MOONCAKE_BLOCK, check_coverage, hash_block_size
 from core.workload.textfile import (csv_chunks, first_line, json_error, jsonl_chunks,
                                    split_header)
 from core.workload.workload import Workload
@@ -46,6 +47,7 @@ class Format:
     output: str
     priority: str | None = None  # optional column
     hashes: str | None = None  # optional column
+    hash_block: str | None = None  # optional column: tokens per hash (core/workload/hashes.py)
 
     @property
     def required(self) -> list[str]:
@@ -53,7 +55,7 @@ class Format:
 
     @property
     def optional(self) -> list[str]:
-        return [c for c in (self.priority, self.hashes) if c]
+        return [c for c in (self.priority, self.hashes, self.hash_block) if c]
 
     def label(self) -> str:
         cols = ",".join(self.required)
@@ -66,9 +68,9 @@ FORMATS: list[Format] = [
            hashes="hash_ids"),
     Format("lengths", "csv", None, None, "num_prefill_tokens", "num_decode_tokens"),
     Format("batchlab", "csv", "arrival_s", "s", "prompt_len", "output_len", "priority",
-           "prefix_hashes"),
+           "prefix_hashes", "hash_block_size"),
     Format("batchlab", "jsonl", "arrival_s", "s", "prompt_len", "output_len", "priority",
-           "prefix_hashes"),
+           "prefix_hashes", "hash_block_size"),
 ]
 FORMAT_NAMES = ("auto", *dict.fromkeys(f.name for f in FORMATS))
 
@@ -125,7 +127,8 @@ def load_trace(path: str | Path, format: str = "auto") -> Workload:
 
 def _load(path: str | Path, fmt: Format) -> Workload:
     reader = csv_chunks if fmt.kind == "csv" else jsonl_chunks
-    cols: dict[str, list] = {k: [] for k in ("line", "t", "prompt", "output", "prio", "hash")}
+    cols: dict[str, list] = {k: [] for k in ("line", "t", "prompt", "output", "prio", "hash",
+                                             "hbs")}
     has_priority = False  # a JSON line without the key reads as 0; no line with it: no column
     for nos, vals in reader(path, fmt.required, fmt.optional, f"{fmt.name} format"):
         cols["line"].append(np.array(nos, dtype=np.int64))
@@ -141,6 +144,8 @@ def _load(path: str | Path, fmt: Format) -> Workload:
         if fmt.hashes in vals:
             cols["hash"].extend(parse.hash_lists(vals[fmt.hashes], nos, path, fmt.hashes,
                                                  text=fmt.kind == "csv"))
+        if fmt.hash_block in vals:
+            cols["hbs"].append(parse.integers(vals[fmt.hash_block], nos, path, fmt.hash_block))
     lines = np.concatenate(cols["line"])
     n = len(lines)
     prompt, output = np.concatenate(cols["prompt"]), np.concatenate(cols["output"])
@@ -158,13 +163,15 @@ def _load(path: str | Path, fmt: Format) -> Workload:
         arrival = np.concatenate(cols["t"])
     priority = np.concatenate(cols["prio"]) if has_priority else None
     hashes = cols["hash"] if any(cols["hash"]) else None
+    block = hashes_block(cols, hashes, lines, path, fmt, prompt)
     order = _arrival_order(arrival, lines, path)
     if order is not None:
         arrival = arrival[order]
         prompt, output = prompt[order], output[order]
         priority = priority[order] if priority is not None else None
         hashes = [hashes[i] for i in order] if hashes is not None else None
-    w = Workload(arrival, prompt, output, priority=priority, prefix_hashes=hashes)
+    w = Workload(arrival, prompt, output, priority=priority, prefix_hashes=hashes,
+                 hash_block_size=block)
     if fmt.time:
         extra = ", prefix hashes kept" if w.prefix_hashes is not None else ""
         w.description.append(f"{fmt.name} trace {path}: {n} requests over "
@@ -172,6 +179,18 @@ def _load(path: str | Path, fmt: Format) -> Workload:
     else:
         w.description.append(f"length file {path}: {n} rows")
     return w
+
+
+def hashes_block(cols: dict[str, list], hashes: list[tuple[int, ...]] | None,
+                 lines: np.ndarray, path: str | Path, fmt: Format, prompt: np.ndarray) -> int:
+    """The tokens each prefix hash covers, with every row's list checked against it."""
+    if hashes is None:
+        return MOONCAKE_BLOCK
+    has = np.fromiter((bool(h) for h in hashes), dtype=bool, count=len(hashes))
+    values = np.concatenate(cols["hbs"]) if cols["hbs"] else None
+    block = hash_block_size(values, has, lines, path, fmt.hash_block or "")
+    check_coverage(hashes, prompt, block, lines, path, fmt.hashes, fmt.prompt)
+    return block
 
 
 def _arrival_order(arrival: np.ndarray, lines: np.ndarray, path: str | Path

@@ -2,10 +2,10 @@
 scaled production trace, a synthetic mix) can be saved once and replayed exactly.
 
 CSV:   `#` comment lines (the workload's description), then the header
-       arrival_s,prompt_len,output_len[,priority][,prefix_hashes]
+       arrival_s,prompt_len,output_len[,priority][,prefix_hashes,hash_block_size]
        arrival_s: seconds (>= 0, written exactly: floats round-trip); lengths: tokens;
        priority: integer, lower = more important; prefix_hashes: integers separated by
-       spaces.
+       spaces, one per hash_block_size tokens of prompt (the last block may be partial).
 JSONL: one object per line with the same keys (prefix_hashes as a JSON list); no
        comments, so that any JSON tool reads it.
 Closed-loop settings (max concurrency, think time) belong to the experiment, not the
@@ -41,6 +41,7 @@ def write_trace(w: Workload, path: str | Path, kind: str | None = None) -> None:
     if w.prefix_hashes is not None:
         cols["prefix_hashes"] = ([" ".join(map(str, h)) for h in w.prefix_hashes]
                                  if kind == "csv" else [list(h) for h in w.prefix_hashes])
+        cols["hash_block_size"] = [w.hash_block_size] * len(w)
     rows = zip(*cols.values())
     try:
         with open(path, "w", encoding="utf-8", newline="\n") as f:

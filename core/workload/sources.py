@@ -46,6 +46,15 @@ PRESETS: dict[str, dict] = {
                     (0.15, dict(dist="uniform", low=100, high=300)),
                     (0.05, dict(dist="uniform", low=500, high=1000))),
     ),
+    # Multi-turn chat (core/workload/conversations.py): `rate` conversations/s; each
+    # prompt is a 512-token system prompt, the conversation so far and a new message.
+    "multiturn": dict(
+        num_requests=1000, rate=0.5, turns=5, turn_gap_s=20.0, system_prompt_len=512,
+        prompt=LengthSpec(dist="lognormal", mean=150, sigma=0.8, max=2048),
+        output=_mix((0.80, dict(dist="uniform", low=12, high=40)),
+                    (0.15, dict(dist="uniform", low=100, high=300)),
+                    (0.05, dict(dist="uniform", low=500, high=1000))),
+    ),
     "uniform": dict(
         num_requests=1000, rate=10.0,
         prompt=LengthSpec(dist="fixed", value=512), output=LengthSpec(dist="fixed", value=128),

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from core.prefix_cache import chain
 from core.workload.workload import Workload
 
 PERCENTILES = (50, 90, 99)
@@ -30,6 +31,23 @@ def interarrival_cv(w: Workload) -> float:
     return float(gaps.std() / gaps.mean())
 
 
+def reusable_prefix_fraction(w: Workload) -> float:
+    """The prompt tokens an unbounded prefix cache would serve: per request, the leading
+    hash blocks some earlier request already had (whole chain equal), never its last
+    token; over all prompt tokens. NaN without prefix hashes. The most caching can give:
+    a real pool evicts."""
+    if w.prefix_hashes is None or not len(w):
+        return math.nan
+    seen: set[int] = set()
+    hbs, reused = w.hash_block_size, 0
+    for hashes, p in zip(w.prefix_hashes, w.prompt_len.tolist()):
+        keys = chain(hashes[:p // hbs])
+        k = next((i for i, key in enumerate(keys) if key not in seen), len(keys))
+        reused += min(k * hbs, p - 1)
+        seen.update(keys)
+    return reused / float(w.prompt_len.sum())
+
+
 def workload_stats(w: Workload) -> dict[str, float]:
     n = len(w)
     out: dict[str, float] = {"num_requests": n}
@@ -51,6 +69,7 @@ def workload_stats(w: Workload) -> dict[str, float]:
             out[f"{name}_p{p}"] = float(np.percentile(col, p)) if n else math.nan
         out[f"{name}_max"] = float(col.max()) if n else math.nan
         out[f"{name}_total"] = float(col.sum())
+    out["reusable_prefix_fraction"] = reusable_prefix_fraction(w)
     return out
 
 
@@ -70,6 +89,9 @@ def format_stats(s: dict[str, float]) -> str:
         f"longest gap {_num(s['max_gap_s'], '{:.1f}')} s",
         f"{'tokens':17} {'mean':>8} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8} {'total':>12}",
     ]
+    if not math.isnan(s.get("reusable_prefix_fraction", math.nan)):
+        lines.insert(4, f"reusable prefix  {s['reusable_prefix_fraction']:.1%} of prompt tokens "
+                        f"(an unbounded prefix cache's hit rate)")
     for name in ("prompt", "output"):
         cells = [_num(s[f"{name}_{k}"]) for k in ("mean", "p50", "p90", "p99", "max")]
         lines.append(f"  {name:15} " + " ".join(f"{c:>8}" for c in cells)

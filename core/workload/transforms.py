@@ -70,7 +70,9 @@ def set_rate(w: Workload, rate: float) -> Workload:
 
 
 def scale_lengths(w: Workload, k: float) -> Workload:
-    """Divide prompt and output lengths by k, rounded, at least 1 token each."""
+    """Divide prompt and output lengths by k, rounded, at least 1 token each. Prefix
+    hash blocks shrink with them, rounded (Mooncake's 512 tokens / 32: 16, the engine's
+    block): requests still share exactly the leading blocks their hashes share."""
     if not k > 0 or math.isinf(k):
         raise ValueError(f"length scale must be a finite number > 0, got {k:g}")
     def div(x: np.ndarray) -> np.ndarray:
@@ -79,14 +81,17 @@ def scale_lengths(w: Workload, k: float) -> Workload:
             raise ValueError(f"length scale {k:g} makes a length of {y.max():.3g} tokens; "
                              f"lengths must stay <= {MAX_TOKENS:.0e}")
         return y.astype(np.int64)
-    return w.replace(f"lengths / {k:g} (rounded, at least 1 token)",
-                     prompt_len=div(w.prompt_len), output_len=div(w.output_len))
+    block = max(1, round(w.hash_block_size / k))
+    note = f"; prefix hash blocks {block} tokens" if w.prefix_hashes is not None else ""
+    return w.replace(f"lengths / {k:g} (rounded, at least 1 token){note}",
+                     prompt_len=div(w.prompt_len), output_len=div(w.output_len),
+                     hash_block_size=block)
 
 
 def clip_lengths(w: Workload, max_prompt: int | None = None, max_output: int | None = None
                  ) -> Workload:
     """Clip prompt and output lengths to a maximum (a model's context window). Prefix
-    hashes of a clipped prompt are cut to the same fraction of their blocks."""
+    hashes of a clipped prompt keep the blocks it still has."""
     out = w
     for name, cap in (("prompt", max_prompt), ("output", max_output)):
         if cap is None:
@@ -100,7 +105,7 @@ def clip_lengths(w: Workload, max_prompt: int | None = None, max_output: int | N
                           **{f"{name}_len": clipped})
         if name == "prompt" and out.prefix_hashes is not None and changed:
             out.prefix_hashes = [
-                h if new == old else h[:math.ceil(len(h) * new / old)]
+                h if new == old else h[:-(-new // out.hash_block_size)]
                 for h, new, old in zip(out.prefix_hashes, clipped.tolist(), col.tolist())]
     return out
 

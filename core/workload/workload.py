@@ -17,10 +17,11 @@ class Workload:
     prompt_len: np.ndarray  # int64 >= 1
     output_len: np.ndarray  # int64 >= 1
     priority: np.ndarray | None = None  # int64, lower = more important
-    # Hashes of the leading prompt blocks (Mooncake: 512-token blocks). Two requests share
-    # as much prompt prefix as their lists share leading hashes; a list covers the whole
-    # prompt, so after length scaling the shared fraction is what carries over.
+    # Hashes of the prompt's blocks of hash_block_size tokens (Mooncake: 512), chained:
+    # two requests share as many leading blocks of prompt as their lists share leading
+    # hashes. core/prefix_cache.py maps them onto the engine's KV blocks.
     prefix_hashes: list[tuple[int, ...]] | None = None
+    hash_block_size: int = 512
     description: list[str] = field(default_factory=list)  # how it was made, step by step
     # Closed loop (vllm bench serve --max-concurrency): at most this many in flight; a
     # request is sent at max(its arrival, a previous reply + think time).
@@ -56,6 +57,7 @@ class Workload:
             output_len=int(self.output_len[i]),
             priority=int(self.priority[i]) if self.priority is not None else 0,
             prefix_hashes=self.prefix_hashes[i] if self.prefix_hashes is not None else None,
+            hash_block_size=self.hash_block_size,
         )
 
     def requests(self) -> Iterator[Request]:

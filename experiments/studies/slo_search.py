@@ -1,4 +1,6 @@
-"""The highest request rate a policy sustains under an SLO, by bisection on the rate.
+"""Searches over a monotone pass/fail test: the highest request rate a policy sustains
+under an SLO (bisection on the rate), and the fewest replicas that carry a load
+(doubling, then bisection on integers). Studies and `batchlab capacity` share them.
 
 The workload's seed is fixed, so every rate serves the same requests with the same
 arrival pattern scaled in time (Gamma gaps scale exactly with 1/rate): the only thing
@@ -50,3 +52,33 @@ def max_rate(passes: Callable[[float], bool], lo: float = 0.0, hi: float | None 
         else:
             hi = mid
     return SearchResult(lo, hi, evals)
+
+
+@dataclass
+class FewestResult:
+    count: int | None  # fewest found to pass (None: not even hi_max)
+    evaluations: list[tuple[int, bool]] = field(default_factory=list)
+
+
+def fewest(passes: Callable[[int], bool], hi_max: int) -> FewestResult:
+    """The smallest n in 1..hi_max with passes(n), assuming more never hurts: 1, 2, 4,
+    ... until one passes, then bisection between the last failing and the passing one."""
+    evals: list[tuple[int, bool]] = []
+
+    def check(n: int) -> bool:
+        ok = passes(n)
+        evals.append((n, ok))
+        return ok
+
+    lo, hi = 0, 1  # lo fails (0 replicas trivially), hi is the candidate
+    while not check(hi):
+        if hi >= hi_max:
+            return FewestResult(None, evals)
+        lo, hi = hi, min(2 * hi, hi_max)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if check(mid):
+            hi = mid
+        else:
+            lo = mid
+    return FewestResult(hi, evals)

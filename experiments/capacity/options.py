@@ -1,0 +1,51 @@
+"""Options shared by `batchlab capacity` and `batchlab sweep`: how a point is judged
+(criteria), how noise is sampled (seeds, windows), and what a GPU-hour costs."""
+from __future__ import annotations
+
+import argparse
+import math
+
+from core.summary import SLO
+from experiments.capacity.point import Criteria
+from experiments.errors import UserError
+
+
+def positive_price(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a price per GPU-hour (a positive number), got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a price per GPU-hour (a positive number), got {text!r}")
+    return v
+
+
+def add_criteria_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("capacity criteria (with --slo-ttft-ms / --slo-tpot-ms / --slo-e2el-ms)")
+    g.add_argument("--percentile", type=int, choices=(50, 90, 99), default=99,
+                   help="the SLO limits apply to this percentile (default 99)")
+    g.add_argument("--goodput", type=float, metavar="F",
+                   help="instead: at least this share of requests (0-1] meets every SLO limit")
+    g.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="samples per point: N workload seeds (generated arrivals and lengths)")
+    g.add_argument("--windows", type=int, default=1, metavar="W",
+                   help="samples per point: W equal windows of the trace; a point passes when "
+                        "every sample (seed x window) passes")
+    g.add_argument("--gpu-hour-price", type=positive_price, metavar="USD",
+                   help="price one GPU-hour: adds cost per hour to the tables")
+
+
+def criteria_from(slo: SLO | None, percentile: int, goodput: float | None) -> Criteria:
+    if slo is None or not any((slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
+        raise UserError("capacity needs an SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2el-ms "
+                        "(or [run.slo] in the config)")
+    if goodput is not None and not 0 < goodput <= 1:
+        raise UserError(f"--goodput must be a share in (0, 1], got {goodput}")
+    return Criteria(slo, percentile, goodput)
+
+
+def check_samples(seeds: int, windows: int) -> None:
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    if windows < 1:
+        raise UserError(f"--windows must be >= 1, got {windows}")

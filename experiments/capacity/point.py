@@ -1,0 +1,118 @@
+"""One capacity point: a configuration at one load, simulated over several samples
+(workload seeds, or windows of a trace) to account for noise. It passes when every
+sample's queue is stable (core.stability) and every sample meets the criteria.
+
+A pure function of its arguments (picklable, no shared state), so that any executor
+can run it and get the same row."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.stability import queue_stability
+from core.summary import SLO
+from core.workload import Workload, WorkloadConfig, build_workload
+from experiments.config import ExperimentConfig
+from experiments.sim_setup import sim_setup
+from sim import simulate
+
+# Metrics a point row carries (means over its samples).
+METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttft_ms",
+           "p99_ttft_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
+           "p90_e2el_ms", "p99_e2el_ms", "p99_queueing_delay_ms", "slo_attainment",
+           "request_goodput", "preemptions", "rejected", "slot_utilization", "kv_utilization")
+_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency"}
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a point must meet: percentile limits from an SLO, or a goodput fraction
+    (the share of requests meeting every limit of the SLO)."""
+    slo: SLO
+    percentile: int = 99
+    goodput: float | None = None
+
+    def key(self, metric: str) -> str:
+        return f"{'median' if self.percentile == 50 else f'p{self.percentile}'}_{metric}_ms"
+
+    def limits(self) -> list[tuple[str, float]]:
+        return [(m, v) for m in _LABELS if (v := getattr(self.slo, f"{m}_ms")) is not None]
+
+    def failures(self, s: dict) -> list[str]:
+        if self.goodput is not None:
+            got = s.get("slo_attainment", math.nan)
+            return [] if got >= self.goodput else [f"goodput {got:.1%} < {self.goodput:.1%}"]
+        out = []
+        for m, limit in self.limits():
+            v = s.get(self.key(m), math.nan)
+            if not v <= limit:  # NaN (nothing finished) fails
+                out.append(f"p{self.percentile} {_LABELS[m]} {v:.0f} ms > {limit:g}")
+        return out
+
+    def describe(self) -> str:
+        lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
+        if self.goodput is not None:
+            return f"goodput >= {self.goodput:.0%} of requests within {lim}, and a stable queue"
+        return f"p{self.percentile} {lim.replace(', ', f', p{self.percentile} ')}, and a stable queue"
+
+
+def sample_configs(wl: WorkloadConfig, seeds: int, windows: int) -> list[WorkloadConfig]:
+    """seeds x windows workload configs: seeds move generated arrivals and lengths (and
+    jitter); windows cut a trace into equal spans of its arrivals."""
+    base = _workload(wl.model_copy(update={"rate_scale": 1.0}).model_dump_json())
+    span = float(base.arrival[-1]) if len(base) else 0.0
+    out = []
+    for s in range(seeds):
+        for w in range(windows):
+            update = {"seed": wl.seed + s}
+            if windows > 1:
+                start = wl.window_start_s + w * span / windows
+                update |= {"window_start_s": start, "window_duration_s": span / windows}
+            out.append(wl.model_copy(update=update))
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _workload(wl_json: str) -> Workload:
+    """Built once per process (a trace is parsed once, not at every point)."""
+    return build_workload(WorkloadConfig.model_validate_json(wl_json))
+
+
+def mean_rate(w: Workload) -> float:
+    span = float(w.arrival[-1] - w.arrival[0]) if len(w) > 1 else 0.0
+    return (len(w) - 1) / span if span > 0 else math.inf
+
+
+def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadConfig]) -> dict:
+    """The row of one point: cfg's first policy, over each sample workload (at cfg's
+    rate scale and replicas)."""
+    setup = sim_setup(cfg)
+    policy, scheduler = next(iter(setup.schedulers.items()))
+    summaries, verdicts, rates = [], [], []
+    for wl in samples:
+        w = _workload(wl.model_copy(update={"rate_scale": cfg.workload.rate_scale}).model_dump_json())
+        result = simulate(w, scheduler, setup.cost, setup.blocks, replicas=cfg.run.replicas,
+                          router=cfg.run.router, meta=setup.meta, record_steps=False)
+        summaries.append(result.summary(criteria.slo))
+        verdicts.append(queue_stability(result.requests).verdict)
+        rates.append(mean_rate(w))
+    failing = [f for s, v in zip(summaries, verdicts)
+               for f in ([] if v == "stable" else ["queue overloaded"]) + criteria.failures(s)]
+    row = {"policy": policy, "model": setup.meta["model"], "hardware": setup.meta["hardware"],
+           "tp": cfg.hardware.tensor_parallel, "replicas": cfg.run.replicas,
+           "gpus": cfg.run.replicas * cfg.hardware.tensor_parallel, "router": cfg.run.router,
+           "max_num_seqs": scheduler.max_num_seqs,
+           "max_num_batched_tokens": scheduler.max_num_batched_tokens or 0,
+           "rate_scale": cfg.workload.rate_scale, "rate": float(np.mean(rates)),
+           "samples": len(samples), "stable_samples": verdicts.count("stable"),
+           "passing_samples": sum(not criteria.failures(s) and v == "stable"
+                                  for s, v in zip(summaries, verdicts)),
+           "stability": "stable" if all(v == "stable" for v in verdicts) else "overloaded",
+           "passes": not failing, "failures": "; ".join(dict.fromkeys(failing))}
+    for k in METRICS:
+        vals = [s.get(k, math.nan) for s in summaries]
+        row[k] = float(np.mean(vals)) if vals else math.nan
+    return row

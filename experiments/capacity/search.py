@@ -1,0 +1,88 @@
+"""The two capacity searches over experiments.capacity.point rows: the highest rate
+scale a configuration carries, and the fewest replicas that carry a load. Each returns
+every point it tried, so the answer comes with its evidence."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from core.workload import WorkloadConfig
+from experiments.capacity.point import Criteria, evaluate
+from experiments.config import ExperimentConfig
+from experiments.errors import UserError
+from experiments.studies.slo_search import fewest, max_rate
+
+REL_TOL = 0.02  # the max-rate band: [passing, failing] within 2% of the rate
+ABS_TOL = 0.01  # in rate scale: 1% of the configured workload's rate
+
+
+@dataclass
+class Answer:
+    kind: str  # "max-rate" | "replicas"
+    label: str  # what was searched: policy, or model / TP / hardware
+    value: float | None  # rate (req/s) or replicas; None: nothing met the criteria
+    band: tuple[float, float] | None  # max-rate: [highest passing, lowest failing] req/s
+    points: list[dict] = field(default_factory=list)
+    error: str = ""  # a configuration that cannot run (a model that does not fit)
+
+    @property
+    def best(self) -> dict | None:
+        """The passing point at the answer, or, when none passed, the closest miss: the
+        point with the most samples passing, then the best SLO attainment."""
+        if not self.points:
+            return None
+        ok = [p for p in self.points if p["passes"]]
+        if ok:
+            key = (lambda p: p["rate"]) if self.kind == "max-rate" else (lambda p: -p["replicas"])
+            return max(ok, key=key)
+        return max(self.points, key=lambda p: (p["passing_samples"], _finite(p["slo_attainment"]),
+                                               -_finite(p["p99_ttft_ms"], math.inf)))
+
+
+def _finite(x: float, default: float = -1.0) -> float:
+    return x if isinstance(x, float) and math.isfinite(x) else default
+
+
+def search_max_rate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadConfig],
+                    rel_tol: float = REL_TOL, max_evals: int = 30) -> Answer:
+    """Bisection on the rate scale from 1 (the workload as configured)."""
+    points: list[dict] = []
+    base = cfg.workload.rate_scale
+
+    def passes(scale: float) -> bool:
+        c = cfg.model_copy(deep=True)
+        c.workload.rate_scale = base * scale
+        points.append(evaluate(c, criteria, samples))
+        return points[-1]["passes"]
+
+    label = cfg.policies()[0]
+    try:
+        found = max_rate(passes, start=1.0, abs_tol=ABS_TOL, rel_tol=rel_tol, max_evals=max_evals)
+    except UserError as e:
+        return Answer("max-rate", label, None, None, points, str(e))
+    points.sort(key=lambda p: p["rate_scale"])
+    rate_at = {p["rate_scale"]: p["rate"] for p in points}
+    if found.rate == 0:
+        return Answer("max-rate", label, None, None, points)
+    lo = rate_at[base * found.rate]
+    hi = rate_at.get(base * found.failing, math.inf)
+    return Answer("max-rate", label, lo, (lo, hi), points)
+
+
+def search_replicas(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadConfig],
+                    max_replicas: int) -> Answer:
+    points: list[dict] = []
+
+    def passes(n: int) -> bool:
+        c = cfg.model_copy(deep=True)
+        c.run.replicas = n
+        points.append(evaluate(c, criteria, samples))
+        return points[-1]["passes"]
+
+    label = f"{cfg.model.name} TP{cfg.hardware.tensor_parallel} {cfg.hardware.name}"
+    try:
+        found = fewest(passes, max_replicas)
+    except UserError as e:
+        return Answer("replicas", label, None, None, points, str(e))
+    points.sort(key=lambda p: p["replicas"])
+    return Answer("replicas", label, found.count, None, points)

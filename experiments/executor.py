@@ -1,0 +1,102 @@
+"""Where independent simulations run: one seam, concurrent.futures-style (submit ->
+Future), so that a sweep or a capacity search runs the same code serially, on a local
+process pool (the default: every core) or on a Dask cluster (`--dask ADDRESS`, or
+`--dask local` for a LocalCluster; the `distributed` extra). Another backend (Ray) is
+one more branch in make_executor returning a concurrent.futures.Executor.
+
+Results do not depend on the executor: every task is a pure function of its arguments
+(seeded workloads, deterministic schedulers), and callers order results by task, never
+by completion."""
+from __future__ import annotations
+
+import argparse
+import os
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from experiments.errors import UserError
+
+DASK_TIMEOUT_S = 10
+
+
+class SerialExecutor(Executor):
+    """Runs each task at submit, in this process: the reference the others must equal."""
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future
+            f.set_exception(e)
+        return f
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("execution")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="local processes (default: every core; 1: serial, in this process)")
+    g.add_argument("--dask", metavar="ADDRESS|local",
+                   help="run on a Dask cluster (tcp://host:8786), or 'local' for a LocalCluster "
+                        "of --workers workers; needs pip install 'batchlab[distributed]'")
+
+
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def make_executor(workers: int | None = None, dask: str | None = None) -> Iterator[tuple[Executor, str]]:
+    """(executor, a description of it for the output)."""
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if dask:
+        with _dask(dask, workers) as ex:
+            yield ex
+        return
+    n = workers or cores()
+    if n == 1:
+        yield SerialExecutor(), "serial (1 process)"
+        return
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        yield pool, f"process pool ({n} workers)"
+
+
+@contextmanager
+def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise UserError("--dask needs Dask: pip install 'batchlab[distributed]'") from None
+    if address == "local":
+        n = workers or cores()
+        # Processes, one thread each: simulations hold the GIL.
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            yield client.get_executor(), f"Dask LocalCluster ({n} workers)"
+        return
+    try:
+        client = Client(address, timeout=DASK_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"--dask {address}: no Dask scheduler answered within "
+                        f"{DASK_TIMEOUT_S} s ({reason[:120]})") from None
+    with client:
+        n = len(client.scheduler_info().get("workers", {}))
+        yield client.get_executor(), f"Dask cluster at {address} ({n} workers)"
+
+
+def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[int, Any], None] | None = None) -> list:
+    """fn(task) for every task; results in task order; on_done(i, result) as each ends."""
+    from concurrent.futures import as_completed
+    futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
+    results: list = [None] * len(tasks)
+    for f in as_completed(futures):
+        i = futures[f]
+        results[i] = f.result()
+        if on_done is not None:
+            on_done(i, results[i])
+    return results

@@ -1,0 +1,122 @@
+"""`batchlab sweep --config GRID.toml --out DIR`: every point of the grid, on all
+local cores (or --workers N, or a Dask cluster), streamed to DIR/points.jsonl as each
+finishes; rerun the same command to resume. Then DIR/results.csv|parquet (every point,
+in grid order), DIR/pareto.csv|parquet and DIR/pareto.png."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from experiments.capacity.options import positive_price
+from experiments.capacity.tables import text_table, write_rows
+from experiments.errors import UserError
+from experiments.executor import add_executor_options, make_executor, run_all
+from experiments.output import check_out_dir, to_json
+from experiments.sim_setup import sim_setup
+from experiments.sweep.grid import Sweep, load_sweep
+from experiments.sweep.pareto import cost_key, pareto
+from experiments.sweep.run import run_point
+from experiments.sweep.store import PointStore, restore
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("sweep", help="a grid of simulations or capacity searches, with a Pareto table",
+                              description=__doc__)
+    p.add_argument("--config", required=True, metavar="GRID.toml",
+                   help="an experiment config with a [grid] of value lists and a [sweep] table")
+    p.add_argument("--out", required=True, metavar="DIR", help="results stream here; rerun to resume")
+    p.add_argument("--gpu-hour-price", type=positive_price, metavar="USD",
+                   help="price one GPU-hour (overrides [sweep] gpu_hour_price): Pareto on cost")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_executor_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep = load_sweep(args.config)
+    if args.gpu_hour_price is not None:
+        sweep.settings = sweep.settings.model_copy(update={"gpu_hour_price": args.gpu_hour_price})
+    _check_points(sweep)
+    check_out_dir(args.out)
+    out = Path(args.out)
+    store = PointStore(out)
+    todo = [p for p in sweep.points if p.key not in store.done]
+    resumed = len(sweep.points) - len(todo)
+    where = "nothing to run"
+    try:
+        if todo:
+            with make_executor(args.workers, args.dask) as (ex, where), \
+                    tqdm(total=len(sweep.points), initial=resumed, desc="sweep", unit="point",
+                         disable=not sys.stderr.isatty()) as bar:
+                run_all(ex, run_point, [(p, sweep.settings) for p in todo],
+                        lambda i, row: (store.add(row), bar.update()))
+    finally:
+        store.close()
+    rows = [restore(store.done[p.key]) for p in sweep.points]
+    return _report(args, sweep, rows, out, resumed, where)
+
+
+def _check_points(sweep: Sweep) -> None:
+    """Every point's presets and settings, before anything runs (a model too large for
+    its GPUs is a row saying so, not an error)."""
+    for p in sweep.points:
+        try:
+            sim_setup(p.config)
+        except UserError as e:
+            if "leaves no KV memory" not in str(e):
+                values = ", ".join(f"{k}={v!r}" for k, v in p.values.items())
+                raise UserError(f"{sweep.path}: grid point {values}: {e}") from None
+        if sweep.settings.point != "simulate" and p.config.run.slo is None:
+            raise UserError(f"{sweep.path}: [sweep] point = {sweep.settings.point!r} needs an SLO "
+                            f"([run.slo] ttft_ms / tpot_ms / e2el_ms)")
+
+
+def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where: str) -> int:
+    s = sweep.settings
+    metric = s.pareto_metric or ("answer" if s.point == "max-rate" else "p99_ttft_ms")
+    if rows and metric not in rows[0] and not any(metric in r for r in rows):
+        raise UserError(f"{sweep.path}: [sweep] pareto_metric {metric!r} is not a result column")
+    front = pareto(rows, metric)
+    files = write_rows(out / "results", rows) + write_rows(out / "pareto", front or [{"point": None}])
+    files.append(_plot(out, rows, front, metric))
+    summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
+               "pareto": front}
+    (out / "sweep.json").write_text(to_json(summary) + "\n")
+    if args.format == "json":
+        print(to_json({"results": rows, "pareto": front}))
+        return 0
+    print(f"sweep {sweep.path}: {len(rows)} points ({s.point}), {resumed} from an earlier run, "
+          f"ran on {where}")
+    x = cost_key(rows)
+    cols = [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
+            (x, "$/hour" if x == "cost_per_hour" else "GPUs", "{:.2f}" if x == "cost_per_hour" else "{:.0f}"),
+            (metric, metric, "{:.2f}"), ("stability", "queue", "{}")]
+    met = sum(bool(r.get("passes")) for r in rows)
+    print(f"{met} of {len(rows)} points stable and within their criteria; Pareto front "
+          f"({x} against {metric}):")
+    print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
+    print(f"\nresults written to {out}/ ({', '.join(files)})")
+    return 0
+
+
+def _plot(out: Path, rows: list[dict], front: list[dict], metric: str) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    x = cost_key(rows)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for ok, style in ((False, dict(mfc="white", color="0.6")), (True, dict(color="C0"))):
+        pts = [r for r in rows if bool(r.get("passes")) == ok and isinstance(r.get(metric), (int, float))]
+        ax.plot([r.get(x) for r in pts], [r[metric] for r in pts], "o", ls="none",
+                label="meets criteria" if ok else "misses", **style)
+    ax.plot([r[x] for r in front], [r[metric] for r in front], "-", color="C3", label="Pareto front")
+    ax.set_xlabel("cost per hour (USD)" if x == "cost_per_hour" else "GPUs")
+    ax.set_ylabel(metric)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "pareto.png", dpi=110)
+    plt.close(fig)
+    return "pareto.png"

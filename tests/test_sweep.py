@@ -1,0 +1,147 @@
+"""`batchlab sweep`: grid parsing and hashing, results identical on every executor,
+streaming and resuming, the Pareto table, bad input."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+from experiments.sweep.grid import load_sweep
+from experiments.sweep.pareto import pareto
+
+BASE = """
+[workload]
+source = "chat"
+num_requests = 200
+rate = 10.0
+[run.slo]
+ttft_ms = 1000.0
+tpot_ms = 60.0
+"""
+GRID = BASE + """
+[grid]
+policy = ["continuous", "chunked"]
+"scheduler.max_num_seqs" = [4, 128]
+[grid.hardware]
+name = ["a100-80gb", "h100-sxm"]
+[sweep]
+gpu_hour_price = 2.0
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "grid.toml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def sweep(args, capsys, code=0):
+    got = main(["sweep", *args])
+    out, err = capsys.readouterr()
+    assert got == code, err
+    return out, err
+
+
+def results(out_dir: Path) -> list[dict]:
+    return list(csv.DictReader(open(out_dir / "results.csv")))
+
+
+def test_grid_points_are_the_product_in_file_order_with_stable_hashes(tmp_path):
+    s = load_sweep(write(tmp_path, GRID))
+    assert s.fields == ["scheduler.policy", "scheduler.max_num_seqs", "hardware.name"]
+    assert [tuple(p.values.values()) for p in s.points][:3] == [
+        ("continuous", 4, "a100-80gb"), ("continuous", 4, "h100-sxm"), ("continuous", 128, "a100-80gb")]
+    assert len(s.points) == 8 and len({p.key for p in s.points}) == 8
+    assert [p.key for p in load_sweep(write(tmp_path, GRID, "again.toml")).points] == [p.key for p in s.points]
+    assert s.points[3].config.scheduler.max_num_seqs == 128 and s.points[3].config.hardware.name == "h100-sxm"
+    changed = load_sweep(write(tmp_path, GRID.replace("rate = 10.0", "rate = 11.0"), "c.toml"))
+    assert not {p.key for p in changed.points} & {p.key for p in s.points}  # the hash covers the base
+
+
+def test_serial_and_pool_give_identical_results_and_a_pareto_front(tmp_path, capsys):
+    grid = write(tmp_path, GRID)
+    out, _ = sweep(["--config", grid, "--out", str(tmp_path / "a"), "--workers", "1"], capsys)
+    sweep(["--config", grid, "--out", str(tmp_path / "b"), "--workers", "2"], capsys)
+    a, b = results(tmp_path / "a"), results(tmp_path / "b")
+    assert a == b and len(a) == 8
+    assert "Pareto front (cost_per_hour against p99_ttft_ms)" in out
+    rows = json.loads((tmp_path / "a" / "sweep.json").read_text())["pareto"]
+    assert rows and all(r["passes"] for r in rows)
+    for f in ("results.parquet", "pareto.csv", "pareto.parquet", "pareto.png"):
+        assert (tmp_path / "a" / f).exists()
+    assert {r["stability"] for r in a} <= {"stable", "overloaded"}
+    assert any(r["stability"] == "overloaded" for r in a)  # 4 seats at 10 req/s
+
+
+def test_an_interrupted_sweep_resumes_and_gives_the_same_results(tmp_path, capsys):
+    grid = write(tmp_path, GRID)
+    full = tmp_path / "full"
+    sweep(["--config", grid, "--out", str(full), "--workers", "1"], capsys)
+    part = tmp_path / "part"
+    part.mkdir()
+    lines = (full / "points.jsonl").read_text().splitlines()
+    # Three points finished, a fourth was being written when the sweep was stopped.
+    (part / "points.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])
+    out, _ = sweep(["--config", grid, "--out", str(part), "--workers", "1"], capsys)
+    assert "8 points (simulate), 3 from an earlier run" in out
+    assert results(part) == results(full)
+    out, _ = sweep(["--config", grid, "--out", str(part), "--workers", "1"], capsys)
+    assert "8 from an earlier run" in out
+
+
+def test_max_rate_points_and_a_model_that_does_not_fit(tmp_path, capsys):
+    grid = write(tmp_path, BASE + """
+[grid]
+model = ["llama-3-8b", "llama-3-70b"]
+[sweep]
+point = "max-rate"
+tolerance = 0.1
+""")
+    sweep(["--config", grid, "--out", str(tmp_path / "o"), "--workers", "1"], capsys)
+    small, big = results(tmp_path / "o")
+    assert float(small["answer"]) > 5 and small["passes"] == "True"
+    assert "leaves no KV memory" in big["error"] and big["passes"] == "False"
+
+
+def test_pareto_keeps_only_undominated_passing_points():
+    rows = [{"point": i, "passes": ok, "gpus": g, "p99_ttft_ms": t}
+            for i, (ok, g, t) in enumerate([(True, 4, 500.0), (True, 4, 300.0), (True, 8, 400.0),
+                                            (True, 8, 100.0), (False, 2, 50.0)])]
+    assert [r["point"] for r in pareto(rows, "p99_ttft_ms")] == [1, 3]
+
+
+@pytest.mark.parametrize("grid, message", [
+    (BASE + "[grid]\n\"scheduler.max_seqs\" = [1, 2]\n", "[grid] scheduler.max_seqs: no field 'max_seqs' in scheduler"),
+    (BASE + "[grid]\nseats = [1, 2]\n", "[grid] seats: no field 'seats' in the config"),
+    (BASE + "[grid]\npolicy = []\n", "[grid] scheduler.policy: empty list of values"),
+    (BASE + "[grid]\npolicy = \"chunked\"\n", "expected a list of values"),
+    (BASE + "[grid]\nmax_num_seqs = [0]\n", "grid point scheduler.max_num_seqs=0: scheduler.max_num_seqs"),
+    (BASE + "[grid]\nhardware = [\"h900\"]\n", "unknown hardware preset 'h900'"),
+    (BASE + "[grid]\npolicy = [\"chunked\"]\n[sweep]\ngpu_hour_price = -3.0\n", "[sweep]: gpu_hour_price"),
+    (BASE + "[grid]\npolicy = [\"chunked\"]\n[sweep]\nspeed = 1\n", "[sweep]: speed"),
+    (BASE, "needs a [grid] table"),
+])
+def test_bad_grids_are_one_line_errors(grid, message, tmp_path, capsys):
+    _, err = sweep(["--config", write(tmp_path, grid), "--out", str(tmp_path / "o")], capsys, code=2)
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_dask_address_that_does_not_answer_is_a_one_line_error(tmp_path, capsys):
+    grid = write(tmp_path, BASE + "[grid]\npolicy = [\"chunked\"]\n")
+    _, err = sweep(["--config", grid, "--out", str(tmp_path / "o"), "--dask", "tcp://127.0.0.1:9"],
+                   capsys, code=2)
+    assert "--dask tcp://127.0.0.1:9: no Dask scheduler answered within 10 s" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_dask_local_cluster_gives_the_process_pools_results(tmp_path, capsys):
+    grid = write(tmp_path, GRID)
+    sweep(["--config", grid, "--out", str(tmp_path / "pool"), "--workers", "2"], capsys)
+    out, _ = sweep(["--config", grid, "--out", str(tmp_path / "dask"), "--dask", "local",
+                    "--workers", "2"], capsys)
+    assert "ran on Dask LocalCluster (2 workers)" in out
+    assert results(tmp_path / "dask") == results(tmp_path / "pool")
