@@ -103,7 +103,8 @@ class Grid:
 
 
 def default_grid() -> Grid:
-    """About 3 minutes for batchlab-small on one CPU thread, sweep and fit. Every row
+    """About 3 minutes for batchlab-small on one CPU thread, sweep and fit, then the 40 s
+    serving phase (calibration/serve_phase.py). Every row
     count up to 8 (the small-row corrections), then sparser; contexts and chunk
     lengths as chat serving sees them."""
     pts = [GridPoint(b, c) for b in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
