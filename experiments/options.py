@@ -63,6 +63,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
                    help="json: the summary on stdout, keyed by policy")
 
 
+def add_plot_option(parser: argparse.ArgumentParser) -> None:
+    """--plot DIR (simulate, run): experiments/run_plots.py."""
+    parser.add_argument("--plot", metavar="DIR", help="write the standard plots here: latency "
+                        "CDFs, seats and KV in use over time, queue length over time (PNG)")
+
+
 def add_backend_options(parser: argparse.ArgumentParser, threads_note: str = "") -> argparse._ArgumentGroup:
     """The torch backend's options (run, validate); mo_* land in the [model] table."""
     g = parser.add_argument_group("backend")

@@ -11,7 +11,8 @@ from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
 from experiments.errors import UserError
-from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
+from experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
+                                 reject_unused,
                                  reject_unused_fields, reject_unused_tables)
 from experiments.output import ResultWriter, check_out_dir, to_json
 from experiments.report import class_tables, comparison_table, slo_line
@@ -34,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="multiply arrival times by K (0.5: twice as fast; 0: all at once)")
     g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
                    help="0: greedy (default)")
+    add_plot_option(g)
     p.set_defaults(func=run)
 
 
@@ -73,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     workload = build_workload(cfg.workload)
     if args.out:
         check_out_dir(args.out)  # before the model loads
+    if args.plot:
+        from experiments.run_plots import check_plot_dir
+        check_plot_dir(args.plot)
     t0 = time.perf_counter()
     rt = load_runtime(cfg, args)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
            "model.threads": rt.threads}
     writer = ResultWriter(args.out, cfg.record(("hardware", "profile", "model.kv_cache_dtype"), ran)
                           ) if args.out else None
-    summaries, metas = {}, {}
+    summaries, metas, results = {}, {}, {}
     for policy, sched in schedulers.items():
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
@@ -94,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
         summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
         metas[policy] = result.meta
+        if args.plot:
+            results[policy] = result
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
               f"{m['steps']} steps in {m['wall_s']:.1f} s; engine {m['engine_forward_s']:.1f} s, "
@@ -103,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
             writer.add(policy, result, summaries[policy])
         if m["interrupted"]:
             break  # Ctrl-C: keep what finished, run no further policy
+    if results:
+        from experiments.run_plots import write_run_plots
+        files = write_run_plots(args.plot, results)
+        print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if args.format == "json":
         print(to_json(summaries))
     else:

@@ -12,7 +12,8 @@ from core.sizes import check_run_size
 from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.errors import UserError
-from experiments.options import add_common_options, load_experiment, named, reject_unused_fields
+from experiments.options import (add_common_options, add_plot_option, load_experiment, named,
+                                 reject_unused_fields)
 from experiments.output import ResultWriter, to_json
 from experiments.repeats import aggregate, paired, repeats_table
 from experiments.report import class_tables, comparison_table, slo_line
@@ -58,6 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="keep step totals only, no steps.csv: for replays of millions of requests")
     g.add_argument("--step-by-step", action="store_true",
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
+    add_plot_option(g)
     g.add_argument("--list-policies", action="store_true",
                    help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
@@ -84,19 +86,28 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{e} (--replicas, --num-kv-blocks, --num-requests)") from None
     ran = {"model.dtype": setup.meta.get("weights_dtype", setup.meta.get("dtype")),
            "model.kv_cache_dtype": setup.meta.get("kv_cache_dtype", setup.meta.get("dtype"))}
+    if args.plot:
+        from experiments.run_plots import check_plot_dir
+        check_plot_dir(args.plot, args.step_table)
     writer = ResultWriter(args.out, cfg.record(tuple(BACKEND_ONLY), ran)) if args.out else None
+    kept: dict | None = {} if args.plot else None  # the first seed's runs, for --plot
     runs: dict[str, list[dict]] = {p: [] for p in setup.schedulers}
     interrupted = False
     for seed, workload in workloads.items():
         for policy, scheduler in setup.schedulers.items():
             name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
-            summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer)
+            summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer,
+                                                 kept if seed == seeds[0] else None)
             runs[policy].append(summary)
             if interrupted:
                 break  # Ctrl-C: keep what was simulated, run no further policy
         if interrupted:
             break
     workload = workloads[seeds[0]]
+    if kept:
+        from experiments.run_plots import write_run_plots
+        files = write_run_plots(args.plot, kept)
+        print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if len(seeds) > 1 and not interrupted:
         return _report_repeats(runs, seeds, workload, setup, cfg, args, writer)
     summaries = {p: r[0] for p, r in runs.items() if r}
@@ -109,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _simulate_one(name, workload, scheduler, setup, cfg, args, writer) -> tuple[dict, bool]:
+def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None) -> tuple[dict, bool]:
     t0 = time.perf_counter()
     with tqdm(total=len(workload), desc=name, unit="req", disable=not sys.stderr.isatty(),
               leave=False, mininterval=0.5) as bar:
@@ -126,6 +137,8 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer) -> tuple[
           file=sys.stderr)
     if writer:
         writer.add(name, result, summary)
+    if kept is not None:
+        kept[name] = result
     return summary, interrupted
 
 

@@ -89,7 +89,7 @@ def test_unreadable_paths(tmp_path, problem):
 
 @pytest.mark.parametrize("fields, says", [
     (dict(source="chta"), "workload source 'chta': no such file; expected a trace file, a "
-                          "preset (chat, uniform, sharegpt, arxiv)"),
+                          "preset (chat, multiturn, uniform, sharegpt, arxiv)"),
     (dict(source=str(BROKEN / "zero_output.csv")), "zero_output.csv:3: output_len is '0'"),
     (dict(source=str(BROKEN.parent / "azure_conv_300.csv"), burstiness=2),
      "burstiness applies to generated arrivals"),

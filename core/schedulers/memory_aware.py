@@ -35,7 +35,7 @@ class MemoryAwareScheduler(ContinuousScheduler):
     description = ("continuous batching that holds back prompts of >= long_prompt tokens "
                    "while KV use is above kv_threshold")
     Params = MemoryAwareParams
-    fast_forward = True  # see the module docstring
+    fast_forward = True  # KV use only grows in a decode run: a held head stays held
 
     def holds_back(self, seq: Sequence) -> bool:
         p = self.params
