@@ -102,7 +102,7 @@ def build_preset(name: str, dtype: torch.dtype = torch.float32,
     if name not in MODELS or not name.startswith(PRESET_PREFIX):
         hint = (" (a simulator-only preset: its weights are not available here; pass "
                 "--model DIR for a local checkpoint)" if name in MODELS else "")
-        raise ValueError(f"unknown backend model {name!r}{hint}; expected one of "
+        raise ValueError(f"unknown backend model {shown(name)}{hint}; expected one of "
                          f"{', '.join(preset_names())} or a checkpoint directory")
     config = preset_config(MODELS[name])
     config._attn_implementation = "sdpa"

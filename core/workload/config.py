@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.checks import (MAX_TIME_S, MAX_TOKENS, Count, Positive, PositiveSeconds, Rate,
                          Seconds, Seed, Tokens)
-from core.checks import Burstiness
+from core.checks import Burstiness, shown
 from core.sizes import BYTES_PER_REQUEST, require_memory
 from core.workload import transforms as tf
 from core.workload.conversations import multi_turn, with_system_prompt
@@ -86,7 +86,7 @@ class WorkloadConfig(BaseModel):
     def _check(self) -> "WorkloadConfig":
         if self.trace_format not in FORMAT_NAMES:
             raise ValueError(f"trace_format must be one of {', '.join(FORMAT_NAMES)}, "
-                             f"got {self.trace_format!r}")
+                             f"got {shown(self.trace_format)}")
         if self.length_file and (self.prompt or self.output):
             raise ValueError("give length_file or prompt/output length specs, not both")
         if math.isinf(self.rate_scale):
@@ -148,12 +148,13 @@ def _check_result(cfg: WorkloadConfig, w: Workload) -> None:
         raise WorkloadError(None, None, f"workload {cfg.source}: the last of its {len(w)} "
                                         f"arrivals is at {w.arrival[-1]:.3g} s; arrivals must "
                                         f"stay below {MAX_TIME_S:g} s (about 3 years) so that "
-                                        f"step durations stay representable; raise the rate "
-                                        f"(--rate, --rate-scale) or shorten the workload")
+                                        f"step durations stay representable; raise [workload] rate "
+                                        f"or rate_scale (--rate, --rate-scale) or shorten the "
+                                        f"workload")
     for name, col in (("prompt", w.prompt_len), ("output", w.output_len)):
         if len(col) and col.max() > MAX_TOKENS:
             raise WorkloadError(None, None, f"workload {cfg.source}: a {name} length of "
-                                            f"{col.max()} tokens exceeds {MAX_TOKENS:.0e}")
+                                            f"{col.max()} tokens exceeds {MAX_TOKENS:,}")
 
 
 def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
@@ -190,11 +191,16 @@ def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
 
 
 def _trace_format(cfg: WorkloadConfig, path: Path) -> Format:
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as e:  # a name longer than the system allows
+        raise WorkloadError(None, None, f"workload source {shown(cfg.source)}: {e.strerror}; "
+                                        f"expected a trace file or a preset") from None
+    if not exists:
         if cfg.source in TRACES:
             raise WorkloadError(path, None, f"no such file; the shared trace {cfg.source!r} is "
                                             f"expected in {traces_dir()} (or set BATCHLAB_TRACES)")
-        raise WorkloadError(None, None, f"workload source {cfg.source!r}: no such file; expected "
+        raise WorkloadError(None, None, f"workload source {shown(cfg.source)}: no such file; expected "
                                         f"a trace file, a preset ({', '.join(PRESETS)}) or a "
                                         f"shared trace ({', '.join(TRACES)})")
     fmt = detect_format(path, cfg.trace_format)

@@ -51,7 +51,7 @@ def _require(ok: np.ndarray, values: list, nos: list[int], path: str | Path, nam
 def token_counts(values: list, nos: list[int], path: str | Path, name: str) -> np.ndarray:
     """Whole numbers from 1 to MAX_TOKENS (`12` or `12.0`). Zero is rejected: every
     request has a prompt and generates at least one token."""
-    expected = f"a whole number of tokens >= 1 and <= {MAX_TOKENS:.0e}"
+    expected = f"a whole number of tokens >= 1 and <= {MAX_TOKENS:,}"
     x = _floats(values, nos, path, name, expected)
     _require(np.isfinite(x) & (x >= 1) & (x <= MAX_TOKENS) & (x == np.floor(x)), values, nos,
              path, name, expected)

@@ -78,8 +78,8 @@ def scale_lengths(w: Workload, k: float) -> Workload:
     def div(x: np.ndarray) -> np.ndarray:
         y = np.maximum(1, np.rint(x / k))
         if len(y) and not y.max() <= MAX_TOKENS:  # checked while a float: int64 would wrap
-            raise ValueError(f"length scale {k:g} makes a length of {y.max():.3g} tokens; "
-                             f"lengths must stay <= {MAX_TOKENS:.0e}")
+            raise ValueError(f"workload length_scale {k:g} makes a length of {y.max():.3g} tokens; "
+                             f"lengths must stay <= {MAX_TOKENS:,}")
         return y.astype(np.int64)
     block = max(1, round(w.hash_block_size / k))
     note = f"; prefix hash blocks {block} tokens" if w.prefix_hashes is not None else ""
