@@ -11,6 +11,7 @@ from experiments import (calibrate_cmd, experiment_cmd, run_cmd, simulate_cmd, v
 from experiments.capacity import command as capacity_cmd
 from experiments.sweep import command as sweep_cmd
 from experiments.errors import UserError
+from experiments.options import FLAGS
 
 SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
                capacity_cmd, sweep_cmd]
@@ -26,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in SUBCOMMANDS:
         module.add_parser(sub)
+    for command in sub.choices.values():  # so that a field's error can name its option
+        for action in command._actions:
+            if action.option_strings and action.dest not in FLAGS:
+                FLAGS[action.dest] = action.option_strings[0]
     return parser
 
 

@@ -10,6 +10,7 @@ by completion."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -71,6 +72,8 @@ def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
         from distributed import Client, LocalCluster
     except ImportError:
         raise UserError("--dask needs Dask: pip install 'batchlab[distributed]'") from None
+    # Dask logs each worker and comm it closes at shutdown as a warning: not ours to show.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     if address == "local":
         n = workers or cores()
         # Processes, one thread each: simulations hold the GIL.

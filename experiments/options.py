@@ -176,7 +176,30 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
         # that one added to the default's hidden TTFT and TPOT limits.
         data.get("run", {}).pop("slo", None)
     merge(data, overrides)
-    return build_config(data, where=args.config or "")
+    try:
+        return build_config(data, where=args.config or "")
+    except UserError as e:
+        raise UserError(name_flag(str(e), args)) from None
+
+
+# argparse dest -> the option that sets it (filled by experiments.cli.build_parser).
+FLAGS: dict[str, str] = {}
+
+
+def name_flag(message: str, args: argparse.Namespace) -> str:
+    """A field's error names the option too when the value came from the command line:
+    `model.kv_memory (--kv-memory): ...`."""
+    head, sep, rest = message.partition(": ")
+    if head.endswith(".toml") or head.endswith(".TOML"):
+        where, (head, sep, rest) = head + ": ", rest.partition(": ")
+    else:
+        where = ""
+    table, _, field = head.partition(".")
+    prefix = {t: p for p, t in _SECTIONS.items()} | {"workload": "wl_"}
+    dest = prefix.get(table, "?") + field
+    if field and getattr(args, dest, None) is not None and dest in FLAGS:
+        return f"{where}{head} ({FLAGS[dest]}){sep}{rest}"
+    return message
 
 
 def merge(dst: dict[str, Any], src: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ from core.workload import (Workload, WorkloadConfig, build_workload, format_stat
                            workload_stats, write_trace)
 from experiments.config import build_config, read_toml
 from experiments.errors import UserError
+from experiments.options import name_flag
 from experiments.output import to_json
 from experiments.workload_options import add_workload_options, workload_overrides
 
@@ -58,7 +59,10 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
     data.update(workload_overrides(args))
     if args.source:
         data["source"] = args.source
-    return build_config({"workload": data}, where=args.config or "").workload
+    try:
+        return build_config({"workload": data}, where=args.config or "").workload
+    except UserError as e:
+        raise UserError(name_flag(str(e), args)) from None
 
 
 def stats(args: argparse.Namespace) -> int:

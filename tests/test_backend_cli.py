@@ -65,7 +65,7 @@ def test_config_file(tmp_path, capsys):
     (["--model", "/nonexistent/ckpt"], "does not exist"),
     (["--dtype", "int3"], "unknown dtype"),
     (["--kv-memory", "lots"], "memory budget"),
-    (["--time-scale", "-1"], "run.time_scale: expected a finite number >= 0"),
+    (["--time-scale", "-1"], "run.time_scale (--time-scale): expected a finite number >= 0"),
     (["--replicas", "2"], "one replica"),
     (["--hardware", "h100-sxm"], "--hardware does not apply to batchlab run"),
     (["--tp", "2"], "--tp does not apply to batchlab run"),

@@ -118,7 +118,7 @@ name = "l4"
     (["--admission", "random"], "unknown admission order 'random'"),
     (["--rate", "fast"], "--rate: invalid float value"),
     (["--config", "/nonexistent.toml"], "/nonexistent.toml: config file not found"),
-    (["--seed", "-1"], "workload.seed: expected a whole number from 0 to 2**63-1 (got -1)"),
+    (["--seed", "-1"], "workload.seed (--seed): expected a whole number from 0 to 2**63-1 (got -1)"),
     # Options that would be silently ignored are contradictions, not no-ops.
     (["--think-time", "2"], "think_time_s (2 s, --think-time) applies to a closed loop only; "
                             "set max_concurrency (--max-concurrency) too"),

@@ -81,8 +81,8 @@ def test_broken_files_exit_2_with_one_line(capsys, name, line, says):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--rate", "-1"], "workload.rate: expected a rate in requests/s >= 1e-06 (or inf: all at once) (got -1.0)"),
-    (["--window-duration", "0"], "workload.window_duration_s: expected a finite time in seconds > 0"),
+    (["--rate", "-1"], "workload.rate (--rate): expected a rate in requests/s >= 1e-06 (or inf: all at once) (got -1.0)"),
+    (["--window-duration", "0"], "workload.window_duration_s (--window-duration): expected a finite time in seconds > 0"),
     (["--burstiness", "2"], "burstiness applies to generated arrivals"),
 ])
 def test_bad_options_exit_2_with_one_line(capsys, args, says):

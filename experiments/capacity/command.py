@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
         answers = run_all(ex, run_task, tasks, lambda i, a: bar.update())
     main = [a for t, a in zip(tasks, answers) if t[0] is None]
     sens = [(t[0], a) for t, a in zip(tasks, answers) if t[0] is not None]
-    setup = next((s for t in tasks if (s := _setup_or_none(t[2]))), None)
-    text = report.render(args.capacity_command, main, sens, criteria, cfg, setup, samples,
+    setups = {a.label: _setup_or_none(t[2]) for t, a in zip(tasks, answers) if t[0] is None}
+    text = report.render(args.capacity_command, main, sens, criteria, cfg, setups, samples,
                          args.gpu_hour_price, where)
     if out:
         files = report.write(out, main, sens, criteria, cfg, args.gpu_hour_price)

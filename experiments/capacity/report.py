@@ -44,14 +44,21 @@ TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (m
 
 
 def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criteria,
-           cfg: ExperimentConfig, setup, samples: list, price: float | None, where: str) -> str:
+           cfg: ExperimentConfig, setups: dict, samples: list, price: float | None, where: str) -> str:
     n_seeds = len({s.seed for s in samples})
     lines = [f"capacity {kind}: {criteria.describe()}",
              f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
              f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)); "
              f"router {cfg.run.router}; ran on {where}"]
-    if setup is not None:
-        lines += setup.assumptions()
+    # One block of assumptions, or one per search where they differ (candidates).
+    blocks = {label: s.assumptions() for label, s in setups.items() if s is not None}
+    distinct = list(dict.fromkeys(tuple(b) for b in blocks.values()))
+    for label, b in blocks.items():
+        if len(distinct) > 1:
+            lines.append(f"[{label}]")
+        lines += b
+        if len(distinct) == 1:
+            break
     lines.append("")
     rows = [answer_row(a, price) for a in answers]
     cols = COLS[kind] + ([("cost_per_hour", "$/hour", "{:.2f}")] if price else []) + TAIL
