@@ -184,7 +184,7 @@ class Scheduler(ABC):
         """Finish sequences that are done (by complete(), or left by DecodeGroup.advance)
         at `at`: one time for all, or one each. Frees their KV blocks."""
         times = at if isinstance(at, list) else [at] * len(done)
-        if self.prefix_caching and len(done) > 1:
+        if len(done) > 1 and self.kv.cache.units:
             # Freed cached blocks queue for eviction in freeing order: make that order
             # the same whether the simulator stepped or fast-forwarded.
             pairs = sorted(zip(done, times), key=lambda p: (p[1], p[0].admit_order))

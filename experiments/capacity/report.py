@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from experiments.capacity.plot import plot_answers
-from experiments.capacity.point import Criteria
+from experiments.capacity.point import ASSUMED, Criteria
 from experiments.capacity.search import Answer
 from experiments.capacity.tables import text_table, write_rows
 from experiments.config import ExperimentConfig
@@ -26,7 +26,7 @@ def answer_row(a: Answer, price: float | None) -> dict:
             row["cost_per_hour"] = row["gpus"] * price
             row["cost_per_million_requests"] = row["cost_per_hour"] / (a.value * 3600) * 1e6
     for k in ("max_num_seqs", "max_num_batched_tokens", "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
-              "slo_attainment", "stability", "failures"):
+              "slo_attainment", "stability", "failures", *ASSUMED):
         row[k] = b.get(k)
     row["points_tried"] = len(a.points)
     return row

@@ -18,7 +18,7 @@ from experiments.output import check_out_dir, to_json
 from experiments.sim_setup import sim_setup
 from experiments.sweep.grid import Sweep, load_sweep
 from experiments.sweep.pareto import cost_key, pareto
-from experiments.sweep.run import run_point
+from experiments.sweep.run import criteria_for, run_point
 from experiments.sweep.store import PointStore, restore
 
 
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.config)
     if args.gpu_hour_price is not None:
         sweep.settings = sweep.settings.model_copy(update={"gpu_hour_price": args.gpu_hour_price})
-    _check_points(sweep)
+    assumptions = _check_points(sweep)
     check_out_dir(args.out)
     out = Path(args.out)
     store = PointStore(out)
@@ -56,15 +56,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     rows = [restore(store.done[p.key]) for p in sweep.points]
-    return _report(args, sweep, rows, out, resumed, where)
+    return _report(args, sweep, rows, out, resumed, where, assumptions)
 
 
-def _check_points(sweep: Sweep) -> None:
+def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
     """Every point's presets and settings, before anything runs (a model too large for
-    its GPUs is a row saying so, not an error)."""
+    its GPUs is a row saying so, not an error); the distinct assumptions, each with the
+    points that make them."""
+    assumptions: dict[tuple, list[str]] = {}
     for p in sweep.points:
         try:
-            sim_setup(p.config)
+            lines = tuple(sim_setup(p.config).assumptions())
+            assumptions.setdefault(lines, []).append(str(p.index))
         except UserError as e:
             if "leaves no KV memory" not in str(e):
                 values = ", ".join(f"{k}={v!r}" for k, v in p.values.items())
@@ -72,9 +75,11 @@ def _check_points(sweep: Sweep) -> None:
         if sweep.settings.point != "simulate" and p.config.run.slo is None:
             raise UserError(f"{sweep.path}: [sweep] point = {sweep.settings.point!r} needs an SLO "
                             f"([run.slo] ttft_ms / tpot_ms / e2el_ms)")
+    return assumptions
 
 
-def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where: str) -> int:
+def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where: str,
+            assumptions: dict[tuple, list[str]]) -> int:
     s = sweep.settings
     metric = s.pareto_metric or ("answer" if s.point == "max-rate" else "p99_ttft_ms")
     if rows and metric not in rows[0] and not any(metric in r for r in rows):
@@ -90,6 +95,14 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
         return 0
     print(f"sweep {sweep.path}: {len(rows)} points ({s.point}), {resumed} from an earlier run, "
           f"ran on {where}")
+    print(f"a point passes with {criteria_for(sweep.points[0], s).describe()}")
+    for i, (lines, points) in enumerate(assumptions.items()):
+        if i == MAX_ASSUMPTION_BLOCKS:
+            print(f"... {len(assumptions) - i} more sets: each point's are columns of results.csv")
+            break
+        if len(assumptions) > 1:
+            print(f"[points {_ranges(points)}]")
+        print("\n".join(lines))
     x = cost_key(rows)
     cols = [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
             (x, "$/hour" if x == "cost_per_hour" else "GPUs", "{:.2f}" if x == "cost_per_hour" else "{:.0f}"),
@@ -100,6 +113,14 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
     print(f"\nresults written to {out}/ ({', '.join(files)})")
     return 0
+
+
+MAX_ASSUMPTION_BLOCKS = 6
+
+
+def _ranges(points: list[str]) -> str:
+    text = ", ".join(points)
+    return text if len(text) < 60 else text[:57] + "..."
 
 
 def _plot(out: Path, rows: list[dict], front: list[dict], metric: str) -> str:
