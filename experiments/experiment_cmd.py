@@ -25,6 +25,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="also run the real-backend variant where a study has one (CPU torch, minutes)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: the study's measured figures on stdout")
+    p.add_argument("--profile", metavar="FILE|NAME",
+                   help="studies that calibrate (fidelity): use this profile instead")
     p.set_defaults(func=run)
 
 
@@ -33,7 +35,16 @@ def run(args: argparse.Namespace) -> int:
         return _list(args.format)
     if not args.name:
         raise UserError("experiment: give a study NAME, 'all', or --list")
-    names = list(STUDIES) if args.name == "all" else [_lookup(args.name)]
+    names = ([n for n, s in STUDIES.items() if args.backend or not s.real_only]
+             if args.name == "all" else [_lookup(args.name)])
+    if args.profile is not None:
+        takes = [n for n in names if STUDIES[n].profile]
+        if args.name == "all" or not takes:
+            with_profile = ", ".join(s.name for s in STUDIES.values() if s.profile)
+            raise UserError(f"--profile applies to one study that calibrates ({with_profile}), "
+                            f"not to {args.name}")
+        from experiments.validation import profile_source
+        profile_source.load(args.profile)  # a bad profile: an error before anything runs
     if args.backend:
         for n in names if args.name != "all" else []:
             if not STUDIES[n].backend:
@@ -44,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
         study = STUDIES[n]
         out = _out_dir(args.out, n, several=len(names) > 1)
         try:
+            extra = {"profile": args.profile} if study.profile else {}
             results[n] = study.run(out, "small" if args.small else "full",
-                                   backend=args.backend and study.backend)
+                                   backend=args.backend and study.backend, **extra)
         except ImportError as e:  # the backend variant needs torch + transformers
             raise UserError(f"experiment {n} --backend needs the backend extras ({e.name or e}); "
                             f"install them with: pip install -e '.[backend]'") from None

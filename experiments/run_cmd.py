@@ -7,10 +7,9 @@ import sys
 import time
 
 from core.class_summary import BREAKDOWNS, breakdowns
-from core.stability import queue_stability
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
-from experiments.errors import UserError
+from experiments.errors import UserError, warn
 from experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                  reject_unused,
                                  reject_unused_fields, reject_unused_tables)
@@ -60,16 +59,19 @@ def run(args: argparse.Namespace) -> int:
     from backend.device import dtype_name
     from backend.models import params_label
 
+    from experiments.run_labels import label_real
+    from experiments.validation import profile_source
+
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
-                   "ru_router": "it serves one replica",
-                                "pr_path": "it measures; use it with simulate or validate"})
+                   "ru_router": "it serves one replica"})
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     reject_unused_fields(cfg, "run", {"run.router": "it serves one replica",
                                       "model.kv_cache_dtype": "the backend keeps its KV cache "
                                       "in the model's dtype ([model] dtype, --dtype)"})
-    reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)",
-                                      "profile": "it measures; use it with simulate or validate"})
+    reject_unused_tables(cfg, "run", {"hardware": "it serves on this machine's device (--device)"})
+    # --profile: prices the run's steady decode steps, to measure the machine's speed.
+    profile = profile_source.load(cfg.profile.path) if cfg.profile.path else None
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
     workload = build_workload(cfg.workload)
@@ -83,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
+    speed_cost, speed_source = None, ""
+    if profile is not None:
+        for w in profile_source.check_profile(profile, rt):  # another model: an error
+            warn(f"{cfg.profile.path}: {w}")
+        speed_cost, speed_source = profile.cost_model(), profile.describe()
     # Every setting is checked before an earlier run's results in --out are cleared.
     schedulers = cfg.schedulers(rt.spec.max_context)
     for sched in schedulers.values():  # the KV pool: refused now, before --out is written
@@ -96,8 +103,9 @@ def run(args: argparse.Namespace) -> int:
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
-        summaries[policy]["stability"] = queue_stability(result.requests).verdict  # as simulate's
+        label_real(result, speed_cost, speed_source)  # meta: machine_speed, stability
+        summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
+                             "stability": result.meta["stability"]["verdict"]}
         metas[policy] = result.meta
         if args.plot:
             results[policy] = result
@@ -123,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
               f"{m['num_kv_blocks']} KV blocks of {m['block_size']} tokens, "
               f"{cfg.scheduler.max_num_seqs} seats, time scale {cfg.run.time_scale:g}\n")
         print(comparison_table(summaries))
+        print(labels_line(metas))
         if cfg.run.slo is not None:
             print(slo_line(cfg.run.slo))
         if any(k in s for s in summaries.values() for k in BREAKDOWNS):
@@ -130,3 +139,13 @@ def run(args: argparse.Namespace) -> int:
         if writer:
             print(f"\nresults written to {writer.dir}/")
     return 130 if any(m["interrupted"] for m in metas.values()) else 0
+
+
+def labels_line(metas: dict[str, dict]) -> str:
+    """The machine's measured speed during each run, one line."""
+    parts = []
+    for policy, m in metas.items():
+        k = m["machine_speed"]["factor"]
+        parts.append(f"{policy}: steady decode steps {k:.3f} x the profile's price" if k is not None
+                     else f"{policy}: not measured (--profile P prices the run's steady decode steps)")
+    return "machine speed: " + "; ".join(parts)

@@ -25,7 +25,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
-    add_backend_options(p, threads_note="; the profile should be measured with the same")
+    g = add_backend_options(p, threads_note="; the profile should be measured with the same")
+    g.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
+                        "what this hardware cannot decide (default 1)")
     p.set_defaults(func=run)
 
 
@@ -35,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
                    "hw_tensor_parallel": "the backend runs on one device",
                    "ru_router": "it serves one replica",
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be a whole number >= 1, got {args.repeats}")
     cfg = load_experiment(args, DEFAULT_EXPERIMENT)
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
@@ -69,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     comps = {}
     for policy, sched in schedulers.items():
         v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
-                     progress=not args.no_progress and sys.stderr.isatty(), profile=info)
-        if v.real.result.meta.get("interrupted"):
+                     progress=not args.no_progress and sys.stderr.isatty(), profile=info,
+                     repeats=args.repeats)
+        if any(r.result.meta.get("interrupted") for r in v.reals):
             raise KeyboardInterrupt  # a partial real run has nothing to compare with
         comps[policy] = v.comparison()
         if writer:

@@ -69,7 +69,7 @@ def test_config_file(tmp_path, capsys):
     (["--replicas", "2"], "one replica"),
     (["--hardware", "h100-sxm"], "--hardware does not apply to batchlab run"),
     (["--tp", "2"], "--tp does not apply to batchlab run"),
-    (["--profile", "default"], "--profile does not apply to batchlab run"),
+    (["--profile", "default"], "calibrated for a different model than batchlab-tiny"),
     (["--router", "least_loaded"], "--router does not apply to batchlab run"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg, capsys):
@@ -81,7 +81,6 @@ def test_bad_input_is_one_line_exit_2(args, msg, capsys):
 
 
 @pytest.mark.parametrize("command, table", [("run", '[hardware]\nname = "h100-sxm"'),
-                                            ("run", '[profile]\npath = "default"'),
                                             ("validate", '[hardware]\ntensor_parallel = 2')])
 def test_a_config_table_the_command_cannot_honour_is_an_error(tmp_path, capsys, command, table):
     cfg = tmp_path / "c.toml"

@@ -8,13 +8,12 @@ import pytest
 import torch
 
 from backend.driver import run_workload
-from backend.models import build_preset
 from backend.prompt_ids import request_prompt
-from backend.runtime import Runtime
 from core.config import SchedulerConfig
 from core.cost import LinearCostModel
 from core.workload import Workload
 from sim import simulate
+from tests.test_backend_oracle import runtime, tiny  # noqa: F401 (the shared fixtures)
 
 # Eight requests over three documents: shared leading 4-token hash blocks, own tails.
 PROMPTS = [23, 30, 17, 41, 26, 12, 33, 29]
@@ -30,17 +29,6 @@ def _hashes(i: int) -> tuple[int, ...]:
 
 W = Workload(np.zeros(8), PROMPTS, OUTPUTS, prefix_hashes=[_hashes(i) for i in range(8)],
              hash_block_size=4)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_num_threads(1)
-    return build_preset("batchlab-tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def runtime(tiny):
-    return Runtime(loaded=tiny, keep_hf=True, kv_memory="64MiB", threads=1)
 
 
 @pytest.fixture(scope="module")

@@ -62,8 +62,9 @@ def test_queueing_delay_distribution_matches_the_simulation(runtime):
     zero_real, zero_sim = (q_real < ZERO_S).mean(), (q_sim < ZERO_S).mean()
     ks = stats.ks_2samp(q_real, q_sim).statistic
     # With the poll stamped as arrival, this very run gave zero delay to 100% of real
-    # requests against 13-20% simulated, KS 0.90-0.93; fixed, 3% vs 8%, KS 0.18-0.35 (the
-    # schedules part after a few steps: the two runs' step boundaries are not the same).
+    # requests against 13-20% simulated, KS 0.90-0.93. Fixed: 0-7% vs 7-12%, KS 0.18-0.35
+    # on a quiet machine and 0.40-0.57 with the real run getting 0.35-0.8 of a core
+    # (other processes disturb its steps, and the schedules part after a few steps).
     assert abs(zero_real - zero_sim) < 0.2, (zero_real, zero_sim)
-    assert ks < 0.45, (ks, np.median(q_real), np.median(q_sim))
+    assert ks < 0.7, (ks, np.median(q_real), np.median(q_sim))
     assert np.median(q_real) > ZERO_S  # the real requests did queue

@@ -59,7 +59,7 @@ def test_both_runs_complete_and_their_tables_line_up(validated):
     assert list(comp) == ["continuous", "chunked"]
     for policy in comp:
         real = read_csv(out / policy / "real" / "requests.csv")
-        for sim_dir in ("sim", "sim_overhead", "sim_scaled", "sim_selffit"):
+        for sim_dir in ("sim", "sim_normalised", "sim_overhead", "sim_scaled", "sim_selffit"):
             sim = read_csv(out / policy / sim_dir / "requests.csv")
             assert list(sim[0]) == list(real[0])  # same schema
             same = ("request_id", "arrival_s", "prompt_len", "output_len", "status")
@@ -69,7 +69,8 @@ def test_both_runs_complete_and_their_tables_line_up(validated):
         assert {r["status"] for r in real} == {"finished"} and len(real) == 6
         c = comp[policy]
         assert c["headline"] == "profile"
-        assert set(c["variants"]) == {"profile", "profile+overhead", "speed-scaled", "self-fit"}
+        assert set(c["variants"]) == {"profile", "normalised", "profile+overhead", "speed-scaled",
+                                      "self-fit"}
         keys = {m["key"] for m in c["metrics"]}
         assert {"mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms",
                 "mean_queueing_delay_ms", "request_throughput", "output_throughput"} <= keys

@@ -17,14 +17,17 @@ class Study:
     description: str
     run: RunFn
     backend: bool = False  # has a --backend variant on the real torch backend
+    profile: bool = False  # takes --profile (run(..., profile=PATH))
+    real_only: bool = False  # always serves on the backend: in 'all' only with --backend
 
 
 STUDIES: dict[str, Study] = {}
 
 
-def register(name: str, description: str, backend: bool = False) -> Callable[[RunFn], RunFn]:
+def register(name: str, description: str, backend: bool = False, profile: bool = False,
+             real_only: bool = False) -> Callable[[RunFn], RunFn]:
     def deco(fn: RunFn) -> RunFn:
-        STUDIES[name] = Study(name, description, fn, backend)
+        STUDIES[name] = Study(name, description, fn, backend or real_only, profile, real_only)
         return fn
     return deco
 

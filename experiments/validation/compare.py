@@ -30,7 +30,7 @@ def target_legend() -> str:
         by_target.setdefault(STAT_TARGET[stat], []).append(stat_label)
     stats = ", ".join(f"{t * 100:g}% {'/'.join(names)}" for t, names in by_target.items())
     unjudged = " and ".join(label for stem, label in LATENCIES if stem not in TARGETED)
-    return (f"* = over target ({', '.join(labels[s] for s in TARGETED)}: {stats}; throughput "
+    return (f"! = overloaded run, not judged; * = over target ({', '.join(labels[s] for s in TARGETED)}: {stats}; throughput "
             f"{THROUGHPUT_TARGET * 100:g}%; {unjudged} are not judged)")
 
 
@@ -52,10 +52,11 @@ class Cell:
     sim: float
     error: float  # relative, signed
     target: float | None  # allowed |error|, None where not targeted
+    overloaded: bool = False  # a latency of an overloaded run: not judged as steady state
 
     @property
     def ok(self) -> bool | None:
-        if self.target is None:
+        if self.target is None or self.overloaded:
             return None
         return bool(math.isfinite(self.error) and abs(self.error) <= self.target)
 
@@ -63,18 +64,21 @@ class Cell:
         return {**asdict(self), "ok": self.ok}
 
 
-def _cell(key: str, metric: str, stat: str, real: dict, sim: dict, target: float | None) -> Cell:
+def _cell(key: str, metric: str, stat: str, real: dict, sim: dict, target: float | None,
+          overloaded: bool = False) -> Cell:
     r, s = float(real.get(key, math.nan)), float(sim.get(key, math.nan))
-    return Cell(key, metric, stat, r, s, rel_error(r, s), target)
+    return Cell(key, metric, stat, r, s, rel_error(r, s), target, overloaded)
 
 
-def compare_summaries(real: dict[str, float], sim: dict[str, float]) -> list[Cell]:
-    """One cell per latency statistic (ms), then one per throughput figure."""
+def compare_summaries(real: dict[str, float], sim: dict[str, float],
+                      overloaded: bool = False) -> list[Cell]:
+    """One cell per latency statistic (ms), then one per throughput figure. overloaded
+    (either run's queue grew through it): latencies are flagged, not judged."""
     cells = []
     for stem, label in LATENCIES:
         for stat, stat_label in STATS:
             target = STAT_TARGET[stat] if stem in TARGETED else None
-            cells.append(_cell(f"{stat}_{stem}_ms", label, stat_label, real, sim, target))
+            cells.append(_cell(f"{stat}_{stem}_ms", label, stat_label, real, sim, target, overloaded))
     for key, label in THROUGHPUTS:
         cells.append(_cell(key, label, "value", real, sim, THROUGHPUT_TARGET))
     return cells

@@ -1,5 +1,6 @@
-"""--out DIR of `batchlab validate`: per policy, both runs' tables (real/; sim/ for the
-headline variant; sim_overhead/, sim_scaled/, sim_selffit/ for the diagnostic ones) and a CDF plot;
+"""--out DIR of `batchlab validate`: per policy, both runs' tables (real/, real_2/ ... with
+--repeats; sim/ for the headline variant; sim_normalised/, sim_overhead/, sim_scaled/,
+sim_selffit/ for the others) and CDF plots (cdf_band.png: sim against the real runs' band);
 at the top, comparison.json keyed by policy (rewritten after each policy), config.json."""
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from experiments.validation.pair import Run
 from experiments.validation.plot import cdf_overlay
 from experiments.validation.validate import HEADLINE, Validation
 
-FOLDERS = {HEADLINE: "sim", "profile+overhead": "sim_overhead", "speed-scaled": "sim_scaled",
-           "self-fit": "sim_selffit"}
+FOLDERS = {HEADLINE: "sim", "normalised": "sim_normalised", "profile+overhead": "sim_overhead",
+           "speed-scaled": "sim_scaled", "self-fit": "sim_selffit"}
 
 
 def write_run(d: Path, run: Run) -> list[Path]:
-    """A run's request and step tables and its metadata, in folder d."""
+    """A run's request and step tables, its metadata and its summary (with its
+    stable/overloaded verdict), in folder d."""
     d.mkdir(parents=True, exist_ok=True)
     write_table(d / "requests.csv", run.result.requests)
     write_table(d / "steps.csv", run.result.steps)
     (d / "meta.json").write_text(to_json(run.result.meta) + "\n")
+    verdict = (run.result.meta.get("stability") or {}).get("verdict")
+    (d / "summary.json").write_text(to_json({**run.result.summary(), "stability": verdict}) + "\n")
     return [d / "requests.csv", d / "steps.csv"]
 
 
@@ -30,13 +34,21 @@ class ValidationWriter:
 
     def add(self, v: Validation, comparison: dict) -> list[Path]:
         base = self.dir / v.policy
-        runs = {"real": v.real, **{FOLDERS.get(k, k): r for k, r in v.sims.items()}}
+        runs = {"real": v.real, **{f"real_{i}": r for i, r in enumerate(v.again, 2)},
+                **{FOLDERS.get(k, k): r for k, r in v.sims.items()},
+                **{f"sim_normalised_{i}": r for i, r in enumerate(v.again_sims, 2)}}
         written = []
         for folder, run in runs.items():
             written += write_run(base / folder, run)
         title = f"{v.policy}: real vs simulated TTFT and E2E latency"
         written.append(cdf_overlay(base / "cdf.png", title,
                                    {"real": v.real.result, **{k: r.result for k, r in v.sims.items()}}))
+        if v.again:
+            from experiments.validation.plot import cdf_band
+            written.append(cdf_band(base / "cdf_band.png", f"{v.policy}: simulated vs the band of "
+                                    f"{len(v.reals)} real runs",
+                                    [r.result for r in v.reals], v.sims[HEADLINE].result,
+                                    v.sims["normalised"].result))
         self.comparisons[v.policy] = comparison
         (self.dir / "comparison.json").write_text(to_json(self.comparisons) + "\n")
         return written

@@ -1,8 +1,10 @@
-"""The validation plot: real and simulated CDFs of TTFT and E2E latency, overlaid."""
+"""The validation plots: real and simulated CDFs of TTFT and E2E latency, overlaid; with
+repeated real runs, the simulated CDFs against the band the real ones span."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from core.result import RunResult
@@ -30,4 +32,38 @@ def cdf_overlay(path: Path, title: str, runs: dict[str, RunResult]) -> Path:
         ax.xaxis.set_major_formatter(ScalarFormatter())  # 100, 1000: not 10^2 over 4x10^1
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=8, loc="lower right")
+    return plots.save(fig, path)
+
+
+BAND = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
+
+
+def _latencies(res: RunResult, key: str) -> np.ndarray:
+    v = res.itl if key == "itl" else per_request_latencies(res.requests)[key]
+    v = np.asarray(v, float) * 1000
+    return v[np.isfinite(v) & (v > 0)]
+
+
+def cdf_band(path: Path, title: str, reals: list[RunResult], sim: RunResult,
+             normalised: RunResult | None = None) -> Path:
+    """Per latency, the band the real runs' CDFs span (at each quantile, the lowest and
+    highest real value) and the simulated CDFs drawn over it."""
+    fig, axes = plots.figure(1, len(BAND), title, width=4.2, height=3.6)
+    levels = np.linspace(0.005, 0.995, 199)
+    for ax, (key, label) in zip(axes, BAND):
+        qs = [np.quantile(v, levels) for v in (_latencies(r, key) for r in reals) if v.size]
+        if qs:
+            q = np.vstack(qs)
+            ax.fill_betweenx(levels, q.min(axis=0), q.max(axis=0), color="#999999", alpha=0.45,
+                             label=f"real ({len(qs)} runs)", step="post")
+        plots.cdf(ax, _latencies(sim, key), "sim (profile)", STYLE["profile"][0])
+        if normalised is not None:
+            before = len(ax.lines)
+            plots.cdf(ax, _latencies(normalised, key), "sim (normalised)", "#9467bd")
+            if len(ax.lines) > before:
+                ax.lines[-1].set_linestyle("--")
+        ax.set_xlabel(f"{label} (ms, log)")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.legend(fontsize=7, loc="lower right")
     return plots.save(fig, path)

@@ -29,12 +29,13 @@ def metrics_table(comp: dict) -> str:
     other_cells = {v: comp["variants"][v]["metrics"] for v in others}
     for i, c in enumerate(comp["metrics"]):
         unit = " (ms)" if c["key"].endswith("_ms") else ""
-        mark = " *" if c["ok"] is False else "  " if c["ok"] else ""
+        mark = " !" if c.get("overloaded") else " *" if c["ok"] is False else "  " if c["ok"] else ""
         cells = [f"{c['metric']}{unit}", c["stat"] if c["stat"] != "value" else "",
                  num(c["real"]), num(c["sim"]), pct(c["error"]) + mark]
         for v in others:
             o = other_cells[v][i]
-            cells.append(pct(o["error"]) + (" *" if o["ok"] is False else "  " if o["ok"] else ""))
+            cells.append(pct(o["error"]) + (" !" if o.get("overloaded") else " *" if o["ok"] is False
+                                            else "  " if o["ok"] else ""))
         rows.append(cells)
     widths = [max(len(r[j]) for r in rows) for j in range(len(header))]
     lines = []
@@ -83,6 +84,12 @@ def explanation(comp: dict) -> list[str]:
         f"priced by the profile), between steps {o['scheduler_overhead_s']:.2f} s "
         f"({pct(o['scheduler_overhead_share'], False)}; fitted {fit['per_step_ms']:.3f} ms + "
         f"{fit['per_seq_ms']:.4f} ms/seq per step, added in profile+overhead), idle {o['idle_s']:.2f} s")
+    ms = comp.get("machine_speed") or {}
+    if ms.get("factor") is not None:
+        lines.append(f"machine speed (steady decode steps, {ms['steps']} of them): step time "
+                     f"{ms['factor']:.3f} x the profile's price; `normalised` scales the profile by it")
+    else:
+        lines.append(f"machine speed: not measured ({ms.get('why', 'no steady decode step')})")
     k = comp["speed_factor"]
     lines.append(f"machine speed during the run: real step times total {k['all']:.3f} x the profile's "
                  f"price of the same steps (decode-only steps {k['decode']:.3f}, steps with prefill "
@@ -91,9 +98,15 @@ def explanation(comp: dict) -> list[str]:
 
 
 def heading(comp: dict) -> str:
+    st = comp.get("stability") or {}
+    runs = f"; real run {st['real']}, sim {st['sim']}" if st else ""
     return (f"[{comp['policy']}] real vs simulated ({HEADLINE}: "
-            f"{comp['profile'].get('describe', 'profile')}); {target_legend()}")
+            f"{comp['profile'].get('describe', 'profile')}{runs}); {target_legend()}")
 
 
 def render(comp: dict) -> str:
-    return "\n".join([heading(comp), "", metrics_table(comp), "", *explanation(comp)])
+    parts = [heading(comp), "", metrics_table(comp), "", *explanation(comp)]
+    if comp.get("repeats"):
+        from experiments.validation.repeats_text import render_repeats
+        parts += ["", render_repeats(comp["repeats"])]
+    return "\n".join(parts)

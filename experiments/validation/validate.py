@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from core.config import SchedulerConfig
 from core.cost import CostModel
 from core.workload import Workload
-from experiments.validation import compare, divergence, steps
+from experiments import run_labels
+from experiments.validation import compare, divergence, repeats, steps
 from experiments.validation.overhead import Overhead, outside_forward
 from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import variant_costs
+from experiments.validation.variants import Scaled, variant_costs
 
 HEADLINE = "profile"
 
@@ -29,11 +30,13 @@ HEADLINE = "profile"
 def compare_runs(real: Run, sim: Run, cost: CostModel) -> dict:
     """Everything that compares two runs of the same requests (any two: real vs sim, or
     real vs real for the spread). `cost` prices the per-step duration error."""
-    cells = compare.compare_summaries(real.result.summary(), sim.result.summary())
+    overloaded = any(stability(r)["verdict"] == "overloaded" for r in (real, sim))
+    cells = compare.compare_summaries(real.result.summary(), sim.result.summary(), overloaded)
     match = steps.step_match(real.keys, sim.keys, real.result.steps, cost)
     return {
         "metrics": [c.as_dict() for c in cells],
         "misses": [f"{c.metric} {c.stat}" for c in compare.misses(cells)],
+        "stability": {"real": stability(real)["verdict"], "sim": stability(sim)["verdict"]},
         "worst_error": compare.worst(cells),
         "steps": match,
         "divergence": divergence.explain(real.result, sim.result, real.keys, sim.keys,
@@ -41,6 +44,17 @@ def compare_runs(real: Run, sim: Run, cost: CostModel) -> dict:
         "preemptions": {"real": divergence.preemptions(real.result),
                         "sim": divergence.preemptions(sim.result)},
     }
+
+
+def stability(run: Run) -> dict:
+    """The run's stable/overloaded verdict (core/stability.py), kept in its meta."""
+    return run_labels.stability(run.result)
+
+
+def label_real(run: Run, cost: CostModel, source: str = "") -> Run:
+    """Record, in a real run's meta, the machine's speed during it and its stability."""
+    run_labels.label_real(run.result, cost, source)
+    return run
 
 
 @dataclass
@@ -52,6 +66,12 @@ class Validation:
     overhead: Overhead
     speed_factor: dict[str, float]  # real step time / profile price: all, decode, prefill
     profile: dict = field(default_factory=dict)  # where the cost model came from
+    again: list[Run] = field(default_factory=list)  # --repeats: the further real runs
+    again_sims: list[Run] = field(default_factory=list)  # normalised to each of them
+
+    @property
+    def reals(self) -> list[Run]:
+        return [self.real, *self.again]
 
     def comparison(self) -> dict:
         """The JSON-able report of this validation."""
@@ -67,26 +87,53 @@ class Validation:
             "overhead_fit": self.overhead.as_dict(),
             "speed_factor": self.speed_factor,
             "outside_forward": outside_forward(self.real.result),
+            "machine_speed": meta.get("machine_speed"),
             **variants[HEADLINE],
             "variants": variants,
+            **({"repeats": repeats.analyse(self.reals, self.sims[HEADLINE],
+                                           [self.sims["normalised"], *self.again_sims])}
+               if self.again else {}),
         }
 
 
 def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
                       cost: CostModel, meta: dict | None = None) -> tuple[dict[str, Run], dict]:
     """The simulated runs of `real`'s requests, one per variant, and what the variants
-    fitted on the real run (overhead, speed_factor)."""
+    fitted on the real run (overhead, speed_factor, machine_speed)."""
     sched = sim_scheduler(scheduler, real.result)
     costs, fitted = variant_costs(real.result, cost)
     sims = {name: run_sim(workload, sched, c, {**(meta or {}), "cost_model": name})
             for name, c in costs.items()}
+    for run in sims.values():
+        stability(run)
     return sims, fitted
 
 
+def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
+                   meta: dict | None = None) -> Run:
+    """The profile scaled to the machine's speed measured during `real`, simulated."""
+    k = real.result.meta["machine_speed"]["factor"] or 1.0
+    run = run_sim(workload, sim_scheduler(scheduler, real.result), Scaled(cost, k, k),
+                  {**(meta or {}), "cost_model": "normalised"})
+    stability(run)
+    return run
+
+
 def validate(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, *,
-             seed: int = 0, progress: bool = False, profile: dict | None = None) -> Validation:
-    """Run `workload` for real with `scheduler`, then simulate it with `cost`."""
-    real = run_real(runtime, workload, scheduler, seed=seed, progress=progress)
-    sims, fitted = simulate_variants(real, workload, scheduler, cost, profile)
-    return Validation(scheduler.policy, real, sims, cost, fitted["overhead"], fitted["speed_factor"],
-                      profile or {})
+             seed: int = 0, progress: bool = False, profile: dict | None = None,
+             repeats: int = 1) -> Validation:
+    """Run `workload` for real with `scheduler` `repeats` times, then simulate it with
+    `cost` (the variants against the first real run; normalised against each)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    source = (profile or {}).get("describe", "")
+    reals = []
+    for _ in range(repeats):
+        reals.append(label_real(run_real(runtime, workload, scheduler, seed=seed, progress=progress),
+                                cost, source))
+        if reals[-1].result.meta.get("interrupted"):
+            break  # Ctrl-C: the caller stops
+    sims, fitted = simulate_variants(reals[0], workload, scheduler, cost, profile)
+    again_sims = [normalised_sim(r, workload, scheduler, cost, profile) for r in reals[1:]]
+    return Validation(scheduler.policy, reals[0], sims, cost, fitted["overhead"], fitted["speed_factor"],
+                      profile or {}, reals[1:], again_sims)

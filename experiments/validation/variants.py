@@ -2,6 +2,9 @@
 validate.py says what each shows):
 
     profile            the calibrated profile alone (the headline: a prediction)
+    normalised         the profile scaled by one factor, the machine's speed during the
+                       run as measured on its steady decode steps (core/machine_speed.py):
+                       the headline's error with the machine's speed level taken out
     profile+overhead   + the real run's measured time between steps
     speed-scaled       + that, and the profile scaled to the machine's speed during the
                        run: the real run's total step time over the profile's price of
@@ -18,11 +21,12 @@ import numpy as np
 
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel, LinearCostModel, decode_run_times
+from core.machine_speed import machine_speed
 from core.result import RunResult
 from experiments.validation.overhead import Overhead, fit_overhead
 from experiments.validation.steps import predicted_durations
 
-NAMES = ("profile", "profile+overhead", "speed-scaled", "self-fit")
+NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,11 @@ def variant_costs(real: RunResult, profile_cost: CostModel) -> tuple[dict[str, C
     """The cost model of each variant, and what was fitted on the real run."""
     overhead = fit_overhead(real)
     k = speed_factors(real, profile_cost)
+    speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
+    level = speed["factor"] or 1.0  # unmeasurable: the normalised variant is the headline
     costs = {"profile": profile_cost,
+             "normalised": Scaled(profile_cost, level, level),
              "profile+overhead": WithOverhead(profile_cost, overhead),
              "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
              "self-fit": WithOverhead(fit_linear_cost(real), overhead)}
-    return costs, {"overhead": overhead, "speed_factor": k}
+    return costs, {"overhead": overhead, "speed_factor": k, "machine_speed": speed}

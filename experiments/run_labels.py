@@ -1,0 +1,31 @@
+"""What every run's meta.json says about the conditions it ran in: its stable/overloaded
+verdict (core/stability.py, for simulated and real runs) and, for a real run, how fast
+the machine ran during it (core/machine_speed.py: its steady decode steps priced by a
+profile). Shared by `batchlab run` and `batchlab validate`."""
+from __future__ import annotations
+
+from core.cost import CostModel
+from core.machine_speed import machine_speed
+from core.result import RunResult
+from core.stability import queue_stability
+
+
+def stability(result: RunResult) -> dict:
+    """The run's verdict, computed once and kept in its meta."""
+    if "stability" not in result.meta:
+        st = queue_stability(result.requests)
+        result.meta["stability"] = {"verdict": st.verdict,
+                                    "queue_by_quarter": [round(q, 3) for q in st.queue_by_quarter]}
+    return result.meta["stability"]
+
+
+def label_real(result: RunResult, cost: CostModel | None, source: str = "") -> RunResult:
+    """Record the machine's speed during a real run (priced by `cost`, if any) and its
+    stability in its meta."""
+    result.meta["machine_speed"] = machine_speed(result.steps, cost, source)
+    stability(result)
+    return result
+
+
+def is_overloaded(result: RunResult) -> bool:
+    return stability(result)["verdict"] == "overloaded"

@@ -1,0 +1,60 @@
+"""Which kinds of step the profile misprices: every real step put in one kind (first
+match wins), and per kind the measured time over the profile's price, raw and divided by
+the run's machine speed (core/machine_speed.py), so a kind's figure says how much more
+or less it costs than a steady decode step of that run, relative to the profile."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.cost import CostModel
+from core.machine_speed import IDLE_GAP_S, price
+
+SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
+KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",
+         "mixed, chunk <= 128", "mixed, chunk > 128", "decode after a prefill", "steady decode")
+
+
+def classify(steps: dict[str, np.ndarray]) -> np.ndarray:
+    """The kind (index into KINDS) of every step of a step table."""
+    start, dur = np.asarray(steps["start_s"], float), np.asarray(steps["duration_s"], float)
+    pre, dec = np.asarray(steps["prefill_tokens"]), np.asarray(steps["decode_tokens"])
+    gap = np.concatenate(([np.inf], start[1:] - (start[:-1] + dur[:-1]))) if start.size else start
+    after_prefill = np.concatenate(([False], pre[:-1] > 0)) if start.size else pre > 0
+    small = pre <= SMALL_CHUNK
+    conditions = [gap > IDLE_GAP_S, (pre > 0) & (dec == 0) & small, (pre > 0) & (dec == 0),
+                  (pre > 0) & small, pre > 0, after_prefill, np.ones(start.size, bool)]
+    return np.select(conditions, np.arange(len(KINDS)), default=len(KINDS) - 1)
+
+
+def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+    """(kind of every step, its measured time / the profile's price)."""
+    every = np.ones(len(steps["start_s"]), bool)
+    predicted = price(steps, cost, every)
+    measured = np.asarray(steps["duration_s"], float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(predicted > 0, measured / predicted, np.nan)
+    return classify(steps), r
+
+
+def kind_table(runs: list[tuple[dict[str, np.ndarray], float | None]], cost: CostModel) -> list[dict]:
+    """runs: (step table, machine speed factor) of each real run. Per kind: steps, median
+    measured/price, the same over the run's speed, and the median |error| of the
+    profile's price before and after normalising by the speed."""
+    kinds, raw, norm = [], [], []
+    for steps, factor in runs:
+        k, r = ratios(steps, cost)
+        kinds.append(k)
+        raw.append(r)
+        norm.append(r / (factor or 1.0))
+    k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
+    rows = []
+    for i, name in enumerate(KINDS):
+        m = (k == i) & np.isfinite(raw)
+        n = int(m.sum())
+        med = (lambda x: float(np.median(x)) if n else math.nan)
+        rows.append({"kind": name, "steps": n, "ratio": med(raw[m]), "ratio_normalised": med(norm[m]),
+                     "ape": med(np.abs(1 / raw[m] - 1)) if n else math.nan,
+                     "ape_normalised": med(np.abs(1 / norm[m] - 1)) if n else math.nan})
+    return rows
