@@ -106,7 +106,7 @@ class Engine:
         rows_t = torch.tensor(rows, dtype=torch.int64, device=dev)
         t1 = time.perf_counter()
         logits = self.runner.forward(input_ids, pos_t, meta, self.cache, rows_t, int(positions.max()))
-        tokens = self.sample(logits).tolist() if rows else []
+        tokens = self.sample(logits, sampling).tolist() if rows else []
         synchronize(dev)
         for seq, tok in zip(sampling, tokens):
             seq.output_token_ids.append(tok)
@@ -117,7 +117,8 @@ class Engine:
         st.forward_s += t2 - t1
         return t2 - t0
 
-    def sample(self, logits: torch.Tensor) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence] | None = None) -> torch.Tensor:
+        """One token per row; seqs[i] owns row i (a server samples per request)."""
         if self.temperature == 0:
             return logits.argmax(dim=-1)
         probs = torch.softmax(logits / self.temperature, dim=-1)

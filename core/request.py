@@ -45,6 +45,7 @@ class Status(Enum):
     RUNNING = "running"
     FINISHED = "finished"
     REJECTED = "rejected"
+    ABORTED = "aborted"  # its client left before it finished (batchlab serve)
 
 
 @dataclass(slots=True, eq=False)

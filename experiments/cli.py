@@ -6,15 +6,16 @@ import logging
 import os
 import sys
 
-from experiments import (calibrate_cmd, experiment_cmd, run_cmd, simulate_cmd, validate_cmd,
+from experiments import (calibrate_cmd, experiment_cmd, run_cmd, serve_cmd, simulate_cmd, validate_cmd,
                          workload_cmd)
 from experiments.capacity import command as capacity_cmd
 from experiments.sweep import command as sweep_cmd
 from experiments.errors import UserError
 from experiments.options import FLAGS
+from experiments.replay import cmd as replay_cmd
 
 SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
-               capacity_cmd, sweep_cmd]
+               capacity_cmd, sweep_cmd, serve_cmd, replay_cmd]
 
 
 class _Parser(argparse.ArgumentParser):

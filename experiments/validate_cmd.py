@@ -17,7 +17,8 @@ from experiments.options import (add_backend_options, add_common_options, load_e
                                  reject_unused, reject_unused_tables)
 from experiments.output import check_out_dir, to_json
 from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
-from experiments.validation import profile_source
+from experiments.replay.cmd import add_target_options
+from experiments.validation import endpoint, profile_source
 from experiments.validation.text import render
 from experiments.validation.validate import validate
 
@@ -29,6 +30,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
                         "what this hardware cannot decide (default 1)")
+    add_target_options(p, required=False)  # --endpoint: replay against a server instead
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="with --endpoint: the model name the server serves (default: its first)")
     p.set_defaults(func=run)
 
 
@@ -51,6 +55,14 @@ def run(args: argparse.Namespace) -> int:
         check_out_dir(args.out)  # before the model loads
     # A bad profile fails before the model loads (for a preset, whose shape is known).
     path = cfg.profile.path  # --profile or the config's [profile] path
+    if not args.endpoint and (args.api_key or args.served_model_name):
+        raise UserError("--api-key and --served-model-name apply with --endpoint only")
+    if args.endpoint:
+        if args.repeats != 1:
+            raise UserError("--repeats does not apply with --endpoint (one replay per validation)")
+        endpoint.check_args(args, path)
+        profile = profile_source.load(path)
+        return endpoint.validate_endpoint(args, cfg, workload, profile, profile_source.describe(path, profile))
     if path:
         profile = profile_source.load(path)
         if not named(args, "model"):

@@ -195,6 +195,24 @@ class Scheduler(ABC):
             self.reservation.release(seq)
         self._drop_running(done)
 
+    def abort(self, seq: Sequence, now: float) -> bool:
+        """Drop a waiting or running sequence whose client left (call between steps):
+        its KV blocks are freed at once. False if it had already finished or left."""
+        if seq.status is Status.RUNNING:
+            if self.group is not None and self.group.size:
+                self.group.release()  # counters back on the members before one leaves
+            if not seq.decoding:
+                self._num_prefilling -= 1
+            self.kv.free(seq.block_table)
+            self.running.remove(seq)
+        elif seq.status is Status.WAITING and any(e[2] is seq for e in self._waiting):
+            self._waiting = [e for e in self._waiting if e[2] is not seq]
+            heapq.heapify(self._waiting)  # a waiting sequence holds no blocks
+        else:
+            return False
+        seq.status, seq.finish = Status.ABORTED, now
+        return True
+
     # -- shared mechanics ----------------------------------------------------------
     def _drop_running(self, gone: list[Sequence]) -> None:
         """Take finished sequences out of the running list, keeping its order."""

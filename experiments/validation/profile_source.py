@@ -67,8 +67,10 @@ def resolve(path: str | None, runtime, out_dir: Path | None) -> tuple[object, di
     warnings = check_profile(profile, runtime)
     for w in warnings:
         warn(f"{path or 'profile'}: {w}")
-    fit = profile.fit.heldout
-    info = {"source": path or "calibrated for this run", "describe": profile.describe(),
-            "created": profile.created, "heldout_median_ape_pct": fit.median_ape,
-            "warnings": warnings}
-    return profile, info
+    return profile, {**describe(path, profile), "warnings": warnings}
+
+
+def describe(path: str | None, profile) -> dict:
+    """Where a profile came from, for a report."""
+    return {"source": path or "calibrated for this run", "describe": profile.describe(),
+            "created": profile.created, "heldout_median_ape_pct": profile.fit.heldout.median_ape}

@@ -1,0 +1,269 @@
+"""The engine thread of `batchlab serve`: backend/driver.py's loop, fed by HTTP requests
+instead of a workload's arrival times.
+
+The same scheduler, Engine, MetricsRecorder and RunResult as `batchlab run`. HTTP
+handlers (another thread) hand requests and aborts over a queue; the loop takes them in
+at the next step boundary, so the step in flight is never disturbed. Each sampled token
+goes back to its request's `emit` callback, stamped with the step's end on the same
+clock as the request table. torch releases the GIL inside a forward pass, so the HTTP
+thread keeps serving while a step runs."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from backend.engine import Engine
+from backend.runtime import Runtime
+from core.batch import step_features
+from core.config import SchedulerConfig
+from core.metrics import MetricsRecorder
+from core.request import Request, Sequence, Status
+from core.result import RunResult
+from core.schedulers import make_scheduler
+
+log = logging.getLogger(__name__)
+_IDLE_WAIT_S = 0.05  # an idle loop re-checks its stop flag this often
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One sampled token of a request (or, with error set, why it ended)."""
+    token: int
+    index: int  # 0 for the first token
+    time_s: float  # the step's end, on the server clock
+    finished: bool
+    error: str = ""
+    status: int = 500  # the HTTP status an error maps to
+
+
+class PerRequestEngine(Engine):
+    """Samples each row at its own request's temperature (the server's default when the
+    request gives none): greedy rows take the argmax, the others draw from the seeded
+    generator, in row order, so a run is repeatable."""
+
+    def __init__(self, runtime: Runtime, num_blocks: int, block_size: int, temperature: float,
+                 seed: int, temperatures: dict[int, float]) -> None:
+        # As Runtime.engine makes one for `batchlab run`.
+        super().__init__(runtime.runner, runtime.cache(num_blocks, block_size),
+                         temperature=temperature, seed=seed, prompt_seed=seed)
+        self.temperatures = temperatures
+
+    def sample(self, logits: torch.Tensor, seqs: list[Sequence] | None = None) -> torch.Tensor:
+        temps = [self.temperatures.get(s.id, self.temperature) for s in seqs or []]
+        if not any(temps):
+            return logits.argmax(dim=-1)
+        out = logits.argmax(dim=-1)
+        for row, t in enumerate(temps):
+            if t > 0:
+                probs = torch.softmax(logits[row] / t, dim=-1)
+                out[row] = torch.multinomial(probs, 1, generator=self.generator)[0]
+        return out
+
+
+class StepObserver:
+    """What the loop reports besides tokens (metrics.ServerMetrics implements it)."""
+
+    def watch(self, sched) -> None: ...
+
+    def on_step(self, sched, batch, kv_used_fraction: float) -> None: ...
+
+    def on_token(self, seq: Sequence, gap_s: float | None) -> None: ...
+
+    def on_done(self, seq: Sequence) -> None: ...
+
+
+Emit = Callable[[TokenEvent], None]
+
+
+class EngineLoop:
+    def __init__(self, runtime: Runtime, scheduler: SchedulerConfig, *, temperature: float = 0.0,
+                 seed: int = 0, observer: StepObserver | None = None, warmup: bool = True) -> None:
+        self.runtime, self.config = runtime, scheduler
+        num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
+        self.sched = make_scheduler(scheduler, num_blocks)
+        self._temps: dict[int, float] = {}
+        self.engine = PerRequestEngine(runtime, self.sched.kv.num_blocks, scheduler.block_size,
+                                       temperature, seed, self._temps)
+        self.temperature, self.seed = temperature, seed
+        self.observer = observer or StepObserver()
+        self.observer.watch(self.sched)
+        self.rec = MetricsRecorder()
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._live: dict[int, tuple[Sequence, Emit]] = {}
+        self._ids = 0
+        self._id_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.error = ""  # set if a step failed: the loop stops, /health reports it
+        self.steps = 0
+        self.idle_s = 0.0
+        self.flush: Callable[[], None] | None = None  # see _step; set by the HTTP side
+        t = time.perf_counter()
+        if warmup:
+            self.engine.warmup()
+        self.warmup_s = time.perf_counter() - t
+        self._t0 = time.perf_counter()
+
+    # -- called from the HTTP side -------------------------------------------------
+    def clock(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def new_request(self, prompt_ids: list[int], max_tokens: int, arrival: float) -> Request:
+        """A request that arrived at `arrival` (this loop's clock) with a fresh id."""
+        with self._id_lock:
+            rid, self._ids = self._ids, self._ids + 1
+        return Request(id=rid, arrival=arrival, prompt_len=len(prompt_ids),
+                       output_len=max_tokens, prompt_token_ids=tuple(prompt_ids))
+
+    def reject_reason(self, request: Request) -> str:
+        """Why the scheduler would refuse it ('' if it can run): read-only, thread-safe."""
+        return self.sched.reject_reason(request)
+
+    def submit(self, request: Request, emit: Emit, temperature: float | None = None) -> None:
+        self._inbox.put(("add", request, emit, temperature))
+        self._wake.set()
+
+    def abort(self, request_id: int) -> None:
+        self._inbox.put(("abort", request_id, None, None))
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- the thread ----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="batchlab-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the step in flight, then stop; requests still live get an error event."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        torch.set_num_threads(self.runtime.threads)  # intra-op threads are per thread
+        try:
+            while not self._stop.is_set():
+                self._take_inbox()
+                if not self._step():
+                    t = time.perf_counter()
+                    self._wake.wait(_IDLE_WAIT_S)
+                    self._wake.clear()
+                    self.idle_s += time.perf_counter() - t
+        except Exception as e:  # noqa: BLE001: a failed step ends the server, said once
+            log.exception("engine step failed")
+            self.error = f"engine step failed: {type(e).__name__}: {e}"
+        finally:
+            self._close_live(self.error or "the server is shutting down", 500 if self.error else 503)
+
+    def _take_inbox(self) -> None:
+        now = self.clock()
+        while True:
+            try:
+                kind, item, emit, temp = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add":
+                seq = self.sched.add(item, now)
+                if seq.status is Status.REJECTED:  # checked before, but lengths can race
+                    self.rec.record_requests([seq], 0)
+                    emit(TokenEvent(-1, -1, now, True, seq.reject_reason, 400))
+                    continue
+                self._live[item.id] = (seq, emit)
+                if temp is not None:
+                    self._temps[item.id] = temp
+            elif item in self._live:  # abort: the client left
+                seq, _ = self._live.pop(item)
+                if self.sched.abort(seq, now):
+                    self.rec.record_requests([seq], 0)
+                    self.observer.on_done(seq)
+                self._forget(seq)
+
+    def _forget(self, seq: Sequence) -> None:
+        self.engine.forget(seq)
+        self._temps.pop(seq.id, None)
+
+    def _step(self) -> bool:
+        """One engine step if there is work; False when idle."""
+        sched = self.sched
+        if not sched.has_work():
+            return False
+        now = self.clock()
+        batch = sched.schedule(now)
+        if batch.is_empty:
+            wake = sched.next_wakeup(now)  # static batching holding for a fuller batch
+            if wake is not None:
+                time.sleep(min(max(0.0, wake - self.clock()), _IDLE_WAIT_S))
+                return True
+            return False
+        kv = sched.kv
+        features, kv_used = step_features(batch), kv.num_used
+        start = self.clock()
+        last = [s.last_token for s in batch.seqs]
+        self.engine.execute(batch)
+        end = self.clock()
+        finished = sched.complete(batch, end)
+        self.rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, sched.max_seqs)
+        self.steps += 1
+        self.observer.on_step(sched, batch, kv.num_used / kv.num_blocks)
+        emitted = False
+        for i, seq in enumerate(batch.seqs):
+            if batch.sampled[i]:
+                gap = end - last[i] if seq.num_generated > 1 else None
+                self.observer.on_token(seq, gap)
+                entry = self._live.get(seq.id)
+                if entry is not None:
+                    entry[1](TokenEvent(seq.output_token_ids[-1], seq.num_generated - 1, end,
+                                        seq.status is Status.FINISHED))
+                    emitted = True
+        if emitted and self.flush is not None:
+            # Let the HTTP side send this step's tokens before the next forward pass
+            # takes the GIL and the core: a client then sees a token when it was made.
+            self.flush()
+        if finished:
+            self.rec.record_requests(finished, 0)
+            for seq in finished:
+                self.observer.on_done(seq)
+                self._live.pop(seq.id, None)
+                self._forget(seq)
+        return True
+
+    def _close_live(self, reason: str, status: int) -> None:
+        now = self.clock()
+        for seq, emit in self._live.values():
+            emit(TokenEvent(-1, -1, now, True, reason, status))
+        self._live.clear()
+
+    # -- after the run ---------------------------------------------------------------
+    def result(self, meta: dict | None = None) -> RunResult:
+        """The request and step tables (call after stop()); rows of requests still
+        waiting or running say so."""
+        self._take_inbox()  # late aborts
+        left = [*self.sched.running, *self.sched.waiting()]
+        rec = self.rec
+        rec.record_requests(left, 0)
+        self.rec = MetricsRecorder()  # a second call does not add the rows again
+        st, kv = self.engine.stats, self.sched.kv
+        wall = self.clock()
+        info = {
+            "world": "real", "source": "serve", "policy": self.config.policy, "replicas": 1,
+            "router": "round_robin", "num_kv_blocks": kv.num_blocks, "block_size": kv.block_size,
+            "workload": "HTTP requests to batchlab serve", **self.runtime.meta(),
+            "kv_pool_bytes": self.engine.cache.nbytes, "temperature": self.temperature,
+            "seed": self.seed, "warmup_s": round(self.warmup_s, 4), "wall_s": round(wall, 4),
+            "steps": self.steps, "engine_prepare_s": round(st.prepare_s, 4),
+            "engine_forward_s": round(st.forward_s, 4), "idle_s": round(self.idle_s, 4),
+            "requests_received": self._ids, "interrupted": False, "error": self.error,
+            **(meta or {}),
+        }
+        return RunResult.from_recorder(rec, info)

@@ -1,0 +1,64 @@
+"""One server: an EngineLoop, its metrics, text codec and HTTP app, run by uvicorn.
+uvicorn handles Ctrl-C (and SIGTERM): it stops accepting, lets open requests finish for
+up to `grace_s`, then returns; the engine loop stops after its step in flight."""
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+
+from backend.runtime import Runtime
+from backend.server.app import create_app
+from backend.server.engine_loop import EngineLoop
+from backend.server.metrics import ServerMetrics
+from backend.server.protocol import Limits
+from backend.server.text import load_codec
+from core.config import SchedulerConfig
+from core.result import RunResult
+
+SWITCH_INTERVAL_S = 0.0005
+
+
+def check_port(host: str, port: int) -> None:
+    """ValueError, in one line, if host:port cannot be bound (before the model loads)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+        raise ValueError(f"{host}:{port} {why}") from None
+
+
+class Server:
+    def __init__(self, runtime: Runtime, scheduler: SchedulerConfig, *, model_name: str,
+                 api_key: str | None = None, temperature: float = 0.0, seed: int = 0,
+                 max_body_bytes: int = 4 << 20) -> None:
+        self.metrics = ServerMetrics(model_name)
+        self.loop = EngineLoop(runtime, scheduler, temperature=temperature, seed=seed,
+                               observer=self.metrics)
+        spec = runtime.spec
+        self.codec = load_codec(runtime.model.source, runtime.model.name, runtime.runner.vocab_size)
+        self.limits = Limits(max_model_len=scheduler.max_model_len or spec.max_context,
+                             vocab_size=runtime.runner.vocab_size, max_body_bytes=max_body_bytes)
+        self.app = create_app(self.loop, self.codec, model_name, self.limits, self.metrics, api_key)
+
+    def run(self, host: str, port: int, grace_s: float = 5.0) -> None:
+        """Serve until Ctrl-C / SIGTERM, then stop the engine loop."""
+        import uvicorn
+        config = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                                access_log=False, timeout_graceful_shutdown=grace_s, lifespan="off")
+        # The engine thread holds the GIL between torch kernels; a shorter switch
+        # interval (default 5 ms) lets the HTTP thread send a step's tokens sooner.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self.loop.start()
+        try:
+            uvicorn.Server(config).run()
+        except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled: done
+            pass
+        finally:
+            self.loop.stop()
+
+    def result(self, meta: dict | None = None) -> RunResult:
+        return self.loop.result(meta)

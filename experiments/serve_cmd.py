@@ -1,0 +1,93 @@
+"""`batchlab serve`: the torch backend behind an OpenAI-compatible HTTP server
+(/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics), with the
+scheduler and engine of `batchlab run`. Ctrl-C stops it; --out writes the request and
+step tables of everything it served."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from experiments.errors import UserError
+from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
+                                 reject_unused_tables)
+from experiments.output import ResultWriter, check_out_dir
+from experiments.run_cmd import load_runtime
+
+DEFAULT_SERVE = {"model": {"name": "batchlab-tiny"}}
+API_KEY_ENV = "BATCHLAB_API_KEY"  # as vLLM's VLLM_API_KEY
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve the backend over an OpenAI-compatible HTTP API",
+                              description=__doc__)
+    add_common_options(p)
+    g = add_backend_options(p)
+    g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
+                   help="for requests that give none (default 0: greedy)")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    g.add_argument("--port", type=int, default=8000, help="default 8000")
+    g.add_argument("--api-key", metavar="KEY",
+                   help=f"every /v1 route demands 'Authorization: Bearer KEY' (default: ${API_KEY_ENV})")
+    g.add_argument("--served-model-name", metavar="NAME", help="the model name clients send (default: --model)")
+    g.add_argument("--max-request-bytes", type=int, default=4 << 20, metavar="N",
+                   help="largest request body accepted (default 4 MiB)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from backend.models import params_label
+    from backend.server.server import Server, check_port
+
+    workload = [k[3:] for k, v in vars(args).items() if k.startswith("wl_") and k != "wl_seed"
+                and v is not None]
+    if workload:  # --seed stays: it seeds sampling
+        raise UserError(f"workload options ({', '.join(workload)}) do not apply to batchlab serve: "
+                        f"requests come over HTTP (send a workload with batchlab replay)")
+    reject_unused(args, "serve", {"hw_name": "it serves on this machine's device (--device)",
+                                  "hw_tensor_parallel": "the backend runs on one device",
+                                  "ru_router": "it serves one replica",
+                                  "pr_path": "it measures; use it with simulate or validate",
+                                  **{f"slo_{s}_ms": "goodput is measured by the client (batchlab replay)"
+                                     for s in ("ttft", "tpot", "e2el")}})
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port}: expected 0-65535")
+    if args.max_request_bytes < 1024:
+        raise UserError(f"--max-request-bytes {args.max_request_bytes}: expected at least 1024")
+    cfg = load_experiment(args, DEFAULT_SERVE)
+    reject_unused_tables(cfg, "serve", {"hardware": "it serves on this machine's device (--device)",
+                                        "profile": "it measures; use it with simulate or validate"})
+    if cfg.run.replicas != 1:
+        raise UserError(f"batchlab serve serves one replica; got replicas={cfg.run.replicas}")
+    if len(cfg.policies()) != 1:
+        raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
+    policy = cfg.policies()[0]
+    check_port(args.host, args.port)
+    if args.out:
+        check_out_dir(args.out)
+    t0 = time.perf_counter()
+    rt = load_runtime(cfg, args)
+    sched = cfg.scheduler_for(policy, rt.spec.max_context)
+    writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
+    name = args.served_model_name or cfg.model.name
+    server = Server(rt, sched, model_name=name, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+                    temperature=cfg.run.temperature, seed=cfg.workload.seed,
+                    max_body_bytes=args.max_request_bytes)
+    print(f"batchlab serve: {name} ({params_label(rt.spec.params)} params, {rt.device}, "
+          f"{rt.threads} thread(s), loaded in {time.perf_counter() - t0:.1f} s), {policy}, "
+          f"{server.loop.sched.kv.num_blocks} KV blocks, max_model_len {server.limits.max_model_len}, "
+          f"text via {server.codec.name}; http://{args.host}:{args.port}/v1 (Ctrl-C stops)",
+          file=sys.stderr, flush=True)
+    server.run(args.host, args.port)
+    result = server.result({"host": args.host, "port": args.port, "served_model_name": name})
+    summary = result.summary(cfg.run.slo)
+    m = result.meta
+    print(f"batchlab serve: stopped; {summary['completed']:.0f} requests finished of "
+          f"{m['requests_received']} received, {m['steps']} steps"
+          + (f"; {m['error']}" if m["error"] else ""), file=sys.stderr)
+    if writer:
+        writer.add(policy, result, summary)
+        print(f"results written to {writer.dir}/", file=sys.stderr)
+    return 1 if m["error"] else 0
