@@ -18,6 +18,7 @@ from typing import Callable
 from backend.runtime import Runtime
 from core.batch import StepObserver, step_features
 from core.config import SchedulerConfig
+from core.features import StepHistory
 from core.metrics import MetricsRecorder
 from core.request import Sequence, Status
 from core.result import RunResult
@@ -77,6 +78,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
     kv, seats = sched.kv, sched.max_seqs
     rec = MetricsRecorder()
+    history = StepHistory()  # after_prefill / after_idle, as sim/engine.py
     n = len(workload)
     limit = workload.max_concurrency
     free_at = [0.0] * limit if limit else None  # closed loop: when each slot frees up
@@ -131,6 +133,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                 break
             batch = sched.schedule(now)
             if batch.is_empty:
+                history.went_idle()
                 wake = [t for t in (send_time(nxt) if nxt < n else math.inf,
                                     sched.next_wakeup(now)) if t is not None and t < math.inf]
                 if not wake:  # nothing can ever run: leave it unfinished, do not hang
@@ -139,11 +142,12 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                 time.sleep(nap)
                 idle_s += nap
                 continue
-            features = step_features(batch)
+            features = step_features(batch, *history.context(clock()))
             kv_used, cached = kv.num_used, kv.num_cached
             start = clock()
             engine.execute(batch)
             end = clock()
+            history.ran(end, features.num_prefill_seqs > 0)
             finished = sched.complete(batch, end)
             rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats, cached)
             if observer is not None:

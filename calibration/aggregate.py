@@ -20,20 +20,27 @@ from core.profile import Measurement
 
 def _per_point(records: list[dict], grid: Grid, scale: dict[int, float] | None) -> list[Measurement]:
     by_key: dict[str, list[float]] = {}
-    feats: dict[str, dict] = {}
+    feats: dict[str, list[dict]] = {}
     for i, r in enumerate(records):
         t = r["t"] / scale[i] if scale else r["t"]
         by_key.setdefault(r["key"], []).append(t)
-        feats[r["key"]] = r["features"]
+        feats.setdefault(r["key"], []).append(r["features"])
     held = grid.heldout()
     out = []
     for p in grid.points:
         if p.key not in by_key:
             continue
         med, mad, kept = robust_median(by_key[p.key])
-        out.append(Measurement(point=p.key, region=p.region, features=feats[p.key], median_s=med,
+        out.append(Measurement(point=p.key, region=p.region, features=_median_features(feats[p.key]),
+                               median_s=med,
                                mad_s=mad, reps=kept, heldout=p.key in held))
     return out
+
+
+def _median_features(fs: list[dict]) -> dict[str, int]:
+    """A point's features: the median of its timings' (prefill points are timed in a
+    shape a few tokens off each time, calibration/sweep.py fresh_variant)."""
+    return {k: int(round(float(np.median([f.get(k, 0) for f in fs])))) for k in fs[0]}
 
 
 def spread_pct(ms: list[Measurement]) -> float | None:

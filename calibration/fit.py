@@ -30,7 +30,9 @@ from core.profile import FitQuality, Measurement, RegionError
 # better held-out error). The grid must time every one of these row counts.
 SMALL_ROWS = 8
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond 5% relative error
-FORM_MARGIN = 0.02  # relative training-error gain the "max" form needs to be preferred
+FORM_MARGIN = 0.02
+MAX_CUTS = 32  # crossover row counts tried by the "max" form
+ROBUST_SEARCH_ROWS = 400  # above: the crossover is searched without the robust loss  # relative training-error gain the "max" form needs to be preferred
 _W, _F = PARAM_NAMES.index("s_per_weight_byte"), PARAM_NAMES.index("s_per_flop")
 
 
@@ -69,7 +71,8 @@ def design(shape: Shape, feats: list[StepFeatures], combine: str, crossover: flo
             1.0, f.num_seqs, f.num_prefill_seqs,
             shape.layer_weight_bytes * mem_l + shape.head_weight_bytes * mem_h,
             shape.layer_flops_per_token * tokens * comp_l + shape.head_flops_per_row * sampled * comp_h,
-            shape.kv_bytes_per_token * f.kv_tokens_read, shape.attn_flops_per_pair * f.attention_pairs)
+            shape.kv_bytes_per_token * f.kv_tokens_read, shape.attn_flops_per_pair * f.attention_pairs,
+            f.after_prefill, f.after_idle)
         if tokens in col:
             X[i, col[tokens]] = 1.0
         elif present and tokens == present[-1]:
@@ -77,9 +80,9 @@ def design(shape: Shape, feats: list[StepFeatures], combine: str, crossover: flo
     return X
 
 
-def _solve(X: np.ndarray, y: np.ndarray, fixed: dict[int, float]) -> np.ndarray:
-    """min sum(((X theta - y) / y)^2), then soft-L1 refined; theta[j] = fixed[j] for j
-    in fixed; rates >= 0."""
+def _solve(X: np.ndarray, y: np.ndarray, fixed: dict[int, float], robust: bool = True) -> np.ndarray:
+    """min sum(((X theta - y) / y)^2), then soft-L1 refined (robust); theta[j] = fixed[j]
+    for j in fixed; rates >= 0."""
     theta = np.zeros(X.shape[1])
     for j, v in fixed.items():
         theta[j] = v
@@ -90,7 +93,7 @@ def _solve(X: np.ndarray, y: np.ndarray, fixed: dict[int, float]) -> np.ndarray:
     A = A / scale
     lo = np.array([-np.inf if j >= len(PARAM_NAMES) else 0.0 for j in free])
     x = np.maximum(lsq_linear(A, b, bounds=(lo, np.inf), method="bvls").x, lo)  # bvls may step a hair out
-    if len(y) > len(free):
+    if robust and len(y) > len(free):
         x = least_squares(lambda z: A @ z - b, x, jac=lambda z: A, bounds=(lo, np.inf),
                           loss="soft_l1", f_scale=ROBUST_SCALE, method="trf").x
     theta[free] = x / scale
@@ -105,7 +108,7 @@ def to_model(shape: Shape, theta: np.ndarray, combine: str, present: tuple[int, 
         small[r - 1] = float(v)
     if present:
         small[present[-1] - 1] = -float(sum(theta[n:]))
-    return FittedCostModel(shape, *base, small_rows=tuple(small), combine=combine)
+    return FittedCostModel(shape, **dict(zip(PARAM_NAMES, base)), small_rows=tuple(small), combine=combine)
 
 
 def ape(model: FittedCostModel, ms: list[Measurement]) -> np.ndarray:
@@ -127,21 +130,28 @@ def _fit_form(shape: Shape, feats: list[StepFeatures], y: np.ndarray, combine: s
     # No cut below the fewest rows: every GEMM compute-bound is the "sum" form with the
     # weight read folded into the overhead, which that form fits (and identifies) already.
     cuts = [(a + b) / 2 for a, b in zip(rows, rows[1:])] + [rows[-1] + 0.5]
-    best: tuple[FittedCostModel, float] | None = None
+    if len(cuts) > MAX_CUTS:  # served steps: hundreds of row counts; a spread of them will do
+        cuts = sorted({cuts[int(i)] for i in np.linspace(0, len(cuts) - 1, MAX_CUTS)})
+    # Many rows (served steps): search the cut by plain least squares, refine the best.
+    robust = len(y) <= ROBUST_SEARCH_ROWS
+    best: tuple[FittedCostModel, float, float] | None = None
     for cut in cuts:
         seen = set()
         while cut not in seen:  # re-assign sides until the fit agrees with them
             seen.add(cut)
-            theta = _solve(design(shape, feats, "max", cut, present), y, {})
+            theta = _solve(design(shape, feats, "max", cut, present), y, {}, robust)
             m = to_model(shape, theta, "max", present)
             err = float(ape(m, train).mean())
             if best is None or err < best[1]:
-                best = (m, err)
+                best = (m, err, cut)
             w, fl = theta[_W], theta[_F]
             implied = np.inf if fl <= 0 else (shape.layer_weight_bytes / shape.layer_flops_per_token) * w / fl
             cut = next((c for c in cuts if c >= implied), cuts[-1])
     assert best is not None
-    return best
+    if not robust:
+        m = to_model(shape, _solve(design(shape, feats, "max", best[2], present), y, {}), "max", present)
+        return m, float(ape(m, train).mean())
+    return best[0], best[1]
 
 
 def _region_error(errs: np.ndarray) -> RegionError:

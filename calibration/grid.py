@@ -83,6 +83,7 @@ class Grid:
     warmup: int = 1  # executions of each point before its first round (recorded, not used)
     heldout_every: int = 4  # 1 in n points of each region is held out of the fit
     name: str = "custom"  # recorded in the profile: "quick" profiles are flagged when used
+    serve_s: float = 0.0  # seconds of the serving phase after the sweep (calibration/serve_phase.py)
 
     def rounds_for(self, seconds: float | None) -> int:
         """Timed rounds for a point whose step takes about `seconds`."""
@@ -102,7 +103,8 @@ class Grid:
 
 
 def default_grid() -> Grid:
-    """About 3 minutes for batchlab-small on one CPU thread, sweep and fit. Every row
+    """About 3 minutes for batchlab-small on one CPU thread, sweep and fit, then the 40 s
+    serving phase (calibration/serve_phase.py). Every row
     count up to 8 (the small-row corrections), then sparser; contexts and chunk
     lengths as chat serving sees them."""
     pts = [GridPoint(b, c) for b in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
@@ -112,7 +114,7 @@ def default_grid() -> Grid:
     pts += [GridPoint(chunk=c, chunks=n) for n, c in ((2, 32), (4, 32), (8, 16), (2, 128), (4, 64))]
     pts += [GridPoint(b, c, ch, s) for b in (4, 16, 48) for c in (128, 512)
             for ch, s in ((32, 0), (128, 256), (256, 0)) if b * c <= 24576]
-    return Grid(pts, rounds=5, target_s=1.2, name="default")
+    return Grid(pts, rounds=5, target_s=1.2, name="default", serve_s=40.0)
 
 
 def tiny_grid() -> Grid:
@@ -122,7 +124,7 @@ def tiny_grid() -> Grid:
     pts += [GridPoint(chunk=c, cached=s) for c in (8, 32) for s in (0, 16)]
     pts += [GridPoint(chunk=8, chunks=3)]
     pts += [GridPoint(4, 32, 16, 0), GridPoint(2, 16, 8, 8), GridPoint(8, 16, 24, 0)]
-    return Grid(pts, rounds=3, warmup=1, heldout_every=4, name="quick")
+    return Grid(pts, rounds=3, warmup=1, heldout_every=4, name="quick", serve_s=3.0)
 
 
 def max_context(points: list[GridPoint]) -> int:
@@ -131,6 +133,11 @@ def max_context(points: list[GridPoint]) -> int:
         decode = max(p.contexts()) + 1 if p.decodes else 0
         return max(decode, p.cached + p.chunk if p.chunk else 0)
     return max((longest(p) for p in points), default=0)
+
+
+def max_chunk(points: list[GridPoint]) -> int:
+    """The longest prefill (cached + chunk) any point builds."""
+    return max((p.cached + p.chunk for p in points if p.chunk), default=0)
 
 
 def blocks_needed(points: list[GridPoint], block_size: int) -> int:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import shutil
 import sys
@@ -13,33 +12,21 @@ from typing import TYPE_CHECKING, Callable
 
 from calibration.aggregate import spread_pct, summarize
 from calibration.fit import fit
-from calibration.grid import Grid, blocks_needed, default_grid, max_context
+from calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
+from calibration.profile_parts import cost_params, effective
+from calibration.serve_phase import serve
+from calibration.served_runs import device_info
 from calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
-                               read_roofline)
+                               read_roofline, widest_points)
 from calibration.timing import ReferenceKernel, measure_roofline
 from core.fitted_cost import Shape
-from core.profile import UNRESOLVED_RATIO, CostParams, DeviceInfo, Effective, GridInfo, Profile
+from core.profile import GridInfo, Profile
 
 if TYPE_CHECKING:
     from backend.runtime import Runtime
 
 DEFAULT_MODEL = "batchlab-small"
 BLOCK_SIZE = 16
-
-
-def _device_info(meta: dict) -> DeviceInfo:
-    kind = meta["device"].split(":")[0]
-    name = meta.get("gpu") if kind == "cuda" else meta.get("cpu", "")
-    return DeviceInfo(kind=kind, name=name or kind, threads=meta.get("threads"),
-                      dtype=meta["dtype"], matmul=meta.get("matmul", ""), torch=meta["torch"])
-
-
-def _resolved(rate: float, measured: float | None) -> float | None:
-    """A fitted rate, or None where its term fitted to ~0 (an infinite or absurd rate:
-    this grid did not resolve it)."""
-    if not math.isfinite(rate) or (measured and rate > UNRESOLVED_RATIO * measured):
-        return None
-    return rate
 
 
 def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | None = 1,
@@ -69,7 +56,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     say(f"calibrate: {meta['model']} ({params_label(rt.spec.params)} params, {meta['dtype']}) on "
         f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "
         f"loaded in {rt.load_s:.1f} s")
-    longest = max_context(grid.points)
+    longest = max_context(widest_points(grid))
     if rt.spec.max_context is not None and longest > rt.spec.max_context:
         say(f"calibrate: warning: the grid builds sequences of up to {longest} tokens, beyond "
             f"{meta['model']}'s context limit of {rt.spec.max_context}: the fit covers contexts "
@@ -82,7 +69,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     append_roofline(path, ident, roof)
     say(f"calibrate: roofline read {roof['read_bandwidth'] / 1e9:.1f} GB/s, copy "
         f"{roof['copy_bandwidth'] / 1e9:.1f} GB/s, matmul {roof['matmul_flops'] / 1e9:.0f} GFLOP/s")
-    engine = rt.engine(blocks_needed(grid.points, block_size), block_size)
+    engine = rt.engine(blocks_needed(widest_points(grid), block_size), block_size)
     engine.warmup()
     sweep = Sweep(engine, grid, path, ident, ReferenceKernel(rt.device), seed)
     before = sum(r["round"] >= 0 for r in read_records(path, ident))
@@ -118,28 +105,24 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
              f"~{grid.target_s:g} s of timings each), {grid.warmup} warm-up per point")
     if m.combine == "sum":
         notes += "; weight read pinned to the measured read bandwidth (not separable from overhead)"
+    serving = None
+    if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
+        say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
+        m, serving = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+        notes += (f"; refined on {serving['steps']} served steps (serving level x{serving['scale']:.3f} "
+                  f"the sweep's; fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model=rt.spec, model_source=meta["model"], device=_device_info(meta),
+        model=rt.spec, model_source=meta["model"], device=device_info(meta),
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
-        cost=CostParams(overhead_s=m.overhead_s, per_seq_s=m.per_seq_s, per_chunk_s=m.per_chunk_s,
-                        s_per_weight_byte=m.s_per_weight_byte, s_per_flop=m.s_per_flop,
-                        s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
-                        small_rows=list(m.small_rows), combine=m.combine),
-        fit=result.quality,
-        effective=Effective(mem_bandwidth=_resolved(m.mem_bandwidth, roof["read_bandwidth"]),
-                            kv_bandwidth=_resolved(m.kv_bandwidth, roof["copy_bandwidth"]),
-                            flop_rate=_resolved(m.flop_rate, roof["matmul_flops"]),
-                            attn_flop_rate=_resolved(m.attn_flop_rate, roof["matmul_flops"]),
-                            overhead_s=m.overhead_s, measured_copy_bandwidth=roof["copy_bandwidth"],
-                            measured_read_bandwidth=roof["read_bandwidth"],
-                            measured_matmul_flops=roof["matmul_flops"]),
+        cost=cost_params(m), fit=result.quality, effective=effective(m, roof),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,
                       target_s=grid.target_s),
         drift_normalisation=normalised, sweep_s=round(sweep_s, 2),
         total_s=round(time.perf_counter() - t_start, 2),
         measurements=ms if embed_measurements else None,
-        measurements_path=str(path) if out else None, notes=notes)
+        measurements_path=str(path) if out else None, notes=notes, serving=serving,
+        runs=["calibration serving phase"] if serving else None)
     if out:
         profile.save(out)
     else:

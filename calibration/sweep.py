@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -83,8 +84,55 @@ def _first_times(records: list[dict]) -> dict[str, float]:
     return first
 
 
+FRESH_SHIFTS = (0, 8, 16, 24, 32, 40, 48, 56)  # cached-prefix shifts, once chunk lengths run out
+
+
+def _reach(point: GridPoint) -> int:
+    return max(3, point.chunk // 8)
+
+
+def fresh_variant(point: GridPoint, seen: set[GridPoint]) -> GridPoint:
+    """The point with its chunk a few tokens longer or shorter (and, for a chunk after a
+    cached prefix, that prefix shifted), in a shape this process has not run yet:
+    serving meets a new prompt length at nearly every prefill, and a shape's first run
+    costs more than its repeats (measured: ~10% for a prefill on CPU). Decode-only
+    points are returned as they are."""
+    if not point.chunk:
+        return point
+    deltas = (0, *(s * k for k in range(1, _reach(point) + 1) for s in (1, -1)))
+    for shift in FRESH_SHIFTS if point.cached else (0,):
+        for d in deltas:
+            v = replace(point, chunk=point.chunk + d, cached=point.cached + shift)
+            if v.chunk >= 1 and v not in seen:
+                return v
+    return point
+
+
+def fresh_count(point: GridPoint) -> int:
+    """How many distinct shapes fresh_variant has for `point` (decodes: unlimited)."""
+    if not point.chunk:
+        return 1 << 30
+    deltas = sum(1 for d in range(-_reach(point), _reach(point) + 1) if point.chunk + d >= 1)
+    return deltas * (len(FRESH_SHIFTS) if point.cached else 1)
+
+
+def widest_variant(point: GridPoint, executions: int) -> GridPoint:
+    """The largest shape fresh_variant builds from `point` when run `executions` times
+    (to size the KV pool)."""
+    if not point.chunk:
+        return point
+    shifts = -(-executions // (2 * _reach(point) + 1)) - 1  # chunk lengths run out this often
+    shift = FRESH_SHIFTS[min(shifts, len(FRESH_SHIFTS) - 1)] if point.cached else 0
+    return replace(point, chunk=point.chunk + _reach(point), cached=point.cached + shift)
+
+
+def widest_points(grid: Grid) -> list[GridPoint]:
+    return [widest_variant(p, grid.warmup + grid.max_rounds) for p in grid.points]
+
+
 class Sweep:
-    """Runs a grid on a backend Engine. `reference` times the reference kernel (or None)."""
+    """Runs a grid on a backend Engine. `reference` times the reference kernel (or None).
+    Prefill and mixed points are timed in a fresh shape each time (fresh_variant)."""
 
     def __init__(self, engine: Engine, grid: Grid, path: Path, ident: dict[str, Any],
                  reference: Callable[[], float] | None = None, seed: int = 0) -> None:
@@ -92,17 +140,23 @@ class Sweep:
         self.reference, self.seed = reference, seed
         cache = engine.cache
         self.kv = BlockManager(cache.num_blocks, cache.block_size)
+        self.seen: set[GridPoint] = set()
 
     def _records(self) -> list[dict]:
         keys = {p.key for p in self.grid.points}
         return [r for r in read_records(self.path, self.ident) if r["key"] in keys]
 
     def rounds(self, records: list[dict]) -> dict[str, int]:
-        """Timed rounds each point needs, from its first timing."""
+        """Timed rounds each point needs, from its first timing; a prefill point no more
+        than it has fresh shapes for (but at least grid.rounds)."""
         est = _first_times(records)
-        return {p.key: self.grid.rounds_for(est.get(p.key)) for p in self.grid.points}
+        g = self.grid
+        return {p.key: min(g.rounds_for(est.get(p.key)), max(g.rounds, fresh_count(p) - g.warmup))
+                for p in g.points}
 
     def _execute(self, point: GridPoint) -> tuple[float, dict]:
+        point = fresh_variant(point, self.seen)
+        self.seen.add(point)
         batch = build_batch(point, self.kv)
         try:
             features = step_features(batch)

@@ -1,10 +1,14 @@
-"""What one engine step runs (a Batch) and the features a cost model prices it by."""
+"""What one engine step runs (a Batch) and the features a cost model prices it by
+(defined in core/features.py, re-exported here)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable
 
+from core.features import FEATURE_NAMES, StepFeatures
 from core.request import Sequence
+
+__all__ = ["Batch", "FEATURE_NAMES", "StepFeatures", "StepObserver", "step_features"]
 
 if TYPE_CHECKING:
     from core.decode_group import DecodeGroup
@@ -55,31 +59,9 @@ class Batch:
 StepObserver = Callable[[int, float, float, Batch], None]
 
 
-FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
-                 "kv_tokens_read", "attention_pairs")
-
-
-class StepFeatures(NamedTuple):
-    """The shape of a step, all a cost model may look at. (A named tuple: the simulator
-    builds one per step, or per stretch of a fast-forward run, so it must be cheap.)
-
-    kv_tokens_read: KV slots attention reads, summed over sequences (context + new).
-    attention_pairs: (query, key) pairs attended, causal: a chunk of c tokens after s
-    cached ones attends c*s + c(c+1)/2 pairs; a decode token attends s + 1."""
-
-    num_seqs: int = 0
-    num_prefill_seqs: int = 0
-    prefill_tokens: int = 0
-    decode_tokens: int = 0
-    kv_tokens_read: int = 0
-    attention_pairs: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.prefill_tokens + self.decode_tokens
-
-
-def step_features(batch: Batch) -> StepFeatures:
+def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0) -> StepFeatures:
+    """The batch's features; after_prefill and after_idle come from what ran before it
+    (core.features.StepHistory)."""
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
     kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
@@ -95,4 +77,5 @@ def step_features(batch: Batch) -> StepFeatures:
         else:
             prefill_seqs += 1
             prefill += c
-    return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs)
+    return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
+                        after_prefill, after_idle)

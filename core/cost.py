@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from core.batch import FEATURE_NAMES, StepFeatures
+from core.features import FEATURE_NAMES, StepFeatures
 from core.specs import HardwareSpec, ModelSpec
 
 
@@ -77,13 +77,15 @@ def _growing(f: StepFeatures, m: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray:
-    """Durations of m steady decode steps starting with `first`."""
+    """Durations of m steady decode steps starting with `first` (whose context features,
+    after_prefill and after_idle, are its own: the later steps follow a decode)."""
     vectorised = getattr(cost, "decode_run_times", None)
     if vectorised is not None:
         return vectorised(first, m)
     kv, pairs = _growing(first, m)
-    return np.array([cost.step_time(first._replace(kv_tokens_read=int(a), attention_pairs=int(b)))
-                     for a, b in zip(kv, pairs)])
+    later = first._replace(after_prefill=0, after_idle=0)
+    return np.array([cost.step_time((first if j == 0 else later)._replace(
+        kv_tokens_read=int(a), attention_pairs=int(b))) for j, (a, b) in enumerate(zip(kv, pairs))])
 
 
 def kv_shards(model: ModelSpec, tensor_parallel: int) -> int:
@@ -174,7 +176,11 @@ class LinearCostModel:
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         kv, pairs = _growing(f, m)
         grown = {"kv_tokens_read": kv, "attention_pairs": pairs}
+        later = f._replace(after_prefill=0, after_idle=0)  # the context is the first step's
         total = 0
         for n, c in self.coef.items():
-            total = total + c * grown.get(n, getattr(f, n))
-        return self.intercept + np.broadcast_to(total, (m,)).astype(float)
+            total = total + c * grown.get(n, getattr(later, n))
+        t = self.intercept + np.broadcast_to(total, (m,)).astype(float)
+        if m and (f.after_prefill or f.after_idle):
+            t[0] = self.step_time(f._replace(kv_tokens_read=int(kv[0]), attention_pairs=int(pairs[0])))
+        return t

@@ -98,15 +98,16 @@ class DecodeGroup:
         return members
 
     # -- runs of steps (fast-forward) ----------------------------------------------
-    def price(self, cost: CostModel, k: int) -> DecodeRun:
-        """Durations, sizes and KV reads of the next k steps (k <= last finish)."""
+    def price(self, cost: CostModel, k: int, context: tuple[int, int] = (0, 0)) -> DecodeRun:
+        """Durations, sizes and KV reads of the next k steps (k <= last finish); context:
+        the first one's (after_prefill, after_idle), core/features.py."""
         t, entries = self.tick, self._by_finish
         leaving: dict[int, list[int]] = {}  # step -> [count, sum of cached tokens]
         for f, _, _, base, _ in entries[:bisect_left(entries, (t + k,))]:
             e = leaving.setdefault(f - t, [0, 0])
             e[0] += 1
             e[1] += base + t
-        return decode_run(cost, self.size, self.kv_sum, leaving, k)
+        return decode_run(cost, self.size, self.kv_sum, leaving, k, *context)
 
     def kv_steps(self, m: int, free: int) -> int:
         """How many of the next m steps (the first one's blocks already reserved) fit

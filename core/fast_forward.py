@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.batch import StepFeatures
 from core.cost import CostModel, decode_run_times
+from core.features import StepFeatures
 
 # Stretches of equal batch size shorter than these are priced step by step (in the cost
 # model's pure-Python form, or by step_time), longer ones by one numpy call.
@@ -27,7 +27,7 @@ class DecodeRun:
 
 
 def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int]],
-               k: int) -> DecodeRun:
+               k: int, after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
     """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
     leaving[r] = [count, their cached tokens] of those whose last step is r (< k).
     Between two finishes the batch size is constant and the KV read grows by n a step:
@@ -55,4 +55,8 @@ def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int
         if stop in leaving:  # sequences whose last step is `stop` leave after it
             count, c_sum = leaving[stop]
             n, cached = n - count, cached - c_sum
+    if after_prefill or after_idle:  # priced as stepping prices it: from its own features
+        kv = run.kv_read[0]
+        run.durations[0] = cost.step_time(StepFeatures(run.num_seqs[0], 0, 0, run.num_seqs[0], kv, kv,
+                                                       after_prefill, after_idle))
     return run

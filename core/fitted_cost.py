@@ -2,6 +2,7 @@
 fitted to backend timings (calibration/fit.py) and read back from a profile.
 
     t = overhead + per_seq * seqs + per_chunk * prefill_seqs
+        + after_prefill_s * after_prefill + after_idle_s * after_idle
         + layer_weight_bytes / mem_bandwidth (+|max) layer_flops * tokens / flop_rate
         + head_weight_bytes / mem_bandwidth (+|max) head_flops * sampled_rows / flop_rate
         + kv_bytes * kv_tokens_read / kv_bandwidth
@@ -22,6 +23,11 @@ weights and computing the rows combine is the `combine` choice:
 small_rows corrects tiny GEMMs, whose CPU kernels are chosen per row count and miss
 the roofline (fitted with zero sum over the row counts measured; absent: no correction).
 
+after_prefill and after_idle (0/1, core/features.py) price the context of a step that
+a warm sweep never sees: calibration learns them from steps timed as serving meets them
+(calibration/serve_phase.py) or from served runs (--from-run). Profiles written before
+they existed price them at 0.
+
 The expression is linear in kv_tokens_read and attention_pairs, so a steady decode run
 is vectorised with the same arithmetic, in the same order, as step_time."""
 from __future__ import annotations
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.batch import StepFeatures
+from core.features import StepFeatures
 from core.specs import ModelSpec
 
 
@@ -56,7 +62,7 @@ class Shape:
 # seconds per unit (inverse rates), so the form is linear in them apart from the max.
 COMBINE = ("max", "sum")
 PARAM_NAMES = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte",
-               "s_per_flop", "s_per_kv_byte", "s_per_attn_flop")
+               "s_per_flop", "s_per_kv_byte", "s_per_attn_flop", "after_prefill_s", "after_idle_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,8 @@ class FittedCostModel:
     s_per_attn_flop: float  # 1 / effective attention FLOP rate
     small_rows: tuple[float, ...] = ()  # extra seconds for 1, 2, ... rows
     combine: str = "max"  # "max" | "sum": see the module docstring
+    after_prefill_s: float = 0.0  # extra seconds of a step right after a prefill step
+    after_idle_s: float = 0.0  # extra seconds of the first step after an idle gap
 
     def __post_init__(self) -> None:
         if self.combine not in COMBINE:
@@ -80,7 +88,7 @@ class FittedCostModel:
     def params(self) -> tuple[float, ...]:
         return tuple(getattr(self, n) for n in PARAM_NAMES)
 
-    def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs):
+    def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs, after_prefill=0, after_idle=0):
         """The one expression; kv and pairs may be numpy arrays (a decode run), the
         rest are scalars, and the operation order is the same either way."""
         sh = self.shape
@@ -89,6 +97,7 @@ class FittedCostModel:
         layers = join(sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * self.s_per_flop)
         head = join(sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * self.s_per_flop)
         t = self.overhead_s + self.per_seq_s * seqs + self.per_chunk_s * prefill_seqs
+        t = t + self.after_prefill_s * after_prefill + self.after_idle_s * after_idle
         t = t + layers + head
         t = t + sh.kv_bytes_per_token * kv * self.s_per_kv_byte
         t = t + sh.attn_flops_per_pair * pairs * self.s_per_attn_flop
@@ -102,17 +111,21 @@ class FittedCostModel:
         tokens = f.prefill_tokens + f.decode_tokens
         return float(self._time(f.num_seqs, f.num_prefill_seqs, tokens,
                                 f.decode_tokens + f.num_prefill_seqs, f.kv_tokens_read,
-                                f.attention_pairs))
+                                f.attention_pairs, f.after_prefill, f.after_idle))
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
-        """step_time of m steady decode steps: kv and pairs grow by num_seqs a step."""
+        """step_time of m steady decode steps: kv and pairs grow by num_seqs a step; the
+        context features (after_prefill, after_idle) are the first step's only."""
         if f.num_seqs == 0:
             return np.zeros(m)
         grow = np.arange(m, dtype=np.int64) * f.num_seqs
         tokens = f.prefill_tokens + f.decode_tokens
         t = self._time(f.num_seqs, f.num_prefill_seqs, tokens, f.decode_tokens + f.num_prefill_seqs,
                        f.kv_tokens_read + grow, f.attention_pairs + grow)
-        return np.asarray(t, dtype=float)
+        t = np.array(t, dtype=float)
+        if m and (f.after_prefill or f.after_idle):
+            t[0] = self.step_time(f)
+        return t
 
     # -- the fitted terms as hardware figures -------------------------------------------
     @property
@@ -140,7 +153,8 @@ class FittedCostModel:
             self.shape, self.overhead_s * overhead, self.per_seq_s * overhead,
             self.per_chunk_s * overhead, self.s_per_weight_byte / bandwidth, self.s_per_flop / flops,
             self.s_per_kv_byte / bandwidth, self.s_per_attn_flop / flops,
-            tuple(x * overhead for x in self.small_rows), self.combine)
+            tuple(x * overhead for x in self.small_rows), self.combine,
+            self.after_prefill_s * overhead, self.after_idle_s * overhead)
 
 
 def _add(a: float, b: float) -> float:

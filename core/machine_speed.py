@@ -39,8 +39,10 @@ def steady_decode(steps: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def price(steps: dict[str, np.ndarray], cost: CostModel, mask: np.ndarray) -> np.ndarray:
-    """The cost model's price of the masked steps, each from its own features."""
-    cols = [np.asarray(steps[n])[mask] for n in FEATURE_NAMES]
+    """The cost model's price of the masked steps, each from its own features (a table
+    without the context features after_prefill / after_idle: 0)."""
+    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
+    cols = [np.asarray(steps.get(n, zero))[mask] for n in FEATURE_NAMES]
     return np.array([cost.step_time(StepFeatures(*(int(v) for v in row))) for row in zip(*cols)],
                     dtype=float)
 

@@ -14,7 +14,8 @@ from array import array
 
 import numpy as np
 
-from core.batch import Batch, StepFeatures
+from core.batch import Batch
+from core.features import StepFeatures
 from core.gap_histogram import GapHistogram
 from core.request import Sequence
 
@@ -24,7 +25,7 @@ REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_l
 STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seqs",
                 "prefill_tokens", "decode_tokens", "kv_tokens_read", "attention_pairs",
                 "num_preempted", "kv_blocks_used", "kv_blocks_total", "seats",
-                "cached_blocks")
+                "cached_blocks", "after_prefill", "after_idle")
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
 FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
@@ -78,7 +79,8 @@ class MetricsRecorder:
             row = (replica, start, end - start, features.num_seqs, features.num_prefill_seqs,
                    features.prefill_tokens, features.decode_tokens, features.kv_tokens_read,
                    features.attention_pairs, len(batch.preempted), kv_blocks_used,
-                   kv_blocks_total, seats, cached_blocks)
+                   kv_blocks_total, seats, cached_blocks, features.after_prefill,
+                   features.after_idle)
             for col, value in zip(self._step.values(), row):
                 col.append(value)
 
@@ -109,10 +111,13 @@ class MetricsRecorder:
 
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
-                          seats: int, batch: Batch, cached_blocks: int = 0) -> None:
+                          seats: int, batch: Batch, cached_blocks: int = 0,
+                          context: tuple[int, int] = (0, 0)) -> None:
         """m decode-only steps of the decode group at once, the first one `batch`
         (see core/decode_group.py): step j ran from times[j-1] to times[j] with
-        num_seqs[j-1] members (a run neither caches nor evicts: cached_blocks holds). The same rows, gaps, totals and token stamps as m calls
+        num_seqs[j-1] members (a run neither caches nor evicts: cached_blocks holds);
+        context: the first step's (after_prefill, after_idle), the later ones follow a
+        decode. The same rows, gaps, totals and token stamps as m calls
         of record_step."""
         m = len(num_seqs)
         self._group_gaps(times[0], times[1], batch)
@@ -132,7 +137,9 @@ class MetricsRecorder:
                  "cached_blocks": cached_blocks}
         varying = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
                    "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
-                   "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used}
+                   "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used,
+                   "after_prefill": [context[0]] + [0] * (m - 1),
+                   "after_idle": [context[1]] + [0] * (m - 1)}
         for c, col in self._step.items():
             col.extend(array(col.typecode, [const[c]]) * m if c in const else varying[c])
 

@@ -19,9 +19,11 @@ from core.fitted_cost import FittedCostModel, Shape
 from core.specs import MODELS, ModelSpec
 
 PROFILE_FORMAT = "batchlab-profile"
-# Version 2 added `grid` (how the profile was measured); version 1 files still load.
-PROFILE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 2 added `grid` (how the profile was measured); version 3 the cost terms
+# after_prefill_s and after_idle_s (and `runs`: served runs fitted on). Versions 1 and 2
+# still load, their missing terms 0.
+PROFILE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 # A fitted rate this many times the machine's measured one: its term fitted to ~0, the
 # grid did not resolve it (recorded as None, reported as such).
 UNRESOLVED_RATIO = 100.0
@@ -60,6 +62,8 @@ class CostParams(BaseModel):
     s_per_attn_flop: NonNegative
     small_rows: list[Finite] = Field(default_factory=list, description="extra seconds at 1, 2, ... rows")
     combine: Literal["max", "sum"] = "max"
+    after_prefill_s: float = Field(0.0, ge=0, description="extra seconds of a step after a prefill step")
+    after_idle_s: float = Field(0.0, ge=0, description="extra seconds of the first step after an idle gap")
 
 
 class RegionError(BaseModel):
@@ -115,7 +119,7 @@ class Measurement(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
-    version: Literal[1, 2] = PROFILE_VERSION
+    version: Literal[1, 2, 3] = PROFILE_VERSION
     created: str = ""
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
@@ -131,6 +135,10 @@ class Profile(BaseModel):
     total_s: float | None = Field(None, description="wall seconds of calibrate: load, sweep, fit")
     measurements: list[Measurement] | None = None
     measurements_path: str | None = Field(None, description="JSONL of raw timings")
+    serving: dict | None = Field(None, description="the serving phase: scale (serving level over the "
+                                 "sweep's), steps, and per step kind error before/after refining")
+    runs: list[str] | None = Field(None, description="served runs fitted on (calibrate --from-run, "
+                                   "or the calibration's own serving phase)")
     notes: str = ""
 
     def cost_model(self, bandwidth: float = 1.0, flops: float = 1.0,
@@ -140,7 +148,8 @@ class Profile(BaseModel):
         c = self.cost
         m = FittedCostModel(Shape.of(self.model), c.overhead_s, c.per_seq_s, c.per_chunk_s,
                             c.s_per_weight_byte, c.s_per_flop, c.s_per_kv_byte,
-                            c.s_per_attn_flop, tuple(c.small_rows), c.combine)
+                            c.s_per_attn_flop, tuple(c.small_rows), c.combine,
+                            c.after_prefill_s, c.after_idle_s)
         return m if (bandwidth, flops, overhead) == (1.0, 1.0, 1.0) else m.scaled(bandwidth, flops, overhead)
 
     def device_description(self) -> str:

@@ -37,14 +37,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: fit quality and effective rates on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--from-run", nargs="+", metavar="DIR",
+                   help="fit from served runs instead of sweeping: the --out directories of "
+                   "batchlab run / validate (see docs/calibration.md)")
+    p.add_argument("--profile", metavar="FILE|NAME",
+                   help="with --from-run: refine this profile to serving (default: fit every term)")
+    p.add_argument("--holdout-every", type=int, default=3, metavar="K",
+                   help="with --from-run: judge on 1 in K runs, not fitted on (a single run: its "
+                   "last quarter); 0: fit on all (default 3)")
     p.set_defaults(func=run)
 
 
-def _out_path(args: argparse.Namespace) -> Path:
+def out_path(args: argparse.Namespace, default: str | None = None) -> Path:
+    """--out, or `default` (MODEL-DEVICE.json); a one-line error where it cannot go."""
     if args.out:
         out = Path(args.out)
     else:
-        out = Path(f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
+        out = Path(default or f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
     if not out.parent.is_dir():
         raise UserError(f"--out {out}: directory {out.parent} does not exist")
     if out.is_dir():
@@ -53,6 +62,11 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_run:
+        from experiments.calibrate_from_run import run_from_runs
+        return run_from_runs(args)
+    if args.profile:
+        raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
     from calibration.grid import default_grid, tiny_grid
     from calibration.report import fit_table, points_table, rates_table
     from calibration.sweep import measurements_path
@@ -70,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             parse_memory(args.kv_memory)
         except ValueError as e:
             raise UserError(f"--kv-memory: {e}") from None
-    out = _out_path(args)
+    out = out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:
         profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,
@@ -93,6 +107,15 @@ def run(args: argparse.Namespace) -> int:
     print(fit_table(profile))
     print()
     print(rates_table(profile))
+    if profile.serving:
+        from experiments.calibrate_from_run import table
+        sv, c = profile.serving, profile.cost
+        print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
+              f"run x{sv['scale']:.3f} the sweep's price; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
+              f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
+              f"{c.after_idle_s * 1e3:.3f} ms")
+        print(table(sv["after"], sv["before"], "on the served steps (fitted on them)",
+                    ("sweep's fit", "refined")))
     if args.points:
         print()
         print(points_table(profile))

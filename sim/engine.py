@@ -11,6 +11,7 @@ import simpy
 from core.batch import Batch, StepObserver, step_features
 from core.cost import CostModel
 from core.fast_forward import DecodeRun
+from core.features import StepHistory
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.schedulers.base import Scheduler
@@ -41,6 +42,7 @@ class Replica:
         self.observer = observer
         self.closed_loop = closed_loop
         self._wake = env.event()
+        self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         env.process(self._loop())
 
@@ -60,6 +62,7 @@ class Replica:
         while True:
             batch = sched.schedule(env.now)
             if batch.is_empty:
+                self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 self._wake = env.event()
                 wakeup = sched.next_wakeup(env.now)
@@ -69,16 +72,19 @@ class Replica:
                     yield self._wake | env.timeout(max(0.0, wakeup - env.now))
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
-            run = self._fast_forward(batch) if self.next_arrival is not None else None
+            context = self.history.context(env.now)
+            run = self._fast_forward(batch, context) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
                 yield env.timeout(end - env.now)
+                self.history.ran(env.now, False)
                 sched.retire(finished, env.now)
             else:
-                features = step_features(batch)
+                features = step_features(batch, *context)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = env.now
                 yield env.timeout(self.cost.step_time(features))
+                self.history.ran(env.now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, env.now)
                 rec.record_step(self.index, start, env.now, batch, features,
                                 kv_used, kv.num_blocks, seats, cached)
@@ -89,19 +95,19 @@ class Replica:
                 if self.closed_loop:
                     yield late(env)  # the users' next requests, if sent now, come first
 
-    def _run(self, k: int, t0: float) -> tuple[DecodeRun, list]:
-        """The group's next k steps priced, and their start times then end times,
-        summed in order as the clock advances when stepping one by one."""
-        run = self.scheduler.group.price(self.cost, k)
+    def _run(self, k: int, t0: float, context: tuple[int, int]) -> tuple[DecodeRun, list]:
+        """The group's next k steps priced (the first in `context`), and their start
+        times then end times, summed in order as the clock advances when stepping."""
+        run = self.scheduler.group.price(self.cost, k, context)
         return run, list(accumulate(run.durations, initial=t0))
 
-    def _fast_forward(self, batch: Batch) -> tuple[float, list] | None:
+    def _fast_forward(self, batch: Batch, context: tuple[int, int]) -> tuple[float, list] | None:
         """Advance over the run of decode steps this batch starts (core/decode_group.py):
         through finishes where they let nobody in, up to the last step that starts before
         the next possible arrival where one could join, or the last KV memory allows.
         Records every step, and finishes sequences at their times, as stepping would;
         returns (the time the run ends, the sequences that finish then), or None to step
-        normally."""
+        normally. context: the first step's (after_prefill, after_idle)."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
@@ -113,11 +119,11 @@ class Replica:
             # usually comes long before step k: price a guess of the steps up to it
             # first, all k if that falls short.
             arrival = self.next_arrival()
-            first = self.cost.step_time(step_features(batch))
+            first = self.cost.step_time(step_features(batch, *context))
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
                      if first > 0 and arrival < math.inf else k)
             while True:
-                run, times = self._run(min(k, guess), t0)
+                run, times = self._run(min(k, guess), t0, context)
                 if times[-2] >= arrival or guess >= k:
                     break
                 guess *= 2
@@ -126,7 +132,7 @@ class Replica:
                 return None
         else:
             m = k
-            run, times = self._run(k, t0)
+            run, times = self._run(k, t0, context)
         group, kv = sched.group, sched.kv
         # Spare blocks only: a run never evicts a cached block (which one stepping
         # would evict depends on when finishing members free theirs).
@@ -137,7 +143,7 @@ class Replica:
         end = times[m]
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, kv.num_blocks,
-                                        sched.max_seqs, batch, kv.num_cached)
+                                        sched.max_seqs, batch, kv.num_cached, context)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:

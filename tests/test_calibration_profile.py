@@ -159,7 +159,7 @@ def test_unresolved_and_non_physical_rates_are_reported_as_such():
     """A term fitted to ~0 is not an infinite bandwidth; a rate far above the machine's
     measured peak is not a measurement."""
     from calibration.report import rates_table
-    from calibration.run import _resolved
+    from calibration.profile_parts import _resolved
     assert _resolved(float("inf"), 25e9) is None and _resolved(9e30, 25e9) is None
     assert _resolved(3e9, 25e9) == 3e9
     eff = make_profile().effective.model_copy(update={

@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 from backend.runtime import Runtime  # noqa: E402
 from calibration import calibrate  # noqa: E402
 from calibration.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
-from calibration.sweep import Sweep, measurements_path, read_records  # noqa: E402
+from calibration.sweep import Sweep, measurements_path, read_records, widest_points  # noqa: E402
 from core.profile import load_profile  # noqa: E402
 
 IDENT = {"model": "batchlab-tiny", "device": "cpu", "threads": 1, "dtype": "float32",
@@ -24,7 +24,7 @@ GRID = Grid([GridPoint(1, 16), GridPoint(4, 40), GridPoint(chunk=24), GridPoint(
 @pytest.fixture(scope="module")
 def engine():
     rt = Runtime("batchlab-tiny", threads=1, kv_memory="16MiB")
-    eng = rt.engine(blocks_needed(GRID.points, 16), 16)
+    eng = rt.engine(blocks_needed(widest_points(GRID), 16), 16)
     eng.warmup()
     return eng
 
@@ -91,19 +91,23 @@ def test_calibrate_saves_a_loadable_profile(tmp_path):
     assert (q.grid.name, q.grid.points) == ("quick", len(tiny_grid().points))  # how it was measured
     assert q.fit.heldout.n == len(tiny_grid().heldout()) and q.fit.heldout.median_ape is not None
     assert q.effective.measured_read_bandwidth > 0 and q.effective.measured_matmul_flops > 0
+    # the serving phase: steps in context, the sweep's fit refined to them
+    assert q.serving["steps"] > 20 and q.serving["after"]["after_idle"]["n"] >= 5
+    assert q.runs == ["calibration serving phase"] and q.version == 3
     lines = measurements_path(out).read_text().splitlines()
     assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
 
 
 def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
-    """The quick grid reaches 73 tokens; a checkpoint limited to 64 is told so."""
+    """The quick grid reaches 84 tokens (its prefill points timed a few tokens longer, in
+    fresh shapes); a checkpoint limited to 64 is told so."""
     from calibration.grid import max_context
     from tests.test_backend_cli import _tiny_checkpoint
     _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     said: list[str] = []
     calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, tiny_grid(), kv_memory="16MiB",
               progress=False, log=said.append)
-    longest = max_context(tiny_grid().points)
-    assert longest == 73
+    longest = max_context(widest_points(tiny_grid()))
+    assert longest == 84
     assert any("warning" in m and f"up to {longest} tokens" in m and "context limit of 64" in m
                for m in said), said

@@ -1,6 +1,8 @@
 """Fast-forward over steady decode runs gives exactly the step-by-step answer."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,8 +24,14 @@ from tests.draws import params, policies
 COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
                                       "decode_tokens": 3e-5, "kv_tokens_read": 1e-7}),
+    "linear_context": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
+                                              "decode_tokens": 3e-5, "after_prefill": 0.003,
+                                              "after_idle": 0.002}),
     "roofline": roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002),
     "calibrated": load_profile("default").cost_model(),  # the shipped CPU profile's fit
+    # ... with context terms: a decode run's first step priced after a prefill / idle gap
+    "calibrated_context": dataclasses.replace(load_profile("default").cost_model(),
+                                              after_prefill_s=0.004, after_idle_s=0.006),
 }
 
 

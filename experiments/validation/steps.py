@@ -53,8 +53,10 @@ def match_steps(a: list[Hashable], b: list[Hashable]) -> tuple[np.ndarray, np.nd
 
 
 def predicted_durations(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
-    """The cost model's price of every step of a table, from the step's own features."""
-    cols = [steps[n] for n in FEATURE_NAMES]
+    """The cost model's price of every step of a table, from the step's own features
+    (a table without the context features, after_prefill / after_idle: 0)."""
+    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
+    cols = [steps[n] if n in steps else zero for n in FEATURE_NAMES]
     return np.array([cost.step_time(StepFeatures(*(int(v) for v in row))) for row in zip(*cols)],
                     dtype=float)
 

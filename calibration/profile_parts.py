@@ -1,0 +1,36 @@
+"""A fitted model's parts of a Profile: its parameters and its terms as hardware figures
+(shared by calibrate's sweep and --from-run)."""
+from __future__ import annotations
+
+import math
+
+from core.fitted_cost import FittedCostModel
+from core.profile import UNRESOLVED_RATIO, CostParams, Effective
+
+
+def _resolved(rate: float, measured: float | None) -> float | None:
+    """A fitted rate, or None where its term fitted to ~0 (an infinite or absurd rate:
+    this grid did not resolve it)."""
+    if not math.isfinite(rate) or (measured and rate > UNRESOLVED_RATIO * measured):
+        return None
+    return rate
+
+
+def cost_params(m: FittedCostModel) -> CostParams:
+    return CostParams(overhead_s=m.overhead_s, per_seq_s=m.per_seq_s, per_chunk_s=m.per_chunk_s,
+                      s_per_weight_byte=m.s_per_weight_byte, s_per_flop=m.s_per_flop,
+                      s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
+                      small_rows=list(m.small_rows), combine=m.combine,
+                      after_prefill_s=m.after_prefill_s, after_idle_s=m.after_idle_s)
+
+
+def effective(m: FittedCostModel, roof: dict[str, float]) -> Effective:
+    """roof: the roofline the machine measured (calibration.timing.measure_roofline), or
+    {} where none was (a fit from served runs alone)."""
+    return Effective(mem_bandwidth=_resolved(m.mem_bandwidth, roof.get("read_bandwidth")),
+                     kv_bandwidth=_resolved(m.kv_bandwidth, roof.get("copy_bandwidth")),
+                     flop_rate=_resolved(m.flop_rate, roof.get("matmul_flops")),
+                     attn_flop_rate=_resolved(m.attn_flop_rate, roof.get("matmul_flops")),
+                     overhead_s=m.overhead_s, measured_copy_bandwidth=roof.get("copy_bandwidth"),
+                     measured_read_bandwidth=roof.get("read_bandwidth"),
+                     measured_matmul_flops=roof.get("matmul_flops"))

@@ -1,0 +1,71 @@
+"""Calibration's serving phase: after the sweep, serve a short synthetic workload for real
+and refine the sweep's fit to the steps it produced (calibration/serve_fit.py refine).
+
+The sweep times shapes one at a time; serving meets them in context. The workload is
+made to produce every kind of step a warm sweep cannot: prompt lengths all different
+(log-uniform, from a few tokens to the grid's longest chunk), Poisson arrivals at about
+half load (so the engine idles, wakes, and overlaps requests of unequal contexts), and
+two policies: chunked prefill with a small token budget (chunks of every size down to a
+few tokens, beside decodes) and continuous batching (whole prompts, then the decode step
+right after). Its size is priced with the sweep's fit so the phase takes ~serve_s."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
+from core.config import SchedulerConfig
+from core.features import StepFeatures
+from core.fitted_cost import FittedCostModel
+from core.workload import Workload
+
+if TYPE_CHECKING:
+    from backend.runtime import Runtime
+
+LOAD = 0.5  # offered load: busy about half the time, so idle gaps and overlaps both occur
+CHUNK_BUDGET = 64  # chunked prefill's tokens per step
+MAX_OUTPUT = 32
+MIN_REQUESTS = 12
+POLICIES = (("chunked", CHUNK_BUDGET), ("continuous", None))
+
+
+def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int = 0,
+             max_context: int | None = None) -> Workload:
+    """About `seconds` of arrivals at LOAD, priced with `model`; prompt lengths distinct,
+    prompt + output within max_context."""
+    rng = np.random.default_rng(seed)
+    hi = max(4, min(max_prompt, max_context - MAX_OUTPUT) if max_context else max_prompt)
+    pool = np.unique(np.round(np.exp(rng.uniform(np.log(2), np.log(hi), 4 * hi))).astype(np.int64))
+    rng.shuffle(pool)
+    out = rng.integers(1, MAX_OUTPUT + 1, len(pool))
+    service = np.array([model.step_time(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
+                        + (o - 1) * model.step_time(StepFeatures(1, 0, 0, 1, int(p), int(p)))
+                        for p, o in zip(pool, out)])
+    rate = LOAD / float(service.mean())
+    n = int(min(len(pool), max(MIN_REQUESTS, round(rate * seconds))))
+    arrival = np.cumsum(rng.exponential(1 / rate, n))
+    return Workload(arrival - arrival[0], pool[:n], out[:n], description=["calibration serving phase"])
+
+
+def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
+          seed: int = 0) -> tuple[FittedCostModel, dict]:
+    """Serve the phase's workload under each policy (seconds/2 each) and refine `model`
+    on every step; returns the refined model and what to record in the profile."""
+    from backend.driver import run_workload
+    tables = []
+    for i, (policy, budget) in enumerate(POLICIES):
+        w = workload(model, max_prompt, seconds / len(POLICIES), seed + i, runtime.spec.max_context)
+        cfg = SchedulerConfig(policy=policy, max_num_batched_tokens=budget)
+        tables.append(run_workload(runtime, w, cfg, progress=False, seed=seed).steps)
+    steps = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    feats, y = features(steps), steps["duration_s"]
+    missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
+    if missing:
+        raise RuntimeError(f"the serving phase produced too few steps to fit: {', '.join(missing)}")
+    refined, scale = refine(model, feats, y)
+    info = {"scale": round(scale, 4), "steps": int(y.size), "seconds": round(float(y.sum()), 2),
+            "policies": [p for p, _ in POLICIES],
+            "before": judge_kinds(steps, predict(model, feats)),
+            "after": judge_kinds(steps, predict(refined, feats))}
+    return refined, info

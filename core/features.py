@@ -1,0 +1,72 @@
+"""Step features: the shape of one engine step, all a cost model may look at, and the
+step-to-step context both worlds derive the same way (core imports nothing else of ours
+here, so cost models, the batch and the fast-forward code can all depend on this).
+
+Two features are not in the Batch but in what ran before it, because serving prices
+them (measured on CPU: a step on an engine that sat idle, and the step right after a
+prefill, cost more than the same shape timed warm and repeated):
+- after_prefill: the previous step of this engine ran a prefill chunk;
+- after_idle: the engine found nothing to run since its previous step, and that step
+  ended IDLE_GAP_S or longer before this one starts (the first step of a run counts).
+StepHistory computes both; the simulator and the real driver call it at the same
+points of the loop (an empty schedule; the start of a step; its end)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
+                 "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle")
+# Features that describe the step's context rather than its batch: 0 in step tables
+# written before they existed.
+CONTEXT_FEATURES = ("after_prefill", "after_idle")
+
+# An idle engine this long (no step running) prices its next step as after_idle. Below
+# it, the gap is the loop's own overhead between two steps (well under 1 ms).
+IDLE_GAP_S = 0.002
+
+
+class StepFeatures(NamedTuple):
+    """The shape of a step. (A named tuple: the simulator builds one per step, or per
+    stretch of a fast-forward run, so it must be cheap.)
+
+    kv_tokens_read: KV slots attention reads, summed over sequences (context + new).
+    attention_pairs: (query, key) pairs attended, causal: a chunk of c tokens after s
+    cached ones attends c*s + c(c+1)/2 pairs; a decode token attends s + 1.
+    after_prefill, after_idle: 0 or 1, see the module docstring."""
+
+    num_seqs: int = 0
+    num_prefill_seqs: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    kv_tokens_read: int = 0
+    attention_pairs: int = 0
+    after_prefill: int = 0
+    after_idle: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens
+
+
+class StepHistory:
+    """What one engine ran before the step it is about to run. Call went_idle() when a
+    schedule comes back empty, context(start) when a step starts, and ran(end, prefill)
+    when it ends (for a fast-forward run: once, with the run's end and no prefill)."""
+
+    __slots__ = ("_end", "_prefill", "_idle")
+
+    def __init__(self) -> None:
+        self._end: float | None = None  # when the previous step ended
+        self._prefill = False  # whether it ran a prefill chunk
+        self._idle = True  # the engine found nothing to run since then
+
+    def went_idle(self) -> None:
+        self._idle = True
+
+    def context(self, start: float) -> tuple[int, int]:
+        """(after_prefill, after_idle) of a step starting at `start`."""
+        idle = self._idle and (self._end is None or start - self._end >= IDLE_GAP_S)
+        return int(self._prefill), int(idle)
+
+    def ran(self, end: float, prefill: bool) -> None:
+        self._end, self._prefill, self._idle = end, prefill, False

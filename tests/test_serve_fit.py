@@ -1,0 +1,111 @@
+"""Fitting the cost model to served step tables: known coefficients come back from
+synthetic tables (steps priced by a known model), per step kind. No torch needed."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.from_run import split
+from calibration.serve_fit import features, judge, kinds, missing_kinds, predict, refine
+from calibration.served_runs import ServedRun
+from core.features import StepFeatures
+from core.config import SchedulerConfig
+from core.fitted_cost import FittedCostModel, Shape
+from core.specs import MODELS
+from core.workload import Workload
+from sim import simulate
+
+SHAPE = Shape.of(MODELS["batchlab-tiny"])
+BASE = FittedCostModel(SHAPE, overhead_s=0.002, per_seq_s=2e-5, per_chunk_s=1e-4,
+                       s_per_weight_byte=1 / 40e9, s_per_flop=1 / 150e9, s_per_kv_byte=1 / 7e9,
+                       s_per_attn_flop=1 / 60e9, combine="sum")
+
+
+def served_table(truth, seed: int = 0, n: int = 80) -> dict[str, np.ndarray]:
+    """A step table whose durations are `truth`'s prices: bursts with idle gaps, chunked
+    prefill of new prompt lengths beside decodes."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.choice([0.001, 0.01, 0.4], size=n)
+    w = Workload(np.cumsum(gaps), rng.integers(3, 600, n), rng.integers(1, 30, n))
+    return simulate(w, SchedulerConfig(policy="chunked", max_num_batched_tokens=96), truth, 2000).steps
+
+
+def test_refine_recovers_scale_chunk_and_context_terms_exactly():
+    s = 1.3
+    truth = BASE.scaled(1 / s, 1 / s, s)
+    truth = FittedCostModel(**{**{f: getattr(truth, f) for f in truth.__dataclass_fields__},
+                               "per_chunk_s": truth.per_chunk_s + 0.0015,
+                               "after_prefill_s": 0.0007, "after_idle_s": 0.0011})
+    steps = served_table(truth)
+    feats = features(steps)
+    got, scale = refine(BASE, feats, steps["duration_s"])
+    assert scale == pytest.approx(s, rel=1e-6)
+    for name in ("per_chunk_s", "after_prefill_s", "after_idle_s", "overhead_s", "s_per_flop"):
+        assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-5), name
+    assert np.allclose(predict(got, feats), steps["duration_s"], rtol=1e-9)
+
+
+def test_refine_resists_a_few_contended_steps():
+    truth = FittedCostModel(**{**{f: getattr(BASE, f) for f in BASE.__dataclass_fields__},
+                               "after_prefill_s": 0.0005, "after_idle_s": 0.001})
+    steps = served_table(truth, seed=1)
+    y = steps["duration_s"].copy()
+    y[::17] *= 3.0  # a busy neighbour
+    got, scale = refine(BASE, features(steps), y)
+    assert scale == pytest.approx(1.0, rel=0.02)
+    assert got.after_idle_s == pytest.approx(0.001, rel=0.15)
+
+
+def test_step_kinds_and_judgement():
+    steps = served_table(BASE, n=30)
+    k = kinds(steps)
+    assert k["after_idle"].sum() >= 3 and k["mixed"].any() and k["small_chunk"].any()
+    assert not (k["decode"] & k["prefill"]).any()
+    j = judge(np.array([1.0, 2.0, 4.0]), np.array([0.9, 2.2, 4.0]))
+    assert j["n"] == 3 and j["median_ape"] == 10.0 and j["faster_share"] == pytest.approx(1 / 3, abs=1e-3)
+    assert missing_kinds(features(steps), ("after_idle",)) == []
+    decode_only = [f for f in features(steps) if not f.prefill_tokens]
+    assert missing_kinds(decode_only, ("prefill",)) == ["0 prefill step(s)"]
+
+
+def test_holding_out_runs_or_the_tail_of_one():
+    steps = served_table(BASE, n=20)
+    runs = [ServedRun(f"r{i}", {}, steps) for i in range(4)]
+    train, held, fitted, judged = split(runs, 3)
+    assert judged == ["r1"] and fitted == ["r0", "r2", "r3"]
+    train, held, _, _ = split(runs[:1], 3)
+    n = steps["duration_s"].size
+    assert held[0]["duration_s"].size == round(n / 4) and train[0]["duration_s"].size == n - round(n / 4)
+    assert held[0]["start_s"].min() > train[0]["start_s"].max()  # the tail, in time order
+
+
+def test_sweep_times_prefill_points_in_shapes_never_run_before():
+    from calibration.grid import GridPoint
+    from calibration.sweep import fresh_count, fresh_variant, widest_variant
+    seen: set = set()
+    for point in (GridPoint(chunk=16), GridPoint(chunk=8, cached=16), GridPoint(4, 32, 16, 0)):
+        got = []
+        n = min(12, fresh_count(point))
+        assert n >= 7
+        for _ in range(n):
+            v = fresh_variant(point, seen)
+            seen.add(v)
+            got.append(v)
+        assert len(set(got)) == n, point  # never the same shape twice
+        assert all(abs(v.chunk - point.chunk) <= max(3, point.chunk // 8) for v in got)
+        wide = widest_variant(point, n)
+        assert all(v.chunk <= wide.chunk and v.cached <= wide.cached for v in got)
+    assert fresh_variant(GridPoint(8, 64), seen) == GridPoint(8, 64)  # decodes as they are
+
+
+def test_serving_phase_workload_has_distinct_prompts_at_half_load():
+    from calibration.serve_phase import LOAD, workload
+    w = workload(BASE, 512, 20.0, seed=3, max_context=256)
+    assert len(set(w.prompt_len.tolist())) == len(w) >= 12
+    assert w.prompt_len.min() >= 2 and (w.prompt_len + w.output_len).max() <= 256
+    assert w.prompt_len.min() <= 8  # chunks down to a few tokens
+    busy = sum(BASE.step_time(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
+               + (o - 1) * BASE.step_time(StepFeatures(1, 0, 0, 1, int(p), int(p)))
+               for p, o in zip(w.prompt_len, w.output_len))
+    assert 0.25 < busy / w.arrival[-1] < 1.0  # about LOAD of the time busy
+    assert LOAD == 0.5
