@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
+from core.features import IDLE_GAP_S
 from tests.serve_helpers import ROOT, ServeProcess, batchlab
 
 openai = pytest.importorskip("openai")
@@ -208,6 +209,17 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
     assert server.stop() == 0  # Ctrl-C: a clean stop that writes --out
     served = {int(r["request_id"]): r for r in csv.DictReader(open(server.out / "continuous" / "requests.csv"))}
     assert any(r["status"] == "aborted" for r in served.values())  # the client that left
+    # The server's step table carries the same step context as batchlab run's and the sim's
+    # (core/features.py StepHistory): a step follows a prefill iff the previous one had one;
+    # it follows idleness only after a gap of at least IDLE_GAP_S; the first one does.
+    steps = list(csv.DictReader(open(server.out / "continuous" / "steps.csv")))
+    assert int(steps[0]["after_idle"]) == 1 and int(steps[0]["after_prefill"]) == 0
+    for prev, cur in zip(steps, steps[1:]):
+        assert int(cur["after_prefill"]) == (int(prev["num_prefill_seqs"]) > 0)
+        gap = float(cur["start_s"]) - float(prev["start_s"]) - float(prev["duration_s"])
+        assert not int(cur["after_idle"]) or gap >= IDLE_GAP_S - 1e-3, (prev, cur)
+    assert any(int(s["after_idle"]) for s in steps[1:])  # the replay's gaps between arrivals
+    assert any(int(s["cached_blocks"]) for s in steps) == any(int(r["cached_tokens"]) for r in served.values())
     ttft, e2e = [], []
     for row, rid in zip(rows, bench["response_ids"]):
         s = served[int(rid.split("-")[1])]

@@ -22,6 +22,7 @@ from backend.engine import Engine
 from backend.runtime import Runtime
 from core.batch import step_features
 from core.config import SchedulerConfig
+from core.features import StepHistory
 from core.metrics import MetricsRecorder
 from core.request import Request, Sequence, Status
 from core.result import RunResult
@@ -103,6 +104,7 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self.error = ""  # set if a step failed: the loop stops, /health reports it
         self.steps = 0
+        self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.idle_s = 0.0
         self.flush: Callable[[], None] | None = None  # see _step; set by the HTTP side
         t = time.perf_counter()
@@ -197,23 +199,28 @@ class EngineLoop:
         """One engine step if there is work; False when idle."""
         sched = self.sched
         if not sched.has_work():
+            self.history.went_idle()
             return False
         now = self.clock()
         batch = sched.schedule(now)
         if batch.is_empty:
+            self.history.went_idle()
             wake = sched.next_wakeup(now)  # static batching holding for a fuller batch
             if wake is not None:
                 time.sleep(min(max(0.0, wake - self.clock()), _IDLE_WAIT_S))
                 return True
             return False
         kv = sched.kv
-        features, kv_used = step_features(batch), kv.num_used
+        features = step_features(batch, *self.history.context(self.clock()))
+        kv_used, cached = kv.num_used, kv.num_cached
         start = self.clock()
         last = [s.last_token for s in batch.seqs]
         self.engine.execute(batch)
         end = self.clock()
+        self.history.ran(end, features.num_prefill_seqs > 0)
         finished = sched.complete(batch, end)
-        self.rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, sched.max_seqs)
+        self.rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, sched.max_seqs,
+                             cached)
         self.steps += 1
         self.observer.on_step(sched, batch, kv.num_used / kv.num_blocks)
         emitted = False
