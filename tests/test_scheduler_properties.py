@@ -127,7 +127,10 @@ def test_memory_aware_admits_no_long_prompt_while_kv_is_busy():
         pytest.skip("the focused policy is not memory_aware")
     seen = {"held": 0}
 
-    @SETTINGS
+    # Whether some drawn run crosses the thresholds is a property of the draws, not of the
+    # code: with fresh random draws about 1 run in 6 crossed none (a flaky test). Fixed
+    # draws make it a reproducible check; 300 of them cross the thresholds many times.
+    @settings(SETTINGS, max_examples=300, derandomize=True, database=None)
     @given(scenarios(among=["memory_aware"]))
     def check_runs(scenario):
         reqs, cfg, blocks = scenario
@@ -150,6 +153,7 @@ def test_memory_aware_admits_no_long_prompt_while_kv_is_busy():
 
     check_runs()
     assert seen["held"] > 0, "the drawn thresholds were never crossed"
+    print(f"memory_aware held a long prompt back in {seen['held']} steps")
 
 
 @SETTINGS
