@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from experiments.report import ROWS
+from experiments.report import ROWS, layout
 
 # Student t's 97.5% quantile by degrees of freedom (scipy.stats is not imported: it is
 # slow to load, and the simulator must run without the backend's packages).
@@ -86,9 +86,4 @@ def repeats_table(per_policy: dict[str, list[dict]]) -> str:
             d = diffs[n].get(key)
             cells.append(_cell(fmt, d, sign=True) + (" *" if d and d["decided"] else ""))
         rows.append((label, cells))
-    w0 = max(len(r[0]) for r in rows)
-    widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(header)]
-    line = lambda first, cells: "  ".join([first.ljust(w0), *(c.rjust(w) for c, w in zip(cells, widths))])
-    out = [line("", header), line("", ["-" * w for w in widths])]
-    out += [line(label, cells) for label, cells in rows]
-    return "\n".join(out)
+    return layout(header, rows)

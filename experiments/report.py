@@ -51,10 +51,15 @@ def comparison_table(summaries: dict[str, dict[str, float]], row_spec=ROWS) -> s
     names = list(summaries)
     rows = [(label, [_fmt(fmt, summaries[n].get(key)) for n in names])
             for key, label, fmt in row_spec if any(key in summaries[n] for n in names)]
+    return layout(names, rows)
+
+
+def layout(header: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    """A text table: a label column, then right-aligned cells under `header`."""
     w0 = max(len(r[0]) for r in rows)
-    widths = [max(len(n), *(len(r[1][i]) for r in rows)) for i, n in enumerate(names)]
+    widths = [max(len(h), *(len(r[1][i]) for r in rows)) for i, h in enumerate(header)]
     line = lambda first, cells: "  ".join([first.ljust(w0), *(c.rjust(w) for c, w in zip(cells, widths))])
-    out = [line("", names), line("", ["-" * w for w in widths])]
+    out = [line("", header), line("", ["-" * w for w in widths])]
     out += [line(label, cells) for label, cells in rows]
     return "\n".join(out)
 
