@@ -16,7 +16,8 @@ import time
 from typing import Callable
 
 from backend.runtime import Runtime
-from core.batch import StepObserver, step_features
+from backend.step import run_step
+from core.batch import StepObserver
 from core.config import SchedulerConfig
 from core.features import StepHistory
 from core.metrics import MetricsRecorder
@@ -76,7 +77,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
-    kv, seats = sched.kv, sched.max_seqs
+    kv = sched.kv
     rec = MetricsRecorder()
     history = StepHistory()  # after_prefill / after_idle, as sim/engine.py
     n = len(workload)
@@ -142,14 +143,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                 time.sleep(nap)
                 idle_s += nap
                 continue
-            features = step_features(batch, *history.context(clock()))
-            kv_used, cached = kv.num_used, kv.num_cached
-            start = clock()
-            engine.execute(batch)
-            end = clock()
-            history.ran(end, features.num_prefill_seqs > 0)
-            finished = sched.complete(batch, end)
-            rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, seats, cached)
+            start, end, finished = run_step(sched, engine, batch, history, rec, clock)
             if observer is not None:
                 observer(0, start, end - start, batch)
             steps += 1

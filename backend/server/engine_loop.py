@@ -20,7 +20,7 @@ import torch
 
 from backend.engine import Engine
 from backend.runtime import Runtime
-from core.batch import step_features
+from backend.step import run_step
 from core.config import SchedulerConfig
 from core.features import StepHistory
 from core.metrics import MetricsRecorder
@@ -210,17 +210,9 @@ class EngineLoop:
                 time.sleep(min(max(0.0, wake - self.clock()), _IDLE_WAIT_S))
                 return True
             return False
+        last = [s.last_token for s in batch.seqs]  # before record_step stamps this step's
+        _, end, finished = run_step(sched, self.engine, batch, self.history, self.rec, self.clock)
         kv = sched.kv
-        features = step_features(batch, *self.history.context(self.clock()))
-        kv_used, cached = kv.num_used, kv.num_cached
-        start = self.clock()
-        last = [s.last_token for s in batch.seqs]
-        self.engine.execute(batch)
-        end = self.clock()
-        self.history.ran(end, features.num_prefill_seqs > 0)
-        finished = sched.complete(batch, end)
-        self.rec.record_step(0, start, end, batch, features, kv_used, kv.num_blocks, sched.max_seqs,
-                             cached)
         self.steps += 1
         self.observer.on_step(sched, batch, kv.num_used / kv.num_blocks)
         emitted = False
