@@ -44,6 +44,10 @@ class Runtime:
         embedded preset; matmul: the GEMM kernel (see backend.linear). `loaded` reuses
         a model already loaded; keep_hf keeps the transformers module (the oracle)
         alive, else only the runner's weights stay."""
+        # How to build this runtime again, in another process (None: a reused model).
+        self.args = None if loaded is not None else {
+            "model": model, "dtype": dtype, "device": device, "threads": threads,
+            "kv_memory": kv_memory, "seed": seed, "matmul": matmul}
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
         self.threads = set_threads(threads)

@@ -15,7 +15,7 @@ import numpy as np
 
 from calibration.fit import fit
 from calibration.profile_parts import cost_params, effective
-from calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
+from calibration.serve_fit import Levels, features, judge_kinds, missing_kinds, predict, refine
 from calibration.served_runs import ServedRun, check_same, device_info, read_runs
 from core.fitted_cost import FittedCostModel, Shape
 from core.profile import FitQuality, Measurement, Profile, RegionError
@@ -29,7 +29,7 @@ class FromRunResult:
     profile: Profile
     fitted_on: list[str]
     judged_on: list[str]
-    scale: float | None  # serving level against the profile's (refine only)
+    scale: Levels | None  # serving level against the profile's (refine only)
     after: dict[str, dict]  # per step kind, on the held-out steps: the fitted profile
     before: dict[str, dict] | None = None  # the same for the given profile
     train: dict[str, dict] = field(default_factory=dict)
@@ -149,7 +149,7 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
         measurements=base.measurements if base else None, runs=fitted_on,
         notes=(f"fitted on served runs ({len(feats)} steps: {', '.join(fitted_on)}); judged on "
                f"{', '.join(judged_on) or 'none'}; " + (f"refined from {profile_where} (serving level "
-               f"x{scale:.3f})" if base else "every term fitted from the served steps")))
+               f"{scale})" if base else "every term fitted from the served steps")))
     return FromRunResult(new, fitted_on, judged_on, scale, after, before, train_j)
 
 

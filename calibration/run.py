@@ -109,8 +109,8 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
         say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
         m, serving = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
-        notes += (f"; refined on {serving['steps']} served steps (serving level x{serving['scale']:.3f} "
-                  f"the sweep's; fit quality above is the sweep's fit on the sweep's points)")
+        notes += (f"; refined on {serving['steps']} served steps (serving level against the sweep's: "
+                  f"memory x{serving['scale']:.3f}, compute x{serving['compute_scale']:.3f}; fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         model=rt.spec, model_source=meta["model"], device=device_info(meta),

@@ -3,7 +3,8 @@ validate --out` wrote, for fitting a cost model to serving (calibrate --from-run
 
 Layouts recognised:
 - `batchlab run --out DIR`: DIR/meta.json keyed by policy, DIR/POLICY/steps.csv;
-- `batchlab validate --out DIR`: DIR/POLICY/real/{meta.json, steps.csv} (one run each);
+- `batchlab validate --out DIR`: DIR/POLICY/real/{meta.json, steps.csv}, and with
+  --repeats N also DIR/POLICY/real_2 ... real_N;
 - one run folder: DIR/{meta.json (that run's), steps.csv}.
 Only real runs count (meta "world": "real"); a simulated one is not a measurement.
 Every problem is a ValueError of one line naming the directory and what is missing."""
@@ -116,6 +117,10 @@ def _one(d: Path, meta: dict, where: str) -> ServedRun:
     return ServedRun(where, meta, read_steps(steps, where))
 
 
+def _is_real_dir(name: str) -> bool:
+    return name == "real" or (name.startswith("real_") and name[5:].isdigit())
+
+
 def read_runs(directory: str | Path) -> list[ServedRun]:
     """Every served run under `directory` (see the module docstring)."""
     d = Path(directory)
@@ -131,8 +136,9 @@ def read_runs(directory: str | Path) -> list[ServedRun]:
         if not runs:
             raise ValueError(f"{d}: meta.json names no policy folder; expected a batchlab run's --out")
         return runs
-    real = sorted(p for p in d.glob("*/real") if (p / "meta.json").is_file())
-    if real:  # validate --out
+    real = sorted((p for p in d.glob("*/real*") if _is_real_dir(p.name) and (p / "meta.json").is_file()),
+                  key=lambda p: (p.parent.name, int(p.name.partition("_")[2] or 1)))
+    if real:  # validate --out: POLICY/real, and POLICY/real_2 ... with --repeats
         return [_one(p, _meta(p / "meta.json", str(p)), str(p)) for p in real]
     raise ValueError(f"{d}: not a batchlab run (no meta.json, nor POLICY/real/meta.json of validate)")
 

@@ -113,6 +113,30 @@ class FittedCostModel:
                                 f.decode_tokens + f.num_prefill_seqs, f.kv_tokens_read,
                                 f.attention_pairs, f.after_prefill, f.after_idle))
 
+    def parts(self, f: StepFeatures) -> tuple[float, float]:
+        """step_time(f) without its context terms, split in two: (fixed costs and memory
+        traffic, compute). With "max", each GEMM's time goes to whichever side bounds
+        it. Serving refits the two levels separately (calibration/serve_fit.py)."""
+        if f.num_seqs == 0:
+            return 0.0, 0.0
+        sh, w, sf = self.shape, self.s_per_weight_byte, self.s_per_flop
+        tokens = f.prefill_tokens + f.decode_tokens
+        sampled = f.decode_tokens + f.num_prefill_seqs
+        mem = self.overhead_s + self.per_seq_s * f.num_seqs + self.per_chunk_s * f.num_prefill_seqs
+        mem += sh.kv_bytes_per_token * f.kv_tokens_read * self.s_per_kv_byte
+        if 0 < tokens <= len(self.small_rows):
+            mem += self.small_rows[tokens - 1]
+        comp = sh.attn_flops_per_pair * f.attention_pairs * self.s_per_attn_flop
+        for weights, flops in ((sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * sf),
+                               (sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * sf)):
+            if self.combine == "sum":
+                mem, comp = mem + weights, comp + flops
+            elif weights >= flops:
+                mem += weights
+            else:
+                comp += flops
+        return mem, comp
+
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         """step_time of m steady decode steps: kv and pairs grow by num_seqs a step; the
         context features (after_prefill, after_idle) are the first step's only."""

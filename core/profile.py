@@ -135,8 +135,9 @@ class Profile(BaseModel):
     total_s: float | None = Field(None, description="wall seconds of calibrate: load, sweep, fit")
     measurements: list[Measurement] | None = None
     measurements_path: str | None = Field(None, description="JSONL of raw timings")
-    serving: dict | None = Field(None, description="the serving phase: scale (serving level over the "
-                                 "sweep's), steps, and per step kind error before/after refining")
+    serving: dict | None = Field(None, description="the serving phase: scale and compute_scale "
+                                 "(serving level over the sweep's on memory and fixed costs, and on "
+                                 "FLOPs), steps, and per step kind error before/after refining")
     runs: list[str] | None = Field(None, description="served runs fitted on (calibrate --from-run, "
                                    "or the calibration's own serving phase)")
     notes: str = ""

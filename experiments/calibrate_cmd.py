@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         from experiments.calibrate_from_run import table
         sv, c = profile.serving, profile.cost
         print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
-              f"run x{sv['scale']:.3f} the sweep's price; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
+              f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
+              f"x{sv.get('compute_scale', sv['scale']):.3f} on compute; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
               f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
               f"{c.after_idle_s * 1e3:.3f} ms")
         print(table(sv["after"], sv["before"], "on the served steps (fitted on them)",

@@ -53,14 +53,14 @@ def run_from_runs(args: argparse.Namespace) -> int:
     result.profile.save(out)
     if args.format == "json":
         print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,
-                          "judged_on": result.judged_on, "scale": result.scale,
+                          "judged_on": result.judged_on, "scale": result.scale._asdict() if result.scale else None,
                           "heldout": result.after, "heldout_given_profile": result.before,
                           "train": result.train}, indent=1))
         return 0
     print(f"fitted on: {', '.join(result.fitted_on)}")
     print(f"judged on: {', '.join(result.judged_on) or 'none (--holdout-every 0)'}")
     if result.scale is not None:
-        print(f"serving level: served steps run x{result.scale:.3f} the profile's price of the same shape")
+        print(f"serving level: served steps run {result.scale} the profile's price of the same shape")
     c = result.profile.cost
     print(f"terms: per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, after a prefill "
           f"{c.after_prefill_s * 1e3:.3f} ms, after an idle gap {c.after_idle_s * 1e3:.3f} ms\n")

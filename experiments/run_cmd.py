@@ -85,11 +85,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
-    speed_cost, speed_source = None, ""
-    if profile is not None:
-        for w in profile_source.check_profile(profile, rt):  # another model: an error
-            warn(f"{cfg.profile.path}: {w}")
-        speed_cost, speed_source = profile.cost_model(), profile.describe()
+    speed_cost, speed_source = profile_source.speed_pricing(profile, cfg.profile.path, rt)
     # Every setting is checked before an earlier run's results in --out are cleared.
     schedulers = cfg.schedulers(rt.spec.max_context)
     for sched in schedulers.values():  # the KV pool: refused now, before --out is written
@@ -100,10 +96,13 @@ def run(args: argparse.Namespace) -> int:
                           ) if args.out else None
     summaries, metas, results = {}, {}, {}
     for policy, sched in schedulers.items():
+        probe = profile_source.reference_probe(rt.device) if speed_cost is None else None
         result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                               temperature=cfg.run.temperature, seed=cfg.workload.seed,
                               progress=not args.no_progress)
-        label_real(result, speed_cost, speed_source)  # meta: machine_speed, stability
+        if probe is not None:
+            probe = {"before": probe, "after": profile_source.reference_probe(rt.device)}
+        label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta["stability"]["verdict"]}
         metas[policy] = result.meta
@@ -145,7 +144,17 @@ def labels_line(metas: dict[str, dict]) -> str:
     """The machine's measured speed during each run, one line."""
     parts = []
     for policy, m in metas.items():
-        k = m["machine_speed"]["factor"]
-        parts.append(f"{policy}: steady decode steps {k:.3f} x the profile's price" if k is not None
-                     else f"{policy}: not measured (--profile P prices the run's steady decode steps)")
+        ms = m["machine_speed"]
+        k, probe = ms["factor"], ms.get("probe")
+        if k is not None:
+            parts.append(f"{policy}: steady decode steps {k:.3f} x the price of {ms['profile']}")
+        elif probe:
+            b, a = probe["before"], probe["after"]
+            parts.append(f"{policy}: no profile of this setup; reference probe read "
+                         f"{b['read_bandwidth'] / 1e9:.1f} / {a['read_bandwidth'] / 1e9:.1f} GB/s, "
+                         f"matmul {b['matmul_flops'] / 1e9:.0f} / {a['matmul_flops'] / 1e9:.0f} "
+                         f"GFLOP/s before / after")
+        else:
+            parts.append(f"{policy}: not measured ({ms.get('why', 'no profile')})")
     return "machine speed: " + "; ".join(parts)
+

@@ -19,10 +19,17 @@ def stability(result: RunResult) -> dict:
     return result.meta["stability"]
 
 
-def label_real(result: RunResult, cost: CostModel | None, source: str = "") -> RunResult:
-    """Record the machine's speed during a real run (priced by `cost`, if any) and its
-    stability in its meta."""
-    result.meta["machine_speed"] = machine_speed(result.steps, cost, source)
+def label_real(result: RunResult, cost: CostModel | None, source: str = "",
+               probe: dict | None = None) -> RunResult:
+    """Record the machine's speed during a real run (priced by `cost`, if any; with no
+    cost, the reference `probe` timed before and after it) and its stability in its meta."""
+    speed = machine_speed(result.steps, cost, source)
+    if cost is None and probe is not None:
+        speed = {**speed, "method": "reference probe (read bandwidth, matmul rate) before and "
+                 "after the run: no profile prices this model, device and thread count",
+                 "probe": probe, "why": "no profile of this setup to price its steady decode "
+                 "steps (batchlab run --profile P measures the factor)"}
+    result.meta["machine_speed"] = speed
     stability(result)
     return result
 

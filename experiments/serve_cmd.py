@@ -41,6 +41,9 @@ def run(args: argparse.Namespace) -> int:
     from backend.models import params_label
     from backend.server.server import Server, check_port
 
+    from experiments.run_labels import label_real
+    from experiments.validation import profile_source
+
     workload = [k[3:] for k, v in vars(args).items() if k.startswith("wl_") and k != "wl_seed"
                 and v is not None]
     if workload:  # --seed stays: it seeds sampling
@@ -80,8 +83,13 @@ def run(args: argparse.Namespace) -> int:
           f"{server.loop.sched.kv.num_blocks} KV blocks, max_model_len {server.limits.max_model_len}, "
           f"text via {server.codec.name}; http://{args.host}:{args.port}/v1 (Ctrl-C stops)",
           file=sys.stderr, flush=True)
+    speed_cost, speed_source = profile_source.speed_pricing(None, None, rt)
+    probe = profile_source.reference_probe(rt.device) if speed_cost is None else None
     server.run(args.host, args.port)
     result = server.result({"host": args.host, "port": args.port, "served_model_name": name})
+    if probe is not None:
+        probe = {"before": probe, "after": profile_source.reference_probe(rt.device)}
+    label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
     summary = result.summary(cfg.run.slo)
     m = result.meta
     print(f"batchlab serve: stopped; {summary['completed']:.0f} requests finished of "

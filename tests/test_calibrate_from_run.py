@@ -119,3 +119,20 @@ def test_from_a_real_run_end_to_end(tmp_path, capsys):
     assert rep["judged_on"] == [f"{out} (chunked)"] and rep["heldout"]["all"]["n"] > 10
     code, text, _ = run_cli(["simulate", "--profile", str(tmp_path / "p.json"), "--num-requests", "5"], capsys)
     assert code == 0
+
+
+def test_a_validate_repeats_out_dir_gives_every_real_run(tmp_path):
+    """validate --repeats 3 --out writes POLICY/real, real_2, real_3 (and simulated runs
+    beside them): all three real runs are read, in order, and no simulated one."""
+    from calibration.served_runs import read_runs
+    d = tmp_path / "val"
+    for policy in ("chunked", "continuous"):
+        for i, name in enumerate(("real", "real_2", "real_3", "real_10", "sim", "sim_normalised_2")):
+            run = d / policy / name
+            run.mkdir(parents=True)
+            write_table(run / "steps.csv", served_table(TRUTH, seed=i, n=10))
+            world = "sim" if name.startswith("sim") else "real"
+            (run / "meta.json").write_text(json.dumps({**IDENT, "world": world}))
+    got = [r.where for r in read_runs(d)]
+    assert got == [str(d / p / n) for p in ("chunked", "continuous")
+                   for n in ("real", "real_2", "real_3", "real_10")]

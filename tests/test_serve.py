@@ -213,6 +213,12 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
     # (core/features.py StepHistory): a step follows a prefill iff the previous one had one;
     # it follows idleness only after a gap of at least IDLE_GAP_S; the first one does.
     steps = list(csv.DictReader(open(server.out / "continuous" / "steps.csv")))
+    # Its meta.json says how fast the machine ran (priced by the shipped profile of this
+    # setup, or a reference probe around the session) and whether its queue settled.
+    meta = json.loads((server.out / "meta.json").read_text())["continuous"]
+    speed = meta["machine_speed"]
+    assert (speed["factor"] or 0) > 0 or speed["probe"]["after"]["read_bandwidth"] > 0
+    assert meta["stability"]["verdict"] in ("stable", "overloaded")
     assert int(steps[0]["after_idle"]) == 1 and int(steps[0]["after_prefill"]) == 0
     for prev, cur in zip(steps, steps[1:]):
         assert int(cur["after_prefill"]) == (int(prev["num_prefill_seqs"]) > 0)

@@ -30,19 +30,46 @@ def served_table(truth, seed: int = 0, n: int = 80) -> dict[str, np.ndarray]:
     return simulate(w, SchedulerConfig(policy="chunked", max_num_batched_tokens=96), truth, 2000).steps
 
 
-def test_refine_recovers_scale_chunk_and_context_terms_exactly():
-    s = 1.3
-    truth = BASE.scaled(1 / s, 1 / s, s)
+@pytest.mark.parametrize("mem,comp", [(1.3, 1.3), (0.75, 1.1)])
+def test_refine_recovers_both_levels_chunk_and_context_terms_exactly(mem, comp):
+    """Served steps priced by a known model whose memory and compute sides run at other
+    levels than the profile's (measured: decodes 0.75x the sweep, prefills ~1.0x)."""
+    truth = BASE.scaled(1 / mem, 1 / comp, mem)
     truth = FittedCostModel(**{**{f: getattr(truth, f) for f in truth.__dataclass_fields__},
                                "per_chunk_s": truth.per_chunk_s + 0.0015,
                                "after_prefill_s": 0.0007, "after_idle_s": 0.0011})
     steps = served_table(truth)
     feats = features(steps)
-    got, scale = refine(BASE, feats, steps["duration_s"])
-    assert scale == pytest.approx(s, rel=1e-6)
-    for name in ("per_chunk_s", "after_prefill_s", "after_idle_s", "overhead_s", "s_per_flop"):
+    got, levels = refine(BASE, feats, steps["duration_s"])
+    assert levels.memory == pytest.approx(mem, rel=1e-6) and levels.compute == pytest.approx(comp, rel=1e-6)
+    for name in ("per_chunk_s", "after_prefill_s", "after_idle_s", "overhead_s", "s_per_flop",
+                 "s_per_weight_byte", "s_per_attn_flop"):
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-5), name
     assert np.allclose(predict(got, feats), steps["duration_s"], rtol=1e-9)
+
+
+def test_parts_add_up_to_the_step_price():
+    steps = served_table(BASE, n=30)
+    for cost in (BASE, FittedCostModel(**{**{f: getattr(BASE, f) for f in BASE.__dataclass_fields__},
+                                          "combine": "max"})):
+        for f in features(steps):
+            f = f._replace(after_prefill=0, after_idle=0)
+            assert sum(cost.parts(f)) == pytest.approx(cost.step_time(f), rel=1e-12)
+
+
+def test_refine_prices_the_mean_step_not_the_typical_one():
+    """Every step priced right but one in four 20% slow (a skewed machine): the robust
+    fit finds the typical step, the result is re-levelled so that the total matches."""
+    steps = served_table(BASE, seed=2)
+    y = steps["duration_s"].copy()
+    y[::4] *= 1.2
+    feats = features(steps)
+    got, _ = refine(BASE, feats, y)
+    pred = predict(got, feats)
+    prefill = steps["prefill_tokens"] > 0
+    for side in (prefill, ~prefill):  # each side's total, not only the sum of both
+        assert pred[side].sum() == pytest.approx(y[side].sum(), rel=1e-3)
+    assert pred.sum() > predict(BASE, feats).sum() * 1.03  # the typical step alone is short
 
 
 def test_refine_resists_a_few_contended_steps():
@@ -51,8 +78,8 @@ def test_refine_resists_a_few_contended_steps():
     steps = served_table(truth, seed=1)
     y = steps["duration_s"].copy()
     y[::17] *= 3.0  # a busy neighbour
-    got, scale = refine(BASE, features(steps), y)
-    assert scale == pytest.approx(1.0, rel=0.02)
+    got, levels = refine(BASE, features(steps), y)
+    assert levels.memory == pytest.approx(1.0, rel=0.02) and levels.compute == pytest.approx(1.0, rel=0.03)
     assert got.after_idle_s == pytest.approx(0.001, rel=0.15)
 
 

@@ -182,3 +182,28 @@ def test_batchlab_run_records_speed_and_stability(profile_file, tmp_path):  # no
     assert "machine speed: continuous: steady decode steps" in text
     code, text, _ = cli(["run", *RUN_SMALL, "--format", "json"])
     assert code == 0 and json.loads(text)["continuous"]["stability"] == "stable"
+
+
+def test_batchlab_run_without_profile_uses_the_shipped_profile_of_its_setup(tmp_path):
+    """batchlab-tiny on cpu with 1 thread has a shipped profile: the run prices its
+    steady decode steps with it, and says which profile it used."""
+    from tests.test_backend_cli import SMALL as RUN_SMALL
+    code, text, err = cli(["run", *RUN_SMALL, "--max-output-len", "24", "--out", str(tmp_path)])
+    assert code == 0, err
+    speed = json.loads((tmp_path / "meta.json").read_text())["continuous"]["machine_speed"]
+    assert speed["factor"] > 0 and speed["steps"] > 0
+    assert speed["profile"].startswith("shipped batchlab-tiny-cpu")
+    assert "x the price of shipped batchlab-tiny-cpu" in text
+
+
+def test_batchlab_run_with_no_profile_of_its_setup_records_a_reference_probe(tmp_path):
+    """Two threads: no shipped profile describes the setup, so the factor stays null
+    and the reference probe's figures, timed before and after the run, are recorded."""
+    from tests.test_backend_cli import SMALL as RUN_SMALL
+    code, text, err = cli(["run", *RUN_SMALL, "--threads", "2", "--out", str(tmp_path)])
+    assert code == 0, err
+    speed = json.loads((tmp_path / "meta.json").read_text())["continuous"]["machine_speed"]
+    assert speed["factor"] is None and "reference probe" in speed["method"]
+    for when in ("before", "after"):
+        assert speed["probe"][when]["read_bandwidth"] > 1e8 and speed["probe"][when]["matmul_flops"] > 1e8
+    assert "reference probe read" in text

@@ -38,6 +38,46 @@ def check_profile(profile, runtime) -> list[str]:
     return warnings
 
 
+def shipped_match(runtime):
+    """(profile, name) of the first shipped profile that describes this run exactly: the
+    same model shape, device kind, thread count and dtype, measured on a fit-for-use grid;
+    (None, "") if none does. `batchlab run` without --profile measures the machine's speed
+    against it."""
+    from core.profile import ProfileError, load_profile, shipped_profiles
+
+    for name in shipped_profiles():
+        try:
+            profile = load_profile(name)
+        except ProfileError:
+            continue
+        if _shape(profile.model) == _shape(runtime.spec) and not check_profile(profile, runtime):
+            return profile, name
+    return None, ""
+
+
+def speed_pricing(profile, path: str | None, runtime) -> tuple[object, str]:
+    """(cost model, its description) that prices a real run's steady decode steps to
+    measure the machine's speed (core/machine_speed.py): the given profile (warning where
+    it was measured in other conditions), else a shipped profile of this exact setup,
+    else (None, "")."""
+    if profile is not None:
+        for w in check_profile(profile, runtime):  # another model: an error
+            warn(f"{path}: {w}")
+        return profile.cost_model(), profile.describe()
+    shipped, name = shipped_match(runtime)
+    if shipped is None:
+        return None, ""
+    return shipped.cost_model(), f"shipped {name}: {shipped.describe()}"
+
+
+def reference_probe(device) -> dict[str, float]:
+    """The roofline probe of calibration (a 64 MiB read, a copy, a 512^3 matmul; ~0.1 s),
+    timed outside a run: the machine's speed where no profile prices the setup."""
+    from calibration.timing import measure_roofline
+    return {k: (round(v, 3) if k == "load_average" else round(v, -6))
+            for k, v in measure_roofline(device, mib=64, matmul_n=512).items()}
+
+
 def load(path: str):
     from core.profile import ProfileError, load_profile
 
