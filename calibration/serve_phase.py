@@ -78,9 +78,9 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
-    run before is cheaper (measured on CPU, first execution over the second: +34% at
-    40-128 tokens, +16% at 128-512, +3% beyond): served in the sweep's process, prefills
-    came out 15-25% cheaper than in a served run."""
+    run before is cheaper (measured on CPU, first execution over the second: +8-34% at
+    40-128 tokens, +16-20% at 128-512, +3% beyond; benchmarks/bench_first_execution.py):
+    served in the sweep's process, prefills came out 15-28% too cheap for served runs."""
     fresh = fresh_process and runtime.args is not None
     if fresh:
         import multiprocessing
