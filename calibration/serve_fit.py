@@ -10,14 +10,15 @@ size, right after a prefill or an idle gap. A sweep's warm medians fix the struc
 t_memory and t_compute split the profile's price (FittedCostModel.parts): fixed costs
 with weight and KV traffic, and FLOPs. s_mem and s_comp are serving's levels against
 the sweep's, one each because they differ (measured on batchlab-tiny: served decode
-steps ran 0.75x the sweep's price, prefill chunks about 1.0x; one level fitted mostly
-on decodes priced every prefill 20-45% too cheap). d_chunk the fixed cost of a chunk of a shape the process
-has not run (added to per_chunk_s), and the two context terms are new. It is a linear
-least-squares problem, solved in relative error and then refined on the log ratio of
-predicted to measured with a soft-L1 loss, so the slowest steps (a busy neighbour) pull
-less and a step's error counts the same whether it is too fast or too slow; the result
-is then re-levelled to the mean step (latencies are sums of steps). Without a profile, fit_scratch() fits every term
-from served steps alone (calibration.fit on one measurement per step)."""
+steps ran 0.75-0.86x the sweep's price, prefill chunks 0.88-0.98x; one level fitted
+mostly on decodes priced every prefill 20-45% too cheap). d_chunk is the fixed cost of
+a chunk of a shape the process has not run (added to per_chunk_s), and the two context
+terms are new. It is a linear least-squares problem, solved in relative error and then
+refined on the log ratio of predicted to measured with a soft-L1 loss, so the slowest
+steps (a busy neighbour) pull less and a step's error counts the same whether it is too
+fast or too slow; each level is then re-levelled to the mean step (latencies are sums
+of steps). Without a profile, calibration/from_run.py fits every term from served steps
+alone (calibration.fit on one measurement per step), then refines it here."""
 from __future__ import annotations
 
 from typing import NamedTuple
