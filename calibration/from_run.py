@@ -18,7 +18,8 @@ from calibration.profile_parts import cost_params, effective
 from calibration.serve_fit import Levels, features, judge_kinds, missing_kinds, predict, refine
 from calibration.served_runs import ServedRun, check_same, device_info, read_runs
 from core.fitted_cost import FittedCostModel, Shape
-from core.profile import FitQuality, Measurement, Profile, RegionError
+from core.loop_time import fit_gaps, table_gaps
+from core.profile import FitQuality, LoopTime, Measurement, Profile, RegionError
 from core.specs import MODELS
 
 HOLDOUT_SHARE = 0.25
@@ -136,6 +137,8 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
     train_j = judge_kinds(train, predict(model, feats))
     meta = runs[0].meta
     base = profile
+    gaps = [table_gaps(t) for t in train_t]
+    loop = fit_gaps(np.concatenate([g for g, _ in gaps]), np.concatenate([n for _, n in gaps]))
     new = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         model=base.model if base else MODELS[meta["model"]],
@@ -147,6 +150,8 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
         effective=effective(model, _roof(base) if base else {}),
         grid=base.grid if base else None, drift_normalisation=base.drift_normalisation if base else "none",
         measurements=base.measurements if base else None, runs=fitted_on,
+        loop=(LoopTime(per_step_s=loop.per_step_s, per_seq_s=loop.per_seq_s, gaps=loop.gaps)
+              if loop.gaps else base.loop if base else None),
         notes=(f"fitted on served runs ({len(feats)} steps: {', '.join(fitted_on)}); judged on "
                f"{', '.join(judged_on) or 'none'}; " + (f"refined from {profile_where} (serving level "
                f"{scale})" if base else "every term fitted from the served steps")))

@@ -20,7 +20,7 @@ from calibration.sweep import (Sweep, append_roofline, measurements_path, read_r
                                read_roofline, widest_points)
 from calibration.timing import ReferenceKernel, measure_roofline
 from core.fitted_cost import Shape
-from core.profile import GridInfo, Profile
+from core.profile import GridInfo, LoopTime, Profile
 
 if TYPE_CHECKING:
     from backend.runtime import Runtime
@@ -122,9 +122,17 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         total_s=round(time.perf_counter() - t_start, 2),
         measurements=ms if embed_measurements else None,
         measurements_path=str(path) if out else None, notes=notes, serving=serving,
-        runs=["calibration serving phase"] if serving else None)
+        loop=loop_time(serving), runs=["calibration serving phase"] if serving else None)
     if out:
         profile.save(out)
     else:
         shutil.rmtree(path.parent, ignore_errors=True)  # our scratch directory
     return profile
+
+
+def loop_time(serving: dict | None) -> LoopTime | None:
+    """The serving loop's time between steps the serving phase measured (None: none)."""
+    lp = (serving or {}).get("loop")
+    if not lp or not lp["gaps"]:
+        return None
+    return LoopTime(per_step_s=lp["per_step_ms"] / 1e3, per_seq_s=lp["per_seq_ms"] / 1e3, gaps=lp["gaps"])

@@ -18,6 +18,7 @@ from calibration.serve_fit import features, judge_kinds, missing_kinds, predict,
 from core.config import SchedulerConfig
 from core.features import StepFeatures
 from core.fitted_cost import FittedCostModel
+from core.loop_time import busy_gaps, fit_gaps
 from core.workload import Workload
 
 if TYPE_CHECKING:
@@ -53,20 +54,25 @@ def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int 
     return Workload(arrival - arrival[0], pool[:n], out[:n], description=["calibration serving phase"])
 
 
+Served = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]
+
+
 def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
-               seed: int) -> list[dict[str, np.ndarray]]:
-    """The phase's step tables, one per policy (seconds / len(POLICIES) each)."""
+               seed: int) -> Served:
+    """Per policy (seconds / len(POLICIES) each): its step table, and its busy gaps
+    between steps with the next step's sequences (core/loop_time.py)."""
     from backend.driver import run_workload
-    tables = []
+    out = []
     for i, (policy, budget) in enumerate(POLICIES):
         w = workload(model, max_prompt, seconds / len(POLICIES), seed + i, runtime.spec.max_context)
         cfg = SchedulerConfig(policy=policy, max_num_batched_tokens=budget)
-        tables.append(run_workload(runtime, w, cfg, progress=False, seed=seed).steps)
-    return tables
+        result = run_workload(runtime, w, cfg, progress=False, seed=seed)
+        out.append((result.steps, *busy_gaps(result)))
+    return out
 
 
 def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: float,
-                 seed: int) -> list[dict[str, np.ndarray]]:
+                 seed: int) -> Served:
     from backend.runtime import Runtime
     return _serve_all(Runtime(**args), model, max_prompt, seconds, seed)
 
@@ -74,7 +80,8 @@ def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: f
 def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
           seed: int = 0, fresh_process: bool = True) -> tuple[FittedCostModel, dict]:
     """Serve the phase's workload under each policy and refine `model` on every step;
-    returns the refined model and what to record in the profile.
+    returns the refined model and what to record in the profile (with `loop`, the
+    serving loop's time between steps fitted on the phase's busy gaps).
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
@@ -85,10 +92,12 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     if fresh:
         import multiprocessing
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            tables = pool.apply(_serve_fresh, (runtime.args, model, max_prompt, seconds, seed))
+            served = pool.apply(_serve_fresh, (runtime.args, model, max_prompt, seconds, seed))
     else:
-        tables = _serve_all(runtime, model, max_prompt, seconds, seed)
+        served = _serve_all(runtime, model, max_prompt, seconds, seed)
+    tables = [t for t, _, _ in served]
     steps = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    loop = fit_gaps(np.concatenate([g for _, g, _ in served]), np.concatenate([n for _, _, n in served]))
     feats, y = features(steps), steps["duration_s"]
     missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
     if missing:
@@ -96,6 +105,7 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     refined, levels = refine(model, feats, y)
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
+            "loop": loop.as_dict(),
             "policies": [p if b is None else f"{p} ({b} tokens a step)" for p, b in POLICIES],
             "before": judge_kinds(steps, predict(model, feats)),
             "after": judge_kinds(steps, predict(refined, feats))}

@@ -116,6 +116,24 @@ class Measurement(BaseModel):
     heldout: bool = False
 
 
+class LoopTime(BaseModel):
+    """The serving loop's time between steps while it has work (core/loop_time.py):
+    per_step_s + per_seq_s * the next step's sequences. The simulator adds it to every
+    step a profile prices; step tables and the per-step errors leave it out."""
+    model_config = ConfigDict(extra="forbid")
+    per_step_s: NonNegative
+    per_seq_s: NonNegative = 0.0
+    gaps: int = Field(0, ge=0, description="busy gaps it was fitted on")
+
+    @property
+    def per_step_ms(self) -> float:
+        return self.per_step_s * 1e3
+
+    @property
+    def per_seq_ms(self) -> float:
+        return self.per_seq_s * 1e3
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
@@ -138,6 +156,8 @@ class Profile(BaseModel):
     serving: dict | None = Field(None, description="the serving phase: scale and compute_scale "
                                  "(serving level over the sweep's on memory and fixed costs, and on "
                                  "FLOPs), steps, and per step kind error before/after refining")
+    loop: LoopTime | None = Field(None, description="the serving loop's time between steps, "
+                                  "measured in the serving phase (absent: steps back to back)")
     runs: list[str] | None = Field(None, description="served runs fitted on (calibrate --from-run, "
                                    "or the calibration's own serving phase)")
     notes: str = ""
@@ -152,6 +172,25 @@ class Profile(BaseModel):
                             c.s_per_attn_flop, tuple(c.small_rows), c.combine,
                             c.after_prefill_s, c.after_idle_s)
         return m if (bandwidth, flops, overhead) == (1.0, 1.0, 1.0) else m.scaled(bandwidth, flops, overhead)
+
+    def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0):
+        """What the simulator prices a step at: cost_model() plus the serving loop's time
+        between steps (scaled with the fixed costs), where the profile measured it."""
+        m = self.cost_model(bandwidth, flops, overhead)
+        loop = self.loop_overhead(overhead)
+        if loop is None:
+            return m
+        from core.loop_time import WithLoop
+        return WithLoop(m, loop)
+
+    def loop_overhead(self, overhead: float = 1.0):
+        """The loop's time between steps as a core.loop_time.Overhead (x `overhead`), or
+        None where the profile has none."""
+        lp = self.loop
+        if lp is None or lp.per_step_s + lp.per_seq_s <= 0:
+            return None
+        from core.loop_time import Overhead
+        return Overhead(lp.per_step_s * overhead, lp.per_seq_s * overhead, lp.per_step_s, lp.gaps)
 
     def device_description(self) -> str:
         d = self.device

@@ -115,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
               f"x{sv.get('compute_scale', sv['scale']):.3f} on compute; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
               f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
               f"{c.after_idle_s * 1e3:.3f} ms")
+        if profile.loop:
+            lp = profile.loop
+            print(f"serving loop between steps: {lp.per_step_ms:.3f} ms + {lp.per_seq_ms:.4f} ms a sequence "
+                  f"({lp.gaps} busy gaps; the simulator adds it to every step)")
         print(table(sv["after"], sv["before"], "on the served steps (fitted on them)",
                     ("sweep's fit", "refined")))
     if args.points:
@@ -176,4 +180,6 @@ def profile_setup(cfg, model_named: bool = False, hardware_named: bool = False) 
             "profile_heldout_median_ape": profile.fit.heldout.median_ape}
     if warning:
         meta["profile_warning"] = warning
-    return profile.cost_model(), blocks, meta
+    if profile.loop:
+        meta["loop_ms_per_step"] = round(profile.loop.per_step_s * 1e3, 4)
+    return profile.simulation_cost(), blocks, meta

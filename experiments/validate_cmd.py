@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     for policy, sched in schedulers.items():
         v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
                      progress=not args.no_progress and sys.stderr.isatty(), profile=info,
-                     repeats=args.repeats)
+                     repeats=args.repeats, loop=profile.loop_overhead())
         if any(r.result.meta.get("interrupted") for r in v.reals):
             raise KeyboardInterrupt  # a partial real run has nothing to compare with
         comps[policy] = v.comparison()

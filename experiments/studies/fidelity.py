@@ -60,6 +60,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
         writer = ValidationWriter(out_dir / "cells" / shape.name, configs[shape.name].model_dump())
         for policy in POLICIES:
             v = validate(rt, workloads[shape.name], scheduler(policy), cost, profile=info,
+                         loop=prof.loop_overhead(),
                          repeats=p["repeats"])
             comp = v.comparison()
             writer.add(v, comp)

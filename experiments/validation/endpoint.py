@@ -66,7 +66,7 @@ def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile
     failures = failure_summary(rep)
     if failures:
         warn(f"{failures}; the comparison counts finished requests only")
-    sim = run_sim(workload, sched, profile.cost_model(), {"cost_model": HEADLINE, **info}).result
+    sim = run_sim(workload, sched, profile.simulation_cost(), {"cost_model": HEADLINE, **info}).result
     comp = comparison(real, sim, policy, info, target.url)
     if args.out:
         from experiments.output import make_out_dir, write_table

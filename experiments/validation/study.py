@@ -167,7 +167,7 @@ def run_study(out_dir: Path, profile: str | None = None, only: list[str] | None 
             writer = ValidationWriter(out_dir / "cells" / cell.name, cell.config(scale).model_dump())
             for policy in POLICIES:
                 t0 = time.perf_counter()
-                v = validate(rt, w, scheduler(policy), cost, profile=info)
+                v = validate(rt, w, scheduler(policy), cost, profile=info, loop=prof.loop_overhead())
                 comp = v.comparison()
                 rep = again = None
                 if (cell.workload, cell.load) in spread:

@@ -22,7 +22,7 @@ from experiments import run_labels
 from experiments.validation import compare, divergence, repeats, steps
 from experiments.validation.overhead import Overhead, outside_forward
 from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import Scaled, variant_costs
+from experiments.validation.variants import Scaled, variant_costs, with_loop
 
 HEADLINE = "profile"
 
@@ -97,11 +97,13 @@ class Validation:
 
 
 def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
-                      cost: CostModel, meta: dict | None = None) -> tuple[dict[str, Run], dict]:
+                      cost: CostModel, meta: dict | None = None,
+                      loop: Overhead | None = None) -> tuple[dict[str, Run], dict]:
     """The simulated runs of `real`'s requests, one per variant, and what the variants
-    fitted on the real run (overhead, speed_factor, machine_speed)."""
+    fitted on the real run (overhead, speed_factor, machine_speed). loop: the profile's
+    time between steps (variants.variant_costs)."""
     sched = sim_scheduler(scheduler, real.result)
-    costs, fitted = variant_costs(real.result, cost)
+    costs, fitted = variant_costs(real.result, cost, loop)
     sims = {name: run_sim(workload, sched, c, {**(meta or {}), "cost_model": name})
             for name, c in costs.items()}
     for run in sims.values():
@@ -110,10 +112,10 @@ def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
 
 
 def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
-                   meta: dict | None = None) -> Run:
+                   meta: dict | None = None, loop: Overhead | None = None) -> Run:
     """The profile scaled to the machine's speed measured during `real`, simulated."""
     k = real.result.meta["machine_speed"]["factor"] or 1.0
-    run = run_sim(workload, sim_scheduler(scheduler, real.result), Scaled(cost, k, k),
+    run = run_sim(workload, sim_scheduler(scheduler, real.result), with_loop(Scaled(cost, k, k), loop),
                   {**(meta or {}), "cost_model": "normalised"})
     stability(run)
     return run
@@ -121,9 +123,10 @@ def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, co
 
 def validate(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, *,
              seed: int = 0, progress: bool = False, profile: dict | None = None,
-             repeats: int = 1) -> Validation:
+             repeats: int = 1, loop: Overhead | None = None) -> Validation:
     """Run `workload` for real with `scheduler` `repeats` times, then simulate it with
-    `cost` (the variants against the first real run; normalised against each)."""
+    `cost` (the variants against the first real run; normalised against each). `cost`
+    prices steps; loop, the profile's time between steps, is added where it simulates."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     source = (profile or {}).get("describe", "")
@@ -133,7 +136,7 @@ def validate(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Cost
                                 cost, source))
         if reals[-1].result.meta.get("interrupted"):
             break  # Ctrl-C: the caller stops
-    sims, fitted = simulate_variants(reals[0], workload, scheduler, cost, profile)
-    again_sims = [normalised_sim(r, workload, scheduler, cost, profile) for r in reals[1:]]
+    sims, fitted = simulate_variants(reals[0], workload, scheduler, cost, profile, loop)
+    again_sims = [normalised_sim(r, workload, scheduler, cost, profile, loop) for r in reals[1:]]
     return Validation(scheduler.policy, reals[0], sims, cost, fitted["overhead"], fitted["speed_factor"],
                       profile or {}, reals[1:], again_sims)

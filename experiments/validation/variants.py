@@ -23,25 +23,10 @@ from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel, LinearCostModel, decode_run_times
 from core.machine_speed import machine_speed
 from core.result import RunResult
-from experiments.validation.overhead import Overhead, fit_overhead
+from core.loop_time import Overhead, WithOverhead, fit_overhead
 from experiments.validation.steps import predicted_durations
 
 NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
-
-
-@dataclass(frozen=True)
-class WithOverhead:
-    """A cost model plus the per-step time outside the forward pass."""
-    base: CostModel
-    overhead: Overhead
-
-    def step_time(self, f: StepFeatures) -> float:
-        o = self.overhead
-        return self.base.step_time(f) + o.per_step_s + o.per_seq_s * f.num_seqs
-
-    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
-        o = self.overhead
-        return decode_run_times(self.base, f, m) + (o.per_step_s + o.per_seq_s * f.num_seqs)
 
 
 @dataclass(frozen=True)
@@ -84,14 +69,22 @@ def fit_linear_cost(run: RunResult) -> LinearCostModel:
     return LinearCostModel(float(coef[0]), {n: float(c) for n, c in zip(FEATURE_NAMES, coef[1:])})
 
 
-def variant_costs(real: RunResult, profile_cost: CostModel) -> tuple[dict[str, CostModel], dict]:
-    """The cost model of each variant, and what was fitted on the real run."""
+def with_loop(cost: CostModel, loop: Overhead | None) -> CostModel:
+    """`cost` plus the profile's own serving-loop time between steps, where it has one."""
+    return cost if loop is None else WithOverhead(cost, loop)
+
+
+def variant_costs(real: RunResult, profile_cost: CostModel,
+                  loop: Overhead | None = None) -> tuple[dict[str, CostModel], dict]:
+    """The cost model of each variant, and what was fitted on the real run. loop: the
+    profile's time between steps (Profile.loop_overhead), part of what it predicts, so in
+    the headline and normalised variants; the diagnostics use the run's own instead."""
     overhead = fit_overhead(real)
     k = speed_factors(real, profile_cost)
     speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
     level = speed["factor"] or 1.0  # unmeasurable: the normalised variant is the headline
-    costs = {"profile": profile_cost,
-             "normalised": Scaled(profile_cost, level, level),
+    costs = {"profile": with_loop(profile_cost, loop),
+             "normalised": with_loop(Scaled(profile_cost, level, level), loop),
              "profile+overhead": WithOverhead(profile_cost, overhead),
              "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
              "self-fit": WithOverhead(fit_linear_cost(real), overhead)}
