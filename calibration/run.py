@@ -109,6 +109,9 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
         say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
         m, serving = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+        if not serving["fresh_process"]:
+            say("calibrate: warning: the serving phase ran in this process (a fresh one could not "
+                "start), where the sweep warmed every prefill shape: its prefills are priced low")
         notes += (f"; refined on {serving['steps']} served steps (serving level against the sweep's: "
                   f"memory x{serving['scale']:.3f}, compute x{serving['compute_scale']:.3f}; fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(

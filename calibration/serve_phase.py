@@ -77,6 +77,20 @@ def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: f
     return _serve_all(Runtime(**args), model, max_prompt, seconds, seed)
 
 
+def _serve_spawned(args: dict, model: FittedCostModel, max_prompt: int, seconds: float,
+                   seed: int) -> Served | None:
+    """_serve_fresh in a spawned process; None where none could run (a caller whose
+    __main__ cannot be re-imported: a script without a main guard, stdin, some notebooks)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    try:  # shut down and joined on exit (a Pool's terminate leaves a semaphore behind)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_serve_fresh, args, model, max_prompt, seconds, seed).result()
+    except BrokenProcessPool:
+        return None
+
+
 def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
           seed: int = 0, fresh_process: bool = True) -> tuple[FittedCostModel, dict]:
     """Serve the phase's workload under each policy and refine `model` on every step;
@@ -89,11 +103,9 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     40-128 tokens, +16-20% at 128-512, +3% beyond; benchmarks/bench_first_execution.py):
     served in the sweep's process, prefills came out 15-28% too cheap for served runs."""
     fresh = fresh_process and runtime.args is not None
-    if fresh:
-        import multiprocessing
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            served = pool.apply(_serve_fresh, (runtime.args, model, max_prompt, seconds, seed))
-    else:
+    served = _serve_spawned(runtime.args, model, max_prompt, seconds, seed) if fresh else None
+    if served is None:  # asked for in-process, or the spawned process could not start
+        fresh = False
         served = _serve_all(runtime, model, max_prompt, seconds, seed)
     tables = [t for t, _, _ in served]
     steps = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
