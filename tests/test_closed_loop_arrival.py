@@ -53,18 +53,25 @@ def test_queueing_delay_distribution_matches_the_simulation(runtime):
     request waits for the step in progress to end (in the simulator, by construction)."""
     w = closed_loop(60, 4, 0.007, seed=7)
     cfg = SchedulerConfig(policy="continuous", block_size=8, max_num_seqs=8)
-    real = run_real(runtime, w, cfg)
-    # The run's own step costs (self-fit + between-step time), so the comparison is of
-    # when requests arrive and queue, not of a profile's price.
-    cost = WithOverhead(fit_linear_cost(real.result), fit_overhead(real.result))
-    sim = run_sim(w, sim_scheduler(cfg, real.result), cost)
-    q_real, q_sim = queueing(real.result.requests), queueing(sim.result.requests)
-    zero_real, zero_sim = (q_real < ZERO_S).mean(), (q_sim < ZERO_S).mean()
-    ks = stats.ks_2samp(q_real, q_sim).statistic
+    # Three real runs, judged on their medians: one run disturbed by the machine (seen
+    # once in CI: 12% zero delay real against 37% simulated) does not decide alone.
+    zero_real, zero_sim, ks, median_q = [], [], [], []
+    for _ in range(3):
+        real = run_real(runtime, w, cfg)
+        # The run's own step costs (self-fit + between-step time), so the comparison is of
+        # when requests arrive and queue, not of a profile's price.
+        cost = WithOverhead(fit_linear_cost(real.result), fit_overhead(real.result))
+        sim = run_sim(w, sim_scheduler(cfg, real.result), cost)
+        q_real, q_sim = queueing(real.result.requests), queueing(sim.result.requests)
+        zero_real.append((q_real < ZERO_S).mean())
+        zero_sim.append((q_sim < ZERO_S).mean())
+        ks.append(stats.ks_2samp(q_real, q_sim).statistic)
+        median_q.append(np.median(q_real))
+    zero_real, zero_sim, ks = np.median(zero_real), np.median(zero_sim), np.median(ks)
     # With the poll stamped as arrival, this very run gave zero delay to 100% of real
-    # requests against 13-20% simulated, KS 0.90-0.93. Fixed: 0-7% vs 7-12%, KS 0.18-0.35
-    # on a quiet machine and 0.40-0.57 with the real run getting 0.35-0.8 of a core
-    # (other processes disturb its steps, and the schedules part after a few steps).
+    # requests against 13-20% simulated, KS 0.90-0.93. Fixed: 3-8% vs 10-13%, KS 0.22-0.32
+    # on a quiet machine (six runs), and KS 0.40-0.57 with the real run getting 0.35-0.8 of
+    # a core (other processes disturb its steps, and the schedules part after a few steps).
     assert abs(zero_real - zero_sim) < 0.2, (zero_real, zero_sim)
-    assert ks < 0.7, (ks, np.median(q_real), np.median(q_sim))
-    assert np.median(q_real) > ZERO_S  # the real requests did queue
+    assert ks < 0.7, ks
+    assert np.median(median_q) > ZERO_S  # the real requests did queue
