@@ -7,8 +7,8 @@ In a fresh process (this one, after the engine's warm-up), prefills of N distinc
 lengths, log-spaced over --min-len..--max-len, are run three times in the same order.
 Measured on the 2-vCPU AMD EPYC VM (batchlab-tiny, 1 thread, quiet, three runs): first /
 second +34%, +8% and +25% at 40-128 tokens (in the +8% run second / third was 1.08 too:
-noise on ~5 ms steps), +16%, +20% and +18% at 128-512, +3% beyond (about +0.7-4 ms a step). Why the
-calibration's serving phase runs in a fresh process (docs/calibration.md)."""
+noise on ~5 ms steps), +16%, +20% and +18% at 128-512, +3% beyond (about +0.7-4 ms a
+step). Why the calibration's serving phase runs in a fresh process (docs/calibration.md)."""
 from __future__ import annotations
 
 import argparse

@@ -150,8 +150,7 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
         effective=effective(model, _roof(base) if base else {}),
         grid=base.grid if base else None, drift_normalisation=base.drift_normalisation if base else "none",
         measurements=base.measurements if base else None, runs=fitted_on,
-        loop=(LoopTime(per_step_s=loop.per_step_s, per_seq_s=loop.per_seq_s, gaps=loop.gaps)
-              if loop.gaps else base.loop if base else None),
+        loop=LoopTime.fitted(loop) or (base.loop if base else None),
         notes=(f"fitted on served runs ({len(feats)} steps: {', '.join(fitted_on)}); judged on "
                f"{', '.join(judged_on) or 'none'}; " + (f"refined from {profile_where} (serving level "
                f"{scale})" if base else "every term fitted from the served steps")))

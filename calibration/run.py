@@ -105,15 +105,16 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
              f"~{grid.target_s:g} s of timings each), {grid.warmup} warm-up per point")
     if m.combine == "sum":
         notes += "; weight read pinned to the measured read bandwidth (not separable from overhead)"
-    serving = None
+    serving = loop = None
     if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
         say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
-        m, serving = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+        m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
         if not serving["fresh_process"]:
             say("calibrate: warning: the serving phase ran in this process (a fresh one could not "
                 "start), where the sweep warmed every prefill shape: its prefills are priced low")
-        notes += (f"; refined on {serving['steps']} served steps (serving level against the sweep's: "
-                  f"memory x{serving['scale']:.3f}, compute x{serving['compute_scale']:.3f}; fit quality above is the sweep's fit on the sweep's points)")
+        notes += (f"; refined on {serving['steps']} served steps (serving level against the "
+                  f"sweep's: memory x{serving['scale']:.3f}, compute x{serving['compute_scale']:.3f}; "
+                  f"fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         model=rt.spec, model_source=meta["model"], device=device_info(meta),
@@ -125,17 +126,11 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         total_s=round(time.perf_counter() - t_start, 2),
         measurements=ms if embed_measurements else None,
         measurements_path=str(path) if out else None, notes=notes, serving=serving,
-        loop=loop_time(serving), runs=["calibration serving phase"] if serving else None)
+        loop=LoopTime.fitted(loop) if loop else None,
+        runs=["calibration serving phase"] if serving else None)
     if out:
         profile.save(out)
     else:
         shutil.rmtree(path.parent, ignore_errors=True)  # our scratch directory
     return profile
 
-
-def loop_time(serving: dict | None) -> LoopTime | None:
-    """The serving loop's time between steps the serving phase measured (None: none)."""
-    lp = (serving or {}).get("loop")
-    if not lp or not lp["gaps"]:
-        return None
-    return LoopTime(per_step_s=lp["per_step_ms"] / 1e3, per_seq_s=lp["per_seq_ms"] / 1e3, gaps=lp["gaps"])

@@ -6,8 +6,9 @@ made to produce every kind of step a warm sweep cannot: prompt lengths all diffe
 (log-uniform, from a few tokens to the grid's longest chunk), Poisson arrivals at about
 half load (so the engine idles, wakes, and overlaps requests of unequal contexts), and
 three policies: chunked prefill with a small token budget (chunks of every size down to a
-few tokens, beside decodes) and with a budget of 512 (big chunks beside decodes),
-and continuous batching (whole prompts, then the decode step right after). Its size is priced with the sweep's fit so the phase takes ~serve_s."""
+few tokens, beside decodes) and with a budget of 512 (big chunks beside decodes), and
+continuous batching (whole prompts, then the decode step right after). Its size is
+priced with the sweep's fit so the phase takes ~serve_s."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from calibration.serve_fit import features, judge_kinds, missing_kinds, predict,
 from core.config import SchedulerConfig
 from core.features import StepFeatures
 from core.fitted_cost import FittedCostModel
-from core.loop_time import busy_gaps, fit_gaps
+from core.loop_time import Overhead, busy_gaps, fit_gaps
 from core.workload import Workload
 
 if TYPE_CHECKING:
@@ -92,10 +93,10 @@ def _serve_spawned(args: dict, model: FittedCostModel, max_prompt: int, seconds:
 
 
 def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
-          seed: int = 0, fresh_process: bool = True) -> tuple[FittedCostModel, dict]:
+          seed: int = 0, fresh_process: bool = True) -> tuple[FittedCostModel, dict, Overhead]:
     """Serve the phase's workload under each policy and refine `model` on every step;
-    returns the refined model and what to record in the profile (with `loop`, the
-    serving loop's time between steps fitted on the phase's busy gaps).
+    returns the refined model, what to record in the profile, and the serving loop's
+    time between steps fitted on the phase's busy gaps.
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
@@ -121,4 +122,4 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
             "policies": [p if b is None else f"{p} ({b} tokens a step)" for p, b in POLICIES],
             "before": judge_kinds(steps, predict(model, feats)),
             "after": judge_kinds(steps, predict(refined, feats))}
-    return refined, info
+    return refined, info, loop

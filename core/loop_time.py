@@ -7,7 +7,7 @@ simulation runs ahead: measured 0.12-0.15 ms a step on batchlab-tiny's chat traf
 
 It is measured from a served run's step table: gaps while a request was in the system
 (which excludes idle sleeps), fitted as gap = per_step + per_seq * num_seqs of the step
-that follows (forming a batch costs per sequence in it). WithLoop adds it to a cost
+that follows (forming a batch costs per sequence in it). WithOverhead adds it to a cost
 model, so a simulated step's duration is the loop's period: its start times follow the
 real run's, its durations are its step plus the gap after it."""
 from __future__ import annotations
@@ -73,12 +73,9 @@ def fit_gaps(gap: np.ndarray, seqs: np.ndarray) -> Overhead:
     return Overhead(mean, 0.0, mean, int(gap.size))
 
 
-def fit_overhead(*runs: RunResult) -> Overhead:
-    """The loop's time between steps, fitted on the busy gaps of every run given."""
-    pairs = [busy_gaps(r) for r in runs]
-    if not pairs:
-        return Overhead(0.0, 0.0, 0.0, 0)
-    return fit_gaps(np.concatenate([g for g, _ in pairs]), np.concatenate([s for _, s in pairs]))
+def fit_overhead(run: RunResult) -> Overhead:
+    """The loop's time between steps, fitted on the run's busy gaps."""
+    return fit_gaps(*busy_gaps(run))
 
 
 @dataclass(frozen=True)
@@ -96,4 +93,6 @@ class WithOverhead:
         return decode_run_times(self.base, f, m) + (o.per_step_s + o.per_seq_s * f.num_seqs)
 
 
-WithLoop = WithOverhead  # the name the simulator's side uses
+def with_loop(cost: CostModel, loop: Overhead | None) -> CostModel:
+    """`cost` plus a profile's serving-loop time between steps, where it has one."""
+    return cost if loop is None else WithOverhead(cost, loop)

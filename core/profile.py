@@ -125,6 +125,11 @@ class LoopTime(BaseModel):
     per_seq_s: NonNegative = 0.0
     gaps: int = Field(0, ge=0, description="busy gaps it was fitted on")
 
+    @classmethod
+    def fitted(cls, o) -> "LoopTime | None":
+        """From a core.loop_time.Overhead fit; None where it saw no busy gap."""
+        return cls(per_step_s=o.per_step_s, per_seq_s=o.per_seq_s, gaps=o.gaps) if o.gaps else None
+
     @property
     def per_step_ms(self) -> float:
         return self.per_step_s * 1e3
@@ -176,12 +181,8 @@ class Profile(BaseModel):
     def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0):
         """What the simulator prices a step at: cost_model() plus the serving loop's time
         between steps (scaled with the fixed costs), where the profile measured it."""
-        m = self.cost_model(bandwidth, flops, overhead)
-        loop = self.loop_overhead(overhead)
-        if loop is None:
-            return m
-        from core.loop_time import WithLoop
-        return WithLoop(m, loop)
+        from core.loop_time import with_loop
+        return with_loop(self.cost_model(bandwidth, flops, overhead), self.loop_overhead(overhead))
 
     def loop_overhead(self, overhead: float = 1.0):
         """The loop's time between steps as a core.loop_time.Overhead (x `overhead`), or
@@ -190,7 +191,7 @@ class Profile(BaseModel):
         if lp is None or lp.per_step_s + lp.per_seq_s <= 0:
             return None
         from core.loop_time import Overhead
-        return Overhead(lp.per_step_s * overhead, lp.per_seq_s * overhead, lp.per_step_s, lp.gaps)
+        return Overhead(lp.per_step_s * overhead, lp.per_seq_s * overhead, 0.0, lp.gaps)  # mean gap: not kept
 
     def device_description(self) -> str:
         d = self.device

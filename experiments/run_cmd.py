@@ -9,7 +9,7 @@ import time
 from core.class_summary import BREAKDOWNS, breakdowns
 from core.workload import build_workload
 from experiments.config import ExperimentConfig
-from experiments.errors import UserError, warn
+from experiments.errors import UserError
 from experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                  reject_unused,
                                  reject_unused_fields, reject_unused_tables)
@@ -96,12 +96,10 @@ def run(args: argparse.Namespace) -> int:
                           ) if args.out else None
     summaries, metas, results = {}, {}, {}
     for policy, sched in schedulers.items():
-        probe = profile_source.reference_probe(rt.device) if speed_cost is None else None
-        result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
-                              temperature=cfg.run.temperature, seed=cfg.workload.seed,
-                              progress=not args.no_progress)
-        if probe is not None:
-            probe = {"before": probe, "after": profile_source.reference_probe(rt.device)}
+        with profile_source.probe_around(rt.device, speed_cost is None) as probe:
+            result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
+                                  temperature=cfg.run.temperature, seed=cfg.workload.seed,
+                                  progress=not args.no_progress)
         label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta["stability"]["verdict"]}
@@ -157,4 +155,3 @@ def labels_line(metas: dict[str, dict]) -> str:
         else:
             parts.append(f"{policy}: not measured ({ms.get('why', 'no profile')})")
     return "machine speed: " + "; ".join(parts)
-

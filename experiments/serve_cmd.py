@@ -84,11 +84,9 @@ def run(args: argparse.Namespace) -> int:
           f"text via {server.codec.name}; http://{args.host}:{args.port}/v1 (Ctrl-C stops)",
           file=sys.stderr, flush=True)
     speed_cost, speed_source = profile_source.speed_pricing(None, None, rt)
-    probe = profile_source.reference_probe(rt.device) if speed_cost is None else None
-    server.run(args.host, args.port)
+    with profile_source.probe_around(rt.device, speed_cost is None) as probe:
+        server.run(args.host, args.port)
     result = server.result({"host": args.host, "port": args.port, "served_model_name": name})
-    if probe is not None:
-        probe = {"before": probe, "after": profile_source.reference_probe(rt.device)}
     label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
     summary = result.summary(cfg.run.slo)
     m = result.meta

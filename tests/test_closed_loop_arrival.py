@@ -11,7 +11,7 @@ from backend.driver import run_workload
 from backend.runtime import Runtime
 from core.config import SchedulerConfig
 from core.workload import Workload
-from experiments.validation.overhead import fit_overhead
+from core.loop_time import fit_overhead
 from experiments.validation.pair import run_real, run_sim, sim_scheduler
 from experiments.validation.variants import WithOverhead, fit_linear_cost
 

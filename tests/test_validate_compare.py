@@ -12,7 +12,7 @@ from core.config import SchedulerConfig
 from core.cost import LinearCostModel
 from core.workload import WorkloadConfig, build_workload
 from experiments.validation import compare
-from experiments.validation.overhead import Overhead, busy_gaps, fit_overhead
+from core.loop_time import Overhead, busy_gaps, fit_overhead
 from experiments.validation.variants import Scaled, WithOverhead, fit_linear_cost, speed_factors
 from experiments.validation.pair import run_sim
 from experiments.validation.steps import first_divergence, match_steps

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from core.loop_time import Overhead, busy_gaps, fit_overhead  # noqa: F401 (re-exported)
 from core.result import RunResult
 
 

@@ -6,6 +6,7 @@ the backend serves; a different thread count or device is allowed with a warning
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from experiments.errors import UserError, warn
@@ -68,6 +69,16 @@ def speed_pricing(profile, path: str | None, runtime) -> tuple[object, str]:
     if shipped is None:
         return None, ""
     return shipped.cost_model(), f"shipped {name}: {shipped.describe()}"
+
+
+@contextmanager
+def probe_around(device, needed: bool):
+    """Yields None, or (needed: no profile prices the run) {"before": reference_probe}
+    that gains "after" once the block ends: the probe around a run, outside its clock."""
+    probe = {"before": reference_probe(device)} if needed else None
+    yield probe
+    if probe is not None:
+        probe["after"] = reference_probe(device)
 
 
 def reference_probe(device) -> dict[str, float]:

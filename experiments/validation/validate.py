@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 
 from core.config import SchedulerConfig
 from core.cost import CostModel
+from core.loop_time import Overhead, with_loop
 from core.workload import Workload
 from experiments import run_labels
 from experiments.validation import compare, divergence, repeats, steps
-from experiments.validation.overhead import Overhead, outside_forward
+from experiments.validation.overhead import outside_forward
 from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import Scaled, variant_costs, with_loop
+from experiments.validation.variants import Scaled, variant_costs
 
 HEADLINE = "profile"
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel, LinearCostModel, decode_run_times
+from core.loop_time import Overhead, WithOverhead, fit_overhead, with_loop
 from core.machine_speed import machine_speed
 from core.result import RunResult
-from core.loop_time import Overhead, WithOverhead, fit_overhead
 from experiments.validation.steps import predicted_durations
 
 NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
@@ -67,11 +67,6 @@ def fit_linear_cost(run: RunResult) -> LinearCostModel:
     scale = np.maximum(np.abs(x).max(axis=0), 1.0)  # conditioning: features span 1..1e6
     coef = nnls(x / scale, st["duration_s"])[0] / scale
     return LinearCostModel(float(coef[0]), {n: float(c) for n, c in zip(FEATURE_NAMES, coef[1:])})
-
-
-def with_loop(cost: CostModel, loop: Overhead | None) -> CostModel:
-    """`cost` plus the profile's own serving-loop time between steps, where it has one."""
-    return cost if loop is None else WithOverhead(cost, loop)
 
 
 def variant_costs(real: RunResult, profile_cost: CostModel,
