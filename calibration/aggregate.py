@@ -15,6 +15,7 @@ import numpy as np
 
 from calibration.grid import Grid
 from calibration.timing import robust_median
+from core.features import masked_pairs_estimate
 from core.profile import Measurement
 
 
@@ -39,8 +40,12 @@ def _per_point(records: list[dict], grid: Grid, scale: dict[int, float] | None) 
 
 def _median_features(fs: list[dict]) -> dict[str, int]:
     """A point's features: the median of its timings' (prefill points are timed in a
-    shape a few tokens off each time, calibration/sweep.py fresh_variant)."""
-    return {k: int(round(float(np.median([f.get(k, 0) for f in fs])))) for k in fs[0]}
+    shape a few tokens off each time, calibration/sweep.py fresh_variant). Timings
+    recorded before masked_pairs existed get it from the chunk (a point's chunks are equal)."""
+    out = {k: int(round(float(np.median([f.get(k, 0) for f in fs])))) for k in fs[0]}
+    if "masked_pairs" not in out:
+        out["masked_pairs"] = masked_pairs_estimate(out.get("prefill_tokens", 0), out.get("num_prefill_seqs", 0))
+    return out
 
 
 def spread_pct(ms: list[Measurement]) -> float | None:

@@ -72,7 +72,7 @@ def design(shape: Shape, feats: list[StepFeatures], combine: str, crossover: flo
             shape.layer_weight_bytes * mem_l + shape.head_weight_bytes * mem_h,
             shape.layer_flops_per_token * tokens * comp_l + shape.head_flops_per_row * sampled * comp_h,
             shape.kv_bytes_per_token * f.kv_tokens_read, shape.attn_flops_per_pair * f.attention_pairs,
-            f.after_prefill, f.after_idle)
+            f.after_prefill, f.after_idle, shape.attn_flops_per_pair * f.masked_pairs)
         if tokens in col:
             X[i, col[tokens]] = 1.0
         elif present and tokens == present[-1]:

@@ -21,7 +21,8 @@ def cost_params(m: FittedCostModel) -> CostParams:
                       s_per_weight_byte=m.s_per_weight_byte, s_per_flop=m.s_per_flop,
                       s_per_kv_byte=m.s_per_kv_byte, s_per_attn_flop=m.s_per_attn_flop,
                       small_rows=list(m.small_rows), combine=m.combine,
-                      after_prefill_s=m.after_prefill_s, after_idle_s=m.after_idle_s)
+                      after_prefill_s=m.after_prefill_s, after_idle_s=m.after_idle_s,
+                      s_per_masked_flop=m.s_per_masked_flop, steady_s=m.steady_s)
 
 
 def effective(m: FittedCostModel, roof: dict[str, float]) -> Effective:

@@ -69,7 +69,7 @@ def rates_table(p: Profile) -> str:
 
 
 def points_table(p: Profile) -> str:
-    cost = p.cost_model()
+    cost = p.cost_model().swept()  # a sweep point is timed after another shape, not steady
     lines = [f"  {'point':<22}{'region':<9}{'measured ms':>12}{'spread':>8}{'model ms':>10}{'error':>8}"]
     for m in p.measurements or []:
         pred = cost.step_time(StepFeatures(**m.features))

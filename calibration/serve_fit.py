@@ -1,33 +1,42 @@
 """Fitting the cost model to served steps, and judging it per step kind.
 
 A served step is timed once, in its own context: a new prompt length, a chunk of any
-size, right after a prefill or an idle gap. A sweep's warm medians fix the structure
-(bandwidths, FLOP rates, small-row shape); what serving adds is priced by refine():
+size, right after a prefill or an idle gap, or a steady decode right after another one.
+A sweep's medians fix the structure (bandwidths, FLOP rates, small-row shape); what
+serving adds is priced by refine():
 
     t_served = s_mem * t_memory(f) + s_comp * t_compute(f) + d_chunk * prefill_seqs
-               + after_prefill_s * after_prefill + after_idle_s * after_idle
+               + d_seq * num_seqs + after_prefill_s * after_prefill
+               + after_idle_s * after_idle + steady_s * steady
 
 t_memory and t_compute split the profile's price (FittedCostModel.parts): fixed costs
 with weight and KV traffic, and FLOPs. s_mem and s_comp are serving's levels against
-the sweep's, one each because they differ (measured on batchlab-tiny: served decode
-steps ran 0.75-0.86x the sweep's price, prefill chunks 0.88-0.98x; one level fitted
-mostly on decodes priced every prefill 20-45% too cheap). d_chunk is the fixed cost of
-a chunk of a shape the process has not run (added to per_chunk_s), and the two context
-terms are new. It is a linear least-squares problem, solved in relative error and then
-refined on the log ratio of predicted to measured with a soft-L1 loss, so the slowest
-steps (a busy neighbour) pull less and a step's error counts the same whether it is too
-fast or too slow; each level is then re-levelled to the mean step (latencies are sums
-of steps). Without a profile, calibration/from_run.py fits every term from served steps
-alone (calibration.fit on one measurement per step), then refines it here."""
+the sweep's. d_chunk is the fixed cost of a chunk of a shape the process has not run
+(added to per_chunk_s), d_seq that of a served sequence (added to per_seq_s; measured
+on batchlab-tiny: steps of 5-8 sequences ran 1.15-1.27x a price without it, decodes
+of unequal contexts in a few padded groups); the context terms are new. steady is 1
+for a decode-only step after another decode (core.fitted_cost.is_steady): a sweep
+times every point after some other shape, and serving's run of decodes differs from
+it by a fixed amount (measured: 1 sequence 0.70x the sweep's price, while
+prefill-bearing steps ran at the sweep's level; one memory level fitted mostly on
+those decodes priced prefills and mixed steps 12-19% too cheap).
+It is a linear least-squares problem, solved in relative error and then refined on the
+log ratio of predicted to measured with a soft-L1 loss, so the slowest steps (a busy
+neighbour) pull less and a step's error counts the same whether it is too fast or too
+slow; the compute side and the steady decodes are then re-levelled to the mean step
+(latencies are sums of steps). Without a profile, calibration/from_run.py fits every
+term from served steps alone (calibration.fit on one measurement per step), then
+refines it here."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
 from core.features import FEATURE_NAMES, StepFeatures
-from core.fitted_cost import FittedCostModel
+from core.fitted_cost import FittedCostModel, is_steady
 
 CONTENDED = 2.0  # a served step over this many times its price had its core taken
 MIN_COMPUTE_SHARE = 0.05  # of the served time, for a compute level of its own
@@ -106,17 +115,22 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
     # of the time (decode-only traffic), one level prices both sides.
     two = parts[:, 1].sum() >= MIN_COMPUTE_SHARE * parts.sum()
     level_cols = parts if two else parts.sum(axis=1, keepdims=True)
+    steady = np.array([is_steady(f) for f in feats], dtype=float)
     X = np.column_stack([level_cols,
                          [f.num_prefill_seqs for f in feats],
+                         [f.num_seqs for f in feats],
                          [f.after_prefill for f in feats],
-                         [f.after_idle for f in feats]]).astype(float)
+                         [f.after_idle for f in feats],
+                         steady]).astype(float)
     k = level_cols.shape[1]
     A = X / y[:, None]
     scale = np.abs(A).max(axis=0)
     scale[scale == 0] = 1.0
     A = A / scale
     lo = np.zeros(A.shape[1])
-    lo[k] = -base.per_chunk_s * scale[k]  # per_chunk_s stays >= 0 at level ~1
+    lo[k] = -base.per_chunk_s * scale[k]  # per_chunk_s and per_seq_s stay >= 0 at level ~1
+    lo[k + 1] = -base.per_seq_s * scale[k + 1]
+    lo[k + 4] = -np.inf  # a steady decode may run faster than the sweep's price, or slower
     x = np.maximum(lsq_linear(A, np.ones(len(y)), bounds=(lo, np.inf), method="bvls").x, lo)
     x[:k] = np.maximum(x[:k], 1e-3 * scale[:k])
 
@@ -133,36 +147,33 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
                       f_scale=ROBUST_SCALE, method="trf").x / scale
     mem = float(x[0])
     comp = float(x[1]) if two else mem
-    d_chunk, ap, ai = (float(v) for v in x[k:])
+    d_chunk, d_seq, ap, ai, st = (float(v) for v in x[k:])
     m = base.scaled(1.0 / mem, 1.0 / comp, mem) if mem > 0 and comp > 0 else base
-    m = FittedCostModel(m.shape, m.overhead_s, m.per_seq_s, max(0.0, m.per_chunk_s + d_chunk),
-                        m.s_per_weight_byte, m.s_per_flop, m.s_per_kv_byte, m.s_per_attn_flop,
-                        m.small_rows, m.combine, max(0.0, ap), max(0.0, ai))
+    m = replace(m, per_chunk_s=max(0.0, m.per_chunk_s + d_chunk), per_seq_s=max(0.0, m.per_seq_s + d_seq),
+                after_prefill_s=max(0.0, ap), after_idle_s=max(0.0, ai), steady_s=st)
     # The robust fit prices the typical step; latencies add steps up, so they need the
     # mean one (served steps are skewed slow: measured mean / median 1.02-1.09). Re-level
-    # each side to the mean: memory on the decode-only steps, then compute on the steps
-    # with a prefill chunk; contended steps (over CONTENDED x their price) left out.
-    r_mem, r_comp = mean_levels(m, feats, y)
-    if not two:
-        r_comp = r_mem
-    out = m.scaled(1.0 / r_mem, 1.0 / r_comp, r_mem)  # the context terms keep their fit
-    out = FittedCostModel(*(getattr(out, f) for f in out.__dataclass_fields__
-                            if f not in ("after_prefill_s", "after_idle_s")),
-                          after_prefill_s=m.after_prefill_s, after_idle_s=m.after_idle_s)
-    return out, Levels(mem * r_mem, comp * r_comp)
+    # to the mean: the steady decodes by their fixed term, then the compute side on the
+    # steps with a prefill chunk; contended steps (over CONTENDED x their price) left out.
+    r_comp, shift = mean_levels(m, feats, y, compute=two)
+    out = m.scaled(1.0, 1.0 / r_comp, 1.0)
+    return replace(out, steady_s=m.steady_s + shift), Levels(mem, comp * r_comp)
 
 
-def mean_levels(m: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> tuple[float, float]:
-    """(memory, compute) factors that make `m`'s total time equal the measured total:
-    memory over the decode-only steps, compute over the prefill-bearing ones given it
-    (1.0 where a side has no uncontended step)."""
-    pred = predict(m, feats)
-    ok = (pred > 0) & (y > 0) & (y <= CONTENDED * pred)
-    prefill = np.array([f.prefill_tokens > 0 for f in feats], dtype=bool)
-    extra = np.array([m.after_prefill_s * f.after_prefill + m.after_idle_s * f.after_idle for f in feats])
-    parts = np.array([m.parts(f._replace(after_prefill=0, after_idle=0)) for f in feats]).reshape(-1, 2)
-    dec, pre = ok & ~prefill, ok & prefill
-    r_mem = float((y[dec] - extra[dec]).sum() / parts[dec].sum()) if parts[dec].sum() > 0 else 1.0
-    comp = parts[pre, 1].sum()
-    r_comp = (float((y[pre] - extra[pre] - r_mem * parts[pre, 0]).sum() / comp) if comp > 0 else r_mem)
-    return max(r_mem, 1e-3), max(r_comp, 1e-3)
+def mean_levels(m: FittedCostModel, feats: list[StepFeatures], y: np.ndarray,
+                compute: bool = True) -> tuple[float, float]:
+    """(factor on the compute side, then seconds added to every steady decode) that make
+    `m`'s total time equal the measured total: over the prefill-bearing steps, and over
+    the steady decodes (1.0 and 0.0 where there is no uncontended step of the kind, or
+    for compute, where `compute` is False: the steps cannot tell its level apart)."""
+    def uncontended(model):
+        pred = predict(model, feats)
+        return pred, (pred > 0) & (y > 0) & (y <= CONTENDED * pred)
+    pred, ok = uncontended(m)
+    pre = ok & np.array([f.prefill_tokens > 0 for f in feats], dtype=bool)
+    comp = np.array([m.parts(f._replace(after_prefill=0, after_idle=0))[1] for f in feats])[pre]
+    r_comp = (max(float(1.0 + (y[pre] - pred[pre]).sum() / comp.sum()), 1e-3)
+              if compute and comp.sum() > 0 else 1.0)
+    pred, ok = uncontended(m.scaled(1.0, 1.0 / r_comp, 1.0))
+    steady = ok & np.array([is_steady(f) for f in feats], dtype=bool)
+    return r_comp, float((y[steady] - pred[steady]).mean()) if steady.any() else 0.0

@@ -5,16 +5,19 @@ The sweep times shapes one at a time; serving meets them in context. The workloa
 made to produce every kind of step a warm sweep cannot: prompt lengths all different
 (log-uniform, from a few tokens to the grid's longest chunk), Poisson arrivals at about
 half load (so the engine idles, wakes, and overlaps requests of unequal contexts), and
-three policies: chunked prefill with a small token budget (chunks of every size down to a
-few tokens, beside decodes) and with a budget of 512 (big chunks beside decodes), and
-continuous batching (whole prompts, then the decode step right after). Its size is
-priced with the sweep's fit so the phase takes ~serve_s."""
+four runs: chunked prefill with a small token budget (chunks of every size down to a
+few tokens, beside decodes) and with a budget of 512 (big chunks beside decodes),
+continuous batching (whole prompts, then the decode step right after), and continuous
+batching of requests arriving BURST at a time with longer replies (runs of steady
+decodes of several sequences, of unequal contexts). Its size is priced with the sweep's
+fit so the phase takes ~serve_s."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from calibration.fresh_process import run_fresh
 from calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
 from core.config import SchedulerConfig
 from core.features import StepFeatures
@@ -30,28 +33,33 @@ CHUNK_BUDGET = 64  # chunked prefill's small budget: chunks of every size down t
 MAX_OUTPUT = 32
 MIN_REQUESTS = 12
 BIG_CHUNK_BUDGET = 512  # ... and a common serving budget: big chunks beside decodes
-# (policy, token budget; None: the policy's default).
+BURST, BURST_OUTPUT = 8, 96
+# (policy, token budget (None: the policy's default), requests arriving together, longest reply).
 # Served runs are mostly big chunks beside decodes and whole long prompts: a phase of
 # small chunks only left their compute level unfitted (measured: prefill steps over 128
-# tokens then ran 1.15-1.28x the refined price in served runs).
-POLICIES = (("chunked", CHUNK_BUDGET), ("chunked", BIG_CHUNK_BUDGET), ("continuous", None))
+# tokens then ran 1.15-1.28x the refined price in served runs). Without bursts, decodes
+# of one or two sequences fitted the steady-decode terms, and 4-15 sequences then ran
+# 1.16-1.27x their price in served runs.
+POLICIES = (("chunked", CHUNK_BUDGET, 1, MAX_OUTPUT), ("chunked", BIG_CHUNK_BUDGET, 1, MAX_OUTPUT),
+            ("continuous", None, 1, MAX_OUTPUT), ("continuous", None, BURST, BURST_OUTPUT))
 
 
 def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int = 0,
-             max_context: int | None = None) -> Workload:
-    """About `seconds` of arrivals at LOAD, priced with `model`; prompt lengths distinct,
-    prompt + output within max_context."""
+             max_context: int | None = None, burst: int = 1, max_output: int = MAX_OUTPUT) -> Workload:
+    """About `seconds` of arrivals at LOAD, priced with `model`, `burst` at a time;
+    prompt lengths distinct, prompt + output within max_context."""
     rng = np.random.default_rng(seed)
-    hi = max(4, min(max_prompt, max_context - MAX_OUTPUT) if max_context else max_prompt)
+    hi = max(4, min(max_prompt, max_context - max_output) if max_context else max_prompt)
     pool = np.unique(np.round(np.exp(rng.uniform(np.log(2), np.log(hi), 4 * hi))).astype(np.int64))
     rng.shuffle(pool)
-    out = rng.integers(1, MAX_OUTPUT + 1, len(pool))
+    out = rng.integers(1, max_output + 1, len(pool))
     service = np.array([model.step_time(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
                         + (o - 1) * model.step_time(StepFeatures(1, 0, 0, 1, int(p), int(p)))
                         for p, o in zip(pool, out)])
     rate = LOAD / float(service.mean())
     n = int(min(len(pool), max(MIN_REQUESTS, round(rate * seconds))))
-    arrival = np.cumsum(rng.exponential(1 / rate, n))
+    groups = -(-n // burst)  # Poisson arrivals of groups, `burst` requests each
+    arrival = np.repeat(np.cumsum(rng.exponential(burst / rate, groups)), burst)[:n]
     return Workload(arrival - arrival[0], pool[:n], out[:n], description=["calibration serving phase"])
 
 
@@ -64,8 +72,9 @@ def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, second
     between steps with the next step's sequences (core/loop_time.py)."""
     from backend.driver import run_workload
     out = []
-    for i, (policy, budget) in enumerate(POLICIES):
-        w = workload(model, max_prompt, seconds / len(POLICIES), seed + i, runtime.spec.max_context)
+    for i, (policy, budget, burst, max_output) in enumerate(POLICIES):
+        w = workload(model, max_prompt, seconds / len(POLICIES), seed + i, runtime.spec.max_context,
+                     burst, max_output)
         cfg = SchedulerConfig(policy=policy, max_num_batched_tokens=budget)
         result = run_workload(runtime, w, cfg, progress=False, seed=seed)
         out.append((result.steps, *busy_gaps(result)))
@@ -76,20 +85,6 @@ def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: f
                  seed: int) -> Served:
     from backend.runtime import Runtime
     return _serve_all(Runtime(**args), model, max_prompt, seconds, seed)
-
-
-def _serve_spawned(args: dict, model: FittedCostModel, max_prompt: int, seconds: float,
-                   seed: int) -> Served | None:
-    """_serve_fresh in a spawned process; None where none could run (a caller whose
-    __main__ cannot be re-imported: a script without a main guard, stdin, some notebooks)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-    try:  # shut down and joined on exit (a Pool's terminate leaves a semaphore behind)
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(_serve_fresh, args, model, max_prompt, seconds, seed).result()
-    except BrokenProcessPool:
-        return None
 
 
 def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
@@ -104,7 +99,7 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     40-128 tokens, +16-20% at 128-512, +3% beyond; benchmarks/bench_first_execution.py):
     served in the sweep's process, prefills came out 15-28% too cheap for served runs."""
     fresh = fresh_process and runtime.args is not None
-    served = _serve_spawned(runtime.args, model, max_prompt, seconds, seed) if fresh else None
+    served = run_fresh(_serve_fresh, runtime.args, model, max_prompt, seconds, seed) if fresh else None
     if served is None:  # asked for in-process, or the spawned process could not start
         fresh = False
         served = _serve_all(runtime, model, max_prompt, seconds, seed)
@@ -119,7 +114,8 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
             "loop": loop.as_dict(),
-            "policies": [p if b is None else f"{p} ({b} tokens a step)" for p, b in POLICIES],
+            "policies": [(p if b is None else f"{p} ({b} tokens a step)")
+                         + (f", {n} requests at a time" if n > 1 else "") for p, b, n, _ in POLICIES],
             "before": judge_kinds(steps, predict(model, feats)),
             "after": judge_kinds(steps, predict(refined, feats))}
     return refined, info, loop

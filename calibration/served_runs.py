@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core.features import CONTEXT_FEATURES, FEATURE_NAMES, IDLE_GAP_S
+from core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
 from core.profile import DeviceInfo
 
 # What every run must agree on (and agree with a profile on): the same model on the same
 # device at the same thread count and dtype prices its steps the same way.
 IDENTITY = ("model", "device", "threads", "dtype")
-REQUIRED = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES if n not in CONTEXT_FEATURES)
+REQUIRED = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES if n not in LATER_FEATURES)
 
 
 @dataclass
@@ -52,7 +52,8 @@ def device_info(meta: dict) -> DeviceInfo:
 def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
     """A steps.csv as float columns. Tables written before the context features existed
     get them derived from the table itself: after_prefill from the previous row, after_idle
-    from the gap before the step (>= IDLE_GAP_S; the first step counts)."""
+    from the gap before the step (>= IDLE_GAP_S; the first step counts), masked_pairs
+    from the prefill tokens (core.features.masked_pairs_estimate)."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))
@@ -76,6 +77,9 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
     if "after_prefill" not in cols:
         prefill = cols["num_prefill_seqs"] > 0
         cols["after_prefill"] = np.concatenate(([0.0], prefill[:-1].astype(float)))[:prefill.size]
+    if "masked_pairs" not in cols:  # a table written before the feature
+        cols["masked_pairs"] = np.array([float(masked_pairs_estimate(int(c), int(n))) for c, n in
+                                         zip(cols["prefill_tokens"], cols["num_prefill_seqs"])])
     if "after_idle" not in cols:
         start, dur = cols["start_s"], cols["duration_s"]
         gap = np.concatenate(([math.inf], start[1:] - (start[:-1] + dur[:-1])))[:start.size]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from core.features import FEATURE_NAMES, StepFeatures
+from core.features import FEATURE_NAMES, StepFeatures, masked_pairs
 from core.request import Sequence
 
 __all__ = ["Batch", "FEATURE_NAMES", "StepFeatures", "StepObserver", "step_features"]
@@ -65,12 +65,13 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0) -> 
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
     kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
-    prefill_seqs = prefill = 0
+    prefill_seqs = prefill = masked = 0
     decode = b + g
     for i in range(b, len(batch.seqs)):
         seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
         kv_read += s + c
         pairs += c * s + c * (c + 1) // 2
+        masked += masked_pairs(c, s)
         # A decode: one token, the last one generated.
         if c == 1 and seq.num_generated > 0 and s == seq.request.prompt_len + seq.num_generated - 1:
             decode += 1
@@ -78,4 +79,4 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0) -> 
             prefill_seqs += 1
             prefill += c
     return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                        after_prefill, after_idle)
+                        after_prefill, after_idle, masked)

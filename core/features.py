@@ -15,10 +15,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
-                 "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle")
+                 "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs")
 # Features that describe the step's context rather than its batch: 0 in step tables
 # written before they existed.
 CONTEXT_FEATURES = ("after_prefill", "after_idle")
+# Features step tables written before them lack (readers derive them: served_runs).
+LATER_FEATURES = CONTEXT_FEATURES + ("masked_pairs",)
 
 # An idle engine this long (no step running) prices its next step as after_idle. Below
 # it, the gap is the loop's own overhead between two steps (well under 1 ms).
@@ -32,7 +34,9 @@ class StepFeatures(NamedTuple):
     kv_tokens_read: KV slots attention reads, summed over sequences (context + new).
     attention_pairs: (query, key) pairs attended, causal: a chunk of c tokens after s
     cached ones attends c*s + c(c+1)/2 pairs; a decode token attends s + 1.
-    after_prefill, after_idle: 0 or 1, see the module docstring."""
+    after_prefill, after_idle: 0 or 1, see the module docstring.
+    masked_pairs: pairs an attention kernel computes and then masks out: see
+    masked_pairs()."""
 
     num_seqs: int = 0
     num_prefill_seqs: int = 0
@@ -42,10 +46,38 @@ class StepFeatures(NamedTuple):
     attention_pairs: int = 0
     after_prefill: int = 0
     after_idle: int = 0
+    masked_pairs: int = 0
 
     @property
     def tokens(self) -> int:
         return self.prefill_tokens + self.decode_tokens
+
+
+# torch's CPU flash attention works on key tiles of 512 and, with is_causal, skips the
+# tiles above the diagonal: a fresh chunk computes its diagonal tiles whole.
+MASK_TILE = 512
+
+
+def masked_pairs(chunk: int, cached: int = 0) -> int:
+    """Pairs of a c-token chunk after `cached` tokens that attention computes beyond its
+    causal ones. A first chunk (is_causal): the masked half of each diagonal tile; a later
+    one (an explicit mask, nothing skipped): the masked half of the whole c x c block.
+    Measured on CPU, per (query, key) pair computed: c = 512 costs the same causal or not,
+    c = 2048 causal 0.67x its full rectangle; a causal GPU kernel skips at finer tiles, and
+    a fit there prices the term ~0."""
+    if cached:
+        return chunk * (chunk - 1) // 2
+    full, rest = divmod(chunk, MASK_TILE)
+    return full * (MASK_TILE * (MASK_TILE - 1) // 2) + rest * (rest - 1) // 2
+
+
+def masked_pairs_estimate(prefill_tokens: int, prefill_seqs: int) -> int:
+    """masked_pairs of a step table written before the feature: each chunk taken as a
+    first one (exact up to MASK_TILE tokens, where both kinds agree: longer chunks are
+    whole prompts), equal chunks assumed where a step has several."""
+    if prefill_seqs <= 1:
+        return masked_pairs(prefill_tokens)
+    return prefill_seqs * masked_pairs(prefill_tokens // prefill_seqs)
 
 
 class StepHistory:

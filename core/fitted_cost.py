@@ -7,6 +7,7 @@ fitted to backend timings (calibration/fit.py) and read back from a profile.
         + head_weight_bytes / mem_bandwidth (+|max) head_flops * sampled_rows / flop_rate
         + kv_bytes * kv_tokens_read / kv_bandwidth
         + attn_flops * attention_pairs / attn_flop_rate
+        + attn_flops * masked_pairs / masked_flop_rate
         + small_rows[rows]                      (rows = tokens through the GEMMs, 1..len)
 
 Structure (bytes and FLOPs per token, per pair, per row of the LM head) comes from the
@@ -28,11 +29,24 @@ a warm sweep never sees: calibration learns them from steps timed as serving mee
 (calibration/serve_phase.py) or from served runs (--from-run). Profiles written before
 they existed price them at 0.
 
+steady_s prices a steady decode step (decode-only, neither after a prefill nor after an
+idle gap: the step before it was a decode too) against the sweep's, whose every timing
+follows some other shape: measured on batchlab-tiny on CPU, served steady decodes of 1
+sequence ran 0.70x the sweep's price while prefill-bearing steps ran at it (0.97-1.01x).
+Serving fits it (calibration/serve_fit.py): a fixed change, negative where the weights
+still warm from the step before save time. 0: priced as the sweep timed it.
+
+masked_pairs (core/features.py) are the half of a chunk's attention rectangle that
+causality masks out: a kernel that computes the whole rectangle (torch's CPU SDPA)
+pays for them at about the attention rate, a causal one skips them. The sweep fits
+their own rate (chunks after 0, 256 and 1024 cached tokens tell the two apart);
+profiles fitted before price them at 0.
+
 The expression is linear in kv_tokens_read and attention_pairs, so a steady decode run
 is vectorised with the same arithmetic, in the same order, as step_time."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -62,7 +76,8 @@ class Shape:
 # seconds per unit (inverse rates), so the form is linear in them apart from the max.
 COMBINE = ("max", "sum")
 PARAM_NAMES = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte",
-               "s_per_flop", "s_per_kv_byte", "s_per_attn_flop", "after_prefill_s", "after_idle_s")
+               "s_per_flop", "s_per_kv_byte", "s_per_attn_flop", "after_prefill_s", "after_idle_s",
+               "s_per_masked_flop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,8 @@ class FittedCostModel:
     combine: str = "max"  # "max" | "sum": see the module docstring
     after_prefill_s: float = 0.0  # extra seconds of a step right after a prefill step
     after_idle_s: float = 0.0  # extra seconds of the first step after an idle gap
+    s_per_masked_flop: float = 0.0  # 1 / effective rate of the masked half of chunk attention
+    steady_s: float = 0.0  # a steady decode step's change against the sweep's price (either sign)
 
     def __post_init__(self) -> None:
         if self.combine not in COMBINE:
@@ -88,7 +105,8 @@ class FittedCostModel:
     def params(self) -> tuple[float, ...]:
         return tuple(getattr(self, n) for n in PARAM_NAMES)
 
-    def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs, after_prefill=0, after_idle=0):
+    def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs, after_prefill=0, after_idle=0,
+              masked=0, steady=False):
         """The one expression; kv and pairs may be numpy arrays (a decode run), the
         rest are scalars, and the operation order is the same either way."""
         sh = self.shape
@@ -101,8 +119,12 @@ class FittedCostModel:
         t = t + layers + head
         t = t + sh.kv_bytes_per_token * kv * self.s_per_kv_byte
         t = t + sh.attn_flops_per_pair * pairs * self.s_per_attn_flop
+        if masked:
+            t = t + sh.attn_flops_per_pair * masked * self.s_per_masked_flop
         if 0 < tokens <= len(self.small_rows):
             t = t + self.small_rows[tokens - 1]
+        if steady:
+            t = t + self.steady_s
         return t
 
     def step_time(self, f: StepFeatures) -> float:
@@ -111,10 +133,12 @@ class FittedCostModel:
         tokens = f.prefill_tokens + f.decode_tokens
         return float(self._time(f.num_seqs, f.num_prefill_seqs, tokens,
                                 f.decode_tokens + f.num_prefill_seqs, f.kv_tokens_read,
-                                f.attention_pairs, f.after_prefill, f.after_idle))
+                                f.attention_pairs, f.after_prefill, f.after_idle, f.masked_pairs,
+                                is_steady(f)))
 
     def parts(self, f: StepFeatures) -> tuple[float, float]:
-        """step_time(f) without its context terms, split in two: (fixed costs and memory
+        """step_time(f) without its context terms (after_prefill, after_idle, steady), split
+        in two: (fixed costs and memory
         traffic, compute). With "max", each GEMM's time goes to whichever side bounds
         it. Serving refits the two levels separately (calibration/serve_fit.py)."""
         if f.num_seqs == 0:
@@ -127,6 +151,7 @@ class FittedCostModel:
         if 0 < tokens <= len(self.small_rows):
             mem += self.small_rows[tokens - 1]
         comp = sh.attn_flops_per_pair * f.attention_pairs * self.s_per_attn_flop
+        comp += sh.attn_flops_per_pair * f.masked_pairs * self.s_per_masked_flop
         for weights, flops in ((sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * sf),
                                (sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * sf)):
             if self.combine == "sum":
@@ -138,16 +163,18 @@ class FittedCostModel:
         return mem, comp
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
-        """step_time of m steady decode steps: kv and pairs grow by num_seqs a step; the
-        context features (after_prefill, after_idle) are the first step's only."""
+        """step_time of m decode steps: kv and pairs grow by num_seqs a step; the context
+        features (after_prefill, after_idle) are the first step's only, the later ones are
+        steady."""
         if f.num_seqs == 0:
             return np.zeros(m)
         grow = np.arange(m, dtype=np.int64) * f.num_seqs
         tokens = f.prefill_tokens + f.decode_tokens
         t = self._time(f.num_seqs, f.num_prefill_seqs, tokens, f.decode_tokens + f.num_prefill_seqs,
-                       f.kv_tokens_read + grow, f.attention_pairs + grow)
+                       f.kv_tokens_read + grow, f.attention_pairs + grow, masked=f.masked_pairs,
+                       steady=True)
         t = np.array(t, dtype=float)
-        if m and (f.after_prefill or f.after_idle):
+        if m and not is_steady(f):
             t[0] = self.step_time(f)
         return t
 
@@ -178,7 +205,18 @@ class FittedCostModel:
             self.per_chunk_s * overhead, self.s_per_weight_byte / bandwidth, self.s_per_flop / flops,
             self.s_per_kv_byte / bandwidth, self.s_per_attn_flop / flops,
             tuple(x * overhead for x in self.small_rows), self.combine,
-            self.after_prefill_s * overhead, self.after_idle_s * overhead)
+            self.after_prefill_s * overhead, self.after_idle_s * overhead,
+            self.s_per_masked_flop / flops, self.steady_s * overhead)
+
+    def swept(self) -> "FittedCostModel":
+        """The model as the sweep timed steps: without the steady-decode term (a sweep
+        point follows some other shape, never a decode of its own)."""
+        return replace(self, steady_s=0.0)
+
+
+def is_steady(f: StepFeatures) -> bool:
+    """A decode-only step right after another decode step of the same engine."""
+    return f.prefill_tokens == 0 and not f.after_prefill and not f.after_idle
 
 
 def _add(a: float, b: float) -> float:

@@ -21,9 +21,10 @@ from core.specs import MODELS, ModelSpec
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
 # after_prefill_s and after_idle_s (and `runs`: served runs fitted on). Versions 1 and 2
-# still load, their missing terms 0.
-PROFILE_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# still load, their missing terms 0. Version 4 added s_per_masked_flop (the masked half
+# of chunk attention) and steady_s (a steady decode's change); versions before it price them at 0.
+PROFILE_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 # A fitted rate this many times the machine's measured one: its term fitted to ~0, the
 # grid did not resolve it (recorded as None, reported as such).
 UNRESOLVED_RATIO = 100.0
@@ -64,6 +65,10 @@ class CostParams(BaseModel):
     combine: Literal["max", "sum"] = "max"
     after_prefill_s: float = Field(0.0, ge=0, description="extra seconds of a step after a prefill step")
     after_idle_s: float = Field(0.0, ge=0, description="extra seconds of the first step after an idle gap")
+    s_per_masked_flop: float = Field(0.0, ge=0, description="seconds per FLOP of the masked half of "
+                                     "a chunk's attention rectangle (core/features.py masked_pairs)")
+    steady_s: Finite = Field(0.0, description="a steady decode step's seconds against the sweep's "
+                             "price (core/fitted_cost.py; negative: faster)")
 
 
 class RegionError(BaseModel):
@@ -142,7 +147,7 @@ class LoopTime(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
-    version: Literal[1, 2, 3] = PROFILE_VERSION
+    version: Literal[1, 2, 3, 4] = PROFILE_VERSION
     created: str = ""
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
@@ -175,7 +180,8 @@ class Profile(BaseModel):
         m = FittedCostModel(Shape.of(self.model), c.overhead_s, c.per_seq_s, c.per_chunk_s,
                             c.s_per_weight_byte, c.s_per_flop, c.s_per_kv_byte,
                             c.s_per_attn_flop, tuple(c.small_rows), c.combine,
-                            c.after_prefill_s, c.after_idle_s)
+                            c.after_prefill_s, c.after_idle_s, c.s_per_masked_flop,
+                            c.steady_s)
         return m if (bandwidth, flops, overhead) == (1.0, 1.0, 1.0) else m.scaled(bandwidth, flops, overhead)
 
     def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0):

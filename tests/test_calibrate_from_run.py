@@ -136,3 +136,24 @@ def test_a_validate_repeats_out_dir_gives_every_real_run(tmp_path):
     got = [r.where for r in read_runs(d)]
     assert got == [str(d / p / n) for p in ("chunked", "continuous")
                    for n in ("real", "real_2", "real_3", "real_10")]
+
+
+def test_a_table_written_before_the_later_features_gets_them_derived(tmp_path):
+    """Step tables from before after_prefill, after_idle and masked_pairs existed still
+    read: each derived from the table as the engine would have recorded it (masked_pairs
+    exactly where a step has one chunk; with several, as if they were equal)."""
+    import numpy as np
+
+    from calibration.served_runs import read_steps
+    from core.features import CONTEXT_FEATURES, LATER_FEATURES
+    steps = served_table(TRUTH, seed=3, n=30)
+    path = tmp_path / "steps.csv"
+    write_table(path, {k: v for k, v in steps.items() if k not in LATER_FEATURES})
+    got = read_steps(path, "old")
+    one = steps["num_prefill_seqs"] <= 1
+    assert (~one).any() and steps["masked_pairs"][one].any()
+    for name in CONTEXT_FEATURES:
+        assert np.array_equal(got[name], np.asarray(steps[name], dtype=float)), name
+    true = np.asarray(steps["masked_pairs"], dtype=float)
+    assert np.array_equal(got["masked_pairs"][one], true[one])
+    assert (got["masked_pairs"][~one] <= true[~one]).all()  # equal chunks: the fewest pairs

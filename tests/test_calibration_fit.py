@@ -19,7 +19,9 @@ SHAPE = Shape.of(MODELS["batchlab-small"])
 # Plausible CPU figures: 30 ms overhead, 20 GB/s weights, 90 GFLOP/s matmuls, ...
 TRUTH = dict(overhead_s=0.016, per_seq_s=2e-4, per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9,
              s_per_flop=1 / 90e9, s_per_kv_byte=1 / 4e9, s_per_attn_flop=1 / 60e9,
-             after_prefill_s=0.0, after_idle_s=0.0)  # the sweep's points have no context
+             after_prefill_s=0.0, after_idle_s=0.0,  # the sweep's points have no context
+             s_per_masked_flop=1 / 45e9)  # the masked half of chunk attention: told apart
+# from the causal pairs by the grid's chunks after 0, 256 and 1024 cached tokens
 SMALL = (0.004, 0.012, -0.002, 0.001, -0.005, -0.006, 0.0, -0.004)  # zero-sum, as fitted
 
 
@@ -71,17 +73,34 @@ def test_noise_and_a_wild_point_do_not_derail_the_fit():
 
 
 @pytest.mark.parametrize("combine", ["max", "sum"])
-def test_decode_runs_vectorised_equal_step_by_step(combine):
-    model = FittedCostModel(SHAPE, **TRUTH, small_rows=SMALL, combine=combine)
+@pytest.mark.parametrize("context", [(0, 0), (1, 0), (0, 1)])
+def test_decode_runs_vectorised_equal_step_by_step(combine, context):
+    """With steady-decode and context terms: the first step has its own context, the
+    later ones are steady (they follow a decode)."""
+    model = FittedCostModel(SHAPE, **{**TRUTH, "after_prefill_s": 0.002, "after_idle_s": 0.005},
+                            small_rows=SMALL, combine=combine, steady_s=-0.004)
     for b, ctx in ((1, 7), (2, 100), (3, 5), (9, 513), (64, 2000)):
         first = StepFeatures(num_seqs=b, decode_tokens=b, kv_tokens_read=b * (ctx + 1),
-                             attention_pairs=b * (ctx + 1))
+                             attention_pairs=b * (ctx + 1), after_prefill=context[0], after_idle=context[1])
+        later = first._replace(after_prefill=0, after_idle=0)
         fast = model.decode_run_times(first, 50)
-        slow = [model.step_time(first._replace(kv_tokens_read=first.kv_tokens_read + j * b,
-                                                    attention_pairs=first.attention_pairs + j * b))
+        slow = [model.step_time((first if j == 0 else later)._replace(
+                    kv_tokens_read=first.kv_tokens_read + j * b, attention_pairs=first.attention_pairs + j * b))
                 for j in range(50)]
         assert fast.tolist() == slow  # bit for bit: the simulator's fast-forward relies on it
         assert decode_run_times(model, first, 50).tolist() == slow
+
+
+def test_steady_terms_price_only_a_decode_after_a_decode():
+    base = FittedCostModel(SHAPE, **TRUTH)
+    model = dataclasses.replace(base, steady_s=-0.003)
+    dec = StepFeatures(num_seqs=5, decode_tokens=5, kv_tokens_read=500, attention_pairs=500)
+    assert model.step_time(dec) == pytest.approx(base.step_time(dec) - 0.003, abs=1e-15)
+    for other in (dec._replace(after_prefill=1), dec._replace(after_idle=1),
+                  dec._replace(num_seqs=6, num_prefill_seqs=1, prefill_tokens=40)):
+        assert model.step_time(other) == base.step_time(other)
+    assert model.swept().step_time(dec) == base.step_time(dec)  # as the sweep timed it
+    assert sum(model.parts(dec)) == pytest.approx(base.step_time(dec), rel=1e-12)
 
 
 def test_small_rows_apply_to_their_row_count_only():

@@ -13,7 +13,7 @@ from backend.runtime import Runtime  # noqa: E402
 from calibration import calibrate  # noqa: E402
 from calibration.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
 from calibration.sweep import Sweep, measurements_path, read_records, widest_points  # noqa: E402
-from core.profile import load_profile  # noqa: E402
+from core.profile import PROFILE_VERSION, load_profile  # noqa: E402
 
 IDENT = {"model": "batchlab-tiny", "device": "cpu", "threads": 1, "dtype": "float32",
          "matmul": "x", "block_size": 16}
@@ -93,7 +93,7 @@ def test_calibrate_saves_a_loadable_profile(tmp_path):
     assert q.effective.measured_read_bandwidth > 0 and q.effective.measured_matmul_flops > 0
     # the serving phase: steps in context, the sweep's fit refined to them
     assert q.serving["steps"] > 20 and q.serving["after"]["after_idle"]["n"] >= 5
-    assert q.runs == ["calibration serving phase"] and q.version == 3
+    assert q.runs == ["calibration serving phase"] and q.version == PROFILE_VERSION == 4
     lines = measurements_path(out).read_text().splitlines()
     assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
 

@@ -89,6 +89,18 @@ def test_step_features_of_a_mixed_batch():
     assert (f.num_seqs, f.num_prefill_seqs, f.prefill_tokens, f.decode_tokens) == (2, 1, 30, 1)
     assert f.kv_tokens_read == 12 + 70
     assert f.attention_pairs == 12 + (30 * 40 + 30 * 31 // 2)
+    assert f.masked_pairs == 30 * 29 // 2  # the chunk's rectangle beyond causal; the decode has none
+
+
+def test_masked_pairs_of_a_first_chunk_are_its_diagonal_tiles():
+    """A first chunk runs is_causal, whose kernel skips the key tiles above the diagonal;
+    a later chunk's explicit mask skips nothing."""
+    from core.features import MASK_TILE, masked_pairs
+    t = MASK_TILE
+    assert masked_pairs(t) == masked_pairs(t, cached=7) == t * (t - 1) // 2
+    assert masked_pairs(2 * t + 100) == 2 * (t * (t - 1) // 2) + 100 * 99 // 2
+    assert masked_pairs(2 * t + 100, cached=1) == (2 * t + 100) * (2 * t + 99) // 2
+    assert masked_pairs(1) == masked_pairs(1, cached=50) == 0
 
 
 def test_linear_model_rejects_unknown_features():

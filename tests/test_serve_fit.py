@@ -10,7 +10,7 @@ from calibration.serve_fit import features, judge, kinds, missing_kinds, predict
 from calibration.served_runs import ServedRun
 from core.features import StepFeatures
 from core.config import SchedulerConfig
-from core.fitted_cost import FittedCostModel, Shape
+from core.fitted_cost import FittedCostModel, Shape, is_steady
 from core.specs import MODELS
 from core.workload import Workload
 from sim import simulate
@@ -37,14 +37,16 @@ def test_refine_recovers_both_levels_chunk_and_context_terms_exactly(mem, comp):
     truth = BASE.scaled(1 / mem, 1 / comp, mem)
     truth = FittedCostModel(**{**{f: getattr(truth, f) for f in truth.__dataclass_fields__},
                                "per_chunk_s": truth.per_chunk_s + 0.0015,
-                               "after_prefill_s": 0.0007, "after_idle_s": 0.0011})
+                               "per_seq_s": truth.per_seq_s + 0.0002,
+                               "after_prefill_s": 0.0007, "after_idle_s": 0.0011, "steady_s": -0.0009})
     steps = served_table(truth)
     feats = features(steps)
     got, levels = refine(BASE, feats, steps["duration_s"])
     assert levels.memory == pytest.approx(mem, rel=1e-6) and levels.compute == pytest.approx(comp, rel=1e-6)
     for name in ("per_chunk_s", "after_prefill_s", "after_idle_s", "overhead_s", "s_per_flop",
-                 "s_per_weight_byte", "s_per_attn_flop"):
+                 "s_per_weight_byte", "s_per_attn_flop", "per_seq_s"):
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-5), name
+    assert got.steady_s == pytest.approx(-0.0009, abs=1e-8)
     assert np.allclose(predict(got, feats), steps["duration_s"], rtol=1e-9)
 
 
@@ -59,7 +61,9 @@ def test_parts_add_up_to_the_step_price():
 
 def test_refine_prices_the_mean_step_not_the_typical_one():
     """Every step priced right but one in four 20% slow (a skewed machine): the robust
-    fit finds the typical step, the result is re-levelled so that the total matches."""
+    fit finds the typical step, the result is re-levelled so that the total matches, of
+    the prefill-bearing steps (the compute side) and of the steady decodes (their fixed
+    term)."""
     steps = served_table(BASE, seed=2)
     y = steps["duration_s"].copy()
     y[::4] *= 1.2
@@ -67,7 +71,9 @@ def test_refine_prices_the_mean_step_not_the_typical_one():
     got, _ = refine(BASE, feats, y)
     pred = predict(got, feats)
     prefill = steps["prefill_tokens"] > 0
-    for side in (prefill, ~prefill):  # each side's total, not only the sum of both
+    steady = np.array([is_steady(f) for f in feats])
+    assert steady.sum() > 100 and (~prefill & ~steady).sum() > 10
+    for side in (prefill, steady):  # each kind's total, not only the sum of both
         assert pred[side].sum() == pytest.approx(y[side].sum(), rel=1e-3)
     assert pred.sum() > predict(BASE, feats).sum() * 1.03  # the typical step alone is short
 
@@ -136,3 +142,14 @@ def test_serving_phase_workload_has_distinct_prompts_at_half_load():
                for p, o in zip(w.prompt_len, w.output_len))
     assert 0.25 < busy / w.arrival[-1] < 1.0  # about LOAD of the time busy
     assert LOAD == 0.5
+
+
+def test_serving_phase_bursts_arrive_together_with_longer_replies():
+    """The burst run: requests BURST at a time (runs of steady decodes of several
+    sequences), still about LOAD of the time busy."""
+    from calibration.serve_phase import BURST, BURST_OUTPUT, MAX_OUTPUT, POLICIES, workload
+    w = workload(BASE, 512, 20.0, seed=4, max_context=2048, burst=BURST, max_output=BURST_OUTPUT)
+    _, sizes = np.unique(w.arrival, return_counts=True)
+    assert (sizes[:-1] == BURST).all() and 1 <= sizes[-1] <= BURST and len(sizes) >= 2
+    assert w.output_len.max() > MAX_OUTPUT and w.output_len.max() <= BURST_OUTPUT
+    assert ("continuous", None, BURST, BURST_OUTPUT) in POLICIES

@@ -165,12 +165,10 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
 
 
 def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
-    import calibration.run
     from calibration.grid import tiny_grid
+    from experiments.validation import profile_source
 
-    real_calibrate = calibration.run.calibrate
-    monkeypatch.setattr(calibration.run, "calibrate",
-                        lambda *a, **kw: real_calibrate(*a, grid=tiny_grid(), **kw))
+    monkeypatch.setattr(profile_source, "CALIBRATION_GRID", tiny_grid())
     code, _, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--out", str(tmp_path)])
     assert code == 0, err
     assert (tmp_path / "profile.json").is_file() and "calibrating" in err

@@ -139,9 +139,10 @@ def render(result: dict) -> Report:
     rep.para(LEGEND + ".")
     error_table(rep, cells, "error", "verdict")
     rep.heading("Error, normalised by each real run's machine speed", 3)
-    rep.para("The profile scaled by one factor per real run: its steady decode steps' measured time "
-             "over the profile's price (core/machine_speed.py), simulated again and compared with "
-             "that run. " + LEGEND + ".")
+    rep.para("The profile at each real run's machine speed: its steady decode steps' measured time "
+             "over the profile's price (core/machine_speed.py), which scales the profile's memory "
+             "side (fixed costs, weight and KV traffic; its FLOP rates stay), simulated again and "
+             "compared with that run. " + LEGEND + ".")
     error_table(rep, cells, "error_normalised", "verdict_normalised")
     rep.heading("Real vs real: spread of the real runs", 3)
     rep.para("(max - min) / median over the real runs, in %; * where the simulated value falls "
@@ -156,8 +157,8 @@ def render(result: dict) -> Report:
     rep.heading("Step kinds the profile misprices", 3)
     rep.para("Every real step of every run, by kind (first match: after an idle gap > 2 ms; "
              "prefill-only; mixed prefill + decode; the decode step right after a prefill; "
-             "steady decode); median measured time over the profile's price, and the same "
-             "divided by the run's machine speed (so steady decode is ~1 by construction).")
+             "steady decode); median measured time over the profile's price, and over its price "
+             "at the run's machine speed (so steady decode is ~1 by construction).")
     kinds_table(rep, result["step_kinds"])
     rep.heading("Conditions of the runs", 3)
     conditions_table(rep, cells)

@@ -98,18 +98,33 @@ def load(path: str):
         raise UserError(str(e)) from None
 
 
+# The grid a calibration made for a run times (None: calibrate's default grid).
+CALIBRATION_GRID = None
+
+
 def calibrate_here(runtime, out_dir: Path | None):
-    """Calibrate the run's model on this machine (minutes), saving the profile in out_dir."""
+    """Calibrate the run's model on this machine (minutes), saving the profile in out_dir.
+    In a spawned process where one can start: a process that has run the sweep serves
+    slower afterwards (measured on CPU: steady decodes +9%), so the real runs that follow
+    are served as `batchlab run` serves them, in a process that has not."""
     try:
         from calibration import calibrate
+        from calibration.fresh_process import run_fresh
     except ImportError as e:
         raise UserError(f"no --profile given and calibration is unavailable ({e}); "
                         f"pass --profile FILE") from None
     out = str(out_dir / "profile.json") if out_dir else None
     warn(f"no --profile: calibrating {runtime.model.name} on {runtime.device} with "
          f"{runtime.threads} thread(s) first (minutes)" + (f"; saved as {out}" if out else ""))
-    return calibrate(runtime.model.name, str(runtime.device), threads=runtime.threads, out=out,
-                     dtype=str(runtime.dtype).removeprefix("torch."), progress=sys.stderr.isatty())
+    args = (runtime.model.name, str(runtime.device))
+    kw = dict(threads=runtime.threads, out=out, grid=CALIBRATION_GRID,
+              dtype=str(runtime.dtype).removeprefix("torch."), progress=sys.stderr.isatty())
+    profile = run_fresh(calibrate, *args, **kw)
+    if profile is None:
+        warn("calibrating in this process (no fresh one could start): its real runs may serve "
+             "slower than `batchlab run` would")
+        profile = calibrate(*args, **kw)
+    return profile
 
 
 def resolve(path: str | None, runtime, out_dir: Path | None) -> tuple[object, dict]:

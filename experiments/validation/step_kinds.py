@@ -1,7 +1,8 @@
 """Which kinds of step the profile misprices: every real step put in one kind (first
-match wins), and per kind the measured time over the profile's price, raw and divided by
-the run's machine speed (core/machine_speed.py), so a kind's figure says how much more
-or less it costs than a steady decode step of that run, relative to the profile."""
+match wins), and per kind the measured time over the profile's price, raw and over the
+price at the run's machine speed (core/machine_speed.py; variants.at_speed: a fitted
+profile's memory side scaled), so a kind's figure says how much more or less it costs
+than a steady decode step of that run, relative to the profile."""
 from __future__ import annotations
 
 import math
@@ -10,6 +11,7 @@ import numpy as np
 
 from core.cost import CostModel
 from core.machine_speed import IDLE_GAP_S, price
+from experiments.validation.variants import at_speed
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
 KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",
@@ -40,14 +42,14 @@ def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> tuple[np.ndarray, n
 
 def kind_table(runs: list[tuple[dict[str, np.ndarray], float | None]], cost: CostModel) -> list[dict]:
     """runs: (step table, machine speed factor) of each real run. Per kind: steps, median
-    measured/price, the same over the run's speed, and the median |error| of the
+    measured/price, the same over the price at the run's speed, and the median |error| of the
     profile's price before and after normalising by the speed."""
     kinds, raw, norm = [], [], []
     for steps, factor in runs:
         k, r = ratios(steps, cost)
         kinds.append(k)
         raw.append(r)
-        norm.append(r / (factor or 1.0))
+        norm.append(ratios(steps, at_speed(cost, factor or 1.0))[1])
     k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
     rows = []
     for i, name in enumerate(KINDS):

@@ -87,7 +87,8 @@ def explanation(comp: dict) -> list[str]:
     ms = comp.get("machine_speed") or {}
     if ms.get("factor") is not None:
         lines.append(f"machine speed (steady decode steps, {ms['steps']} of them): step time "
-                     f"{ms['factor']:.3f} x the profile's price; `normalised` scales the profile by it")
+                     f"{ms['factor']:.3f} x the profile's price; `normalised` scales the profile's "
+                     f"memory side by it")
     else:
         lines.append(f"machine speed: not measured ({ms.get('why', 'no steady decode step')})")
     k = comp["speed_factor"]

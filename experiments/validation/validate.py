@@ -23,7 +23,7 @@ from experiments import run_labels
 from experiments.validation import compare, divergence, repeats, steps
 from experiments.validation.overhead import outside_forward
 from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import Scaled, variant_costs
+from experiments.validation.variants import at_speed, variant_costs
 
 HEADLINE = "profile"
 
@@ -116,7 +116,7 @@ def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, co
                    meta: dict | None = None, loop: Overhead | None = None) -> Run:
     """The profile scaled to the machine's speed measured during `real`, simulated."""
     k = real.result.meta["machine_speed"]["factor"] or 1.0
-    run = run_sim(workload, sim_scheduler(scheduler, real.result), with_loop(Scaled(cost, k, k), loop),
+    run = run_sim(workload, sim_scheduler(scheduler, real.result), with_loop(at_speed(cost, k), loop),
                   {**(meta or {}), "cost_model": "normalised"})
     stability(run)
     return run
