@@ -44,7 +44,8 @@ def _median_features(fs: list[dict]) -> dict[str, int]:
     recorded before masked_pairs existed get it from the chunk (a point's chunks are equal)."""
     out = {k: int(round(float(np.median([f.get(k, 0) for f in fs])))) for k in fs[0]}
     if "masked_pairs" not in out:
-        out["masked_pairs"] = masked_pairs_estimate(out.get("prefill_tokens", 0), out.get("num_prefill_seqs", 0))
+        out["masked_pairs"] = masked_pairs_estimate(out.get("prefill_tokens", 0),
+                                                    out.get("num_prefill_seqs", 0))
     return out
 
 

@@ -36,11 +36,11 @@ sequence ran 0.70x the sweep's price while prefill-bearing steps ran at it (0.97
 Serving fits it (calibration/serve_fit.py): a fixed change, negative where the weights
 still warm from the step before save time. 0: priced as the sweep timed it.
 
-masked_pairs (core/features.py) are the half of a chunk's attention rectangle that
-causality masks out: a kernel that computes the whole rectangle (torch's CPU SDPA)
-pays for them at about the attention rate, a causal one skips them. The sweep fits
-their own rate (chunks after 0, 256 and 1024 cached tokens tell the two apart);
-profiles fitted before price them at 0.
+masked_pairs (core/features.py) are the pairs a chunk's attention computes beyond its
+causal ones, which a kernel that works on whole tiles (torch's CPU SDPA) pays for at
+about the attention rate and a finer causal one skips. The sweep fits their own rate
+(chunks after 0, 256 and 1024 cached tokens tell the two apart); profiles fitted before
+price them at 0.
 
 The expression is linear in kv_tokens_read and attention_pairs, so a steady decode run
 is vectorised with the same arithmetic, in the same order, as step_time."""
@@ -137,10 +137,10 @@ class FittedCostModel:
                                 is_steady(f)))
 
     def parts(self, f: StepFeatures) -> tuple[float, float]:
-        """step_time(f) without its context terms (after_prefill, after_idle, steady), split
-        in two: (fixed costs and memory
-        traffic, compute). With "max", each GEMM's time goes to whichever side bounds
-        it. Serving refits the two levels separately (calibration/serve_fit.py)."""
+        """step_time(f) without its context terms (after_prefill, after_idle, steady),
+        split in two: (fixed costs and memory traffic, compute). With "max", each GEMM's
+        time goes to whichever side bounds it. Serving refits the two levels separately
+        (calibration/serve_fit.py)."""
         if f.num_seqs == 0:
             return 0.0, 0.0
         sh, w, sf = self.shape, self.s_per_weight_byte, self.s_per_flop

@@ -108,13 +108,11 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(rates_table(profile))
     if profile.serving:
-        from experiments.calibrate_from_run import table
-        sv, c = profile.serving, profile.cost
+        from experiments.calibrate_from_run import served_terms, table
+        sv = profile.serving
         print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
               f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
-              f"x{sv.get('compute_scale', sv['scale']):.3f} on compute; per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
-              f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
-              f"{c.after_idle_s * 1e3:.3f} ms")
+              f"x{sv.get('compute_scale', sv['scale']):.3f} on compute; {served_terms(profile.cost)}")
         if profile.loop:
             lp = profile.loop
             print(f"serving loop between steps: {lp.per_step_ms:.3f} ms + {lp.per_seq_ms:.4f} ms a sequence "

@@ -20,6 +20,13 @@ def _cell(e: dict | None) -> str:
     return f"{e['n']:>6} {e['median_ape']:>7.1f}% {e['median_error']:>+7.1f}% {e['faster_share']:>6.0%}"
 
 
+def served_terms(c) -> str:
+    """The cost terms serving fits (core.profile.CostParams), in words."""
+    return (f"per sequence {c.per_seq_s * 1e3:.3f} ms, per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, "
+            f"after a prefill {c.after_prefill_s * 1e3:.3f} ms, after an idle gap "
+            f"{c.after_idle_s * 1e3:.3f} ms, a steady decode {c.steady_s * 1e3:+.3f} ms")
+
+
 def table(after: dict, before: dict | None, where: str, labels=("given profile", "fitted")) -> str:
     """Per step kind: n, median |error|, median signed error, share predicted faster."""
     cols = "n  |err|  signed  faster"
@@ -61,9 +68,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
     print(f"judged on: {', '.join(result.judged_on) or 'none (--holdout-every 0)'}")
     if result.scale is not None:
         print(f"serving level: served steps run {result.scale} the profile's price of the same shape")
-    c = result.profile.cost
-    print(f"terms: per prefill chunk {c.per_chunk_s * 1e3:.3f} ms, after a prefill "
-          f"{c.after_prefill_s * 1e3:.3f} ms, after an idle gap {c.after_idle_s * 1e3:.3f} ms\n")
+    print(f"terms: {served_terms(result.profile.cost)}\n")
     if result.after:
         print(table(result.after, result.before, "on the held-out runs"))
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
