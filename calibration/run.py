@@ -133,4 +133,3 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     else:
         shutil.rmtree(path.parent, ignore_errors=True)  # our scratch directory
     return profile
-

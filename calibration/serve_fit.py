@@ -109,8 +109,7 @@ class Levels(NamedTuple):
 def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> tuple[FittedCostModel, Levels]:
     """The profile `base` fitted to served steps (see the module docstring): the
     refined model and the fitted levels."""
-    plain = [f._replace(after_prefill=0, after_idle=0) for f in feats]
-    parts = np.array([base.parts(f) for f in plain], dtype=float).reshape(-1, 2)
+    parts = np.array([base.parts(f) for f in feats], dtype=float).reshape(-1, 2)  # no context terms
     # Two levels only where the steps tell them apart: with compute under MIN_COMPUTE_SHARE
     # of the time (decode-only traffic), one level prices both sides.
     two = parts[:, 1].sum() >= MIN_COMPUTE_SHARE * parts.sum()
@@ -175,7 +174,7 @@ def mean_levels(m: FittedCostModel, feats: list[StepFeatures], y: np.ndarray,
         return pred, (pred > 0) & (y > 0) & (y <= CONTENDED * pred)
     pred, ok = uncontended(m)
     pre = ok & np.array([f.prefill_tokens > 0 for f in feats], dtype=bool)
-    comp = np.array([m.parts(f._replace(after_prefill=0, after_idle=0))[1] for f in feats])[pre]
+    comp = np.array([m.parts(f)[1] for f in feats])[pre]
     r_comp = (max(float(1.0 + (y[pre] - pred[pre]).sum() / comp.sum()), 1e-3)
               if compute and comp.sum() > 0 else 1.0)
     pred, ok = uncontended(m.scaled(1.0, 1.0 / r_comp, 1.0))

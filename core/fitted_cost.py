@@ -94,7 +94,7 @@ class FittedCostModel:
     combine: str = "max"  # "max" | "sum": see the module docstring
     after_prefill_s: float = 0.0  # extra seconds of a step right after a prefill step
     after_idle_s: float = 0.0  # extra seconds of the first step after an idle gap
-    s_per_masked_flop: float = 0.0  # 1 / effective rate of the masked half of chunk attention
+    s_per_masked_flop: float = 0.0  # 1 / effective rate of masked_pairs (computed, then masked)
     steady_s: float = 0.0  # a steady decode step's change against the sweep's price (either sign)
 
     def __post_init__(self) -> None:

@@ -21,8 +21,9 @@ from core.specs import MODELS, ModelSpec
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
 # after_prefill_s and after_idle_s (and `runs`: served runs fitted on). Versions 1 and 2
-# still load, their missing terms 0. Version 4 added s_per_masked_flop (the masked half
-# of chunk attention) and steady_s (a steady decode's change); versions before it price them at 0.
+# still load, their missing terms 0. Version 4 added s_per_masked_flop (the rate of the
+# pairs attention computes beyond causal) and steady_s (a steady decode's change);
+# versions before it price them at 0.
 PROFILE_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 # A fitted rate this many times the machine's measured one: its term fitted to ~0, the
@@ -65,8 +66,8 @@ class CostParams(BaseModel):
     combine: Literal["max", "sum"] = "max"
     after_prefill_s: float = Field(0.0, ge=0, description="extra seconds of a step after a prefill step")
     after_idle_s: float = Field(0.0, ge=0, description="extra seconds of the first step after an idle gap")
-    s_per_masked_flop: float = Field(0.0, ge=0, description="seconds per FLOP of the masked half of "
-                                     "a chunk's attention rectangle (core/features.py masked_pairs)")
+    s_per_masked_flop: float = Field(0.0, ge=0, description="seconds per FLOP of the pairs attention "
+                                     "computes beyond the causal ones (core/features.py masked_pairs)")
     steady_s: Finite = Field(0.0, description="a steady decode step's seconds against the sweep's "
                              "price (core/fitted_cost.py; negative: faster)")
 

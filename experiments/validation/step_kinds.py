@@ -30,14 +30,13 @@ def classify(steps: dict[str, np.ndarray]) -> np.ndarray:
     return np.select(conditions, np.arange(len(KINDS)), default=len(KINDS) - 1)
 
 
-def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
-    """(kind of every step, its measured time / the profile's price)."""
+def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
+    """Every step's measured time / `cost`'s price (nan where it prices 0)."""
     every = np.ones(len(steps["start_s"]), bool)
     predicted = price(steps, cost, every)
     measured = np.asarray(steps["duration_s"], float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(predicted > 0, measured / predicted, np.nan)
-    return classify(steps), r
+        return np.where(predicted > 0, measured / predicted, np.nan)
 
 
 def kind_table(runs: list[tuple[dict[str, np.ndarray], float | None]], cost: CostModel) -> list[dict]:
@@ -46,10 +45,9 @@ def kind_table(runs: list[tuple[dict[str, np.ndarray], float | None]], cost: Cos
     profile's price before and after normalising by the speed."""
     kinds, raw, norm = [], [], []
     for steps, factor in runs:
-        k, r = ratios(steps, cost)
-        kinds.append(k)
-        raw.append(r)
-        norm.append(ratios(steps, at_speed(cost, factor or 1.0))[1])
+        kinds.append(classify(steps))
+        raw.append(ratios(steps, cost))
+        norm.append(ratios(steps, at_speed(cost, factor or 1.0)))
     k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
     rows = []
     for i, name in enumerate(KINDS):

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 
 from core.config import SchedulerConfig
 from core.cost import CostModel
-from core.loop_time import Overhead, with_loop
+from core.loop_time import Overhead
 from core.workload import Workload
 from experiments import run_labels
 from experiments.validation import compare, divergence, repeats, steps
 from experiments.validation.overhead import outside_forward
 from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import at_speed, variant_costs
+from experiments.validation.variants import normalised_cost, variant_costs
 
 HEADLINE = "profile"
 
@@ -115,8 +115,8 @@ def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
 def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
                    meta: dict | None = None, loop: Overhead | None = None) -> Run:
     """The profile scaled to the machine's speed measured during `real`, simulated."""
-    k = real.result.meta["machine_speed"]["factor"] or 1.0
-    run = run_sim(workload, sim_scheduler(scheduler, real.result), with_loop(at_speed(cost, k), loop),
+    k = real.result.meta["machine_speed"]["factor"]
+    run = run_sim(workload, sim_scheduler(scheduler, real.result), normalised_cost(cost, k, loop),
                   {**(meta or {}), "cost_model": "normalised"})
     stability(run)
     return run

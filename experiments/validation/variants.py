@@ -60,6 +60,12 @@ def at_speed(cost: CostModel, factor: float) -> CostModel:
     return Scaled(cost, factor, factor)
 
 
+def normalised_cost(cost: CostModel, factor: float | None, loop: Overhead | None) -> CostModel:
+    """The normalised variant's cost model: `cost` at a run's machine speed (at_speed;
+    an unmeasured speed: as profiled), plus the profile's loop time between steps."""
+    return with_loop(at_speed(cost, factor or 1.0), loop)
+
+
 def speed_factors(run: RunResult, cost: CostModel) -> dict[str, float]:
     """Measured total step time over the cost model's price of the same steps: over
     all steps, decode-only steps, steps with prefill (1 where a kind is absent)."""
@@ -92,9 +98,8 @@ def variant_costs(real: RunResult, profile_cost: CostModel,
     overhead = fit_overhead(real)
     k = speed_factors(real, profile_cost)
     speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
-    level = speed["factor"] or 1.0  # unmeasurable: the normalised variant is the headline
     costs = {"profile": with_loop(profile_cost, loop),
-             "normalised": with_loop(at_speed(profile_cost, level), loop),
+             "normalised": normalised_cost(profile_cost, speed["factor"], loop),
              "profile+overhead": WithOverhead(profile_cost, overhead),
              "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
              "self-fit": WithOverhead(fit_linear_cost(real), overhead)}
