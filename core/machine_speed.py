@@ -1,5 +1,6 @@
-"""How fast the machine ran during a real run, measured from the run's own steady decode
-steps priced by a cost model (a calibration profile).
+"""How fast the machine ran during a real run, measured from the run's own steps priced
+by a cost model (a calibration profile): the memory side from its steady decode steps,
+the compute side from its compute-bound steps.
 
 Why these steps and not a reference probe timed at idle moments: a probe runs another
 kernel than the model's, only while the engine idles (a saturated run has no idle
@@ -12,6 +13,15 @@ machine's speed level, not the profile's shape error. Steady: decode-only, no
 preemption, after another decode-only step (the step right after a prefill costs more)
 and back to back with it (the first step after an idle gap costs more).
 
+The two sides drift apart on a shared VM (measured on batchlab-tiny, three study passes
+of 24 runs: steady decodes 0.83-1.25 of a profile's price, compute-bound steps at the
+memory side's speed 0.95-1.33, in one pass 0.84-1.08 against 1.00), so one factor
+cannot carry both. Compute side: the steps whose price a fitted profile puts mostly in
+its FLOP terms (a share of COMPUTE_SHARE or more: prefill chunks of a few hundred
+tokens), each step's measured time less its memory side at the measured factor, over
+its FLOP terms' price; the median of that. Re-simulating those passes' stored runs,
+scaling both sides put 85-93 of 104 numbers within target, the memory side alone 45-79.
+
 factor > 1: the machine ran slower than when the profile was measured."""
 from __future__ import annotations
 
@@ -21,10 +31,14 @@ import numpy as np
 
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel
+from core.fitted_cost import FittedCostModel
 
 IDLE_GAP_S = 0.002  # a step starting this long after the previous one ended woke from idle
 MIN_STEPS = 8  # fewer steady steps than this: fall back to every decode-only step
 METHOD = "median of measured / profile price over steady decode steps"
+COMPUTE_SHARE = 0.5  # a step whose FLOP terms are this share of its price is compute-bound
+COMPUTE_METHOD = ("median over compute-bound steps of (measured - memory side at the factor) "
+                  "/ the price of their FLOP terms")
 
 
 def steady_decode(steps: dict[str, np.ndarray]) -> np.ndarray:
@@ -38,13 +52,17 @@ def steady_decode(steps: dict[str, np.ndarray]) -> np.ndarray:
     return decode & after_decode & (gap <= IDLE_GAP_S) & (dur > 0)
 
 
+def features(steps: dict[str, np.ndarray], mask: np.ndarray) -> list[StepFeatures]:
+    """The masked steps' features (a table without the later features: 0)."""
+    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
+    cols = [np.asarray(steps.get(n, zero))[mask] for n in FEATURE_NAMES]
+    return [StepFeatures(*(int(v) for v in row)) for row in zip(*cols)]
+
+
 def price(steps: dict[str, np.ndarray], cost: CostModel, mask: np.ndarray) -> np.ndarray:
     """The cost model's price of the masked steps, each from its own features (a table
     without the context features after_prefill / after_idle: 0)."""
-    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
-    cols = [np.asarray(steps.get(n, zero))[mask] for n in FEATURE_NAMES]
-    return np.array([cost.step_time(StepFeatures(*(int(v) for v in row))) for row in zip(*cols)],
-                    dtype=float)
+    return np.array([cost.step_time(f) for f in features(steps, mask)], dtype=float)
 
 
 def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
@@ -71,4 +89,36 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
     factor = float(np.median(ratio))
     q1, q3 = np.percentile(ratio, [25, 75])
     return {**out, "factor": round(factor, 4), "steps": int(ratio.size), "steps_used": used,
-            "spread": round(float(q3 - q1) / factor, 4) if factor > 0 else math.nan}
+            "spread": round(float(q3 - q1) / factor, 4) if factor > 0 else math.nan,
+            **compute_speed(steps, cost, round(factor, 4))}
+
+
+def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) -> dict:
+    """{"compute_factor", "compute_steps", "compute_spread", "compute_method"}: the
+    compute side's speed (module docstring) given the memory side's `factor`;
+    compute_factor None (and "compute_why") where it cannot be measured."""
+    out: dict = {"compute_method": COMPUTE_METHOD, "compute_factor": None, "compute_steps": 0}
+    if not isinstance(cost, FittedCostModel):
+        return {**out, "compute_why": "the profile's cost form does not separate FLOP terms"}
+    at_memory_speed = cost.scaled(bandwidth=1.0 / factor, overhead=factor)
+    feats = features(steps, np.ones(len(steps["duration_s"]), bool))
+    total = np.array([at_memory_speed.step_time(f) for f in feats], dtype=float)
+    flops = np.array([at_memory_speed.parts(f)[1] for f in feats], dtype=float)
+    memory = total - flops  # the rest, context terms included, scales with the memory side
+    bound = (flops > 0) & (flops >= COMPUTE_SHARE * total)
+    if bound.sum() < MIN_STEPS:
+        return {**out, "compute_steps": int(bound.sum()),
+                "compute_why": f"fewer than {MIN_STEPS} compute-bound steps (prefills of a few "
+                               f"hundred tokens)"}
+    ratio = (np.asarray(steps["duration_s"], float)[bound] - memory[bound]) / flops[bound]
+    k = float(np.median(ratio))
+    q1, q3 = np.percentile(ratio, [25, 75])
+    return {**out, "compute_factor": round(k, 4), "compute_steps": int(bound.sum()),
+            "compute_spread": round(float(q3 - q1) / k, 4) if k > 0 else math.nan}
+
+
+def at_speed(cost: FittedCostModel, factor: float, compute: float | None = None) -> FittedCostModel:
+    """A fitted profile as the machine ran at measured speeds: its memory side (fixed
+    costs, weight and KV traffic) x `factor`, its FLOP terms x `compute` (None: as
+    profiled)."""
+    return cost.scaled(bandwidth=1.0 / factor, flops=1.0 / (compute or 1.0), overhead=factor)

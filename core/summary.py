@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from core.checks import Positive
 

@@ -145,7 +145,10 @@ def labels_line(metas: dict[str, dict]) -> str:
         ms = m["machine_speed"]
         k, probe = ms["factor"], ms.get("probe")
         if k is not None:
-            parts.append(f"{policy}: steady decode steps {k:.3f} x the price of {ms['profile']}")
+            kc = ms.get("compute_factor")
+            parts.append(f"{policy}: steady decode steps {k:.3f}"
+                         + (f", compute-bound steps' FLOP terms {kc:.3f}," if kc is not None else "")
+                         + f" x the price of {ms['profile']}")
         elif probe:
             b, a = probe["before"], probe["after"]
             parts.append(f"{policy}: no profile of this setup; reference probe read "

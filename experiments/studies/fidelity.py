@@ -16,6 +16,7 @@ from experiments.studies.common import Progress, pick
 from experiments.studies.fidelity_plan import (KV_MEMORY, MODEL, NAME, POLICIES, SEATS, SHAPES,
                                                SIZES, THREADS, scheduler, workload_config)
 from experiments.studies.registry import register
+from experiments.validation.repeats_text import speed_pair
 
 
 def _cell(shape, policy: str, comp: dict) -> dict:
@@ -26,6 +27,7 @@ def _cell(shape, policy: str, comp: dict) -> dict:
             "distributions": rep["distributions"], "counts": rep["counts"],
             "counts_normalised": rep["counts_normalised"], "undecidable": rep["undecidable"],
             "stability": rep["stability"], "machine_speed": rep["machine_speed"],
+            "compute_speed": rep["compute_speed"],
             "cpu_share": comp["real"].get("cpu_share"), "others_cpu": comp["real"].get("others_cpu"),
             "real_wall_s": comp["real"].get("wall_s"), "steps_real": comp["steps"]["real_steps"],
             "step_ape_all": de["all_real"]["median_ape"], "step_total_error": de["all_real"]["total_error"],
@@ -65,12 +67,13 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             comp = v.comparison()
             writer.add(v, comp)
             cells.append(_cell(shape, policy, comp))
-            kind_runs += [(r.result.steps, r.result.meta["machine_speed"]["factor"]) for r in v.reals]
+            kind_runs += [(r.result.steps, r.result.meta["machine_speed"]) for r in v.reals]
             c = cells[-1]["counts"]
             progress(f"{shape.name:12s} {policy:10s} {c['ok']} ok, {c['miss']} miss, "
                      f"{c['undecidable']} undecidable, {c['overloaded']} overloaded; real runs "
                      f"{'/'.join(cells[-1]['stability']['real'])}, speed "
-                     + ", ".join(f"{k:.2f}" if k else "-" for k in cells[-1]["machine_speed"]))
+                     + ", ".join(speed_pair(k, kc) for k, kc in zip(cells[-1]["machine_speed"],
+                                                                   cells[-1]["compute_speed"])))
     result = {"name": NAME, "size": size, "model": MODEL, "threads": THREADS, "seats": SEATS,
               "kv_memory": KV_MEMORY, "policies": POLICIES, "repeats": p["repeats"],
               "requests": p["requests"], "profile": info, "machine": rt.meta().get("cpu"),

@@ -72,11 +72,12 @@ def totals(cells: list[dict], key: str) -> dict:
     return out
 
 
-def bias(cells: list[dict]) -> tuple[int, int]:
-    """(latency numbers the simulation predicts faster, judged latency numbers of stable runs)."""
-    errs = [m["error"] for c in cells for m in c["metrics"]
+def bias(cells: list[dict], field: str = "error") -> tuple[int, int]:
+    """(latency numbers the simulation predicts faster, judged latency numbers of stable
+    runs), by `field` (raw or normalised error)."""
+    errs = [m[field] for c in cells for m in c["metrics"]
             if m["target"] is not None and m["key"].endswith("_ms") and not m["overloaded"]
-            and math.isfinite(m["error"])]
+            and math.isfinite(m[field])]
     return sum(e < 0 for e in errs), len(errs)
 
 
@@ -90,6 +91,7 @@ def within(cells: list[dict], field: str, verdict: str) -> tuple[int, int]:
 def summary_para(cells: list[dict]) -> str:
     raw, norm = totals(cells, "counts"), totals(cells, "counts_normalised")
     fast, lat = bias(cells)
+    fast_norm, lat_norm = bias(cells, "error_normalised")
     w_raw, n_raw = within(cells, "error", "verdict")
     w_norm, n_norm = within(cells, "error_normalised", "verdict_normalised")
     undecided = sorted({u for c in cells for u in c["undecidable"]})
@@ -100,7 +102,8 @@ def summary_para(cells: list[dict]) -> str:
     return (f"Judged numbers (TTFT, TPOT, E2E at mean/p50/p90/p99, throughput), median error over "
             f"the real runs: raw {line(raw)}; normalised {line(norm)}. Within target regardless of "
             f"the noise floor: raw {w_raw}/{n_raw}, normalised {w_norm}/{n_norm}. The simulation "
-            f"predicts the faster run in {fast} of {lat} latency numbers of stable runs. Numbers this "
+            f"predicts the faster run in {fast} of {lat} latency numbers of stable runs (normalised: "
+            f"{fast_norm} of {lat_norm}). Numbers this "
             f"hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}.")
 
 
@@ -113,10 +116,13 @@ def kinds_table(rep: Report, kinds: list[dict]) -> None:
 
 
 def conditions_table(rep: Report, cells: list[dict]) -> None:
-    rep.table(["workload", "policy", "real runs", "sim", "machine speed per run", "CPU share (1st run)",
+    rep.table(["workload", "policy", "real runs", "sim", "machine speed per run (memory/compute)",
+               "CPU share (1st run)",
                "others' CPUs", "step APE p50", "step time total", "real wall (s)"],
               [[c["workload"], c["policy"], "/".join(c["stability"]["real"]), c["stability"]["sim"],
-                ", ".join(fmt(k, "{:.2f}") for k in c["machine_speed"]), fmt(c["cpu_share"], "{:.2f}"),
+                ", ".join("/".join(fmt(x, "{:.2f}") for x in pair) for pair in
+                          zip(c["machine_speed"], c.get("compute_speed") or [None] * len(c["machine_speed"]))),
+                fmt(c["cpu_share"], "{:.2f}"),
                 fmt(c["others_cpu"], "{:.2f}"), fmt(c["step_ape_all"] * 100, "{:.1f}%"),
                 fmt(c["step_total_error"] * 100, "{:+.1f}%"), fmt(c["real_wall_s"], "{:.1f}")]
                for c in cells])
@@ -139,10 +145,11 @@ def render(result: dict) -> Report:
     rep.para(LEGEND + ".")
     error_table(rep, cells, "error", "verdict")
     rep.heading("Error, normalised by each real run's machine speed", 3)
-    rep.para("The profile at each real run's machine speed: its steady decode steps' measured time "
-             "over the profile's price (core/machine_speed.py), which scales the profile's memory "
-             "side (fixed costs, weight and KV traffic; its FLOP rates stay), simulated again and "
-             "compared with that run. " + LEGEND + ".")
+    rep.para("The profile at each real run's machine speed (core/machine_speed.py), simulated "
+             "again and compared with that run: the profile's memory side (fixed costs, weight and "
+             "KV traffic) x its steady decode steps' measured time over their price, and its FLOP "
+             "terms x what its compute-bound steps took beyond their memory side over the FLOP "
+             "terms' price. " + LEGEND + ".")
     error_table(rep, cells, "error_normalised", "verdict_normalised")
     rep.heading("Real vs real: spread of the real runs", 3)
     rep.para("(max - min) / median over the real runs, in %; * where the simulated value falls "

@@ -102,6 +102,8 @@ def analyse(reals: list[Run], sim: Run, normalised: list[Run]) -> dict:
                     if not ok]
     return {"runs": len(reals),
             "machine_speed": [(r.result.meta.get("machine_speed") or {}).get("factor") for r in reals],
+            "compute_speed": [(r.result.meta.get("machine_speed") or {}).get("compute_factor")
+                              for r in reals],
             "stability": {"real": [(r.result.meta.get("stability") or {}).get("verdict") for r in reals],
                           "sim": (sim.result.meta.get("stability") or {}).get("verdict")},
             "metrics": metrics, "distributions": dists,

@@ -54,12 +54,19 @@ def distributions_block(rep: dict) -> str:
     return _table(header, rows, left=1)
 
 
+def speed_pair(memory: float | None, compute: float | None) -> str:
+    """A run's measured machine speed, memory side / compute side."""
+    return "/".join("-" if k is None else f"{k:.3f}" for k in (memory, compute))
+
+
 def summary_lines(rep: dict) -> list[str]:
     c, cn = rep["counts"], rep["counts_normalised"]
-    speeds = ", ".join("-" if k is None else f"{k:.3f}" for k in rep["machine_speed"])
+    speeds = ", ".join(speed_pair(k, c) for k, c in
+                       zip(rep["machine_speed"], rep.get("compute_speed") or [None] * rep["runs"]))
     st = rep["stability"]
     lines = [f"{rep['runs']} real runs ({', '.join(st['real'])}; sim {st['sim']}); machine speed "
-             f"(step time / profile price, steady decode steps) per run: {speeds}",
+             f"(step time / profile price: steady decode steps / compute-bound steps' FLOP terms) per "
+             f"run: {speeds}",
              f"judged numbers, raw: {c['ok']} ok, {c['miss']} miss, {c['undecidable']} undecidable, "
              f"{c['overloaded']} overloaded; normalised: {cn['ok']} ok, {cn['miss']} miss, "
              f"{cn['undecidable']} undecidable"]

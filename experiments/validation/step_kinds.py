@@ -1,8 +1,9 @@
 """Which kinds of step the profile misprices: every real step put in one kind (first
 match wins), and per kind the measured time over the profile's price, raw and over the
 price at the run's machine speed (core/machine_speed.py; variants.at_speed: a fitted
-profile's memory side scaled), so a kind's figure says how much more or less it costs
-than a steady decode step of that run, relative to the profile."""
+profile's memory side and FLOP terms each scaled by its own measured factor), so a kind's
+figure says how much more or less it costs than the run's steady decode steps and
+compute-bound steps, relative to the profile."""
 from __future__ import annotations
 
 import math
@@ -39,15 +40,15 @@ def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
         return np.where(predicted > 0, measured / predicted, np.nan)
 
 
-def kind_table(runs: list[tuple[dict[str, np.ndarray], float | None]], cost: CostModel) -> list[dict]:
-    """runs: (step table, machine speed factor) of each real run. Per kind: steps, median
-    measured/price, the same over the price at the run's speed, and the median |error| of the
-    profile's price before and after normalising by the speed."""
+def kind_table(runs: list[tuple[dict[str, np.ndarray], dict | None]], cost: CostModel) -> list[dict]:
+    """runs: (step table, its meta's machine_speed) of each real run. Per kind: steps,
+    median measured/price, the same over the price at the run's speed, and the median
+    |error| of the profile's price before and after normalising by the speed."""
     kinds, raw, norm = [], [], []
-    for steps, factor in runs:
+    for steps, speed in runs:
         kinds.append(classify(steps))
         raw.append(ratios(steps, cost))
-        norm.append(ratios(steps, at_speed(cost, factor or 1.0)))
+        norm.append(ratios(steps, at_speed(cost, speed)))
     k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
     rows = []
     for i, name in enumerate(KINDS):

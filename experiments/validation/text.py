@@ -86,9 +86,13 @@ def explanation(comp: dict) -> list[str]:
         f"{fit['per_seq_ms']:.4f} ms/seq per step, added in profile+overhead), idle {o['idle_s']:.2f} s")
     ms = comp.get("machine_speed") or {}
     if ms.get("factor") is not None:
+        kc = ms.get("compute_factor")
+        compute = (f"compute-bound steps ({ms['compute_steps']}): their FLOP terms took {kc:.3f} x "
+                   f"the price" if kc is not None else
+                   f"compute side not measured ({ms.get('compute_why', 'an older run')})")
         lines.append(f"machine speed (steady decode steps, {ms['steps']} of them): step time "
-                     f"{ms['factor']:.3f} x the profile's price; `normalised` scales the profile's "
-                     f"memory side by it")
+                     f"{ms['factor']:.3f} x the profile's price; {compute}; `normalised` scales the "
+                     f"profile's memory side and FLOP terms by these")
     else:
         lines.append(f"machine speed: not measured ({ms.get('why', 'no steady decode step')})")
     k = comp["speed_factor"]

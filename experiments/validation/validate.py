@@ -115,8 +115,8 @@ def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
 def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
                    meta: dict | None = None, loop: Overhead | None = None) -> Run:
     """The profile scaled to the machine's speed measured during `real`, simulated."""
-    k = real.result.meta["machine_speed"]["factor"]
-    run = run_sim(workload, sim_scheduler(scheduler, real.result), normalised_cost(cost, k, loop),
+    speed = real.result.meta["machine_speed"]
+    run = run_sim(workload, sim_scheduler(scheduler, real.result), normalised_cost(cost, speed, loop),
                   {**(meta or {}), "cost_model": "normalised"})
     stability(run)
     return run

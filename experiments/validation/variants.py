@@ -3,8 +3,9 @@ validate.py says what each shows):
 
     profile            the calibrated profile alone (the headline: a prediction)
     normalised         the profile at the machine's speed during the run as measured on
-                       its steady decode steps (core/machine_speed.py; at_speed: a fitted
-                       profile's memory side x that factor): the headline's error with the
+                       its own steps (core/machine_speed.py; at_speed: a fitted profile's
+                       memory side x the steady decodes' factor, its FLOP terms x the
+                       compute-bound steps' factor): the headline's error with the
                        machine's speed level taken out
     profile+overhead   + the real run's measured time between steps
     speed-scaled       + that, and the profile scaled to the machine's speed during the
@@ -24,7 +25,7 @@ from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel, LinearCostModel, decode_run_times
 from core.fitted_cost import FittedCostModel
 from core.loop_time import Overhead, WithOverhead, fit_overhead, with_loop
-from core.machine_speed import machine_speed
+from core.machine_speed import at_speed as fitted_at_speed, machine_speed
 from core.result import RunResult
 from experiments.validation.steps import predicted_durations
 
@@ -47,23 +48,21 @@ class Scaled:
         return decode_run_times(self.base, f, m) * self.decode
 
 
-def at_speed(cost: CostModel, factor: float) -> CostModel:
-    """`cost` as the machine ran at a measured speed `factor` (core/machine_speed.py):
-    a fitted model's memory side (fixed costs, weight and KV traffic) x factor and its
-    FLOP rates as profiled, since the steady decodes that measured it are memory-bound
-    and say nothing of the compute side (measured on batchlab-tiny, one pass: decode
-    speed 0.84-1.08 from run to run while prefill steps stayed at 1.00 of the profile;
-    every step x factor put 62 of 104 numbers within target, the memory side alone 79);
-    another model: every step x factor."""
+def at_speed(cost: CostModel, speed: dict | None) -> CostModel:
+    """`cost` as the machine ran at a run's measured speed (core/machine_speed.py): a
+    fitted model's memory side x its factor and its FLOP terms x its compute factor
+    (unmeasured: as profiled), since the two sides drift apart; another model: every
+    step x the factor. No speed measured: `cost` as profiled."""
+    factor = (speed or {}).get("factor") or 1.0
     if isinstance(cost, FittedCostModel):
-        return cost.scaled(bandwidth=1.0 / factor, flops=1.0, overhead=factor)
+        return fitted_at_speed(cost, factor, (speed or {}).get("compute_factor"))
     return Scaled(cost, factor, factor)
 
 
-def normalised_cost(cost: CostModel, factor: float | None, loop: Overhead | None) -> CostModel:
-    """The normalised variant's cost model: `cost` at a run's machine speed (at_speed;
-    an unmeasured speed: as profiled), plus the profile's loop time between steps."""
-    return with_loop(at_speed(cost, factor or 1.0), loop)
+def normalised_cost(cost: CostModel, speed: dict | None, loop: Overhead | None) -> CostModel:
+    """The normalised variant's cost model: `cost` at a run's machine speed (at_speed),
+    plus the profile's loop time between steps."""
+    return with_loop(at_speed(cost, speed), loop)
 
 
 def speed_factors(run: RunResult, cost: CostModel) -> dict[str, float]:
@@ -99,7 +98,7 @@ def variant_costs(real: RunResult, profile_cost: CostModel,
     k = speed_factors(real, profile_cost)
     speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
     costs = {"profile": with_loop(profile_cost, loop),
-             "normalised": normalised_cost(profile_cost, speed["factor"], loop),
+             "normalised": normalised_cost(profile_cost, speed, loop),
              "profile+overhead": WithOverhead(profile_cost, overhead),
              "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
              "self-fit": WithOverhead(fit_linear_cost(real), overhead)}

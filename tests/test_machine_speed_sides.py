@@ -1,0 +1,67 @@
+"""The machine's speed measured on both sides of a fitted profile: the memory side from a
+run's steady decode steps, the compute side from its compute-bound steps (prefills of a
+few hundred tokens), and the profile re-priced at both (core/machine_speed.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.batch import FEATURE_NAMES, StepFeatures
+from core.cost import LinearCostModel
+from core.fitted_cost import FittedCostModel, Shape
+from core.machine_speed import at_speed, machine_speed, price
+from core.specs import MODELS
+
+MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
+                        per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,
+                        s_per_kv_byte=1 / 4e9, s_per_attn_flop=1 / 60e9, steady_s=-0.002)
+
+
+def served(prompts: list[int], decodes_between: int = 12) -> list[StepFeatures]:
+    """A prefill of each prompt alone, then `decodes_between` decode steps of 4 short
+    sequences (contexts of a few tokens: their attention is negligible)."""
+    steps = []
+    for p in prompts:
+        steps.append(StepFeatures(1, 1, p, 0, p, p * (p + 1) // 2, 0, 0, 0))
+        for i in range(decodes_between):
+            steps.append(StepFeatures(4, 0, 0, 4, 8 + 4 * i, 8 + 4 * i, int(i == 0), 0, 0))
+    return steps
+
+
+def table(steps: list[StepFeatures], truth: FittedCostModel) -> dict[str, np.ndarray]:
+    """A step table of `steps` run back to back, each lasting `truth`'s price."""
+    t = {n: np.array([getattr(f, n) for f in steps]) for n in FEATURE_NAMES}
+    t["duration_s"] = np.array([truth.step_time(f) for f in steps])
+    t["start_s"] = np.concatenate(([0.0], np.cumsum(t["duration_s"])[:-1]))
+    t["num_preempted"] = np.zeros(len(steps), int)
+    return t
+
+
+def test_both_sides_are_measured_apart():
+    """The memory side 20% slow while the compute side runs 10% fast: each factor is
+    found on its own, and the profile at both re-prices the run's steps."""
+    run = table(served([384, 512, 448, 640] * 3), at_speed(MODEL, 1.2, 0.9))
+    ms = machine_speed(run, MODEL, "test")
+    assert ms["factor"] == pytest.approx(1.2, rel=2e-3)
+    assert ms["compute_factor"] == pytest.approx(0.9, rel=1e-2) and ms["compute_steps"] == 12
+    every = np.ones(len(run["duration_s"]), bool)
+    repriced = price(run, at_speed(MODEL, ms["factor"], ms["compute_factor"]), every)
+    assert np.abs(repriced / run["duration_s"] - 1).max() < 0.01
+    # the memory side alone leaves the prefills 10% over-priced
+    memory_only = price(run, at_speed(MODEL, ms["factor"]), every)
+    assert (memory_only / run["duration_s"])[run["prefill_tokens"] > 0] == pytest.approx(1 / 0.9, rel=2e-2)
+
+
+def test_a_run_without_compute_bound_steps_keeps_the_flop_rates():
+    run = table(served([16, 24] * 3), at_speed(MODEL, 1.1, 0.8))  # short prompts: memory-bound
+    ms = machine_speed(run, MODEL)
+    assert ms["factor"] == pytest.approx(1.1, rel=2e-3)
+    assert ms["compute_factor"] is None and ms["compute_steps"] < 8 and "compute-bound" in ms["compute_why"]
+
+
+def test_a_cost_form_without_flop_terms_measures_the_memory_side_only():
+    linear = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
+    run = table(served([384, 512] * 6), MODEL)
+    ms = machine_speed(run, linear)
+    assert ms["factor"] is not None and ms["compute_factor"] is None
+    assert "FLOP" in ms["compute_why"]
