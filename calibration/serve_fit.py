@@ -37,8 +37,8 @@ from scipy.optimize import least_squares, lsq_linear
 
 from core.features import FEATURE_NAMES, StepFeatures
 from core.fitted_cost import FittedCostModel, is_steady
+from core.machine_speed import CONTENDED  # a served step over this x its price had its core taken
 
-CONTENDED = 2.0  # a served step over this many times its price had its core taken
 MIN_COMPUTE_SHARE = 0.05  # of the served time, for a compute level of its own
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio: a median-like fit of noisy steps
 MIN_STEPS = 5  # steps of a kind needed to fit the term that prices it

@@ -9,7 +9,7 @@ import pytest
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import LinearCostModel
 from core.fitted_cost import FittedCostModel, Shape
-from core.machine_speed import at_speed, machine_speed, price
+from core.machine_speed import at_speed, machine_speed, price, steady_decode
 from core.specs import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
@@ -28,10 +28,10 @@ def served(prompts: list[int], decodes_between: int = 12) -> list[StepFeatures]:
     return steps
 
 
-def table(steps: list[StepFeatures], truth: FittedCostModel) -> dict[str, np.ndarray]:
-    """A step table of `steps` run back to back, each lasting `truth`'s price."""
+def table(steps: list[StepFeatures], truth, slow: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A step table of `steps` run back to back, each lasting `truth`'s price (x slow)."""
     t = {n: np.array([getattr(f, n) for f in steps]) for n in FEATURE_NAMES}
-    t["duration_s"] = np.array([truth.step_time(f) for f in steps])
+    t["duration_s"] = np.array([truth.step_time(f) for f in steps]) * (1.0 if slow is None else slow)
     t["start_s"] = np.concatenate(([0.0], np.cumsum(t["duration_s"])[:-1]))
     t["num_preempted"] = np.zeros(len(steps), int)
     return t
@@ -61,7 +61,28 @@ def test_a_run_without_compute_bound_steps_keeps_the_flop_rates():
 
 def test_a_cost_form_without_flop_terms_measures_the_memory_side_only():
     linear = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
-    run = table(served([384, 512] * 6), MODEL)
+    run = table(served([384, 512] * 6), linear)
     ms = machine_speed(run, linear)
     assert ms["factor"] is not None and ms["compute_factor"] is None
     assert "FLOP" in ms["compute_why"]
+
+
+def test_the_factor_is_the_mean_step_and_contended_steps_are_left_out():
+    """Calibration prices the mean served step, so the factor is total over total price:
+    a run whose steady decodes run 0.95x, 0.95x, 1.4x their price in turn ran at ~1.1,
+    where their median says 0.95; a step 5x its price (the core taken) is not counted."""
+    steps = served([384, 512, 448, 640] * 3)
+    steady = np.flatnonzero(steady_decode(table(steps, MODEL)))
+    slow = np.resize([0.95, 0.95, 1.4], steady.size)
+    slow[3] = 5.0
+    every = np.ones(len(steps))
+    every[steady] = slow
+    run = table(steps, MODEL, every)
+    assert (steady_decode(run) == steady_decode(table(steps, MODEL))).all()
+    ms = machine_speed(run, MODEL)
+    price_steady = np.array([MODEL.step_time(steps[i]) for i in steady])
+    kept = slow < 5
+    assert ms["steps"] == steady.size - 1
+    assert ms["factor"] == pytest.approx((price_steady * slow)[kept].sum() / price_steady[kept].sum(),
+                                         rel=1e-4)
+    assert ms["factor"] > 1.08
