@@ -166,6 +166,8 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     info = {
         "world": "real", "policy": scheduler.policy, "replicas": 1, "router": "round_robin",
         "num_kv_blocks": kv.num_blocks, "block_size": kv.block_size, "workload": workload.describe(),
+        # every setting, so that a stored run can be simulated again (validate --real)
+        "scheduler": scheduler.model_dump(mode="json"),
         **runtime.meta(), "kv_pool_bytes": engine.cache.nbytes, "time_scale": time_scale,
         "temperature": temperature, "seed": seed, "warmup_s": round(warmup_s, 4),
         "wall_s": round(wall, 4), "steps": steps, "engine_prepare_s": round(st.prepare_s, 4),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.specs import MODELS
 from core.workload import build_workload
-from experiments.errors import UserError
+from experiments.errors import UserError, warn
 from experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                  reject_unused, reject_unused_tables)
 from experiments.output import check_out_dir, to_json
@@ -33,10 +33,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
     p.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name the server serves (default: its first)")
+    p.add_argument("--real", nargs="+", metavar="DIR",
+                   help="serve nothing: judge --profile on the real runs earlier `validate --out` "
+                        "directories stored (the fidelity study's cells/WORKLOAD too), simulated again")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.real:
+        return rejudge_stored(args)
     no_slo = "it compares latencies, not goodput"
     reject_unused(args, "validate", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
@@ -99,4 +104,68 @@ def run(args: argparse.Namespace) -> int:
         print(to_json(comps))
     elif writer:
         print(f"results written to {writer.dir}/")
+    return 0
+
+
+# What --real may be given: the rest is what the stored runs say they served, on what.
+WITH_REAL = {"real", "pr_path", "format", "out", "no_progress", "func", "command"}
+
+
+def check_stored(cells: list, profile, where: str) -> None:
+    """The stored runs served the profile's model (else an error); another device, thread
+    count or dtype is a warning, as validate warns."""
+    from calibration.from_run import check_profile
+
+    warned = set()
+    for c in cells:
+        for r in c.reals:
+            model = r.meta.get("model")
+            if model not in (profile.model.name, profile.model_source):
+                raise UserError(f"{r.where}: model {model!r}, but profile {where} is of "
+                                f"{profile.model_source or profile.model.name!r}")
+            try:
+                check_profile([r], profile, where)
+            except (ValueError, KeyError) as e:
+                why = str(e).split(": ", 1)[-1]
+                if why not in warned:
+                    warned.add(why)
+                    warn(f"{r.where} (and any other like it): {why}")
+
+
+def rejudge_stored(args: argparse.Namespace) -> int:
+    """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
+    from experiments.cli import build_parser
+    from experiments.validation import rejudge, stored
+
+    parser = build_parser()
+    defaults = vars(parser.parse_args(["validate"]))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["validate"]
+    flag = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
+    given = sorted(flag.get(k, k) for k, v in vars(args).items() if k not in WITH_REAL and v != defaults.get(k))
+    if given:
+        raise UserError(f"{', '.join(given)}: not with --real (the stored runs say what was served, "
+                        f"on what); --real takes --profile, --out and --format")
+    if not args.pr_path:
+        raise UserError("--real needs --profile FILE|NAME: the profile to judge on the stored runs")
+    if args.out:
+        check_out_dir(args.out)
+    cells = [c for d in args.real for c in stored.read_cells(d)]
+    profile = profile_source.load(args.pr_path)
+    check_stored(cells, profile, args.pr_path)
+    cost, loop = profile.cost_model(), profile.loop_overhead()
+    judged = [rejudge.rejudge(c, cost, loop, profile.describe()) for c in cells]
+    total = rejudge.totals(judged)
+    if args.format == "json":
+        print(to_json({"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
+                       "totals": total}))
+    else:
+        for c in judged:
+            print(rejudge.render_cell(c) + "\n")
+        print(rejudge.render_totals(total, len(judged), len(args.real)))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rejudged.json").write_text(to_json({"profile": profile_source.describe(args.pr_path, profile),
+                                                    "cells": judged, "totals": total}) + "\n")
+        print(f"results written to {out}/rejudged.json", file=sys.stderr)
     return 0

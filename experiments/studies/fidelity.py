@@ -59,7 +59,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     cost = prof.cost_model()
     cells, kind_runs = [], []
     for shape in SHAPES:
-        writer = ValidationWriter(out_dir / "cells" / shape.name, configs[shape.name].model_dump())
+        writer = ValidationWriter(out_dir / "cells" / shape.name, {"workload": configs[shape.name].model_dump()})
         for policy in POLICIES:
             v = validate(rt, workloads[shape.name], scheduler(policy), cost, profile=info,
                          loop=prof.loop_overhead(),

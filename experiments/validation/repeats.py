@@ -46,10 +46,17 @@ def verdict(err: float, target: float | None, noise: float, flagged: bool) -> st
 
 
 def metric_rows(reals: list[Run], sim: Run, normalised: list[Run]) -> list[dict]:
-    real_sums = [r.result.summary() for r in reals]
-    sim_sum = sim.result.summary()
-    norm_sums = [n.result.summary() for n in normalised]
     flagged = _overloaded(sim) or any(_overloaded(r) for r in reals)
+    return summary_rows([r.result.summary() for r in reals], sim.result.summary(),
+                        [n.result.summary() for n in normalised], flagged)
+
+
+def summary_rows(real_sums: list[dict], sim_sum: dict, norm_sums: list[dict],
+                 flagged: bool) -> list[dict]:
+    """Per metric of the summaries: the real runs' values and spread, the simulated
+    value, its median error over the real runs raw and normalised (norm_sums[i]: the
+    simulation at real run i's machine speed), and the verdicts. flagged: some run is
+    overloaded (latencies not judged)."""
     rows = []
     for cell in compare.compare_summaries(real_sums[0], sim_sum, flagged):
         values = [s.get(cell.key, math.nan) for s in real_sums]

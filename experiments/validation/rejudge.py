@@ -1,0 +1,93 @@
+"""`batchlab validate --real DIR ... --profile P`: judge a profile on real runs stored by
+earlier validations, without serving again (seconds, not minutes). Each stored policy's
+identical request list is simulated with the profile (the real runs' scheduler settings
+and KV pool), and once more at each real run's machine speed as this profile prices its
+steps; the errors, spread and verdicts are those of `validate --repeats`
+(experiments/validation/repeats.py), over the stored summaries. What a stored run does
+not keep (which request ran in which step, every inter-token gap) is not re-judged: no
+step matching, no distribution tests."""
+from __future__ import annotations
+
+import math
+
+from core.cost import CostModel
+from core.loop_time import Overhead, with_loop
+from core.machine_speed import machine_speed
+from experiments.run_labels import stability
+from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
+from experiments.validation.pair import run_sim
+from experiments.validation.repeats import summary_rows
+from experiments.validation.stored import StoredCell
+from experiments.validation.text import pct
+from experiments.validation.variants import normalised_cost
+
+LATENCY_SUFFIX = "_ms"
+
+
+def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: str) -> dict:
+    """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
+    time between steps)."""
+    sim = run_sim(cell.workload, cell.scheduler, with_loop(cost, loop), {"cost_model": "profile"})
+    speeds = [machine_speed(r.steps, cost, source) for r in cell.reals]
+    normalised = [run_sim(cell.workload, cell.scheduler, normalised_cost(cost, s, loop)).result.summary()
+                  for s in speeds]
+    real_verdicts = [(r.summary.get("stability") or (r.meta.get("stability") or {}).get("verdict"))
+                     for r in cell.reals]
+    sim_verdict = stability(sim.result)["verdict"]
+    flagged = sim_verdict == "overloaded" or "overloaded" in real_verdicts
+    rows = summary_rows([r.summary for r in cell.reals], sim.result.summary(), normalised, flagged)
+    return {"where": str(cell.where), "policy": cell.scheduler.policy, "runs": len(cell.reals),
+            "stability": {"real": real_verdicts, "sim": sim_verdict},
+            "machine_speed": [{"factor": s["factor"], "compute_factor": s.get("compute_factor")}
+                              for s in speeds],
+            "metrics": rows, "totals": totals([{"metrics": rows}])}
+
+
+def totals(cells: list[dict]) -> dict:
+    """Over the cells' judged numbers: within target raw and normalised (of judged, not
+    overloaded), the verdicts, and how many latency numbers the simulation predicts faster."""
+    judged = [m for c in cells for m in c["metrics"] if m["target"] is not None]
+    stable = [m for m in judged if not m["overloaded"]]
+    latency = [m for m in stable if m["key"].endswith(LATENCY_SUFFIX)]
+
+    def within(field: str) -> int:
+        return sum(math.isfinite(m[field]) and abs(m[field]) <= m["target"] for m in stable)
+
+    def faster(field: str) -> int:
+        return sum(math.isfinite(m[field]) and m[field] < 0 for m in latency)
+    return {"judged": len(stable), "within": within("error"), "within_normalised": within("error_normalised"),
+            "latency": len(latency), "faster": faster("error"), "faster_normalised": faster("error_normalised"),
+            "verdicts": {v: sum(m["verdict"] == v for m in judged)
+                         for v in ("ok", "miss", "undecidable", "overloaded")},
+            "verdicts_normalised": {v: sum(m["verdict_normalised"] == v for m in judged)
+                                    for v in ("ok", "miss", "undecidable", "overloaded")}}
+
+
+def _fmt(x: float) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
+def render_cell(c: dict) -> str:
+    speeds = ", ".join(f"{_fmt(s['factor'])}/{_fmt(s['compute_factor'])}" for s in c["machine_speed"])
+    lines = [f"[{c['policy']}] {c['where']}: {c['runs']} real run(s) ({', '.join(map(str, c['stability']['real']))}; "
+             f"sim {c['stability']['sim']}); machine speed (memory/compute) per run: {speeds}",
+             f"{'metric':<22}{'real (median)':>14}{'spread':>9}{'sim':>11}{'error':>9}{'normalised':>12}  verdict"]
+    for m in c["metrics"]:
+        if m["target"] is None:
+            continue
+        label = m["metric"] if m["stat"] == "value" else f"{m['metric']} {m['stat']}"
+        lines.append(f"{label:<22}{m['spread']['median']:>14.2f}{pct(m['spread']['range'], False):>9}"
+                     f"{m['sim']:>11.2f}{pct(m['error']):>9}{pct(m['error_normalised']):>12}  "
+                     f"{m['verdict']} / {m['verdict_normalised']}")
+    return "\n".join(lines)
+
+
+def render_totals(t: dict, cells: int, dirs: int) -> str:
+    v, vn = t["verdicts"], t["verdicts_normalised"]
+    return (f"over {cells} policies of {dirs} stored validation(s): within target raw {t['within']}/{t['judged']}, "
+            f"normalised {t['within_normalised']}/{t['judged']}; the simulation faster in {t['faster']} "
+            f"of {t['latency']} latency numbers (normalised {t['faster_normalised']}); verdicts raw "
+            f"{v['ok']} ok, {v['miss']} miss, {v['undecidable']} undecidable, {v['overloaded']} overloaded; "
+            f"normalised {vn['ok']} ok, {vn['miss']} miss (targets: "
+            + ", ".join(f"{k} {t * 100:g}%" for k, t in STAT_TARGET.items())
+            + f", throughput {THROUGHPUT_TARGET * 100:g}%)")

@@ -1,0 +1,103 @@
+"""`batchlab validate --real DIR --profile P`: a profile judged on stored real runs without
+serving again. Re-judged with the profile that validated them, the stored runs give
+validate's own errors exactly (the simulation is deterministic); another profile gives
+other errors; broken stores are one-line errors (exit 2)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests.test_validate_cli import cli, profile_file, validated  # noqa: E402,F401 (fixtures)
+
+
+def rejudged(args: list[str]) -> dict:
+    code, out, err = cli(["validate", "--real", *args, "--format", "json"])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_the_validating_profile_gives_validates_own_errors(validated, profile_file):
+    out, _ = validated
+    comp = json.loads((out / "comparison.json").read_text())
+    got = rejudged([str(out), "--profile", str(profile_file)])
+    assert [c["policy"] for c in got["cells"]] == list(comp)
+    for cell in got["cells"]:
+        want = {m["key"]: m for m in comp[cell["policy"]]["metrics"]}
+        judged = [m for m in cell["metrics"] if m["target"] is not None]
+        assert len(judged) >= 13
+        for m in judged:
+            w = want[m["key"]]
+            if w["real"] is None or not math.isfinite(w["real"]):
+                continue
+            assert m["real"] == [pytest.approx(w["real"])]
+            assert m["sim"] == pytest.approx(w["sim"], rel=1e-9)
+            if w["error"] is not None and math.isfinite(w["error"]):
+                assert m["error"] == pytest.approx(w["error"], abs=1e-12)
+        # the machine speed as this profile prices the stored steps: as validate measured it
+        stored = json.loads((out / cell["policy"] / "real" / "meta.json").read_text())["machine_speed"]
+        assert cell["machine_speed"][0]["factor"] == pytest.approx(stored["factor"])
+    t = got["totals"]
+    assert t["judged"] == sum(len([m for m in c["metrics"] if m["target"] is not None]) for c in got["cells"])
+    assert 0 <= t["within"] <= t["judged"] and 0 <= t["faster"] <= t["latency"]
+
+
+def test_another_profile_gives_other_errors(validated, profile_file, tmp_path):
+    from core.profile import load_profile
+
+    out, _ = validated
+    slow = load_profile(profile_file)
+    cost = slow.cost.model_copy(update={"overhead_s": slow.cost.overhead_s * 3})
+    slow = slow.model_copy(update={"cost": cost})
+    path = tmp_path / "slow.json"
+    slow.save(path)
+    base = rejudged([str(out), "--profile", str(profile_file)])
+    other = rejudged([str(out), "--profile", str(path)])
+    for a, b in zip(base["cells"], other["cells"]):
+        ea = {m["key"]: m["error"] for m in a["metrics"]}
+        eb = {m["key"]: m["error"] for m in b["metrics"]}
+        assert eb["mean_e2el_ms"] > ea["mean_e2el_ms"]  # a slower profile predicts slower runs
+
+
+def test_the_table_and_the_out_file(validated, profile_file, tmp_path):
+    out, _ = validated
+    code, text, err = cli(["validate", "--real", str(out), "--profile", str(profile_file),
+                           "--out", str(tmp_path / "o")])
+    assert code == 0, err
+    assert "[continuous]" in text and "[chunked]" in text and "within target raw" in text
+    saved = json.loads((tmp_path / "o" / "rejudged.json").read_text())
+    assert len(saved["cells"]) == 2 and saved["totals"]["judged"] > 0
+
+
+def test_broken_stores_are_one_line_errors(validated, profile_file, tmp_path):
+    out, _ = validated
+    code, _, err = cli(["validate", "--real", str(out)])
+    assert code == 2 and "needs --profile" in err and err.strip().count("\n") == 0
+    code, _, err = cli(["validate", "--real", str(out), "--profile", str(profile_file), "--rate", "3"])
+    assert code == 2 and "--rate" in err and "not with --real" in err
+    code, _, err = cli(["validate", "--real", str(tmp_path), "--profile", str(profile_file)])
+    assert code == 2 and "no config.json" in err and err.strip().count("\n") == 0
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    meta = broken / "continuous" / "real" / "meta.json"
+    m = json.loads(meta.read_text())
+    meta.write_text(json.dumps({k: v for k, v in m.items() if k != "scheduler"}))
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "records no scheduler settings" in err and err.strip().count("\n") == 0
+    meta.write_text(json.dumps({**m, "model": "batchlab-small"}))
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "but profile" in err and err.strip().count("\n") == 0
+    meta.write_text(json.dumps(m))
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "workload": {**config["workload"],
+                                                                            "num_requests": 5}}))
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "does not rebuild the requests" in err and err.strip().count("\n") == 0
+    (broken / "config.json").write_text(json.dumps(config))
+    (broken / "chunked" / "real" / "steps.csv").write_text("start_s,duration_s\n1,x\n")
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "steps.csv" in err and err.strip().count("\n") == 0, err
