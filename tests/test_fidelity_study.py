@@ -46,6 +46,18 @@ def test_fidelity_small(profile_file, tmp_path):  # noqa: F811
         if f.endswith(".png"):
             assert f"]({f})" in report
     assert json.loads((tmp_path / "study.json").read_text())["cells"][0]["metrics"]
+    # validate --real on the stored cells with the same profile: the study's own errors
+    code, out, err = cli(["validate", "--real", *(str(tmp_path / "cells" / s.name) for s in SHAPES),
+                          "--profile", str(profile_file), "--format", "json"])
+    assert code == 0, err
+    again = {(Path(c["where"]).parent.name, c["policy"]): c for c in json.loads(out)["cells"]}
+    for c in r["cells"]:
+        rows = {m["key"]: m for m in again[(c["workload"], c["policy"])]["metrics"]}
+        for m in (m for m in c["metrics"] if m["target"] is not None):
+            for field in ("error", "error_normalised"):
+                want, got = m[field], rows[m["key"]][field]
+                assert (got is None and want != want) or got == pytest.approx(want, abs=1e-12), \
+                    (c["workload"], c["policy"], m["key"], field)
 
 
 @pytest.mark.parametrize("argv, message", [
