@@ -95,16 +95,18 @@ def _is_float(s: str) -> bool:
         return False
 
 
-def _meta(path: Path, where: str) -> dict:
+def read_object(path: Path, where: str) -> dict:
+    """A JSON file holding one object (a run's meta.json, summary.json, config.json): a
+    ValueError of one line naming `where` and the file where it cannot be read or is not."""
     try:
-        meta = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{where}: cannot read meta.json ({getattr(e, 'strerror', None) or e})") from None
+        raise ValueError(f"{where}: cannot read {path.name} ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: meta.json is not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{where}: meta.json is not a batchlab run's (expected an object)")
-    return meta
+        raise ValueError(f"{where}: {path.name} is not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: {path.name} is not a batchlab run's (expected an object)")
+    return data
 
 
 def _one(d: Path, meta: dict, where: str) -> ServedRun:
@@ -132,7 +134,7 @@ def read_runs(directory: str | Path) -> list[ServedRun]:
         raise ValueError(f"{d}: not a directory; expected a batchlab run's --out directory")
     meta_path = d / "meta.json"
     if meta_path.is_file():
-        meta = _meta(meta_path, str(d))
+        meta = read_object(meta_path, str(d))
         if "world" in meta:  # one run's own meta (validate's POLICY/real)
             return [_one(d, meta, str(d))]
         runs = [_one(d / p, m, f"{d} ({p})") for p, m in meta.items()
@@ -143,7 +145,7 @@ def read_runs(directory: str | Path) -> list[ServedRun]:
     real = sorted((p for p in d.glob("*/real*") if _is_real_dir(p.name) and (p / "meta.json").is_file()),
                   key=lambda p: (p.parent.name, int(p.name.partition("_")[2] or 1)))
     if real:  # validate --out: POLICY/real, and POLICY/real_2 ... with --repeats
-        return [_one(p, _meta(p / "meta.json", str(p)), str(p)) for p in real]
+        return [_one(p, read_object(p / "meta.json", str(p)), str(p)) for p in real]
     raise ValueError(f"{d}: not a batchlab run (no meta.json, nor POLICY/real/meta.json of validate)")
 
 

@@ -7,7 +7,6 @@ the file and what is missing."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +14,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from calibration.served_runs import read_object, read_runs
 from core.config import SchedulerConfig
 from core.workload import Workload, WorkloadConfig, build_workload
-from experiments.errors import UserError
+from experiments.errors import UserError, describe_validation_error
 
 
 @dataclass
@@ -37,45 +37,32 @@ class StoredCell:
     reals: list[StoredRun]
 
 
-def _json(path: Path) -> dict:
+def _object(path: Path, where: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a JSON object")
-    return data
+        return read_object(path, str(where))
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def _workload(directory: Path) -> Workload:
     path = directory / "config.json"
     if not path.is_file():
         raise UserError(f"{directory}: no config.json; expected what batchlab validate --out wrote")
-    config = _json(path).get("workload")
+    config = _object(path, directory).get("workload")
     if not isinstance(config, dict):
         raise UserError(f"{path}: no workload table; expected what batchlab validate --out wrote")
     try:
         return build_workload(WorkloadConfig(**config))
     except ValidationError as e:
-        err = e.errors()[0]
-        raise UserError(f"{path}: workload.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        raise UserError(describe_validation_error(e, f"{path}: workload")) from None
 
 
-def _run(d: Path) -> StoredRun:
-    from calibration.served_runs import read_steps
-
-    meta = _json(d / "meta.json")
-    if meta.get("world") != "real":
-        raise UserError(f"{d}/meta.json: not a real run (world {meta.get('world')!r})")
-    try:
-        steps = read_steps(d / "steps.csv", str(d))
-    except ValueError as e:
-        raise UserError(str(e)) from None
+def _stored(run) -> StoredRun:
+    """A served run (calibration/served_runs.py) with the summary stored beside it."""
+    d = Path(run.where)
     # JSON keeps an undefined statistic (TPOT of one-token replies) as null
-    summary = {k: math.nan if v is None else v for k, v in _json(d / "summary.json").items()}
-    return StoredRun(d, meta, summary, steps)
+    summary = {k: math.nan if v is None else v for k, v in _object(d / "summary.json", d).items()}
+    return StoredRun(d, run.meta, summary, run.steps)
 
 
 def _lengths(path: Path) -> tuple[list[int], list[int]]:
@@ -96,18 +83,26 @@ def _scheduler(run: StoredRun) -> SchedulerConfig:
     try:
         sched = SchedulerConfig(**settings)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise UserError(f"{run.where}/meta.json: scheduler.{'.'.join(map(str, err['loc']))}: "
-                        f"{err['msg']}") from None
+        raise UserError(describe_validation_error(e, f"{run.where}/meta.json: scheduler")) from None
     return sched.model_copy(update={"num_kv_blocks": int(run.meta["num_kv_blocks"]),
                                     "block_size": int(run.meta["block_size"])})
 
 
-def _policy_dirs(d: Path) -> list[Path]:
-    """The folders holding a real run, in the order validate ran them (comparison.json's)."""
-    found = sorted(p for p in d.iterdir() if (p / "real" / "meta.json").is_file())
-    ran = list(_json(d / "comparison.json")) if (d / "comparison.json").is_file() else []
-    return sorted(found, key=lambda p: ran.index(p.name) if p.name in ran else len(ran))
+def _by_policy(d: Path) -> dict[Path, list[StoredRun]]:
+    """The real runs of each policy folder (real, real_2, ...), policies in the order
+    validate ran them (comparison.json's)."""
+    if not any(d.glob("*/real/meta.json")):
+        raise UserError(f"{d}: no POLICY/real/meta.json; expected what batchlab validate --out wrote")
+    try:
+        runs = read_runs(d)  # POLICY/real* of validate, each a real run with its steps
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    groups: dict[Path, list[StoredRun]] = {}
+    for r in runs:
+        run = _stored(r)
+        groups.setdefault(run.where.parent, []).append(run)
+    ran = list(_object(d / "comparison.json", d)) if (d / "comparison.json").is_file() else []
+    return dict(sorted(groups.items(), key=lambda g: ran.index(g[0].name) if g[0].name in ran else len(ran)))
 
 
 def read_cells(directory: str | Path) -> list[StoredCell]:
@@ -117,16 +112,11 @@ def read_cells(directory: str | Path) -> list[StoredCell]:
         raise UserError(f"{d}: not a directory")
     workload = _workload(d)
     cells = []
-    for policy_dir in _policy_dirs(d):
-        names = ["real"] + sorted((p.name for p in policy_dir.glob("real_*") if p.is_dir()),
-                                  key=lambda n: int(n.split("_")[1]) if n.split("_")[1].isdigit() else 0)
-        reals = [_run(policy_dir / n) for n in names]
+    for policy_dir, reals in _by_policy(d).items():
         prompts, outputs = _lengths(policy_dir / "real" / "requests.csv")
         if (prompts, outputs) != ([int(x) for x in workload.prompt_len],
                                   [int(x) for x in workload.output_len]):
             raise UserError(f"{d}/config.json: its workload does not rebuild the requests "
                             f"{policy_dir.name}/real served (a trace file changed?)")
         cells.append(StoredCell(policy_dir, workload, _scheduler(reals[0]), reals))
-    if not cells:
-        raise UserError(f"{d}: no POLICY/real/meta.json; expected what batchlab validate --out wrote")
     return cells
