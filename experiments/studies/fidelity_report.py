@@ -9,6 +9,7 @@ import math
 from experiments.markdown import Report, fmt
 from experiments.studies.common import command_line
 from experiments.studies.fidelity_plan import NAME
+from experiments.validation.repeats import faster, verdict_counts, within
 
 COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
@@ -64,36 +65,13 @@ def tests_table(rep: Report, cells: list[dict]) -> None:
     rep.table(heads, body)
 
 
-def totals(cells: list[dict], key: str) -> dict:
-    out = {"ok": 0, "miss": 0, "undecidable": 0, "overloaded": 0}
-    for c in cells:
-        for k, v in c[key].items():
-            out[k] += v
-    return out
-
-
-def bias(cells: list[dict], field: str = "error") -> tuple[int, int]:
-    """(latency numbers the simulation predicts faster, judged latency numbers of stable
-    runs), by `field` (raw or normalised error)."""
-    errs = [m[field] for c in cells for m in c["metrics"]
-            if m["target"] is not None and m["key"].endswith("_ms") and not m["overloaded"]
-            and math.isfinite(m[field])]
-    return sum(e < 0 for e in errs), len(errs)
-
-
-def within(cells: list[dict], field: str, verdict: str) -> tuple[int, int]:
-    """Judged numbers (stable runs) within target, of all judged ones, by `field`."""
-    judged = [m for c in cells for m in c["metrics"]
-              if m["target"] is not None and m[verdict] != "overloaded" and math.isfinite(m[field])]
-    return sum(abs(m[field]) <= m["target"] for m in judged), len(judged)
-
-
 def summary_para(cells: list[dict]) -> str:
-    raw, norm = totals(cells, "counts"), totals(cells, "counts_normalised")
-    fast, lat = bias(cells)
-    fast_norm, lat_norm = bias(cells, "error_normalised")
-    w_raw, n_raw = within(cells, "error", "verdict")
-    w_norm, n_norm = within(cells, "error_normalised", "verdict_normalised")
+    rows = [m for c in cells for m in c["metrics"]]
+    raw, norm = verdict_counts(rows), verdict_counts(rows, "verdict_normalised")
+    fast, lat = faster(rows, "error")
+    fast_norm, lat_norm = faster(rows, "error_normalised")
+    w_raw, n_raw = within(rows, "error", "verdict")
+    w_norm, n_norm = within(rows, "error_normalised", "verdict_normalised")
     undecided = sorted({u for c in cells for u in c["undecidable"]})
 
     def line(t: dict) -> str:

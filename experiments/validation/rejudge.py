@@ -16,13 +16,10 @@ from core.machine_speed import machine_speed
 from experiments.run_labels import stability
 from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
 from experiments.validation.pair import run_sim
-from experiments.validation.repeats import summary_rows
+from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
 from experiments.validation.stored import StoredCell
 from experiments.validation.text import pct
 from experiments.validation.variants import normalised_cost
-
-LATENCY_SUFFIX = "_ms"
-
 
 def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: str) -> dict:
     """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
@@ -44,23 +41,15 @@ def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: st
 
 
 def totals(cells: list[dict]) -> dict:
-    """Over the cells' judged numbers: within target raw and normalised (of judged, not
-    overloaded), the verdicts, and how many latency numbers the simulation predicts faster."""
-    judged = [m for c in cells for m in c["metrics"] if m["target"] is not None]
-    stable = [m for m in judged if not m["overloaded"]]
-    latency = [m for m in stable if m["key"].endswith(LATENCY_SUFFIX)]
-
-    def within(field: str) -> int:
-        return sum(math.isfinite(m[field]) and abs(m[field]) <= m["target"] for m in stable)
-
-    def faster(field: str) -> int:
-        return sum(math.isfinite(m[field]) and m[field] < 0 for m in latency)
-    return {"judged": len(stable), "within": within("error"), "within_normalised": within("error_normalised"),
-            "latency": len(latency), "faster": faster("error"), "faster_normalised": faster("error_normalised"),
-            "verdicts": {v: sum(m["verdict"] == v for m in judged)
-                         for v in ("ok", "miss", "undecidable", "overloaded")},
-            "verdicts_normalised": {v: sum(m["verdict_normalised"] == v for m in judged)
-                                    for v in ("ok", "miss", "undecidable", "overloaded")}}
+    """Over the cells' metric rows, as the fidelity study's report counts them: within
+    target raw and normalised, how many latency numbers the simulation predicts faster,
+    and the verdicts."""
+    rows = [m for c in cells for m in c["metrics"]]
+    (w, n), (wn, nn) = within(rows, "error", "verdict"), within(rows, "error_normalised", "verdict_normalised")
+    (f, lat), (fn, latn) = faster(rows, "error"), faster(rows, "error_normalised")
+    return {"within": w, "judged": n, "within_normalised": wn, "judged_normalised": nn,
+            "faster": f, "latency": lat, "faster_normalised": fn, "latency_normalised": latn,
+            "verdicts": verdict_counts(rows), "verdicts_normalised": verdict_counts(rows, "verdict_normalised")}
 
 
 def _fmt(x: float) -> str:
@@ -85,8 +74,9 @@ def render_cell(c: dict) -> str:
 def render_totals(t: dict, cells: int, dirs: int) -> str:
     v, vn = t["verdicts"], t["verdicts_normalised"]
     return (f"over {cells} policies of {dirs} stored validation(s): within target raw {t['within']}/{t['judged']}, "
-            f"normalised {t['within_normalised']}/{t['judged']}; the simulation faster in {t['faster']} "
-            f"of {t['latency']} latency numbers (normalised {t['faster_normalised']}); verdicts raw "
+            f"normalised {t['within_normalised']}/{t['judged_normalised']}; the simulation faster in "
+            f"{t['faster']} of {t['latency']} latency numbers (normalised {t['faster_normalised']} of "
+            f"{t['latency_normalised']}); verdicts raw "
             f"{v['ok']} ok, {v['miss']} miss, {v['undecidable']} undecidable, {v['overloaded']} overloaded; "
             f"normalised {vn['ok']} ok, {vn['miss']} miss (targets: "
             + ", ".join(f"{k} {t * 100:g}%" for k, t in STAT_TARGET.items())

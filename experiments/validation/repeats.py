@@ -73,6 +73,32 @@ def summary_rows(real_sums: list[dict], sim_sum: dict, norm_sums: list[dict],
     return rows
 
 
+VERDICTS = ("ok", "miss", "undecidable", "overloaded")
+LATENCY_SUFFIX = "_ms"  # the summary keys of latency statistics
+
+
+def verdict_counts(rows: list[dict], verdict: str = "verdict") -> dict[str, int]:
+    """How many judged metric rows (those with a target) got each verdict."""
+    judged = [m for m in rows if m["target"] is not None]
+    return {v: sum(m[verdict] == v for m in judged) for v in VERDICTS}
+
+
+def within(rows: list[dict], field: str, verdict: str) -> tuple[int, int]:
+    """(rows within target by `field`, judged rows of stable runs with a finite `field`),
+    whatever the noise floor says."""
+    judged = [m for m in rows
+              if m["target"] is not None and m[verdict] != "overloaded" and math.isfinite(m[field])]
+    return sum(abs(m[field]) <= m["target"] for m in judged), len(judged)
+
+
+def faster(rows: list[dict], field: str) -> tuple[int, int]:
+    """(latency rows the simulation predicts faster by `field`, judged latency rows of
+    stable runs with a finite `field`): the one-sided count."""
+    errs = [m[field] for m in rows if m["target"] is not None and m["key"].endswith(LATENCY_SUFFIX)
+            and not m["overloaded"] and math.isfinite(m[field])]
+    return sum(e < 0 for e in errs), len(errs)
+
+
 def _label(m: dict) -> str:
     return m["metric"] if m["stat"] == "value" else f"{m['metric']} {m['stat']}"
 
@@ -114,8 +140,6 @@ def analyse(reals: list[Run], sim: Run, normalised: list[Run]) -> dict:
             "stability": {"real": [(r.result.meta.get("stability") or {}).get("verdict") for r in reals],
                           "sim": (sim.result.meta.get("stability") or {}).get("verdict")},
             "metrics": metrics, "distributions": dists,
-            "counts": {v: sum(m["verdict"] == v for m in judged)
-                       for v in ("ok", "miss", "undecidable", "overloaded")},
-            "counts_normalised": {v: sum(m["verdict_normalised"] == v for m in judged)
-                                  for v in ("ok", "miss", "undecidable", "overloaded")},
+            "counts": verdict_counts(metrics),
+            "counts_normalised": verdict_counts(metrics, "verdict_normalised"),
             "undecidable": undecidable}
