@@ -110,7 +110,7 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     out: dict = {"compute_method": COMPUTE_METHOD, "compute_factor": None, "compute_steps": 0}
     if not isinstance(cost, FittedCostModel):
         return {**out, "compute_why": "the profile's cost form does not separate FLOP terms"}
-    at_memory_speed = cost.scaled(bandwidth=1.0 / factor, overhead=factor)
+    at_memory_speed = at_speed(cost, factor)
     feats = features(steps, np.ones(len(steps["duration_s"]), bool))
     total = np.array([at_memory_speed.step_time(f) for f in feats], dtype=float)
     flops = np.array([at_memory_speed.parts(f)[1] for f in feats], dtype=float)
@@ -121,8 +121,9 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
         return {**out, "compute_steps": int(bound.sum()),
                 "compute_why": f"fewer than {MIN_STEPS} compute-bound steps (prefills of a few "
                                f"hundred tokens)"}
-    k = float((measured[bound] - memory[bound]).sum() / flops[bound].sum())
-    q1, med, q3 = np.percentile((measured[bound] - memory[bound]) / flops[bound], [25, 50, 75])
+    beyond_memory = measured[bound] - memory[bound]
+    k = float(beyond_memory.sum() / flops[bound].sum())
+    q1, med, q3 = np.percentile(beyond_memory / flops[bound], [25, 50, 75])
     return {**out, "compute_factor": round(k, 4), "compute_steps": int(bound.sum()),
             "compute_spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan}
 

@@ -154,18 +154,17 @@ def rejudge_stored(args: argparse.Namespace) -> int:
     check_stored(cells, profile, args.pr_path)
     cost, loop = profile.cost_model(), profile.loop_overhead()
     judged = [rejudge.rejudge(c, cost, loop, profile.describe()) for c in cells]
-    total = rejudge.totals(judged)
+    result = {"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
+              "totals": rejudge.totals(judged)}
     if args.format == "json":
-        print(to_json({"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
-                       "totals": total}))
+        print(to_json(result))
     else:
         for c in judged:
             print(rejudge.render_cell(c) + "\n")
-        print(rejudge.render_totals(total, len(judged), len(args.real)))
+        print(rejudge.render_totals(result["totals"], len(judged), len(args.real)))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "rejudged.json").write_text(to_json({"profile": profile_source.describe(args.pr_path, profile),
-                                                    "cells": judged, "totals": total}) + "\n")
+        (out / "rejudged.json").write_text(to_json(result) + "\n")
         print(f"results written to {out}/rejudged.json", file=sys.stderr)
     return 0
