@@ -16,7 +16,7 @@ from experiments.studies.common import Progress, pick
 from experiments.studies.fidelity_plan import (KV_MEMORY, MODEL, NAME, POLICIES, SEATS, SHAPES,
                                                SIZES, THREADS, scheduler, workload_config)
 from experiments.studies.registry import register
-from experiments.validation.repeats_text import speed_pair
+from experiments.validation.repeats_text import speeds
 
 
 def _cell(shape, policy: str, comp: dict) -> dict:
@@ -72,8 +72,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             progress(f"{shape.name:12s} {policy:10s} {c['ok']} ok, {c['miss']} miss, "
                      f"{c['undecidable']} undecidable, {c['overloaded']} overloaded; real runs "
                      f"{'/'.join(cells[-1]['stability']['real'])}, speed "
-                     + ", ".join(speed_pair(k, kc) for k, kc in zip(cells[-1]["machine_speed"],
-                                                                   cells[-1]["compute_speed"])))
+                     + speeds(cells[-1]["machine_speed"], cells[-1]["compute_speed"]))
     result = {"name": NAME, "size": size, "model": MODEL, "threads": THREADS, "seats": SEATS,
               "kv_memory": KV_MEMORY, "policies": POLICIES, "repeats": p["repeats"],
               "requests": p["requests"], "profile": info, "machine": rt.meta().get("cpu"),

@@ -10,6 +10,7 @@ from experiments.markdown import Report, fmt
 from experiments.studies.common import command_line
 from experiments.studies.fidelity_plan import NAME
 from experiments.validation.repeats import faster, verdict_counts, within
+from experiments.validation.repeats_text import speeds
 
 COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
@@ -98,8 +99,7 @@ def conditions_table(rep: Report, cells: list[dict]) -> None:
                "CPU share (1st run)",
                "others' CPUs", "step APE p50", "step time total", "real wall (s)"],
               [[c["workload"], c["policy"], "/".join(c["stability"]["real"]), c["stability"]["sim"],
-                ", ".join("/".join(fmt(x, "{:.2f}") for x in pair) for pair in
-                          zip(c["machine_speed"], c.get("compute_speed") or [None] * len(c["machine_speed"]))),
+                speeds(c["machine_speed"], c.get("compute_speed"), 2),
                 fmt(c["cpu_share"], "{:.2f}"),
                 fmt(c["others_cpu"], "{:.2f}"), fmt(c["step_ape_all"] * 100, "{:.1f}%"),
                 fmt(c["step_total_error"] * 100, "{:+.1f}%"), fmt(c["real_wall_s"], "{:.1f}")]

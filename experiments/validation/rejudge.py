@@ -8,8 +8,6 @@ not keep (which request ran in which step, every inter-token gap) is not re-judg
 step matching, no distribution tests."""
 from __future__ import annotations
 
-import math
-
 from core.cost import CostModel
 from core.loop_time import Overhead, with_loop
 from core.machine_speed import machine_speed
@@ -17,6 +15,7 @@ from experiments.run_labels import stability
 from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
 from experiments.validation.pair import run_sim
 from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
+from experiments.validation.repeats_text import speeds
 from experiments.validation.stored import StoredCell
 from experiments.validation.text import pct
 from experiments.validation.variants import normalised_cost
@@ -52,14 +51,11 @@ def totals(cells: list[dict]) -> dict:
             "verdicts": verdict_counts(rows), "verdicts_normalised": verdict_counts(rows, "verdict_normalised")}
 
 
-def _fmt(x: float) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
-
-
 def render_cell(c: dict) -> str:
-    speeds = ", ".join(f"{_fmt(s['factor'])}/{_fmt(s['compute_factor'])}" for s in c["machine_speed"])
+    ms = c["machine_speed"]
+    per_run = speeds([s["factor"] for s in ms], [s["compute_factor"] for s in ms], 2)
     lines = [f"[{c['policy']}] {c['where']}: {c['runs']} real run(s) ({', '.join(map(str, c['stability']['real']))}; "
-             f"sim {c['stability']['sim']}); machine speed (memory/compute) per run: {speeds}",
+             f"sim {c['stability']['sim']}); machine speed (memory/compute) per run: {per_run}",
              f"{'metric':<22}{'real (median)':>14}{'spread':>9}{'sim':>11}{'error':>9}{'normalised':>12}  verdict"]
     for m in c["metrics"]:
         if m["target"] is None:

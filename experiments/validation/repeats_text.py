@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from experiments.markdown import fmt
 from experiments.validation.text import num, pct
 
 
@@ -54,19 +55,21 @@ def distributions_block(rep: dict) -> str:
     return _table(header, rows, left=1)
 
 
-def speed_pair(memory: float | None, compute: float | None) -> str:
-    """A run's measured machine speed, memory side / compute side."""
-    return "/".join("-" if k is None else f"{k:.3f}" for k in (memory, compute))
+def speeds(memory: list[float | None], compute: list[float | None] | None, digits: int = 3) -> str:
+    """Each run's measured machine speed, memory side / compute side ('-': not
+    measured; no compute list: records from before the compute side was measured)."""
+    spec = f"{{:.{digits}f}}"
+    pairs = zip(memory, compute or [None] * len(memory))
+    return ", ".join(f"{fmt(k, spec)}/{fmt(c, spec)}" for k, c in pairs)
 
 
 def summary_lines(rep: dict) -> list[str]:
     c, cn = rep["counts"], rep["counts_normalised"]
-    speeds = ", ".join(speed_pair(k, c) for k, c in
-                       zip(rep["machine_speed"], rep.get("compute_speed") or [None] * rep["runs"]))
+    per_run = speeds(rep["machine_speed"], rep.get("compute_speed"))
     st = rep["stability"]
     lines = [f"{rep['runs']} real runs ({', '.join(st['real'])}; sim {st['sim']}); machine speed "
              f"(step time / profile price: steady decode steps / compute-bound steps' FLOP terms) per "
-             f"run: {speeds}",
+             f"run: {per_run}",
              f"judged numbers, raw: {c['ok']} ok, {c['miss']} miss, {c['undecidable']} undecidable, "
              f"{c['overloaded']} overloaded; normalised: {cn['ok']} ok, {cn['miss']} miss, "
              f"{cn['undecidable']} undecidable"]
