@@ -39,9 +39,9 @@ import numpy as np
 
 from core.batch import FEATURE_NAMES, StepFeatures
 from core.cost import CostModel
+from core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
 from core.fitted_cost import FittedCostModel
 
-IDLE_GAP_S = 0.002  # a step starting this long after the previous one ended woke from idle
 MIN_STEPS = 8  # fewer steady steps than this: fall back to every decode-only step
 CONTENDED = 2.0  # a step over this many times its price had its core taken (not counted)
 METHOD = "total measured / total profile price over uncontended steady decode steps"

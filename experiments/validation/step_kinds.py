@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from core.cost import CostModel
-from core.machine_speed import IDLE_GAP_S, price
+from core.features import IDLE_GAP_S
+from core.machine_speed import price
 from experiments.validation.variants import at_speed
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)

@@ -16,6 +16,7 @@ import numpy as np
 
 from core.batch import FEATURE_NAMES, Batch, StepFeatures
 from core.cost import CostModel
+from core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
 
 Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
 
@@ -76,9 +77,6 @@ def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, flo
     return {"steps": n, "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90)),
             "total_error": float(predicted.sum() - total) / total if total > 0 else math.nan,
             "median_ratio": float(np.median(measured[ok] / predicted[ok]))}
-
-
-IDLE_GAP_S = 0.002  # a step that starts this long after the previous one ended woke from idle
 
 
 def after_idle(steps: dict[str, np.ndarray]) -> np.ndarray:
