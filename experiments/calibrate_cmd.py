@@ -13,6 +13,7 @@ from pathlib import Path
 from core.checks import MAX_TOKENS, parse_memory
 from core.profile import ProfileError, load_profile
 from experiments.errors import UserError, warn
+from experiments.output import profile_out_path
 
 GRIDS = ("default", "quick")
 
@@ -48,19 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def out_path(args: argparse.Namespace, default: str | None = None) -> Path:
-    """--out, or `default` (MODEL-DEVICE.json); a one-line error where it cannot go."""
-    if args.out:
-        out = Path(args.out)
-    else:
-        out = Path(default or f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
-    if not out.parent.is_dir():
-        raise UserError(f"--out {out}: directory {out.parent} does not exist")
-    if out.is_dir():
-        raise UserError(f"--out {out}: is a directory; give a file name")
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     if args.from_run:
         from experiments.calibrate_from_run import run_from_runs
@@ -84,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             parse_memory(args.kv_memory)
         except ValueError as e:
             raise UserError(f"--kv-memory: {e}") from None
-    out = out_path(args)
+    out = profile_out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:
         profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,

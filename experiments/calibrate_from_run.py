@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from core.profile import ProfileError, load_profile
-from experiments.calibrate_cmd import out_path
+from experiments.output import profile_out_path
 from experiments.errors import UserError
 
 KINDS = ("all", "decode", "prefill", "small_chunk", "mixed", "after_prefill", "after_idle")
@@ -43,7 +43,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
     from calibration.from_run import from_runs
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
-    out = out_path(args) if args.out else None  # checked before any work
+    out = profile_out_path(args) if args.out else None  # checked before any work
     profile = None
     if args.profile:
         try:
@@ -56,7 +56,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
     if out is None:
         model = result.profile.model_source or result.profile.model.name
-        out = out_path(args, f"{Path(model.rstrip('/')).name}-served.json")
+        out = profile_out_path(args, f"{Path(model.rstrip('/')).name}-served.json")
     result.profile.save(out)
     if args.format == "json":
         print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,

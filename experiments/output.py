@@ -2,6 +2,7 @@
 keyed by policy, rewritten after each policy so an interrupt keeps what finished."""
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
@@ -124,3 +125,17 @@ def remove_earlier_results(out: Path) -> None:
             folder.rmdir()
         except OSError:
             pass  # absent, or holds files of someone else's: left as it is
+
+
+def profile_out_path(args: argparse.Namespace, default: str | None = None) -> Path:
+    """Where `calibrate` writes its profile: --out, or `default` (MODEL-DEVICE.json); a
+    one-line error where it cannot go."""
+    if args.out:
+        out = Path(args.out)
+    else:
+        out = Path(default or f"{Path(args.model.rstrip('/')).name}-{args.device.replace(':', '')}.json")
+    if not out.parent.is_dir():
+        raise UserError(f"--out {out}: directory {out.parent} does not exist")
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory; give a file name")
+    return out

@@ -134,13 +134,13 @@ def check_stored(cells: list, profile, where: str) -> None:
 
 def rejudge_stored(args: argparse.Namespace) -> int:
     """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
-    from experiments.cli import build_parser
     from experiments.validation import rejudge, stored
 
-    parser = build_parser()
+    parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags
+    subparsers = parser.add_subparsers(dest="command")
+    add_parser(subparsers)
     defaults = vars(parser.parse_args(["validate"]))
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["validate"]
-    flag = {a.dest: a.option_strings[0] for a in sub._actions if a.option_strings}
+    flag = {a.dest: a.option_strings[0] for a in subparsers.choices["validate"]._actions if a.option_strings}
     given = sorted(flag.get(k, k) for k, v in vars(args).items() if k not in WITH_REAL and v != defaults.get(k))
     if given:
         raise UserError(f"{', '.join(given)}: not with --real (the stored runs say what was served, "

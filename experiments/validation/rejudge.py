@@ -17,7 +17,7 @@ from experiments.validation.pair import run_sim
 from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
 from experiments.validation.repeats_text import speeds
 from experiments.validation.stored import StoredCell
-from experiments.validation.text import pct
+from experiments.validation.numbers import pct
 from experiments.validation.variants import normalised_cost
 
 def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from experiments.markdown import fmt
-from experiments.validation.text import num, pct
+from experiments.validation.numbers import num, pct
 
 
 def _table(header: list[str], rows: list[list[str]], left: int = 2) -> str:

@@ -2,22 +2,10 @@
 overhead-corrected variant's error beside it), then what explains the difference."""
 from __future__ import annotations
 
-import math
-
 from experiments.validation.compare import target_legend
+from experiments.validation.numbers import num, pct
+from experiments.validation.repeats_text import render_repeats
 from experiments.validation.validate import HEADLINE
-
-
-def pct(x: float | None, signed: bool = True) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
-
-
-def num(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    return f"{x:,.2f}" if abs(x) < 100 else f"{x:,.0f}" if abs(x) >= 10000 else f"{x:,.1f}"
 
 
 def metrics_table(comp: dict) -> str:
@@ -112,6 +100,5 @@ def heading(comp: dict) -> str:
 def render(comp: dict) -> str:
     parts = [heading(comp), "", metrics_table(comp), "", *explanation(comp)]
     if comp.get("repeats"):
-        from experiments.validation.repeats_text import render_repeats
         parts += ["", render_repeats(comp["repeats"])]
     return "\n".join(parts)
