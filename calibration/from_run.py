@@ -38,19 +38,35 @@ class FromRunResult:
 
 def check_profile(runs: list[ServedRun], profile: Profile, where: str) -> None:
     """Runs of the profile's own model, device, thread count and dtype."""
-    dev = profile.device
     for r in runs:
-        m = r.meta
-        if m["model"] not in (profile.model.name, profile.model_source):
-            raise ValueError(f"{r.where}: model {m['model']!r}, but profile {where} is of "
-                             f"{profile.model_source or profile.model.name!r}")
-        if str(m["device"]).split(":")[0] != dev.kind:
-            raise ValueError(f"{r.where}: device {m['device']!r}, but profile {where} was measured on {dev.kind}")
-        if dev.kind == "cpu" and m["threads"] != dev.threads:
-            raise ValueError(f"{r.where}: {m['threads']} thread(s), but profile {where} was "
-                             f"measured with {dev.threads}")
-        if m["dtype"] != dev.dtype:
-            raise ValueError(f"{r.where}: dtype {m['dtype']}, but profile {where} is {dev.dtype}")
+        wrong = [model_mismatch(r, profile, where), *setting_mismatches(r, profile, where)]
+        if any(wrong):
+            raise ValueError(next(w for w in wrong if w))
+
+
+def model_mismatch(r: ServedRun, profile: Profile, where: str) -> str | None:
+    """The one-line error where run `r` served another model than the profile's."""
+    model = r.meta.get("model")
+    if model in (profile.model.name, profile.model_source):
+        return None
+    return (f"{r.where}: model {model!r}, but profile {where} is of "
+            f"{profile.model_source or profile.model.name!r}")
+
+
+def setting_mismatches(r: ServedRun, profile: Profile, where: str) -> list[str]:
+    """How run `r` was served otherwise than the profile measured: device, threads, dtype."""
+    m, dev = r.meta, profile.device
+    missing = [k for k in ("device", "threads", "dtype") if k not in m]
+    if missing:
+        return [f"{r.where}: meta.json records no {', '.join(missing)}; expected what batchlab run wrote"]
+    out = []
+    if str(m["device"]).split(":")[0] != dev.kind:
+        out.append(f"{r.where}: device {m['device']!r}, but profile {where} was measured on {dev.kind}")
+    elif dev.kind == "cpu" and m["threads"] != dev.threads:
+        out.append(f"{r.where}: {m['threads']} thread(s), but profile {where} was measured with {dev.threads}")
+    if m["dtype"] != dev.dtype:
+        out.append(f"{r.where}: dtype {m['dtype']}, but profile {where} is {dev.dtype}")
+    return out
 
 
 def _select(steps: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:

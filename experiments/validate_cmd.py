@@ -114,19 +114,15 @@ WITH_REAL = {"real", "pr_path", "format", "out", "no_progress", "func", "command
 def check_stored(cells: list, profile, where: str) -> None:
     """The stored runs served the profile's model (else an error); another device, thread
     count or dtype is a warning, as validate warns."""
-    from calibration.from_run import check_profile
+    from calibration.from_run import model_mismatch, setting_mismatches
 
     warned = set()
     for c in cells:
         for r in c.reals:
-            model = r.meta.get("model")
-            if model not in (profile.model.name, profile.model_source):
-                raise UserError(f"{r.where}: model {model!r}, but profile {where} is of "
-                                f"{profile.model_source or profile.model.name!r}")
-            try:
-                check_profile([r], profile, where)
-            except (ValueError, KeyError) as e:
-                why = str(e).split(": ", 1)[-1]
+            wrong = model_mismatch(r, profile, where)
+            if wrong:
+                raise UserError(wrong)
+            for why in (w.split(": ", 1)[-1] for w in setting_mismatches(r, profile, where)):
                 if why not in warned:
                     warned.add(why)
                     warn(f"{r.where} (and any other like it): {why}")
@@ -149,8 +145,8 @@ def rejudge_stored(args: argparse.Namespace) -> int:
         raise UserError("--real needs --profile FILE|NAME: the profile to judge on the stored runs")
     if args.out:
         check_out_dir(args.out)
+    profile = profile_source.load(args.pr_path)  # a broken profile is the cheaper error to report
     cells = [c for d in args.real for c in stored.read_cells(d)]
-    profile = profile_source.load(args.pr_path)
     check_stored(cells, profile, args.pr_path)
     cost, loop = profile.cost_model(), profile.loop_overhead()
     judged = [rejudge.rejudge(c, cost, loop, profile.describe()) for c in cells]

@@ -101,3 +101,20 @@ def test_broken_stores_are_one_line_errors(validated, profile_file, tmp_path):
     (broken / "chunked" / "real" / "steps.csv").write_text("start_s,duration_s\n1,x\n")
     code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
     assert code == 2 and "steps.csv" in err and err.strip().count("\n") == 0, err
+
+
+def test_other_settings_warn_once_and_a_broken_profile_is_reported_first(validated, profile_file, tmp_path):
+    out, _ = validated
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    for meta in other.glob("*/real/meta.json"):
+        m = json.loads(meta.read_text())
+        meta.write_text(json.dumps({**m, "threads": m["threads"] + 1}))
+    code, _, err = cli(["validate", "--real", str(other), "--profile", str(profile_file), "--format", "json"])
+    warnings = [line for line in err.splitlines() if "thread(s), but profile" in line]
+    assert code == 0 and len(warnings) == 1 and "warning" in warnings[0]  # one warning for both runs
+    (other / "config.json").unlink()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = cli(["validate", "--real", str(other), "--profile", str(bad)])
+    assert code == 2 and "bad.json" in err and "config.json" not in err and err.strip().count("\n") == 0

@@ -13,12 +13,13 @@ from core.loop_time import Overhead, with_loop
 from core.machine_speed import machine_speed
 from experiments.run_labels import stability
 from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
+from experiments.validation.numbers import pct
 from experiments.validation.pair import run_sim
 from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
 from experiments.validation.repeats_text import speeds
 from experiments.validation.stored import StoredCell
-from experiments.validation.numbers import pct
 from experiments.validation.variants import normalised_cost
+
 
 def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: str) -> dict:
     """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
