@@ -13,7 +13,7 @@ from experiments.studies import STUDIES, Study, get_study
 from experiments.studies.common import RowLog, preset
 from experiments.studies.seats import SeatTracker
 from experiments.studies.slo_search import max_rate
-from experiments.studies.static_vs_continuous import one_long_per_group
+from experiments.studies.static_vs_continuous_setup import one_long_per_group
 from sim import simulate
 
 

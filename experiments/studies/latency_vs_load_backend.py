@@ -19,9 +19,9 @@ from experiments.markdown import Report, fmt
 from experiments.studies.common import Progress, RowLog, command_line, pick
 from experiments.studies.common_backend import (MODEL, decode_step_ms, machine, serve, slowdown,
                                                 speed_reference)
-from experiments.studies.latency_vs_load import (COLUMNS as SIM_COLUMNS, NAME, POLICIES, SEED,
-                                                 _binding, _cdf_rate, _meets, _plots, bracket)
-from experiments.studies.latency_vs_load import _rate_text as _sim_rate_text
+from experiments.studies.latency_vs_load_setup import (COLUMNS as SIM_COLUMNS, NAME, POLICIES, SEED,
+                                                       binding, bracket, cdf_rate, meets, sweep_plots)
+from experiments.studies.latency_vs_load_setup import rate_text as _sim_rate_text
 from experiments.studies.slo_search import max_rate
 
 SEATS, BLOCK = 8, 16
@@ -71,7 +71,7 @@ class Runner:
             s = res.summary(SLO_CPU)
             slow = slowdown(res.steps, self.reference)
             row = self.log.add({"policy": policy, "rate": rate, **{k: s[k] for k in COLUMNS if k in s},
-                                "meets_slo": _meets(s, self.n, SLO_CPU), "search": search,
+                                "meets_slo": meets(s, self.n, SLO_CPU), "search": search,
                                 "decode_step_ms": decode_step_ms(res.steps), "slowdown": slow,
                                 "busy": slow > BUSY, "run_s": res.meta["wall_s"]})
             if not row["busy"] or attempt:
@@ -100,7 +100,7 @@ def run(out_dir: Path, size: str, progress: Progress) -> dict:
             lo, hi = bracket(sweep[policy])
             limits[policy] = _search(runner, policy, lo, hi, p["search_evals"], log)
     title = f"{MODEL} on the CPU backend, {SEATS} seats, reduced chat mix"
-    files = ["backend_sweep.csv", *_plots(out_dir, sweep, limits, runner.samples, SLO_CPU, title,
+    files = ["backend_sweep.csv", *sweep_plots(out_dir, sweep, limits, runner.samples, SLO_CPU, title,
                                           prefix="backend_")]
     return {"size": size, "model": MODEL, "machine": machine(), "seats": SEATS,
             "requests": p["requests"], "workload": workload(p["requests"], 1.0).describe()
@@ -124,7 +124,7 @@ def _search(runner: Runner, policy: str, lo: float, hi: float | None, evals: int
         lo, hi = found.rate, found.failing
     failing = [r for r in log.rows if r["policy"] == policy and r["rate"] == hi]
     return {"max_rate": lo, "failing_rate": hi, "evaluations": len(found.evaluations) if found else 0,
-            "binding": _binding(failing[-1], SLO_CPU) if failing else ""}
+            "binding": binding(failing[-1], SLO_CPU) if failing else ""}
 
 
 def _rate_text(v: dict) -> str:
@@ -230,5 +230,5 @@ def report_section(rep: Report, b: dict, study: dict) -> None:
              "without a backlog). Search runs are in `backend_sweep.csv` (search = True).")
     rep.image("backend_latency_vs_load.png", "real backend: TTFT and TPOT p50/p99 vs request rate")
     rep.image("backend_throughput_vs_load.png", "real backend: throughput and goodput vs offered rate")
-    rep.para(f"Latency CDFs at {_cdf_rate(sweep):g} req/s, the highest swept rate continuous sustains:")
+    rep.para(f"Latency CDFs at {cdf_rate(sweep):g} req/s, the highest swept rate continuous sustains:")
     rep.image("backend_latency_cdf.png", "real backend: TTFT and TPOT CDFs")

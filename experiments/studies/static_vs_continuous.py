@@ -9,50 +9,23 @@ import numpy as np
 
 from core.config import SchedulerConfig
 from core.summary import per_request_latencies
-from core.workload import Workload
 from experiments import plots
 from experiments.markdown import Report, fmt
 from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
 from experiments.studies.registry import register
 from experiments.studies.seats import SeatTracker
+from experiments.studies.static_vs_continuous_setup import (HARDWARE, LONG, MODEL, NAME, POLICIES,
+                                                            one_long_per_group, static_expectation)
 from sim import simulate
 
-NAME = "static-vs-continuous"
-POLICIES = ("static", "continuous", "chunked")
 PARAMS = {
     "full": dict(requests=512, users=32, seats=8, timeline_steps=700),
     "small": dict(requests=128, users=32, seats=8, timeline_steps=300),
 }
-SHORT, LONG, PROMPT = (12, 40), (480, 520), (64, 192)
-MODEL, HARDWARE, SEED = "llama-3-8b", "a100-80gb", 0
 COLUMNS = ("policy", "slot_utilization", "time_weighted_utilization", "seat_occupancy",
            "output_throughput", "request_throughput", "median_queueing_delay_ms",
            "p99_queueing_delay_ms", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
            "median_e2el_ms", "num_steps", "completed")
-
-
-def one_long_per_group(n: int, seats: int, users: int, seed: int = SEED,
-                       long: tuple[int, int] = LONG, prompt_len: tuple[int, int] = PROMPT) -> Workload:
-    """n requests; in every consecutive group of `seats`, exactly one long reply at a
-    random place, the others short. Closed loop: `users` requests in flight."""
-    rng = np.random.default_rng(seed)
-    out = rng.integers(SHORT[0], SHORT[1] + 1, n)
-    groups = n // seats
-    where = seats * np.arange(groups) + rng.integers(0, seats, groups)
-    out[where] = rng.integers(long[0], long[1] + 1, groups)
-    prompt = rng.integers(prompt_len[0], prompt_len[1] + 1, n)
-    desc = [f"{n} requests, replies {SHORT[0]}-{SHORT[1]} tokens except one of "
-            f"{long[0]}-{long[1]} in every {seats}, prompts {prompt_len[0]}-{prompt_len[1]} "
-            f"tokens, seed {seed}",
-            f"closed loop: {users} users, each sends its next request when its reply ends"]
-    return Workload(np.zeros(n), prompt, out, max_concurrency=users, description=desc)
-
-
-def static_expectation(out_len: np.ndarray, seats: int) -> float:
-    """Static's step-averaged utilisation if batches are consecutive groups of `seats`:
-    a batch runs max(L) steps and its members fill sum(L) seat-steps."""
-    g = out_len[: len(out_len) // seats * seats].reshape(-1, seats)
-    return float(g.sum() / (seats * g.max(axis=1).sum()))
 
 
 @register(NAME, "claim 2: 8 seats, one ~500-token reply among short ones: slot utilisation, "

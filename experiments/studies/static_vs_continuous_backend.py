@@ -17,8 +17,8 @@ from experiments.markdown import Report, fmt
 from experiments.studies.common import Progress, RowLog, command_line, pick, preset
 from experiments.studies.common_backend import MODEL, decode_step_ms, machine, serve
 from experiments.studies.seats import SeatTracker
-from experiments.studies.static_vs_continuous import (HARDWARE, MODEL as SIM_MODEL, NAME, POLICIES,
-                                                      one_long_per_group, static_expectation)
+from experiments.studies.static_vs_continuous_setup import (HARDWARE, MODEL as SIM_MODEL, NAME, POLICIES,
+                                                            one_long_per_group, static_expectation)
 from sim import simulate
 
 # Short prompts: prefills stay cheap on the CPU, so the run is about seats, not prompts.

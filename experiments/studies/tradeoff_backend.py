@@ -11,8 +11,8 @@ from core.config import SchedulerConfig
 from experiments.markdown import Report, fmt
 from experiments.studies.common import Progress, RowLog, command_line, pick, preset
 from experiments.studies.common_backend import MODEL, machine, runtime, serve
-from experiments.studies.tradeoff import (COLUMNS as SIM_COLUMNS, HARDWARE, MODEL as SIM_MODEL, NAME,
-                                          _plot, closed_loop, landmarks, summarise)
+from experiments.studies.tradeoff_setup import (COLUMNS as SIM_COLUMNS, HARDWARE, MODEL as SIM_MODEL,
+                                                NAME, closed_loop, landmarks, plot, summarise)
 from sim import simulate
 
 PROMPT, OUTPUT, BLOCK = (32, 96), (32, 96), 16
@@ -62,7 +62,7 @@ def run(out_dir: Path, size: str, progress: Progress) -> dict:
             "tpot_limit_ms": limit_ms, "sweep": by_policy,
             "landmarks": {pol: _landmarks(rows, limit_ms) for pol, rows in by_policy.items()},
             "files": ["backend_sweep.csv",
-                      _plot(out_dir, by_policy, title, limit_ms, "backend_tradeoff.png")]}
+                      plot(out_dir, by_policy, title, limit_ms, "backend_tradeoff.png")]}
 
 
 def _landmarks(rows: list[dict], limit_ms: float) -> dict:
