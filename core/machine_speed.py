@@ -30,6 +30,12 @@ core) are left out, as calibration leaves them out. Re-simulating five study pas
 stored runs with their own profiles: 88-98 of 104 numbers within target, the simulation
 faster in 43-58 of 96 (medians: 85-93, faster in 58-76; the memory side alone: 45-79).
 
+A run's one factor is its mean level; on a shared VM the level also moves within a run
+(measured on batchlab-tiny: one decode shape 2.9-6.3 ms a step over 3 minutes in one
+process, in swings of 30-60 s). `drift` says how much: the same ratio over each
+DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor. A run whose
+level moved more than the targets cannot be judged at 5% by one factor, normalised or not.
+
 factor > 1: the machine ran slower than when the profile was measured."""
 from __future__ import annotations
 
@@ -46,6 +52,8 @@ MIN_STEPS = 8  # fewer steady steps than this: fall back to every decode-only st
 CONTENDED = 2.0  # a step over this many times its price had its core taken (not counted)
 METHOD = "total measured / total profile price over uncontended steady decode steps"
 COMPUTE_SHARE = 0.5  # a step whose FLOP terms are this share of its price is compute-bound
+DRIFT_WINDOW_S = 2.0  # the run's clock in windows this long, for the level within the run
+MIN_WINDOW_STEPS, MIN_WINDOWS = 30, 4  # a window's level from at least 30 steps; at least 4 windows
 COMPUTE_METHOD = ("over uncontended compute-bound steps: (total measured - their memory side at "
                   "the factor) / the price of their FLOP terms")
 
@@ -98,9 +106,25 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
     factor = float(measured[ok].sum() / predicted[ok].sum())
     ratio = measured[ok] / predicted[ok]
     q1, med, q3 = np.percentile(ratio, [25, 50, 75])
+    start = np.asarray(steps["start_s"], float)[mask][ok]
     return {**out, "factor": round(factor, 4), "steps": int(ok.sum()), "steps_used": used,
             "spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan,
+            **drift(start, measured[ok], predicted[ok], factor),
             **compute_speed(steps, cost, round(factor, 4))}
+
+
+def drift(start: np.ndarray, measured: np.ndarray, predicted: np.ndarray, factor: float) -> dict:
+    """{"drift", "drift_windows", "drift_range"}: how far the level moved within the run
+    (module docstring); drift None where the run has fewer than MIN_WINDOWS windows of
+    MIN_WINDOW_STEPS steps."""
+    window = np.floor((start - start.min()) / DRIFT_WINDOW_S).astype(np.int64) if start.size else start
+    levels = [measured[window == w].sum() / predicted[window == w].sum()
+              for w in np.unique(window) if (window == w).sum() >= MIN_WINDOW_STEPS]
+    if len(levels) < MIN_WINDOWS:
+        return {"drift": None, "drift_windows": len(levels)}
+    lo, hi = np.percentile(levels, [10, 90])
+    return {"drift": round(float(hi - lo) / factor, 4), "drift_windows": len(levels),
+            "drift_range": [round(float(lo), 4), round(float(hi), 4)]}
 
 
 def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) -> dict:

@@ -148,7 +148,8 @@ def labels_line(metas: dict[str, dict]) -> str:
             kc = ms.get("compute_factor")
             parts.append(f"{policy}: steady decode steps {k:.3f}"
                          + (f", compute-bound steps' FLOP terms {kc:.3f}," if kc is not None else "")
-                         + f" x the price of {ms['profile']}")
+                         + f" x the price of {ms['profile']}"
+                         + (f" (moving {ms['drift'] * 100:.0f}% within the run)" if ms.get("drift") else ""))
         elif probe:
             b, a = probe["before"], probe["after"]
             parts.append(f"{policy}: no profile of this setup; reference probe read "

@@ -86,3 +86,24 @@ def test_the_factor_is_the_mean_step_and_contended_steps_are_left_out():
     assert ms["factor"] == pytest.approx((price_steady * slow)[kept].sum() / price_steady[kept].sum(),
                                          rel=1e-4)
     assert ms["factor"] > 1.08
+
+
+def test_drift_within_a_run_is_measured_by_windows():
+    """The machine 30% slower from the middle of the run on: the factor is the mean level,
+    drift the p10-p90 of 2 s windows over it; a steady machine shows none."""
+    steps = served([16, 24] * 25)
+    base = table(steps, MODEL)
+    assert base["start_s"][-1] > 8  # enough 2 s windows
+    slow = np.where(np.arange(len(steps)) >= len(steps) // 2, 1.3, 1.0)
+    ms = machine_speed(table(steps, MODEL, slow), MODEL)
+    assert 1.1 < ms["factor"] < 1.2 and ms["drift_windows"] >= 4
+    lo, hi = ms["drift_range"]
+    assert lo == pytest.approx(1.0, abs=0.02) and hi == pytest.approx(1.3, abs=0.02)
+    assert ms["drift"] == pytest.approx((hi - lo) / ms["factor"], rel=1e-3)
+    steady = machine_speed(base, MODEL)
+    assert steady["drift"] == pytest.approx(0.0, abs=1e-9) and steady["drift_windows"] >= 4
+
+
+def test_a_short_run_has_no_drift_figure():
+    ms = machine_speed(table(served([16, 24]), MODEL), MODEL)
+    assert ms["factor"] is not None and ms["drift"] is None and ms["drift_windows"] < 4

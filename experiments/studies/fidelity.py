@@ -27,7 +27,7 @@ def _cell(shape, policy: str, comp: dict) -> dict:
             "distributions": rep["distributions"], "counts": rep["counts"],
             "counts_normalised": rep["counts_normalised"], "undecidable": rep["undecidable"],
             "stability": rep["stability"], "machine_speed": rep["machine_speed"],
-            "compute_speed": rep["compute_speed"],
+            "compute_speed": rep["compute_speed"], "speed_drift": rep.get("speed_drift"),
             "cpu_share": comp["real"].get("cpu_share"), "others_cpu": comp["real"].get("others_cpu"),
             "real_wall_s": comp["real"].get("wall_s"), "steps_real": comp["steps"]["real_steps"],
             "step_ape_all": de["all_real"]["median_ape"], "step_total_error": de["all_real"]["total_error"],

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from core.machine_speed import DRIFT_WINDOW_S
 from experiments.markdown import Report, fmt
 from experiments.studies.common import command_line
 from experiments.studies.fidelity_plan import NAME
@@ -15,6 +18,7 @@ from experiments.validation.repeats_text import speeds
 COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
 COLUMNS.append(("request_throughput", "thr."))
+DRIFT_NOTED = 0.10  # a run whose speed moved more than this within it is counted in the summary
 LEGEND = ("**bold**: over target (5% mean/p50/p90 and throughput, 10% p99); ~: undecidable "
           "(the real runs spread wider than the target); !: an overloaded run, not judged")
 
@@ -78,12 +82,25 @@ def summary_para(cells: list[dict]) -> str:
     def line(t: dict) -> str:
         return (f"{t['ok']} ok, {t['miss']} miss, {t['undecidable']} undecidable, "
                 f"{t['overloaded']} overloaded (not judged)")
-    return (f"Judged numbers (TTFT, TPOT, E2E at mean/p50/p90/p99, throughput), median error over "
-            f"the real runs: raw {line(raw)}; normalised {line(norm)}. Within target regardless of "
-            f"the noise floor: raw {w_raw}/{n_raw}, normalised {w_norm}/{n_norm}. The simulation "
-            f"predicts the faster run in {fast} of {lat} latency numbers of stable runs (normalised: "
-            f"{fast_norm} of {lat_norm}). Numbers this "
-            f"hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}.")
+    return (f"{drift_sentence(cells)}Judged numbers (TTFT, TPOT, E2E at mean/p50/p90/p99, "
+            f"throughput), median error over the real runs: raw {line(raw)}; normalised "
+            f"{line(norm)}. Within target regardless of the noise floor: raw {w_raw}/{n_raw}, "
+            f"normalised {w_norm}/{n_norm}. The simulation predicts the faster run in {fast} of "
+            f"{lat} latency numbers of stable runs (normalised: {fast_norm} of {lat_norm}). Numbers "
+            f"this hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}.")
+
+
+def drift_sentence(cells: list[dict]) -> str:
+    """How far the machine's speed moved within the real runs (core.machine_speed.drift):
+    what one factor per run cannot normalise."""
+    drifts = [d for c in cells for d in c.get("speed_drift") or [] if d is not None]
+    if not drifts:
+        return ""
+    big = sum(d > DRIFT_NOTED for d in drifts)
+    return (f"Within each real run the machine's speed moved by a median {np.median(drifts) * 100:.0f}% "
+            f"(p10-p90 of its steady decodes' level over {DRIFT_WINDOW_S:g} s windows, of the run's "
+            f"mean; {big} of {len(drifts)} runs measured moved more than {DRIFT_NOTED * 100:.0f}%): "
+            f"the normalised figures divide by one factor per run and keep that drift. ")
 
 
 def kinds_table(rep: Report, kinds: list[dict]) -> None:
@@ -96,10 +113,11 @@ def kinds_table(rep: Report, kinds: list[dict]) -> None:
 
 def conditions_table(rep: Report, cells: list[dict]) -> None:
     rep.table(["workload", "policy", "real runs", "sim", "machine speed per run (memory/compute)",
-               "CPU share (1st run)",
+               "its drift within each run", "CPU share (1st run)",
                "others' CPUs", "step APE p50", "step time total", "real wall (s)"],
               [[c["workload"], c["policy"], "/".join(c["stability"]["real"]), c["stability"]["sim"],
                 speeds(c["machine_speed"], c.get("compute_speed"), 2),
+                ", ".join("-" if d is None else f"{d * 100:.0f}%" for d in c.get("speed_drift") or []) or "-",
                 fmt(c["cpu_share"], "{:.2f}"),
                 fmt(c["others_cpu"], "{:.2f}"), fmt(c["step_ape_all"] * 100, "{:.1f}%"),
                 fmt(c["step_total_error"] * 100, "{:+.1f}%"), fmt(c["real_wall_s"], "{:.1f}")]

@@ -137,6 +137,7 @@ def analyse(reals: list[Run], sim: Run, normalised: list[Run]) -> dict:
             "machine_speed": [(r.result.meta.get("machine_speed") or {}).get("factor") for r in reals],
             "compute_speed": [(r.result.meta.get("machine_speed") or {}).get("compute_factor")
                               for r in reals],
+            "speed_drift": [(r.result.meta.get("machine_speed") or {}).get("drift") for r in reals],
             "stability": {"real": [(r.result.meta.get("stability") or {}).get("verdict") for r in reals],
                           "sim": (sim.result.meta.get("stability") or {}).get("verdict")},
             "metrics": metrics, "distributions": dists,

@@ -3,7 +3,7 @@ overhead-corrected variant's error beside it), then what explains the difference
 from __future__ import annotations
 
 from experiments.validation.compare import target_legend
-from experiments.validation.numbers import num, pct
+from experiments.validation.numbers import drift_text, num, pct
 from experiments.validation.repeats_text import render_repeats
 from experiments.validation.validate import HEADLINE
 
@@ -79,8 +79,8 @@ def explanation(comp: dict) -> list[str]:
                    f"the price" if kc is not None else
                    f"compute side not measured ({ms.get('compute_why', 'an older run')})")
         lines.append(f"machine speed (steady decode steps, {ms['steps']} of them): step time "
-                     f"{ms['factor']:.3f} x the profile's price; {compute}; `normalised` scales the "
-                     f"profile's memory side and FLOP terms by these")
+                     f"{ms['factor']:.3f} x the profile's price{drift_text(ms)}; {compute}; "
+                     f"`normalised` scales the profile's memory side and FLOP terms by these")
     else:
         lines.append(f"machine speed: not measured ({ms.get('why', 'no steady decode step')})")
     k = comp["speed_factor"]

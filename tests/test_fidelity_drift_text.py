@@ -1,0 +1,25 @@
+"""The fidelity report says how far the machine's speed moved within the real runs
+(core.machine_speed.drift), and validate's explanation gives each run's range."""
+from __future__ import annotations
+
+from experiments.studies.fidelity_report import drift_sentence
+from experiments.validation.numbers import drift_text
+
+
+def cell(drifts):
+    return {"speed_drift": drifts}
+
+
+def test_the_summary_counts_runs_that_drifted():
+    text = drift_sentence([cell([0.05, 0.3, None]), cell([0.2])])
+    assert "median 20%" in text and "2 of 3 runs measured moved more than 10%" in text
+
+
+def test_no_drift_measured_says_nothing():
+    assert drift_sentence([cell([None, None]), {"speed_drift": None}, {}]) == ""
+
+
+def test_validate_names_the_range_and_windows():
+    ms = {"drift": 0.25, "drift_windows": 7, "drift_range": [0.95, 1.2]}
+    assert drift_text(ms) == ", moving 0.95-1.20 within the run (p10-p90 of 7 windows of 2 s: 25% of the mean)"
+    assert drift_text({"drift": None, "drift_windows": 2}) == "" and drift_text({}) == ""
