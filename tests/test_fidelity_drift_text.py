@@ -23,3 +23,17 @@ def test_validate_names_the_range_and_windows():
     ms = {"drift": 0.25, "drift_windows": 7, "drift_range": [0.95, 1.2]}
     assert drift_text(ms) == ", moving 0.95-1.20 within the run (p10-p90 of 7 windows of 2 s: 25% of the mean)"
     assert drift_text({"drift": None, "drift_windows": 2}) == "" and drift_text({}) == ""
+
+
+def test_the_repeats_summary_and_the_conditions_column():
+    from experiments.validation.repeats_text import drifts, summary_lines
+
+    rep = {"runs": 2, "machine_speed": [1.0, 1.1], "compute_speed": [None, None], "speed_drift": [0.12, None],
+           "stability": {"real": ["stable", "stable"], "sim": "stable"}, "undecidable": [],
+           "counts": {"ok": 1, "miss": 0, "undecidable": 0, "overloaded": 0},
+           "counts_normalised": {"ok": 1, "miss": 0, "undecidable": 0, "overloaded": 0}}
+    assert summary_lines(rep)[0].endswith("; moving within each run by 12%, -")
+    assert "moving" not in summary_lines({**rep, "speed_drift": [None, None]})[0]
+
+    assert drifts([0.12, None, 0.3]) == "12%, -, 30%"
+    assert drifts([None, None]) == "" and drifts(None) == ""

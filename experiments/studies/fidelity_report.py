@@ -13,7 +13,7 @@ from experiments.markdown import Report, fmt
 from experiments.studies.common import command_line
 from experiments.studies.fidelity_plan import NAME
 from experiments.validation.repeats import faster, verdict_counts, within
-from experiments.validation.repeats_text import speeds
+from experiments.validation.repeats_text import drifts, speeds
 
 COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
@@ -117,7 +117,7 @@ def conditions_table(rep: Report, cells: list[dict]) -> None:
                "others' CPUs", "step APE p50", "step time total", "real wall (s)"],
               [[c["workload"], c["policy"], "/".join(c["stability"]["real"]), c["stability"]["sim"],
                 speeds(c["machine_speed"], c.get("compute_speed"), 2),
-                ", ".join("-" if d is None else f"{d * 100:.0f}%" for d in c.get("speed_drift") or []) or "-",
+                drifts(c.get("speed_drift")) or "-",
                 fmt(c["cpu_share"], "{:.2f}"),
                 fmt(c["others_cpu"], "{:.2f}"), fmt(c["step_ape_all"] * 100, "{:.1f}%"),
                 fmt(c["step_total_error"] * 100, "{:+.1f}%"), fmt(c["real_wall_s"], "{:.1f}")]

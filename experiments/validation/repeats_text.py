@@ -63,13 +63,22 @@ def speeds(memory: list[float | None], compute: list[float | None] | None, digit
     return ", ".join(f"{fmt(k, spec)}/{fmt(c, spec)}" for k, c in pairs)
 
 
+def drifts(values: list[float | None] | None) -> str:
+    """How far each run's level moved within it (core.machine_speed.drift): '12%, -, 30%';
+    '' where no run has the figure."""
+    if not values or all(d is None for d in values):
+        return ""
+    return ", ".join("-" if d is None else f"{d * 100:.0f}%" for d in values)
+
+
 def summary_lines(rep: dict) -> list[str]:
     c, cn = rep["counts"], rep["counts_normalised"]
     per_run = speeds(rep["machine_speed"], rep.get("compute_speed"))
+    moved = drifts(rep.get("speed_drift"))
     st = rep["stability"]
     lines = [f"{rep['runs']} real runs ({', '.join(st['real'])}; sim {st['sim']}); machine speed "
              f"(step time / profile price: steady decode steps / compute-bound steps' FLOP terms) per "
-             f"run: {per_run}",
+             f"run: {per_run}" + (f"; moving within each run by {moved}" if moved else ""),
              f"judged numbers, raw: {c['ok']} ok, {c['miss']} miss, {c['undecidable']} undecidable, "
              f"{c['overloaded']} overloaded; normalised: {cn['ok']} ok, {cn['miss']} miss, "
              f"{cn['undecidable']} undecidable"]
