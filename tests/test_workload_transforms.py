@@ -61,6 +61,13 @@ def test_length_scaling_rounds_and_keeps_one_token():
     assert w.prompt_len.tolist() == [1, 2, 500] and w.output_len.tolist() == [1, 1, 12]
 
 
+def test_a_denormal_length_scale_is_refused_not_overflowed():
+    """1e-320 divides every length to inf (and the hash block with it): a one-line error
+    naming the field, not an OverflowError from rounding the block."""
+    with pytest.raises(ValueError, match="length_scale .* makes a length of inf tokens"):
+        tf.scale_lengths(make([0, 0], [10, 20], [3, 4]), 1e-320)
+
+
 def test_clipping_cuts_prefix_hashes_in_proportion():
     w = make([0, 1], [1024, 300], [5, 900], hashes=[(1, 2), (3,)])
     c = tf.clip_lengths(w, max_prompt=512, max_output=100)

@@ -76,16 +76,17 @@ def scale_lengths(w: Workload, k: float) -> Workload:
     if not k > 0 or math.isinf(k):
         raise ValueError(f"length scale must be a finite number > 0, got {k:g}")
     def div(x: np.ndarray) -> np.ndarray:
-        y = np.maximum(1, np.rint(x / k))
+        with np.errstate(over="ignore", divide="ignore"):  # a tiny k: refused just below
+            y = np.maximum(1, np.rint(x / k))
         if len(y) and not y.max() <= MAX_TOKENS:  # checked while a float: int64 would wrap
             raise ValueError(f"workload length_scale {k:g} makes a length of {y.max():.3g} tokens; "
                              f"lengths must stay <= {MAX_TOKENS:,}")
         return y.astype(np.int64)
+    prompt, output = div(w.prompt_len), div(w.output_len)  # first: a tiny k is refused there
     block = max(1, round(w.hash_block_size / k))
     note = f"; prefix hash blocks {block} tokens" if w.prefix_hashes is not None else ""
     return w.replace(f"lengths / {k:g} (rounded, at least 1 token){note}",
-                     prompt_len=div(w.prompt_len), output_len=div(w.output_len),
-                     hash_block_size=block)
+                     prompt_len=prompt, output_len=output, hash_block_size=block)
 
 
 def clip_lengths(w: Workload, max_prompt: int | None = None, max_output: int | None = None
