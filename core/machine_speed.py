@@ -33,8 +33,9 @@ faster in 43-58 of 96 (medians: 85-93, faster in 58-76; the memory side alone: 4
 A run's one factor is its mean level; on a shared VM the level also moves within a run
 (measured on batchlab-tiny: one decode shape 2.9-6.3 ms a step over 3 minutes in one
 process, in swings of 30-60 s). `drift` says how much: the same ratio over each
-DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor. A run whose
-level moved more than the targets cannot be judged at 5% by one factor, normalised or not.
+DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
+window's level, which the normalised simulation follows on the memory side
+(experiments/validation/variants.py normalised_cost, core/drifting_cost.py).
 
 factor > 1: the machine ran slower than when the profile was measured."""
 from __future__ import annotations
@@ -114,17 +115,19 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
 
 
 def drift(start: np.ndarray, measured: np.ndarray, predicted: np.ndarray, factor: float) -> dict:
-    """{"drift", "drift_windows", "drift_range"}: how far the level moved within the run
-    (module docstring); drift None where the run has fewer than MIN_WINDOWS windows of
-    MIN_WINDOW_STEPS steps."""
-    window = np.floor((start - start.min()) / DRIFT_WINDOW_S).astype(np.int64) if start.size else start
-    levels = [measured[window == w].sum() / predicted[window == w].sum()
+    """{"drift", "drift_windows", "drift_range", "drift_levels"}: how far the level moved
+    within the run (module docstring), and each window's level as [start_s, level] (windows
+    of DRIFT_WINDOW_S on the run's clock with MIN_WINDOW_STEPS steps or more); drift None
+    where the run has fewer than MIN_WINDOWS of them."""
+    window = np.floor(start / DRIFT_WINDOW_S).astype(np.int64)
+    levels = [(int(w), measured[window == w].sum() / predicted[window == w].sum())
               for w in np.unique(window) if (window == w).sum() >= MIN_WINDOW_STEPS]
     if len(levels) < MIN_WINDOWS:
         return {"drift": None, "drift_windows": len(levels)}
-    lo, hi = np.percentile(levels, [10, 90])
+    lo, hi = np.percentile([k for _, k in levels], [10, 90])
     return {"drift": round(float(hi - lo) / factor, 4), "drift_windows": len(levels),
-            "drift_range": [round(float(lo), 4), round(float(hi), 4)]}
+            "drift_range": [round(float(lo), 4), round(float(hi), 4)],
+            "drift_levels": [[w * DRIFT_WINDOW_S, round(float(k), 4)] for w, k in levels]}
 
 
 def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) -> dict:

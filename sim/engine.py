@@ -36,6 +36,7 @@ class Replica:
         sees it before forming that step)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
+        self._cost_at = getattr(cost, "at", None)  # a cost whose level moves with the clock
         self.next_arrival = None if observer else next_arrival
         if self.next_arrival is not None:
             scheduler.keep_decodes_in_group()
@@ -73,7 +74,8 @@ class Replica:
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             context = self.history.context(env.now)
-            run = self._fast_forward(batch, context) if self.next_arrival is not None else None
+            cost = self._cost_at(env.now) if self._cost_at else self.cost
+            run = self._fast_forward(batch, context, cost) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
                 yield env.timeout(end - env.now)
@@ -83,7 +85,7 @@ class Replica:
                 features = step_features(batch, *context)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = env.now
-                yield env.timeout(self.cost.step_time(features))
+                yield env.timeout(cost.step_time(features))
                 self.history.ran(env.now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, env.now)
                 rec.record_step(self.index, start, env.now, batch, features,
@@ -95,19 +97,21 @@ class Replica:
                 if self.closed_loop:
                     yield late(env)  # the users' next requests, if sent now, come first
 
-    def _run(self, k: int, t0: float, context: tuple[int, int]) -> tuple[DecodeRun, list]:
+    def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> tuple[DecodeRun, list]:
         """The group's next k steps priced (the first in `context`), and their start
         times then end times, summed in order as the clock advances when stepping."""
-        run = self.scheduler.group.price(self.cost, k, context)
+        run = self.scheduler.group.price(cost, k, context)
         return run, list(accumulate(run.durations, initial=t0))
 
-    def _fast_forward(self, batch: Batch, context: tuple[int, int]) -> tuple[float, list] | None:
+    def _fast_forward(self, batch: Batch, context: tuple[int, int],
+                      cost: CostModel) -> tuple[float, list] | None:
         """Advance over the run of decode steps this batch starts (core/decode_group.py):
         through finishes where they let nobody in, up to the last step that starts before
         the next possible arrival where one could join, or the last KV memory allows.
         Records every step, and finishes sequences at their times, as stepping would;
         returns (the time the run ends, the sequences that finish then), or None to step
-        normally. context: the first step's (after_prefill, after_idle)."""
+        normally. context: the first step's (after_prefill, after_idle); cost: the price
+        of the run's steps (all at the level of the moment it starts)."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
@@ -119,11 +123,11 @@ class Replica:
             # usually comes long before step k: price a guess of the steps up to it
             # first, all k if that falls short.
             arrival = self.next_arrival()
-            first = self.cost.step_time(step_features(batch, *context))
+            first = cost.step_time(step_features(batch, *context))
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
                      if first > 0 and arrival < math.inf else k)
             while True:
-                run, times = self._run(min(k, guess), t0, context)
+                run, times = self._run(min(k, guess), t0, context, cost)
                 if times[-2] >= arrival or guess >= k:
                     break
                 guess *= 2
@@ -132,7 +136,7 @@ class Replica:
                 return None
         else:
             m = k
-            run, times = self._run(k, t0, context)
+            run, times = self._run(k, t0, context, cost)
         group, kv = sched.group, sched.kv
         # Spare blocks only: a run never evicts a cached block (which one stepping
         # would evict depends on when finishing members free theirs).

@@ -100,7 +100,7 @@ def drift_sentence(cells: list[dict]) -> str:
     return (f"Within each real run the machine's speed moved by a median {np.median(drifts) * 100:.0f}% "
             f"(p10-p90 of its steady decodes' level over {DRIFT_WINDOW_S:g} s windows, of the run's "
             f"mean; {big} of {len(drifts)} runs measured moved more than {DRIFT_NOTED * 100:.0f}%): "
-            f"the normalised figures divide by one factor per run and keep that drift. ")
+            f"the normalised simulation follows it window by window on the memory side. ")
 
 
 def kinds_table(rep: Report, kinds: list[dict]) -> None:

@@ -80,7 +80,8 @@ def explanation(comp: dict) -> list[str]:
                    f"compute side not measured ({ms.get('compute_why', 'an older run')})")
         lines.append(f"machine speed (steady decode steps, {ms['steps']} of them): step time "
                      f"{ms['factor']:.3f} x the profile's price{drift_text(ms)}; {compute}; "
-                     f"`normalised` scales the profile's memory side and FLOP terms by these")
+                     f"`normalised` scales the profile's memory side (window by window, where "
+                     f"measured) and FLOP terms by these")
     else:
         lines.append(f"machine speed: not measured ({ms.get('why', 'no steady decode step')})")
     k = comp["speed_factor"]

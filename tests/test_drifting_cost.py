@@ -1,0 +1,82 @@
+"""A cost model that changes with the clock (core/drifting_cost.py): the simulation prices
+each step, and each fast-forwarded run, with the model of the window it starts in; the
+normalised variant moves a fitted profile's memory side with a run's measured windows and
+keeps its FLOP terms at the run's compute factor."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.config import SchedulerConfig
+from core.cost import LinearCostModel
+from core.drifting_cost import DriftingCost
+from core.workload import Workload
+from sim import simulate
+
+BASE, SLOW = LinearCostModel(0.01), LinearCostModel(0.02)
+SWITCH = 1.0  # the machine runs twice as slow from here on
+
+
+def workload() -> Workload:
+    """Short requests arriving every 0.2 s for 3 s: steps start on both sides of SWITCH."""
+    n = 15
+    return Workload(np.arange(n) * 0.2, np.full(n, 8), np.full(n, 6), description=["drift test"])
+
+
+def run(cost, fast_forward: bool):
+    return simulate(workload(), SchedulerConfig(policy="continuous"), cost, 1000, fast_forward=fast_forward)
+
+
+def test_each_step_is_priced_in_the_window_it_starts_in():
+    drifting = DriftingCost((0.0, SWITCH), (BASE, SLOW), BASE)
+    steps = run(drifting, fast_forward=False).steps
+    before, after = steps["start_s"] < SWITCH, steps["start_s"] >= SWITCH
+    assert before.any() and after.any()
+    assert steps["duration_s"][before] == pytest.approx(0.01)
+    assert steps["duration_s"][after] == pytest.approx(0.02)
+
+
+def test_fast_forwarded_runs_take_the_level_of_their_start():
+    drifting = DriftingCost((0.0, SWITCH), (BASE, SLOW), BASE)
+    steps = run(drifting, fast_forward=True).steps
+    d, start = steps["duration_s"], steps["start_s"]
+    assert set(np.round(d, 6)) == {0.01, 0.02}
+    assert d[start < SWITCH] == pytest.approx(0.01)
+    # a run is cut at the next arrival (every 0.2 s): steps this late belong to runs that
+    # started after the switch
+    assert d[start >= SWITCH + 0.2] == pytest.approx(0.02)
+    slow_total = run(SLOW, True).steps["duration_s"].sum()
+    assert run(BASE, True).steps["duration_s"].sum() < d.sum() < slow_total
+
+
+def test_without_a_clock_it_prices_at_the_mean_and_bad_windows_are_refused():
+    from core.batch import StepFeatures
+
+    drifting = DriftingCost((0.0, SWITCH), (BASE, SLOW), LinearCostModel(0.015))
+    assert drifting.step_time(StepFeatures(1, 0, 0, 1, 10, 10)) == pytest.approx(0.015)
+    assert drifting.at(-1.0) is BASE and drifting.at(SWITCH) is SLOW and drifting.at(99.0) is SLOW
+    with pytest.raises(ValueError, match="ascending"):
+        DriftingCost((1.0, 0.0), (BASE, SLOW), BASE)
+    with pytest.raises(ValueError, match="one model per window"):
+        DriftingCost((0.0,), (BASE, SLOW), BASE)
+
+
+def test_the_normalised_variant_moves_the_memory_side_only():
+    from core.batch import StepFeatures
+    from core.fitted_cost import FittedCostModel, Shape
+    from core.machine_speed import at_speed
+    from core.specs import MODELS
+    from experiments.validation.variants import normalised_cost
+
+    model = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
+                            per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,
+                            s_per_kv_byte=1 / 4e9, s_per_attn_flop=1 / 60e9)
+    speed = {"factor": 1.1, "compute_factor": 0.9, "drift_levels": [[0.0, 1.0], [2.0, 1.3]]}
+    cost = normalised_cost(model, speed, None)
+    assert isinstance(cost, DriftingCost)
+    prefill = StepFeatures(1, 1, 512, 0, 512, 512 * 513 // 2)
+    for now, level in ((0.5, 1.0), (2.5, 1.3)):
+        assert cost.at(now).step_time(prefill) == pytest.approx(at_speed(model, level, 0.9).step_time(prefill))
+    assert cost.step_time(prefill) == pytest.approx(at_speed(model, 1.1, 0.9).step_time(prefill))
+    one = normalised_cost(model, {"factor": 1.1, "compute_factor": 0.9}, None)
+    assert not isinstance(one, DriftingCost) and one.step_time(prefill) == pytest.approx(cost.step_time(prefill))
