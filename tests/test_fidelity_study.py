@@ -38,7 +38,11 @@ def test_fidelity_small(profile_file, tmp_path):  # noqa: F811
     assert "closed loop: 8 in flight" in closed["continuous"]["workload"]
     assert [k["kind"] for k in r["step_kinds"]] == list(KINDS)
     assert sum(k["steps"] for k in r["step_kinds"]) > 0
+    ps = r["per_step"]  # every real step priced; the first two runs of each cell paired
+    assert ps["steps"] == sum(k["steps"] for k in r["step_kinds"]) and ps["pairs"] > 0
+    assert 0 <= ps["median_ape"] < 10 and ps["real_vs_real"] >= 0 and ps["met"] in (True, False)
     report = (tmp_path / "report.md").read_text()
+    assert "Per step: the profile's median |error|" in report
     for heading in ("Error, raw", "Error, normalised", "Real vs real", "Distribution tests",
                     "Step kinds", "Conditions of the runs", "CDFs"):
         assert heading in report, heading

@@ -45,6 +45,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     from experiments.studies.fidelity_report import render
     from experiments.validation import profile_source
     from experiments.validation.output import ValidationWriter
+    from experiments.validation.per_step import per_step
     from experiments.validation.step_kinds import kind_table
     from experiments.validation.validate import validate
 
@@ -57,7 +58,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     prof, info = profile_source.resolve(profile, rt, out_dir)
     info["calibration_s"] = round(progress.elapsed, 1)
     cost = prof.cost_model()
-    cells, kind_runs = [], []
+    cells, cell_runs = [], []
     for shape in SHAPES:
         writer = ValidationWriter(out_dir / "cells" / shape.name, {"workload": configs[shape.name].model_dump()})
         for policy in POLICIES:
@@ -67,7 +68,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             comp = v.comparison()
             writer.add(v, comp)
             cells.append(_cell(shape, policy, comp))
-            kind_runs += [(r.result.steps, r.result.meta["machine_speed"]) for r in v.reals]
+            cell_runs.append([(r.result.steps, r.result.meta["machine_speed"]) for r in v.reals])
             c = cells[-1]["counts"]
             progress(f"{shape.name:12s} {policy:10s} {c['ok']} ok, {c['miss']} miss, "
                      f"{c['undecidable']} undecidable, {c['overloaded']} overloaded; real runs "
@@ -78,7 +79,8 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "requests": p["requests"], "profile": info, "machine": rt.meta().get("cpu"),
               "shapes": {s.name: {"what": s.what, "options": s.options,
                                   "workload": workloads[s.name].describe()} for s in SHAPES},
-              "cells": cells, "step_kinds": kind_table(kind_runs, cost),
+              "cells": cells, "step_kinds": kind_table([r for runs in cell_runs for r in runs], cost),
+              "per_step": per_step(cell_runs, cost),
               "elapsed_s": round(progress.elapsed, 1)}
     (out_dir / "study.json").write_text(to_json(result) + "\n")
     render(result).write(out_dir / "report.md")

@@ -1,0 +1,57 @@
+"""Issue 14's per-step test: the profile's median |error| on every real step, against how
+far the real runs themselves differ on identical work, the noise floor no cost model can
+beat. Identical work: steps of two runs of one cell with equal features (core/features.py,
+every field), paired k-th with k-th in order; a pair's spread is |b - a| / a. A model
+error at or below that spread prices steps as well as this machine repeats them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from core.cost import CostModel
+from core.features import FEATURE_NAMES
+from experiments.validation.step_kinds import ratios
+from experiments.validation.variants import at_speed
+
+
+def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
+    """|b - a| / a over the steps of runs a and b with equal features, k-th with k-th."""
+    durations: dict[tuple, list[float]] = {}
+    for key, d in zip(zip(*(np.asarray(a[n]).tolist() for n in FEATURE_NAMES)), a["duration_s"]):
+        durations.setdefault(key, []).append(float(d))
+    seen: dict[tuple, int] = {}
+    out = []
+    for key, d in zip(zip(*(np.asarray(b[n]).tolist() for n in FEATURE_NAMES)), b["duration_s"]):
+        k = seen.get(key, 0)
+        mine = durations.get(key, [])
+        if k < len(mine) and mine[k] > 0:
+            out.append(abs(float(d) - mine[k]) / mine[k])
+        seen[key] = k + 1
+    return np.asarray(out, float)
+
+
+def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel) -> dict:
+    """cells: per cell, (step table, its machine_speed) of each real run. The profile's
+    median |error| per step raw and at each run's speed (memory side and FLOP terms by
+    their factors), the share predicted faster, and the real-vs-real spread on identical
+    work between the first two runs of each cell; `met`: model <= spread (raw)."""
+    raw, norm, spread = [], [], []
+    for runs in cells:
+        for steps, speed in runs:
+            raw.append(ratios(steps, cost))
+            norm.append(ratios(steps, at_speed(cost, speed)))
+        if len(runs) >= 2:
+            spread.append(identical_work_spread(runs[0][0], runs[1][0]))
+    r = np.concatenate(raw) if raw else np.array([])
+    n = np.concatenate(norm) if norm else np.array([])
+    s = np.concatenate(spread) if spread else np.array([])
+    r, n = r[np.isfinite(r)], n[np.isfinite(n)]
+
+    def ape(x: np.ndarray) -> float:
+        return float(np.median(np.abs(1 / x - 1))) if x.size else math.nan
+    model, floor = ape(r), float(np.median(s)) if s.size else math.nan
+    return {"steps": int(r.size), "median_ape": model, "median_ape_normalised": ape(n),
+            "faster_share": float(np.mean(r > 1)) if r.size else math.nan,
+            "real_vs_real": floor, "pairs": int(s.size),
+            "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None}

@@ -1,0 +1,50 @@
+"""Issue 14's per-step test (experiments/validation/per_step.py): the profile's error on
+every real step against the real runs' own spread on identical work."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.cost import LinearCostModel
+from core.features import FEATURE_NAMES
+from experiments.validation.per_step import identical_work_spread, per_step
+
+COST = LinearCostModel(0.01)  # every step priced 10 ms
+
+
+def run(durations: list[float], kv: list[int] | None = None) -> dict[str, np.ndarray]:
+    """Decode steps of one sequence, reading `kv` tokens (default 10, 11, ...)."""
+    n = len(durations)
+    t = {name: np.zeros(n, np.int64) for name in FEATURE_NAMES}
+    t["num_seqs"][:] = 1
+    t["decode_tokens"][:] = 1
+    t["kv_tokens_read"][:] = kv if kv is not None else np.arange(10, 10 + n)
+    t["attention_pairs"][:] = t["kv_tokens_read"]
+    t["duration_s"] = np.asarray(durations, float)
+    t["start_s"] = np.concatenate(([0.0], np.cumsum(t["duration_s"])[:-1]))
+    return t
+
+
+def test_identical_work_pairs_kth_with_kth_and_skips_unmatched_steps():
+    a = run([0.010, 0.020, 0.010], kv=[5, 5, 9])
+    b = run([0.011, 0.030, 0.050, 0.012], kv=[5, 5, 5, 7])  # the third 5 and the 7 have no partner
+    assert identical_work_spread(a, b) == pytest.approx([0.1, 0.5])
+
+
+def test_model_error_against_the_real_runs_spread():
+    slow = [0.012] * 40  # the machine ran 1.2x the price in both runs
+    cells = [[(run(slow), {"factor": 1.2}), (run([0.0132] * 40), {"factor": 1.32})]]
+    p = per_step(cells, COST)
+    assert p["steps"] == 80 and p["pairs"] == 40
+    assert p["real_vs_real"] == pytest.approx(0.1)
+    # 40 steps 1/6 off (10 ms priced, 12 measured), 40 steps 0.32/1.32 off: the median between
+    assert p["median_ape"] == pytest.approx((1 / 6 + 0.32 / 1.32) / 2)
+    assert p["median_ape_normalised"] == pytest.approx(0.0, abs=1e-12)  # at each run's speed: exact
+    assert p["faster_share"] == 1.0 and p["met"] is False
+    exact = per_step([[(run([0.01] * 40), None), (run([0.011] * 40), None)]], COST)
+    assert exact["median_ape"] < exact["real_vs_real"] and exact["met"] is True
+
+
+def test_one_run_a_cell_cannot_decide():
+    p = per_step([[(run([0.01] * 10), None)]], COST)
+    assert p["pairs"] == 0 and p["met"] is None and p["median_ape"] == pytest.approx(0.0)
