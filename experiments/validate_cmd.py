@@ -131,6 +131,7 @@ def check_stored(cells: list, profile, where: str) -> None:
 def rejudge_stored(args: argparse.Namespace) -> int:
     """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
     from experiments.validation import rejudge, stored
+    from experiments.validation.per_step import describe as describe_per_step
 
     parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags
     subparsers = parser.add_subparsers(dest="command")
@@ -151,13 +152,14 @@ def rejudge_stored(args: argparse.Namespace) -> int:
     cost, loop = profile.cost_model(), profile.loop_overhead()
     judged = [rejudge.rejudge(c, cost, loop, profile.describe()) for c in cells]
     result = {"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
-              "totals": rejudge.totals(judged)}
+              "totals": rejudge.totals(judged), "per_step": rejudge.step_test(cells, cost, profile.describe())}
     if args.format == "json":
         print(to_json(result))
     else:
         for c in judged:
             print(rejudge.render_cell(c) + "\n")
         print(rejudge.render_totals(result["totals"], len(judged), len(args.real)))
+        print(describe_per_step(result["per_step"]))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

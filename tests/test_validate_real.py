@@ -41,6 +41,8 @@ def test_the_validating_profile_gives_validates_own_errors(validated, profile_fi
         # the machine speed as this profile prices the stored steps: as validate measured it
         stored = json.loads((out / cell["policy"] / "real" / "meta.json").read_text())["machine_speed"]
         assert cell["machine_speed"][0]["factor"] == pytest.approx(stored["factor"])
+    ps = got["per_step"]  # one stored run a policy: every step priced, no pair to compare
+    assert ps["steps"] > 0 and ps["pairs"] == 0 and ps["met"] is None
     t = got["totals"]
     assert t["judged"] == sum(len([m for m in c["metrics"] if m["target"] is not None]) for c in got["cells"])
     assert 0 <= t["within"] <= t["judged"] and 0 <= t["faster"] <= t["latency"]
@@ -69,6 +71,7 @@ def test_the_table_and_the_out_file(validated, profile_file, tmp_path):
                            "--out", str(tmp_path / "o")])
     assert code == 0, err
     assert "[continuous]" in text and "[chunked]" in text and "within target raw" in text
+    assert "Per step: the profile's median |error|" in text
     saved = json.loads((tmp_path / "o" / "rejudged.json").read_text())
     assert len(saved["cells"]) == 2 and saved["totals"]["judged"] > 0
 

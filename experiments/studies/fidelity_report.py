@@ -12,6 +12,7 @@ from core.machine_speed import DRIFT_WINDOW_S
 from experiments.markdown import Report, fmt
 from experiments.studies.common import command_line
 from experiments.studies.fidelity_plan import NAME
+from experiments.validation.per_step import describe as describe_per_step
 from experiments.validation.repeats import faster, verdict_counts, within
 from experiments.validation.repeats_text import drifts, speeds
 
@@ -103,20 +104,6 @@ def drift_sentence(cells: list[dict]) -> str:
             f"the normalised simulation follows it window by window on the memory side. ")
 
 
-def per_step_para(p: dict | None) -> str:
-    """Issue 14's per-step test: the profile's error on every real step against the real
-    runs' own spread on identical work (experiments/validation/per_step.py)."""
-    if not p:
-        return ""
-    verdict = {True: "at or below it", False: "above it", None: "not decidable (too few runs)"}[p["met"]]
-    return (f"Per step: the profile's median |error| over the {p['steps']} real steps is "
-            f"{fmt(p['median_ape'] * 100, '{:.1f}')}% ({fmt(p['median_ape_normalised'] * 100, '{:.1f}')}% "
-            f"at each run's machine speed; predicted faster in {fmt(p['faster_share'] * 100, '{:.0f}')}% "
-            f"of the steps), against the real runs' own spread on identical work of "
-            f"{fmt(p['real_vs_real'] * 100, '{:.1f}')}% ({p['pairs']} pairs of steps with equal "
-            f"features, first two runs of each cell): {verdict}.")
-
-
 def kinds_table(rep: Report, kinds: list[dict]) -> None:
     rep.table(["step kind", "steps", "measured / profile", "normalised", "|error| raw", "|error| normalised"],
               [[k["kind"], k["steps"], fmt(k["ratio"], "{:.3f}"), fmt(k["ratio_normalised"], "{:.3f}"),
@@ -152,7 +139,7 @@ def render(result: dict) -> Report:
               [[n, s["what"], f"`{s['options']}`"] for n, s in result["shapes"].items()])
     rep.para(summary_para(cells))
     if result.get("per_step"):
-        rep.para(per_step_para(result["per_step"]))
+        rep.para(describe_per_step(result["per_step"]))
     rep.heading("Error, raw: (sim - real) / real in %, median over the real runs", 3)
     rep.para(LEGEND + ".")
     error_table(rep, cells, "error", "verdict")

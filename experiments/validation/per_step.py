@@ -55,3 +55,21 @@ def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost:
             "faster_share": float(np.mean(r > 1)) if r.size else math.nan,
             "real_vs_real": floor, "pairs": int(s.size),
             "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None}
+
+
+def describe(p: dict | None) -> str:
+    """Issue 14's per-step test: the profile's error on every real step against the real
+    runs' own spread on identical work, as a sentence."""
+    if not p:
+        return ""
+    verdict = {True: "at or below it", False: "above it", None: "not decidable (too few runs)"}[p["met"]]
+    return (f"Per step: the profile's median |error| over the {p['steps']} real steps is "
+            f"{_pct(p['median_ape'])}% ({_pct(p['median_ape_normalised'])}% "
+            f"at each run's machine speed; predicted faster in {_pct(p['faster_share'], '{:.0f}')}% "
+            f"of the steps), against the real runs' own spread on identical work of "
+            f"{_pct(p['real_vs_real'])}% ({p['pairs']} pairs of steps with equal "
+            f"features, first two runs of each cell): {verdict}.")
+
+
+def _pct(x: float, spec: str = "{:.1f}") -> str:
+    return spec.format(x * 100) if math.isfinite(x) else "-"

@@ -15,6 +15,7 @@ from experiments.run_labels import stability
 from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
 from experiments.validation.numbers import pct
 from experiments.validation.pair import run_sim
+from experiments.validation.per_step import per_step
 from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
 from experiments.validation.repeats_text import speeds
 from experiments.validation.stored import StoredCell
@@ -38,6 +39,11 @@ def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: st
             "machine_speed": [{"factor": s["factor"], "compute_factor": s.get("compute_factor")}
                               for s in speeds],
             "metrics": rows, "totals": totals([{"metrics": rows}])}
+
+
+def step_test(cells: list[StoredCell], cost: CostModel, source: str) -> dict:
+    """Issue 14's per-step test (experiments/validation/per_step.py) on the stored runs."""
+    return per_step([[(r.steps, machine_speed(r.steps, cost, source)) for r in c.reals] for c in cells], cost)
 
 
 def totals(cells: list[dict]) -> dict:
