@@ -150,9 +150,10 @@ def rejudge_stored(args: argparse.Namespace) -> int:
     cells = [c for d in args.real for c in stored.read_cells(d)]
     check_stored(cells, profile, args.pr_path)
     cost, loop = profile.cost_model(), profile.loop_overhead()
-    judged = [rejudge.rejudge(c, cost, loop, profile.describe()) for c in cells]
+    speeds = rejudge.run_speeds(cells, cost, profile.describe())
+    judged = [rejudge.rejudge(c, cost, loop, s) for c, s in zip(cells, speeds)]
     result = {"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
-              "totals": rejudge.totals(judged), "per_step": rejudge.step_test(cells, cost, profile.describe())}
+              "totals": rejudge.totals(judged), "per_step": rejudge.step_test(cells, cost, speeds)}
     if args.format == "json":
         print(to_json(result))
     else:

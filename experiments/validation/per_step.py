@@ -12,23 +12,18 @@ import numpy as np
 from core.cost import CostModel
 from core.features import FEATURE_NAMES
 from experiments.validation.step_kinds import ratios
+from experiments.validation.steps import match_steps
 from experiments.validation.variants import at_speed
 
 
 def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
     """|b - a| / a over the steps of runs a and b with equal features, k-th with k-th."""
-    durations: dict[tuple, list[float]] = {}
-    for key, d in zip(zip(*(np.asarray(a[n]).tolist() for n in FEATURE_NAMES)), a["duration_s"]):
-        durations.setdefault(key, []).append(float(d))
-    seen: dict[tuple, int] = {}
-    out = []
-    for key, d in zip(zip(*(np.asarray(b[n]).tolist() for n in FEATURE_NAMES)), b["duration_s"]):
-        k = seen.get(key, 0)
-        mine = durations.get(key, [])
-        if k < len(mine) and mine[k] > 0:
-            out.append(abs(float(d) - mine[k]) / mine[k])
-        seen[key] = k + 1
-    return np.asarray(out, float)
+    def keys(t: dict[str, np.ndarray]) -> list[tuple]:
+        return list(zip(*(np.asarray(t[n]).tolist() for n in FEATURE_NAMES)))
+    ia, ib = match_steps(keys(a), keys(b))
+    da, db = np.asarray(a["duration_s"], float)[ia], np.asarray(b["duration_s"], float)[ib]
+    ok = da > 0
+    return np.abs(db[ok] - da[ok]) / da[ok]
 
 
 def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel) -> dict:

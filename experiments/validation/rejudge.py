@@ -22,11 +22,15 @@ from experiments.validation.stored import StoredCell
 from experiments.validation.variants import normalised_cost
 
 
-def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: str) -> dict:
+def run_speeds(cells: list[StoredCell], cost: CostModel, source: str) -> list[list[dict]]:
+    """Each stored run's machine speed (core/machine_speed.py) as `cost` prices its steps."""
+    return [[machine_speed(r.steps, cost, source) for r in c.reals] for c in cells]
+
+
+def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, speeds: list[dict]) -> dict:
     """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
-    time between steps)."""
+    time between steps); speeds: its runs' run_speeds."""
     sim = run_sim(cell.workload, cell.scheduler, with_loop(cost, loop), {"cost_model": "profile"})
-    speeds = [machine_speed(r.steps, cost, source) for r in cell.reals]
     normalised = [run_sim(cell.workload, cell.scheduler, normalised_cost(cost, s, loop)).result.summary()
                   for s in speeds]
     real_verdicts = [(r.summary.get("stability") or (r.meta.get("stability") or {}).get("verdict"))
@@ -41,9 +45,9 @@ def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, source: st
             "metrics": rows, "totals": totals([{"metrics": rows}])}
 
 
-def step_test(cells: list[StoredCell], cost: CostModel, source: str) -> dict:
+def step_test(cells: list[StoredCell], cost: CostModel, speeds: list[list[dict]]) -> dict:
     """Issue 14's per-step test (experiments/validation/per_step.py) on the stored runs."""
-    return per_step([[(r.steps, machine_speed(r.steps, cost, source)) for r in c.reals] for c in cells], cost)
+    return per_step([list(zip((r.steps for r in c.reals), s)) for c, s in zip(cells, speeds)], cost)
 
 
 def totals(cells: list[dict]) -> dict:

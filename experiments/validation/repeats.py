@@ -133,11 +133,11 @@ def analyse(reals: list[Run], sim: Run, normalised: list[Run]) -> dict:
     undecidable += [f"{d['metric']} {t}" for d in dists for t, ok in (("KS", d["ks_decides"]),
                                                                        ("TOST", d["tost_decides"]))
                     if not ok]
+    speeds = [r.result.meta.get("machine_speed") or {} for r in reals]
     return {"runs": len(reals),
-            "machine_speed": [(r.result.meta.get("machine_speed") or {}).get("factor") for r in reals],
-            "compute_speed": [(r.result.meta.get("machine_speed") or {}).get("compute_factor")
-                              for r in reals],
-            "speed_drift": [(r.result.meta.get("machine_speed") or {}).get("drift") for r in reals],
+            "machine_speed": [s.get("factor") for s in speeds],
+            "compute_speed": [s.get("compute_factor") for s in speeds],
+            "speed_drift": [s.get("drift") for s in speeds],
             "stability": {"real": [(r.result.meta.get("stability") or {}).get("verdict") for r in reals],
                           "sim": (sim.result.meta.get("stability") or {}).get("verdict")},
             "metrics": metrics, "distributions": dists,

@@ -14,9 +14,10 @@ from typing import Hashable
 
 import numpy as np
 
-from core.batch import FEATURE_NAMES, Batch, StepFeatures
+from core.batch import Batch
 from core.cost import CostModel
 from core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
+from core.machine_speed import price
 
 Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
 
@@ -56,10 +57,7 @@ def match_steps(a: list[Hashable], b: list[Hashable]) -> tuple[np.ndarray, np.nd
 def predicted_durations(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
     """The cost model's price of every step of a table, from the step's own features
     (a table without the context features, after_prefill / after_idle: 0)."""
-    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
-    cols = [steps[n] if n in steps else zero for n in FEATURE_NAMES]
-    return np.array([cost.step_time(StepFeatures(*(int(v) for v in row))) for row in zip(*cols)],
-                    dtype=float)
+    return price(steps, cost, np.ones(len(steps["duration_s"]), bool))
 
 
 def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
