@@ -121,3 +121,21 @@ def test_other_settings_warn_once_and_a_broken_profile_is_reported_first(validat
     bad.write_text("{not json")
     code, _, err = cli(["validate", "--real", str(other), "--profile", str(bad)])
     assert code == 2 and "bad.json" in err and "config.json" not in err and err.strip().count("\n") == 0
+
+
+def test_every_stored_run_of_a_policy_has_its_scheduler_read(validated, profile_file, tmp_path):
+    """A second run's settings are checked too: broken, or other than the first run's, is a
+    one-line error naming that run, not a judgement against the first run's settings."""
+    out, _ = validated
+    two = tmp_path / "two"
+    shutil.copytree(out, two)
+    shutil.copytree(two / "continuous" / "real", two / "continuous" / "real_2")
+    meta = two / "continuous" / "real_2" / "meta.json"
+    m = json.loads(meta.read_text())
+    assert rejudged([str(two), "--profile", str(profile_file)])["cells"][0]["runs"] == 2
+    meta.write_text(json.dumps({**m, "scheduler": {**m["scheduler"], "max_num_seqs": "lots"}}))
+    code, _, err = cli(["validate", "--real", str(two), "--profile", str(profile_file)])
+    assert code == 2 and "real_2/meta.json: scheduler: max_num_seqs" in err and err.strip().count("\n") == 0
+    meta.write_text(json.dumps({**m, "scheduler": {**m["scheduler"], "max_num_seqs": 3}}))
+    code, _, err = cli(["validate", "--real", str(two), "--profile", str(profile_file)])
+    assert code == 2 and "real_2/meta.json: scheduler settings differ" in err and err.strip().count("\n") == 0

@@ -118,5 +118,10 @@ def read_cells(directory: str | Path) -> list[StoredCell]:
                                   [int(x) for x in workload.output_len]):
             raise UserError(f"{d}/config.json: its workload does not rebuild the requests "
                             f"{policy_dir.name}/real served (a trace file changed?)")
-        cells.append(StoredCell(policy_dir, workload, _scheduler(reals[0]), reals))
+        schedulers = [_scheduler(r) for r in reals]  # every run's settings read and checked
+        for r, sched in zip(reals[1:], schedulers[1:]):
+            if sched != schedulers[0]:
+                raise UserError(f"{r.where}/meta.json: scheduler settings differ from "
+                                f"{reals[0].where}'s; the runs of one policy serve one setting")
+        cells.append(StoredCell(policy_dir, workload, schedulers[0], reals))
     return cells
