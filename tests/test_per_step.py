@@ -48,3 +48,17 @@ def test_model_error_against_the_real_runs_spread():
 def test_one_run_a_cell_cannot_decide():
     p = per_step([[(run([0.01] * 10), None)]], COST)
     assert p["pairs"] == 0 and p["met"] is None and p["median_ape"] == pytest.approx(0.0)
+
+
+def test_normalised_error_follows_the_runs_drift_window_by_window():
+    """A run whose machine ran at the price for its first 20 steps, then 1.5x it: priced
+    per window of its measured drift, as the normalised simulation prices it, every step
+    is exact; at the run's one mean factor, every step is off."""
+    steps = run([0.010] * 20 + [0.015] * 20)
+    mid = float(steps["start_s"][20])
+    one = {"factor": 1.25}
+    windows = {**one, "drift_levels": [[0.0, 1.0], [mid, 1.5]]}
+    assert per_step([[(steps, windows)]], COST)["median_ape_normalised"] == pytest.approx(0.0, abs=1e-12)
+    assert per_step([[(steps, one)]], COST)["median_ape_normalised"] > 0.15
+    # the raw error ignores the speed
+    assert per_step([[(steps, windows)]], COST)["median_ape"] == per_step([[(steps, one)]], COST)["median_ape"]

@@ -164,7 +164,10 @@ def render(result: dict) -> Report:
     rep.para("Every real step of every run, by kind (first match: after an idle gap > 2 ms; "
              "prefill-only; mixed prefill + decode; the decode step right after a prefill; "
              "steady decode); median measured time over the profile's price, and over its price "
-             "at the run's machine speed (so steady decode is ~1 by construction).")
+             "at the run's machine speed as the normalised simulation prices each step, window by "
+             "window where the run measured its drift (steady decode is near 1 by construction: "
+             "its median a few per cent below, the level being total time over total price, "
+             "which the slow steps pull up).")
     kinds_table(rep, result["step_kinds"])
     rep.heading("Conditions of the runs", 3)
     conditions_table(rep, cells)

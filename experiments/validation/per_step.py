@@ -11,9 +11,8 @@ import numpy as np
 
 from core.cost import CostModel
 from core.features import FEATURE_NAMES
-from experiments.validation.step_kinds import ratios
+from experiments.validation.step_kinds import normalised_ratios, ratios
 from experiments.validation.steps import match_steps
-from experiments.validation.variants import at_speed
 
 
 def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
@@ -28,14 +27,14 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
 
 def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel) -> dict:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
-    median |error| per step raw and at each run's speed (memory side and FLOP terms by
-    their factors), the share predicted faster, and the real-vs-real spread on identical
+    median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as the
+    normalised simulation prices each step), the share predicted faster, and the real-vs-real spread on identical
     work between the first two runs of each cell; `met`: model <= spread (raw)."""
     raw, norm, spread = [], [], []
     for runs in cells:
         for steps, speed in runs:
             raw.append(ratios(steps, cost))
-            norm.append(ratios(steps, at_speed(cost, speed)))
+            norm.append(normalised_ratios(steps, cost, speed))
         if len(runs) >= 2:
             spread.append(identical_work_spread(runs[0][0], runs[1][0]))
     r = np.concatenate(raw) if raw else np.array([])

@@ -1,7 +1,9 @@
 """Which kinds of step the profile misprices: every real step put in one kind (first
 match wins), and per kind the measured time over the profile's price, raw and over the
-price at the run's machine speed (core/machine_speed.py; variants.at_speed: a fitted
-profile's memory side and FLOP terms each scaled by its own measured factor), so a kind's
+price at the run's machine speed (core/machine_speed.py; variants.normalised_cost, as the
+normalised simulation prices it: a fitted profile's memory side at the level of the 2 s
+window the step starts in, where the run measured its drift, and its FLOP terms at the
+run's compute factor), so a kind's
 figure says how much more or less it costs than the run's steady decode steps and
 compute-bound steps, relative to the profile."""
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy as np
 from core.cost import CostModel
 from core.features import IDLE_GAP_S
 from core.machine_speed import price
-from experiments.validation.variants import at_speed
+from experiments.validation.variants import normalised_cost
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
 KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",
@@ -41,6 +43,21 @@ def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
         return np.where(predicted > 0, measured / predicted, np.nan)
 
 
+def normalised_ratios(steps: dict[str, np.ndarray], cost: CostModel, speed: dict | None) -> np.ndarray:
+    """Every step's measured time / its price at the run's machine speed, each step priced
+    by the model of the moment it starts, as the normalised simulation prices it."""
+    model = normalised_cost(cost, speed, None)
+    if not hasattr(model, "at"):
+        return ratios(steps, model)
+    start = np.asarray(steps["start_s"], float)
+    window = np.maximum(np.searchsorted(model.starts, start, side="right") - 1, 0)  # as model.at
+    out = np.full(start.size, np.nan)
+    for w in np.unique(window):
+        sel = window == w
+        out[sel] = ratios({k: np.asarray(v)[sel] for k, v in steps.items()}, model.models[w])
+    return out
+
+
 def kind_table(runs: list[tuple[dict[str, np.ndarray], dict | None]], cost: CostModel) -> list[dict]:
     """runs: (step table, its meta's machine_speed) of each real run. Per kind: steps,
     median measured/price, the same over the price at the run's speed, and the median
@@ -49,7 +66,7 @@ def kind_table(runs: list[tuple[dict[str, np.ndarray], dict | None]], cost: Cost
     for steps, speed in runs:
         kinds.append(classify(steps))
         raw.append(ratios(steps, cost))
-        norm.append(ratios(steps, at_speed(cost, speed)))
+        norm.append(normalised_ratios(steps, cost, speed))
     k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
     rows = []
     for i, name in enumerate(KINDS):
