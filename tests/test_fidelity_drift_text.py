@@ -37,3 +37,12 @@ def test_the_repeats_summary_and_the_conditions_column():
 
     assert drifts([0.12, None, 0.3]) == "12%, -, 30%"
     assert drifts([None, None]) == "" and drifts(None) == ""
+
+
+def test_a_normalised_lean_over_issue_14s_limit_says_what_to_do():
+    from experiments.studies.fidelity_report import lean_sentence
+
+    assert lean_sentence(63, 96).startswith(" Normalised, the simulation predicts the faster run in 63 of 96")
+    assert "calibrate --from-run cells/*" in lean_sentence(63, 96)
+    assert "the slower run in 62 of 96" in lean_sentence(34, 96)
+    assert lean_sentence(57, 96) == "" and lean_sentence(39, 96) == "" and lean_sentence(0, 0) == ""

@@ -20,6 +20,7 @@ COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpo
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
 COLUMNS.append(("request_throughput", "thr."))
 DRIFT_NOTED = 0.10  # a run whose speed moved more than this within it is counted in the summary
+LEAN_LIMIT = 0.60  # issue 14: the simulation faster in no more than this share of the numbers
 LEGEND = ("**bold**: over target (5% mean/p50/p90 and throughput, 10% p99); ~: undecidable "
           "(the real runs spread wider than the target); !: an overloaded run, not judged")
 
@@ -88,7 +89,23 @@ def summary_para(cells: list[dict]) -> str:
             f"{line(norm)}. Within target regardless of the noise floor: raw {w_raw}/{n_raw}, "
             f"normalised {w_norm}/{n_norm}. The simulation predicts the faster run in {fast} of "
             f"{lat} latency numbers of stable runs (normalised: {fast_norm} of {lat_norm}). Numbers "
-            f"this hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}.")
+            f"this hardware could not decide in at least one cell: {', '.join(undecided) or 'none'}."
+            f"{lean_sentence(fast_norm, lat_norm)}")
+
+
+def lean_sentence(fast: int, latency: int) -> str:
+    """Where the normalised simulation leans one way, what to do about it: across fidelity
+    passes the lean moved with the profile far more than with the runs judged, and a profile
+    refined on served runs of other times leaned neither way (docs/validation.md, "Pass 14")."""
+    if not latency or (1 - LEAN_LIMIT) * latency <= fast <= LEAN_LIMIT * latency:
+        return ""
+    way = "faster" if fast > LEAN_LIMIT * latency else "slower"
+    share = fast if way == "faster" else latency - fast
+    return (f" Normalised, the simulation predicts the {way} run in {share} of {latency} latency "
+            f"numbers, over issue 14's {LEAN_LIMIT * 100:.0f}%: on a shared machine a profile's shape "
+            f"carries the moment it was calibrated in; refine it on these runs and others "
+            f"(`batchlab calibrate --from-run cells/* ... --profile PROFILE --out refined.json`, "
+            f"docs/calibration.md) and judge later runs with it.")
 
 
 def drift_sentence(cells: list[dict]) -> str:
