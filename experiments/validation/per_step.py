@@ -27,9 +27,10 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
 
 def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel) -> dict:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
-    median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as the
-    normalised simulation prices each step), the share predicted faster, and the real-vs-real spread on identical
-    work between the first two runs of each cell; `met`: model <= spread (raw)."""
+    median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as
+    the normalised simulation prices each step), the share predicted faster, and the
+    real-vs-real spread on identical work between the first two runs of each cell; `met`:
+    model <= spread (raw)."""
     raw, norm, spread = [], [], []
     for runs in cells:
         for steps, speed in runs:

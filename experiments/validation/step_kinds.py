@@ -3,9 +3,8 @@ match wins), and per kind the measured time over the profile's price, raw and ov
 price at the run's machine speed (core/machine_speed.py; variants.normalised_cost, as the
 normalised simulation prices it: a fitted profile's memory side at the level of the 2 s
 window the step starts in, where the run measured its drift, and its FLOP terms at the
-run's compute factor), so a kind's
-figure says how much more or less it costs than the run's steady decode steps and
-compute-bound steps, relative to the profile."""
+run's compute factor), so a kind's figure says how much more or less it costs than the
+run's steady decode steps and compute-bound steps, relative to the profile."""
 from __future__ import annotations
 
 import math
