@@ -18,7 +18,6 @@ if [ -d .gpu/wheels ] && ! python3 -c "import simpy, pydantic" 2>/dev/null; then
   export PYTHONPATH="/tmp/site:$PWD"
 fi
 mkdir -p "$OUT/work"
-bl() { python3 -m experiments.cli "$@"; }
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
   nproc; } > "$OUT/env.txt" 2>&1
