@@ -11,6 +11,7 @@ import numpy as np
 
 from core.cost import CostModel
 from core.features import FEATURE_NAMES
+from experiments.markdown import fmt
 from experiments.validation.step_kinds import normalised_ratios, ratios
 from experiments.validation.steps import match_steps
 
@@ -67,4 +68,4 @@ def describe(p: dict | None) -> str:
 
 
 def _pct(x: float, spec: str = "{:.1f}") -> str:
-    return spec.format(x * 100) if math.isfinite(x) else "-"
+    return fmt(x * 100, spec)  # '-' where not measured

@@ -13,7 +13,7 @@ import numpy as np
 
 from core.cost import CostModel
 from core.features import IDLE_GAP_S
-from core.machine_speed import price
+from core.machine_speed import features, price
 from experiments.validation.variants import normalised_cost
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
@@ -35,26 +35,25 @@ def classify(steps: dict[str, np.ndarray]) -> np.ndarray:
 
 def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
     """Every step's measured time / `cost`'s price (nan where it prices 0)."""
-    every = np.ones(len(steps["start_s"]), bool)
-    predicted = price(steps, cost, every)
-    measured = np.asarray(steps["duration_s"], float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(predicted > 0, measured / predicted, np.nan)
+    return _over_price(steps, price(steps, cost, np.ones(len(steps["start_s"]), bool)))
 
 
 def normalised_ratios(steps: dict[str, np.ndarray], cost: CostModel, speed: dict | None) -> np.ndarray:
     """Every step's measured time / its price at the run's machine speed, each step priced
     by the model of the moment it starts, as the normalised simulation prices it."""
     model = normalised_cost(cost, speed, None)
-    if not hasattr(model, "at"):
+    at = getattr(model, "at", None)  # a model per window of the run's clock (DriftingCost)
+    if at is None:
         return ratios(steps, model)
-    start = np.asarray(steps["start_s"], float)
-    window = np.maximum(np.searchsorted(model.starts, start, side="right") - 1, 0)  # as model.at
-    out = np.full(start.size, np.nan)
-    for w in np.unique(window):
-        sel = window == w
-        out[sel] = ratios({k: np.asarray(v)[sel] for k, v in steps.items()}, model.models[w])
-    return out
+    every = np.ones(len(steps["start_s"]), bool)
+    predicted = [at(t).step_time(f) for t, f in zip(np.asarray(steps["start_s"], float), features(steps, every))]
+    return _over_price(steps, np.array(predicted, dtype=float))
+
+
+def _over_price(steps: dict[str, np.ndarray], predicted: np.ndarray) -> np.ndarray:
+    measured = np.asarray(steps["duration_s"], float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(predicted > 0, measured / predicted, np.nan)
 
 
 def kind_table(runs: list[tuple[dict[str, np.ndarray], dict | None]], cost: CostModel) -> list[dict]:
