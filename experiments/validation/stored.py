@@ -84,8 +84,17 @@ def _scheduler(run: StoredRun) -> SchedulerConfig:
         sched = SchedulerConfig(**settings)
     except ValidationError as e:
         raise UserError(describe_validation_error(e, f"{run.where}/meta.json: scheduler")) from None
-    return sched.model_copy(update={"num_kv_blocks": int(run.meta["num_kv_blocks"]),
-                                    "block_size": int(run.meta["block_size"])})
+    return sched.model_copy(update={name: _count(run, name) for name in ("num_kv_blocks", "block_size")})
+
+
+def _count(run: StoredRun, name: str) -> int:
+    """A whole-number field of the run's meta.json (the KV pool it served with), or a
+    one-line error naming it."""
+    value = run.meta.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{run.where}/meta.json: {name} is {value!r}; expected a whole number >= 1, "
+                        f"as batchlab run wrote")
+    return value
 
 
 def _by_policy(d: Path) -> dict[Path, list[StoredRun]]:
