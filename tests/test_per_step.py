@@ -7,7 +7,7 @@ import pytest
 
 from core.cost import LinearCostModel
 from core.features import FEATURE_NAMES
-from experiments.validation.per_step import identical_work_spread, per_step
+from experiments.validation.per_step import describe, identical_work_spread, per_step
 
 COST = LinearCostModel(0.01)  # every step priced 10 ms
 
@@ -62,3 +62,17 @@ def test_normalised_error_follows_the_runs_drift_window_by_window():
     assert per_step([[(steps, one)]], COST)["median_ape_normalised"] > 0.15
     # the raw error ignores the speed
     assert per_step([[(steps, windows)]], COST)["median_ape"] == per_step([[(steps, one)]], COST)["median_ape"]
+
+
+def test_one_level_for_all_runs_splits_the_median_step_from_the_total():
+    """Skewed step times (a quarter of the steps 3x the rest): the level where the steps add
+    up and the level of the median step differ, and each wins one of the two tests."""
+    skewed = run([0.010] * 30 + [0.030] * 10)
+    p = per_step([[(skewed, None)]], COST)
+    assert p["level_total"] == pytest.approx(1.5) and p["level_median"] == pytest.approx(1.0)
+    assert p["median_ape_at_total"] == pytest.approx(0.5)  # 15 ms against 10 and against 30
+    assert p["median_ape_at_median"] == pytest.approx(0.0, abs=1e-12)
+    text = describe(p)
+    assert "x1.50, where their step times add up" in text and "with totals -33%" in text
+    old = {k: v for k, v in p.items() if not k.startswith(("level_", "median_ape_at_"))}
+    assert "one level" not in describe(old)  # a study stored before the split: no sentence

@@ -32,17 +32,19 @@ def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost:
     the normalised simulation prices each step), the share predicted faster, and the
     real-vs-real spread on identical work between the first two runs of each cell; `met`:
     model <= spread (raw)."""
-    raw, norm, spread = [], [], []
+    raw, norm, spread, took = [], [], [], []
     for runs in cells:
         for steps, speed in runs:
             raw.append(ratios(steps, cost))
+            took.append(np.asarray(steps["duration_s"], float))
             norm.append(normalised_ratios(steps, cost, speed))
         if len(runs) >= 2:
             spread.append(identical_work_spread(runs[0][0], runs[1][0]))
     r = np.concatenate(raw) if raw else np.array([])
     n = np.concatenate(norm) if norm else np.array([])
     s = np.concatenate(spread) if spread else np.array([])
-    r, n = r[np.isfinite(r)], n[np.isfinite(n)]
+    d = np.concatenate(took) if took else np.array([])
+    d, r, n = d[np.isfinite(r)], r[np.isfinite(r)], n[np.isfinite(n)]
 
     def ape(x: np.ndarray) -> float:
         return float(np.median(np.abs(1 / x - 1))) if x.size else math.nan
@@ -50,7 +52,25 @@ def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost:
     return {"steps": int(r.size), "median_ape": model, "median_ape_normalised": ape(n),
             "faster_share": float(np.mean(r > 1)) if r.size else math.nan,
             "real_vs_real": floor, "pairs": int(s.size),
-            "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None}
+            "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None,
+            **one_level(d, r)}
+
+
+def one_level(took: np.ndarray, ratio: np.ndarray) -> dict:
+    """The profile at one level for all the runs, two ways: x `level_total` makes their step
+    times add up (what latencies, sums of steps, need), x `level_median` prices their median
+    step, and the median |error| at each. Where step times are skewed (a shared machine's
+    slow episodes) the two levels differ: the median |error| of a price that makes the
+    totals right is what this shape of price achieves on these runs without leaning fast."""
+    if not took.size:
+        return {}
+    price = took / ratio
+    total, median = float(took.sum() / price.sum()), float(np.median(ratio))
+
+    def ape_at(k: float) -> float:
+        return float(np.median(np.abs(k * price - took) / took))
+    return {"level_total": total, "level_median": median,
+            "median_ape_at_total": ape_at(total), "median_ape_at_median": ape_at(median)}
 
 
 def describe(p: dict | None) -> str:
@@ -64,7 +84,17 @@ def describe(p: dict | None) -> str:
             f"at each run's machine speed; predicted faster in {_pct(p['faster_share'], '{:.0f}')}% "
             f"of the steps), against the real runs' own spread on identical work of "
             f"{_pct(p['real_vs_real'])}% ({p['pairs']} pairs of steps with equal "
-            f"features, first two runs of each cell): {verdict}.")
+            f"features, first two runs of each cell): {verdict}." + _levels(p))
+
+
+def _levels(p: dict) -> str:
+    if "level_total" not in p:  # stored before the split was computed
+        return ""
+    short = (p["level_median"] / p["level_total"] - 1) * 100
+    return (f" At one level for all these runs: the price x{p['level_total']:.2f}, where their step "
+            f"times add up, errs by a median {_pct(p['median_ape_at_total'])}% a step; "
+            f"x{p['level_median']:.2f}, their median step, by {_pct(p['median_ape_at_median'])}%, "
+            f"with totals {short:+.0f}%.")
 
 
 def _pct(x: float, spec: str = "{:.1f}") -> str:
