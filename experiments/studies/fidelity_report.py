@@ -96,7 +96,7 @@ def summary_para(cells: list[dict]) -> str:
 def lean_sentence(fast: int, latency: int) -> str:
     """Where the normalised simulation leans one way, what to do about it: across fidelity
     passes the lean moved with the profile far more than with the runs judged, and a profile
-    refined on served runs of other times leaned neither way (docs/validation.md, "Pass 14")."""
+    refined on served runs of other times leaned neither way (docs/validation-history.md, "Pass 14")."""
     if not latency or (1 - LEAN_LIMIT) * latency <= fast <= LEAN_LIMIT * latency:
         return ""
     way = "faster" if fast > LEAN_LIMIT * latency else "slower"
