@@ -76,3 +76,28 @@ def test_one_level_for_all_runs_splits_the_median_step_from_the_total():
     assert "x1.50, where their step times add up" in text and "with totals -33%" in text
     old = {k: v for k, v in p.items() if not k.startswith(("level_", "median_ape_at_"))}
     assert "one level" not in describe(old)  # a study stored before the split: no sentence
+
+
+def test_the_spread_between_validations_of_the_same_work():
+    """Stored validations of one workload and scheduler, served at other times: their first
+    runs are paired on identical work; another workload, or the same directory given twice,
+    adds no pair."""
+    from pathlib import Path
+
+    from core.config import SchedulerConfig
+    from core.workload.workload import Workload
+    from experiments.validation.rejudge import same_work_apart
+    from experiments.validation.stored import StoredCell, StoredRun
+
+    def cell(where: str, arrivals: list[float], durations: list[float]) -> StoredCell:
+        w = Workload(np.array(arrivals), np.full(len(arrivals), 20), np.full(len(arrivals), 5))
+        return StoredCell(Path(where), w, SchedulerConfig(policy="continuous"),
+                          [StoredRun(Path(where) / "real", {}, {}, run(durations))])
+    morning, evening = cell("/m", [0.0, 1.0], [0.010] * 8), cell("/e", [0.0, 1.0], [0.012] * 8)
+    other = cell("/o", [0.0, 2.0], [0.020] * 8)
+    pairs = same_work_apart([morning, evening, other, cell("/m", [0.0, 1.0], [0.010] * 8)])
+    assert len(pairs) == 1
+    p = per_step([[(morning.reals[0].steps, None)]], COST, pairs)
+    assert p["pairs_apart"] == 8 and p["real_vs_real_apart"] == pytest.approx(0.2)
+    assert "served at other times): 20.0% (8 pairs)" in describe(p)
+    assert "other times" not in describe(per_step([[(morning.reals[0].steps, None)]], COST))

@@ -26,12 +26,15 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
     return np.abs(db[ok] - da[ok]) / da[ok]
 
 
-def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel) -> dict:
+def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel,
+             apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = ()) -> dict:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
     median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as
     the normalised simulation prices each step), the share predicted faster, and the
     real-vs-real spread on identical work between the first two runs of each cell; `met`:
-    model <= spread (raw)."""
+    model <= spread (raw). apart: pairs of runs of the identical work served at different
+    times (validations hours apart), whose spread is the machine's repeatability over the
+    time a profile is used for."""
     raw, norm, spread, took = [], [], [], []
     for runs in cells:
         for steps, speed in runs:
@@ -53,7 +56,14 @@ def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost:
             "faster_share": float(np.mean(r > 1)) if r.size else math.nan,
             "real_vs_real": floor, "pairs": int(s.size),
             "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None,
-            **one_level(d, r)}
+            **one_level(d, r), **_apart(apart)}
+
+
+def _apart(pairs: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> dict:
+    if not pairs:
+        return {}
+    s = np.concatenate([identical_work_spread(a, b) for a, b in pairs])
+    return {"real_vs_real_apart": float(np.median(s)) if s.size else math.nan, "pairs_apart": int(s.size)}
 
 
 def one_level(took: np.ndarray, ratio: np.ndarray) -> dict:
@@ -84,7 +94,14 @@ def describe(p: dict | None) -> str:
             f"at each run's machine speed; predicted faster in {_pct(p['faster_share'], '{:.0f}')}% "
             f"of the steps), against the real runs' own spread on identical work of "
             f"{_pct(p['real_vs_real'])}% ({p['pairs']} pairs of steps with equal "
-            f"features, first two runs of each cell): {verdict}." + _levels(p))
+            f"features, first two runs of each cell): {verdict}." + _apart_text(p) + _levels(p))
+
+
+def _apart_text(p: dict) -> str:
+    if not p.get("pairs_apart"):
+        return ""
+    return (f" Between first runs of the same work stored by different validations (served at "
+            f"other times): {_pct(p['real_vs_real_apart'])}% ({p['pairs_apart']} pairs).")
 
 
 def _levels(p: dict) -> str:

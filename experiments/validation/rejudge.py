@@ -8,6 +8,9 @@ not keep (which request ran in which step, every inter-token gap) is not re-judg
 step matching, no distribution tests."""
 from __future__ import annotations
 
+import itertools
+from pathlib import Path
+
 from core.cost import CostModel
 from core.loop_time import Overhead, with_loop
 from core.machine_speed import machine_speed
@@ -46,8 +49,22 @@ def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, speeds: li
 
 
 def step_test(cells: list[StoredCell], cost: CostModel, speeds: list[list[dict]]) -> dict:
-    """Issue 14's per-step test (experiments/validation/per_step.py) on the stored runs."""
-    return per_step([list(zip((r.steps for r in c.reals), s)) for c, s in zip(cells, speeds)], cost)
+    """Issue 14's per-step test (experiments/validation/per_step.py) on the stored runs,
+    with the spread between validations of the same work where there are several."""
+    return per_step([list(zip((r.steps for r in c.reals), s)) for c, s in zip(cells, speeds)], cost,
+                    same_work_apart(cells))
+
+
+def same_work_apart(cells: list[StoredCell]) -> list[tuple[dict, dict]]:
+    """The first real runs of every two stored validations (each directory once) that
+    served the identical request list with the same scheduler settings."""
+    groups: dict[tuple, dict[Path, dict]] = {}
+    for c in cells:
+        w = c.workload
+        key = (w.arrival.tobytes(), w.prompt_len.tobytes(), w.output_len.tobytes(), w.max_concurrency,
+               w.think_time_s, c.scheduler.model_dump_json())
+        groups.setdefault(key, {}).setdefault(c.where.resolve(), c.reals[0].steps)
+    return [pair for g in groups.values() for pair in itertools.combinations(g.values(), 2)]
 
 
 def totals(cells: list[dict]) -> dict:
