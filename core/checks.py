@@ -31,6 +31,7 @@ MAX_TIME_S = 1e8
 MIN_RATE = 1e-6
 MAX_TOKENS = 10**9
 MAX_COUNT = 2**53
+MAX_BLOCK_SIZE = 2**16  # tokens a KV block (BlockSize below)
 MAX_SEED = 2**63 - 1
 MAX_PRIORITY = 2**53  # |priority|: integers float64 holds exactly (traces parse as float)
 MAX_SHOWN = 60  # characters of a bad value an error message repeats
@@ -91,6 +92,10 @@ Efficiency = _num(float, 0.01, 1, "a share of the datasheet from 0.01 to 1")
 # Whole numbers.
 Tokens = _num(int, 1, MAX_TOKENS, f"a whole number of tokens from 1 to {MAX_TOKENS:,}")
 Count = _num(int, 1, MAX_COUNT, "a whole number from 1 to 2**53")
+# Tokens a KV block: engines use 1 to a few hundred. The simulator's decode groups keep a
+# counter per position in a block, so a block of millions of tokens cost seconds and
+# gigabytes a run (a property test drew 2**24 and held 18 GB).
+BlockSize = _num(int, 1, MAX_BLOCK_SIZE, f"a whole number of tokens a KV block from 1 to {MAX_BLOCK_SIZE:,}")
 Seed = _num(int, 0, MAX_SEED, "a whole number from 0 to 2**63-1")
 # Gamma shape of generated gaps: outside [1e-3, 1e3] the gaps' scale 1/(rate * shape)
 # overflows at small rates, or the arrivals are a clock (shape 1e3 is already one).

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.checks import Count, Seconds, Tokens
+from core.checks import BlockSize, Count, Seconds, Tokens
 
 
 class SchedulerConfig(BaseModel):
@@ -16,7 +16,7 @@ class SchedulerConfig(BaseModel):
     max_num_seqs: Count = Field(256, description="seats: sequences in one step at most")
     max_num_batched_tokens: Tokens | None = Field(
         None, description="tokens per step; default 8192 (continuous), 2048 (chunked)")
-    block_size: Tokens = Field(16, description="KV block size in tokens")
+    block_size: BlockSize = Field(16, description="KV block size in tokens")
     num_kv_blocks: Count | None = Field(
         None, description="KV pool size in blocks; default: derived from the hardware")
     admission: str = Field("fcfs", description="admission order: fcfs | priority | shortest_prompt | "

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from core.checks import MAX_TOKENS, parse_memory
+from core.checks import MAX_BLOCK_SIZE, parse_memory
 from core.profile import ProfileError, load_profile
 from experiments.errors import UserError, warn
 from experiments.output import profile_out_path
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
                         "install batchlab[backend]") from None
     if not 1 <= args.threads <= 4096:
         raise UserError(f"--threads must be from 1 to 4096, got {args.threads}")
-    if not 1 <= args.block_size <= MAX_TOKENS:
-        raise UserError(f"--block-size must be from 1 to {MAX_TOKENS:,} tokens, got {args.block_size}")
+    if not 1 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise UserError(f"--block-size must be from 1 to {MAX_BLOCK_SIZE:,} tokens, got {args.block_size}")
     if args.kv_memory is not None:
         try:
             parse_memory(args.kv_memory)

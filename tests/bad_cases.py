@@ -167,6 +167,10 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sim-num-requests-1e12", ["simulate", "--num-requests", str(10**12)], "num_requests"),
     ("sim-block-size-1e9", ["simulate", *N, "--block-size", str(10**9)], "block"),
     ("sim-block-size-1e10", ["simulate", *N, "--block-size", str(10**10)], "block_size"),
+    # valid as a token count, but a decode group kept a counter per position of a block:
+    # 2**24 held 18 GB and minutes in the config property test
+    ("sim-block-size-2-24", ["simulate", *N, "--num-kv-blocks", "4000", "--block-size", str(2**24)],
+     "block_size"),
     ("sim-batch-delay-inf", ["simulate", *N, "--policy", "static", "--max-batch-delay", "inf"],
      "max_batch_delay_s"),
     ("sim-batch-delay-nan", ["simulate", *N, "--policy", "static", "--max-batch-delay", "nan"],
