@@ -72,6 +72,7 @@ def one_level(took: np.ndarray, ratio: np.ndarray) -> dict:
     step, and the median |error| at each. Where step times are skewed (a shared machine's
     slow episodes) the two levels differ: the median |error| of a price that makes the
     totals right is what this shape of price achieves on these runs without leaning fast."""
+    took, ratio = took[ratio > 0], ratio[ratio > 0]  # a step timed at 0 has no relative error
     if not took.size:
         return {}
     price = took / ratio
