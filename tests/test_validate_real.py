@@ -105,6 +105,10 @@ def test_broken_stores_are_one_line_errors(validated, profile_file, tmp_path):
     meta.write_text(json.dumps({**m, "num_kv_blocks": "many"}))
     code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
     assert code == 2 and "real/meta.json: num_kv_blocks is 'many'" in err and err.strip().count("\n") == 0
+    meta.write_text(json.dumps({**m, "block_size": 2**24}))  # a whole number, past the bound
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "real/meta.json: scheduler" in err and "block_size" in err \
+        and err.strip().count("\n") == 0
     meta.write_text(json.dumps(m))
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "workload": {**config["workload"],

@@ -80,11 +80,12 @@ def _scheduler(run: StoredRun) -> SchedulerConfig:
     if not isinstance(settings, dict):
         raise UserError(f"{run.where}/meta.json records no scheduler settings (a run stored "
                         f"before batchlab recorded them); serve it again to re-judge it")
+    # The KV pool it served with, validated with the rest (model_copy would skip the bounds)
+    pool = {name: _count(run, name) for name in ("num_kv_blocks", "block_size")}
     try:
-        sched = SchedulerConfig(**settings)
+        return SchedulerConfig(**{**settings, **pool})
     except ValidationError as e:
         raise UserError(describe_validation_error(e, f"{run.where}/meta.json: scheduler")) from None
-    return sched.model_copy(update={name: _count(run, name) for name in ("num_kv_blocks", "block_size")})
 
 
 def _count(run: StoredRun, name: str) -> int:
