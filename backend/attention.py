@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backend.kv_cache import PagedKVCache
+from batchlab.backend.kv_cache import PagedKVCache
 
 # Fixed cost of one more decode group, in bytes of padded KV it would have to save to
 # pay off: about 4 torch calls per layer (~60 us) at ~15 GB/s.

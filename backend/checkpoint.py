@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core.checks import Count, Tokens, shown
-from core.sizes import gib
+from batchlab.core.checks import Count, Tokens, shown
+from batchlab.core.sizes import gib
 
 
 class CheckpointShape(BaseModel):
@@ -37,7 +37,7 @@ class CheckpointShape(BaseModel):
 def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device | str) -> None:
     """ValueError (one line) for a shape field that is not a sensible count, or weights
     larger than the device's free memory."""
-    from backend.device import free_memory_bytes
+    from batchlab.backend.device import free_memory_bytes
     try:
         shape = CheckpointShape.model_validate(raw, strict=True)
     except ValidationError as e:

@@ -10,7 +10,7 @@ import re
 
 import torch
 
-from core.checks import parse_memory  # noqa: F401  (re-exported: the backend's budgets)
+from batchlab.core.checks import parse_memory  # noqa: F401  (re-exported: the backend's budgets)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32,

@@ -15,16 +15,16 @@ import threading
 import time
 from typing import Callable
 
-from backend.runtime import Runtime
-from backend.step import run_step
-from core.batch import StepObserver
-from core.config import SchedulerConfig
-from core.features import StepHistory
-from core.metrics import MetricsRecorder
-from core.request import Sequence, Status
-from core.result import RunResult
-from core.schedulers import check_prefix_hashes, make_scheduler
-from core.workload import Workload
+from batchlab.backend.runtime import Runtime
+from batchlab.backend.step import run_step
+from batchlab.core.batch import StepObserver
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.features import StepHistory
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.request import Sequence, Status
+from batchlab.core.result import RunResult
+from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
+from batchlab.core.workload import Workload
 
 _SLEEP_SLICE = 0.05  # longest uninterrupted sleep: how fast Ctrl-C is noticed when idle
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backend.attention import build_metadata
-from backend.device import synchronize
-from backend.kv_cache import PagedKVCache
-from backend.model_runner import ModelRunner
-from backend.prompt_ids import request_prompt, synthetic_prompt  # noqa: F401 (re-exported)
-from core.batch import Batch
-from core.request import Request, Sequence
+from batchlab.backend.attention import build_metadata
+from batchlab.backend.device import synchronize
+from batchlab.backend.kv_cache import PagedKVCache
+from batchlab.backend.model_runner import ModelRunner
+from batchlab.backend.prompt_ids import request_prompt, synthetic_prompt  # noqa: F401 (re-exported)
+from batchlab.core.batch import Batch
+from batchlab.core.request import Request, Sequence
 
 
 @dataclass

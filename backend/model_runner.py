@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from backend.attention import AttentionMetadata, paged_attention
-from backend.kv_cache import PagedKVCache
-from backend.linear import Linear, resolve_matmul
+from batchlab.backend.attention import AttentionMetadata, paged_attention
+from batchlab.backend.kv_cache import PagedKVCache
+from batchlab.backend.linear import Linear, resolve_matmul
 
 
 @dataclass

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from backend.checkpoint import check_shape
-from core.checks import shown
-from core.specs import MODELS, ModelSpec
+from batchlab.backend.checkpoint import check_shape
+from batchlab.core.checks import shown
+from batchlab.core.specs import MODELS, ModelSpec
 
 PRESET_PREFIX = "batchlab-"
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")

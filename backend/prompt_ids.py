@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.prefix_cache import chain
-from core.request import Request
+from batchlab.core.prefix_cache import chain
+from batchlab.core.request import Request
 
 
 def synthetic_prompt(request_id: int, prompt_len: int, vocab_size: int, seed: int = 0) -> np.ndarray:

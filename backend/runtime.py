@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from backend.device import (budget_bytes, dtype_name, free_memory_bytes, parse_memory,
+from batchlab.backend.device import (budget_bytes, dtype_name, free_memory_bytes, parse_memory,
                             resolve_device, resolve_dtype, set_threads)
-from backend.engine import Engine
-from backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
-from backend.model_runner import ModelRunner
-from backend.models import LoadedModel, load_model
-from core.sizes import gib
+from batchlab.backend.engine import Engine
+from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
+from batchlab.backend.model_runner import ModelRunner
+from batchlab.backend.models import LoadedModel, load_model
+from batchlab.core.sizes import gib
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
 # free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost

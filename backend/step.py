@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from backend.engine import Engine
-from core.batch import Batch, step_features
-from core.features import StepHistory
-from core.metrics import MetricsRecorder
-from core.request import Sequence
-from core.schedulers.base import Scheduler
+from batchlab.backend.engine import Engine
+from batchlab.core.batch import Batch, step_features
+from batchlab.core.features import StepHistory
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.request import Sequence
+from batchlab.core.schedulers.base import Scheduler
 
 
 def run_step(sched: Scheduler, engine: Engine, batch: Batch, history: StepHistory,

@@ -24,14 +24,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from backend.driver import run_workload  # noqa: E402
-from backend.engine import synthetic_prompt  # noqa: E402
-from backend.models import build_preset  # noqa: E402
-from backend.runtime import Runtime  # noqa: E402
-from core.batch import Batch  # noqa: E402
-from core.config import SchedulerConfig  # noqa: E402
-from core.request import Request, Sequence  # noqa: E402
-from core.workload import Workload  # noqa: E402
+from batchlab.backend.driver import run_workload  # noqa: E402
+from batchlab.backend.engine import synthetic_prompt  # noqa: E402
+from batchlab.backend.models import build_preset  # noqa: E402
+from batchlab.backend.runtime import Runtime  # noqa: E402
+from batchlab.core.batch import Batch  # noqa: E402
+from batchlab.core.config import SchedulerConfig  # noqa: E402
+from batchlab.core.request import Request, Sequence  # noqa: E402
+from batchlab.core.workload import Workload  # noqa: E402
 
 
 def make_workload(n: int, prompt: tuple[int, int], output: tuple[int, int], seed: int) -> Workload:

@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.runtime import Runtime  # noqa: E402
-from core.batch import Batch  # noqa: E402
-from core.request import Request, Sequence  # noqa: E402
+from batchlab.backend.runtime import Runtime  # noqa: E402
+from batchlab.core.batch import Batch  # noqa: E402
+from batchlab.core.request import Request, Sequence  # noqa: E402
 
 BANDS = ((1, 128), (128, 512), (512, 1 << 20))
 

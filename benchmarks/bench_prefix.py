@@ -26,11 +26,11 @@ if not TRACES.exists():
 # Run in a subprocess with PYTHONPATH at the tree to time: prints {"wall": s, ...}.
 CHILD = r"""
 import json, sys, time
-from core.config import SchedulerConfig
-from core.cost import kv_capacity_blocks, roofline
-from core.specs import lookup_hardware, lookup_model
-from core.workload import WorkloadConfig, build_workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import kv_capacity_blocks, roofline
+from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.sim import simulate
 path, policy, n, caching = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 model, hw = lookup_model("llama-3-8b"), lookup_hardware("a100-80gb")
 cost, blocks = roofline(model, hw, 1, 0.8, 0.6, 0.002), kv_capacity_blocks(model, hw, 1, 16)

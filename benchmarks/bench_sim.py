@@ -31,13 +31,13 @@ from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.config import SchedulerConfig  # noqa: E402
-from core.cost import kv_capacity_blocks, roofline  # noqa: E402
-from core.metrics import MetricsRecorder  # noqa: E402
-from core.specs import lookup_hardware, lookup_model  # noqa: E402
-from core.workload import LengthSpec, WorkloadConfig, build_workload  # noqa: E402
-from sim import simulate  # noqa: E402
-from sim.events import counting_events  # noqa: E402
+from batchlab.core.config import SchedulerConfig  # noqa: E402
+from batchlab.core.cost import kv_capacity_blocks, roofline  # noqa: E402
+from batchlab.core.metrics import MetricsRecorder  # noqa: E402
+from batchlab.core.specs import lookup_hardware, lookup_model  # noqa: E402
+from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload  # noqa: E402
+from batchlab.sim import simulate  # noqa: E402
+from batchlab.sim.events import counting_events  # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 

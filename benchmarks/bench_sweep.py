@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from experiments.cli import main  # noqa: E402
-from experiments.executor import cores  # noqa: E402
+from batchlab.experiments.cli import main  # noqa: E402
+from batchlab.experiments.executor import cores  # noqa: E402
 
 GRID = """
 [workload]

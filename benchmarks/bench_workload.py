@@ -18,8 +18,8 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.workload import Workload, WorkloadConfig, build_workload, load_trace, traces_dir  # noqa: E402
-from core.workload.native import write_trace  # noqa: E402
+from batchlab.core.workload import Workload, WorkloadConfig, build_workload, load_trace, traces_dir  # noqa: E402
+from batchlab.core.workload.native import write_trace  # noqa: E402
 
 MB = 1024 * 1024
 

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.validation import study
-from experiments.validation.study_report import render
+from batchlab.experiments.validation import study
+from batchlab.experiments.validation.study_report import render
 
 
 def main(argv: list[str] | None = None) -> int:

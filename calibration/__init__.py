@@ -1,6 +1,6 @@
 """Timing sweeps on the backend, cost-model fitting, saved profiles.
 
-    from calibration import calibrate
+    from batchlab.calibration import calibrate
     profile = calibrate("batchlab-small", "cpu", threads=1, out="small-cpu.json")
 
 The profile model and its loader live in core.profile (the simulator reads profiles
@@ -12,6 +12,6 @@ __all__ = ["calibrate"]
 
 def __getattr__(name: str):
     if name == "calibrate":  # lazy: `import calibration` stays cheap and torch-free
-        from calibration.run import calibrate
+        from batchlab.calibration.run import calibrate
         return calibrate
     raise AttributeError(name)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibration.grid import Grid
-from calibration.timing import robust_median
-from core.features import masked_pairs_estimate
-from core.profile import Measurement
+from batchlab.calibration.grid import Grid
+from batchlab.calibration.timing import robust_median
+from batchlab.core.features import masked_pairs_estimate
+from batchlab.core.profile import Measurement
 
 
 def _per_point(records: list[dict], grid: Grid, scale: dict[int, float] | None) -> list[Measurement]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
-from core.batch import StepFeatures
-from core.fitted_cost import COMBINE, PARAM_NAMES, FittedCostModel, Shape
-from core.profile import FitQuality, Measurement, RegionError
+from batchlab.core.batch import StepFeatures
+from batchlab.core.fitted_cost import COMBINE, PARAM_NAMES, FittedCostModel, Shape
+from batchlab.core.profile import FitQuality, Measurement, RegionError
 
 # Row counts 1..8 get their own correction: CPU GEMM kernels for a handful of rows are
 # chosen per row count and do not follow the roofline (measured with oneDNN on

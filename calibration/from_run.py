@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration.fit import fit
-from calibration.profile_parts import cost_params, effective
-from calibration.serve_fit import Levels, features, judge_kinds, missing_kinds, predict, refine
-from calibration.served_runs import ServedRun, check_same, device_info, read_runs
-from core.fitted_cost import FittedCostModel, Shape
-from core.loop_time import fit_gaps, table_gaps
-from core.profile import FitQuality, LoopTime, Measurement, Profile, RegionError
-from core.specs import MODELS
+from batchlab.calibration.fit import fit
+from batchlab.calibration.profile_parts import cost_params, effective
+from batchlab.calibration.serve_fit import Levels, features, judge_kinds, missing_kinds, predict, refine
+from batchlab.calibration.served_runs import ServedRun, check_same, device_info, read_runs
+from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.loop_time import fit_gaps, table_gaps
+from batchlab.core.profile import FitQuality, LoopTime, Measurement, Profile, RegionError
+from batchlab.core.specs import MODELS
 
 HOLDOUT_SHARE = 0.25
 

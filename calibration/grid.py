@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.batch import Batch, StepFeatures, step_features
-from core.kv import BlockManager, blocks_for
-from core.request import Request, Sequence
+from batchlab.core.batch import Batch, StepFeatures, step_features
+from batchlab.core.kv import BlockManager, blocks_for
+from batchlab.core.request import Request, Sequence
 
 REGIONS = ("decode", "prefill", "mixed")
 

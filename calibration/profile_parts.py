@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from core.fitted_cost import FittedCostModel
-from core.profile import UNRESOLVED_RATIO, CostParams, Effective
+from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.profile import UNRESOLVED_RATIO, CostParams, Effective
 
 
 def _resolved(rate: float, measured: float | None) -> float | None:

@@ -2,8 +2,8 @@
 roofline, and per-point errors."""
 from __future__ import annotations
 
-from core.batch import StepFeatures
-from core.profile import UNRESOLVED_RATIO, Profile, RegionError
+from batchlab.core.batch import StepFeatures
+from batchlab.core.profile import UNRESOLVED_RATIO, Profile, RegionError
 
 
 # A fitted rate above the machine's measured peak by more than this is not physical: the

@@ -10,20 +10,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from calibration.aggregate import spread_pct, summarize
-from calibration.fit import fit
-from calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
-from calibration.profile_parts import cost_params, effective
-from calibration.serve_phase import serve
-from calibration.served_runs import device_info
-from calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
+from batchlab.calibration.aggregate import spread_pct, summarize
+from batchlab.calibration.fit import fit
+from batchlab.calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
+from batchlab.calibration.profile_parts import cost_params, effective
+from batchlab.calibration.serve_phase import serve
+from batchlab.calibration.served_runs import device_info
+from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
                                read_roofline, widest_points)
-from calibration.timing import ReferenceKernel, measure_roofline
-from core.fitted_cost import Shape
-from core.profile import GridInfo, LoopTime, Profile
+from batchlab.calibration.timing import ReferenceKernel, measure_roofline
+from batchlab.core.fitted_cost import Shape
+from batchlab.core.profile import GridInfo, LoopTime, Profile
 
 if TYPE_CHECKING:
-    from backend.runtime import Runtime
+    from batchlab.backend.runtime import Runtime
 
 DEFAULT_MODEL = "batchlab-small"
 BLOCK_SIZE = 16
@@ -43,8 +43,8 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     1GiB on CPU). runtime: an already loaded backend to time (its model, device, dtype
     and threads win over the arguments). Raises ValueError (one line) for an unknown
     model or absent device."""
-    from backend.models import params_label
-    from backend.runtime import Runtime  # torch: only when calibrating
+    from batchlab.backend.models import params_label
+    from batchlab.backend.runtime import Runtime  # torch: only when calibrating
 
     grid = grid or default_grid()
     say = log or (lambda msg: print(msg, file=sys.stderr))

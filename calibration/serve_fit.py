@@ -35,9 +35,9 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
-from core.features import FEATURE_NAMES, StepFeatures
-from core.fitted_cost import FittedCostModel, is_steady
-from core.machine_speed import CONTENDED  # a served step over this x its price had its core taken
+from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.fitted_cost import FittedCostModel, is_steady
+from batchlab.core.machine_speed import CONTENDED  # a served step over this x its price had its core taken
 
 MIN_COMPUTE_SHARE = 0.05  # of the served time, for a compute level of its own
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio: a median-like fit of noisy steps

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from calibration.fresh_process import run_fresh
-from calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
-from core.config import SchedulerConfig
-from core.features import StepFeatures
-from core.fitted_cost import FittedCostModel
-from core.loop_time import Overhead, busy_gaps, fit_gaps
-from core.workload import Workload
+from batchlab.calibration.fresh_process import run_fresh
+from batchlab.calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.features import StepFeatures
+from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.loop_time import Overhead, busy_gaps, fit_gaps
+from batchlab.core.workload import Workload
 
 if TYPE_CHECKING:
-    from backend.runtime import Runtime
+    from batchlab.backend.runtime import Runtime
 
 LOAD = 0.5  # offered load: busy about half the time, so idle gaps and overlaps both occur
 CHUNK_BUDGET = 64  # chunked prefill's small budget: chunks of every size down to a few tokens
@@ -70,7 +70,7 @@ def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, second
                seed: int) -> Served:
     """Per policy (seconds / len(POLICIES) each): its step table, and its busy gaps
     between steps with the next step's sequences (core/loop_time.py)."""
-    from backend.driver import run_workload
+    from batchlab.backend.driver import run_workload
     out = []
     for i, (policy, budget, burst, max_output) in enumerate(POLICIES):
         w = workload(model, max_prompt, seconds / len(POLICIES), seed + i, runtime.spec.max_context,
@@ -83,7 +83,7 @@ def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, second
 
 def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: float,
                  seed: int) -> Served:
-    from backend.runtime import Runtime
+    from batchlab.backend.runtime import Runtime
     return _serve_all(Runtime(**args), model, max_prompt, seconds, seed)
 
 

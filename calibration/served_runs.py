@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
-from core.profile import DeviceInfo
+from batchlab.core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
+from batchlab.core.profile import DeviceInfo
 
 # What every run must agree on (and agree with a profile on): the same model on the same
 # device at the same thread count and dtype prices its steps the same way.

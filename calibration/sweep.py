@@ -12,12 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from calibration.grid import Grid, GridPoint, build_batch, release_batch, reset_batch
-from core.batch import step_features
-from core.kv import BlockManager
+from batchlab.calibration.grid import Grid, GridPoint, build_batch, release_batch, reset_batch
+from batchlab.core.batch import step_features
+from batchlab.core.kv import BlockManager
 
 if TYPE_CHECKING:
-    from backend.engine import Engine
+    from batchlab.backend.engine import Engine
 
 
 def measurements_path(out: str | Path) -> Path:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from core.features import FEATURE_NAMES, StepFeatures, masked_pairs
-from core.request import Sequence
+from batchlab.core.features import FEATURE_NAMES, StepFeatures, masked_pairs
+from batchlab.core.request import Sequence
 
 __all__ = ["Batch", "FEATURE_NAMES", "StepFeatures", "StepObserver", "step_features"]
 
 if TYPE_CHECKING:
-    from core.decode_group import DecodeGroup
+    from batchlab.core.decode_group import DecodeGroup
 
 
 @dataclass(slots=True)

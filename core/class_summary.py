@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from core.summary import SLO, _stats, meets_slo, per_request_latencies, run_duration
+from batchlab.core.summary import SLO, _stats, meets_slo, per_request_latencies, run_duration
 
 # Which breakdowns a summary carries, and the request column each one reads.
 BREAKDOWNS = {"by_priority": "priority", "by_replica": "replica"}

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.checks import BlockSize, Count, Seconds, Tokens
+from batchlab.core.checks import BlockSize, Count, Seconds, Tokens
 
 
 class SchedulerConfig(BaseModel):

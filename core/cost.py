@@ -7,8 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
-from core.features import FEATURE_NAMES, StepFeatures
-from core.specs import HardwareSpec, ModelSpec
+from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.specs import HardwareSpec, ModelSpec
 
 
 class CostModel(Protocol):

@@ -22,10 +22,10 @@ from bisect import bisect_left, insort
 from itertools import accumulate
 from typing import Callable
 
-from core.cost import CostModel
-from core.fast_forward import DecodeRun, decode_run
-from core.kv import BlockManager
-from core.request import Sequence
+from batchlab.core.cost import CostModel
+from batchlab.core.fast_forward import DecodeRun, decode_run
+from batchlab.core.kv import BlockManager
+from batchlab.core.request import Sequence
 
 
 class DecodeGroup:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.batch import StepFeatures
-from core.cost import CostModel, decode_run_times
+from batchlab.core.batch import StepFeatures
+from batchlab.core.cost import CostModel, decode_run_times
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.cost import CostModel, decode_run_times
-from core.features import StepFeatures
+from batchlab.core.cost import CostModel, decode_run_times
+from batchlab.core.features import StepFeatures
 
 # Stretches of equal batch size shorter than these are priced step by step (in the cost
 # model's pure-Python form, or by step_time), longer ones by one numpy call.

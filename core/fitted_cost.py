@@ -50,8 +50,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from core.features import StepFeatures
-from core.specs import ModelSpec
+from batchlab.core.features import StepFeatures
+from batchlab.core.specs import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ A cached unit sits in a table at its own place: unit i of a prompt is the table'
 blocks [i * unit, (i + 1) * unit)."""
 from __future__ import annotations
 
-from core.prefix_cache import PrefixCache
+from batchlab.core.prefix_cache import PrefixCache
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

@@ -12,8 +12,8 @@ budgets, so it costs the same whatever the pool's size, and it uses the BlockMan
 only through its public size."""
 from __future__ import annotations
 
-from core.kv import BlockManager, blocks_for
-from core.request import Sequence
+from batchlab.core.kv import BlockManager, blocks_for
+from batchlab.core.request import Sequence
 
 KV_ALLOCATIONS = ("paged", "reserved")
 

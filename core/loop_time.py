@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.cost import CostModel, decode_run_times
-from core.features import StepFeatures
-from core.result import RunResult
+from batchlab.core.cost import CostModel, decode_run_times
+from batchlab.core.features import StepFeatures
+from batchlab.core.result import RunResult
 
 
 def busy_gaps(run: RunResult) -> tuple[np.ndarray, np.ndarray]:

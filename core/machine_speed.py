@@ -44,10 +44,10 @@ import math
 
 import numpy as np
 
-from core.batch import FEATURE_NAMES, StepFeatures
-from core.cost import CostModel
-from core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
-from core.fitted_cost import FittedCostModel
+from batchlab.core.batch import FEATURE_NAMES, StepFeatures
+from batchlab.core.cost import CostModel
+from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
+from batchlab.core.fitted_cost import FittedCostModel
 
 MIN_STEPS = 8  # fewer steady steps than this: fall back to every decode-only step
 CONTENDED = 2.0  # a step over this many times its price had its core taken (not counted)

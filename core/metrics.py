@@ -14,10 +14,10 @@ from array import array
 
 import numpy as np
 
-from core.batch import Batch
-from core.features import StepFeatures
-from core.gap_histogram import GapHistogram
-from core.request import Sequence
+from batchlab.core.batch import Batch
+from batchlab.core.features import StepFeatures
+from batchlab.core.gap_histogram import GapHistogram
+from batchlab.core.request import Sequence
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",

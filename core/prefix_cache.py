@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from core.request import Request
+from batchlab.core.request import Request
 
 _ROOT = 0x5BD1E995  # the parent key of a prompt's first unit
 

@@ -14,9 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from core.checks import Count, Finite, NonNegative, Tokens, shown
-from core.fitted_cost import FittedCostModel, Shape
-from core.specs import MODELS, ModelSpec
+from batchlab.core.checks import Count, Finite, NonNegative, Tokens, shown
+from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.specs import MODELS, ModelSpec
 
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
@@ -34,7 +34,7 @@ UNRESOLVED_RATIO = 100.0
 FEW_POINTS = 30
 # Profiles shipped with the package (calibration/profiles/NAME.json); "default" names one.
 # Found as package data, without importing calibration (which needs torch).
-SHIPPED_PACKAGE = "calibration"
+SHIPPED_PACKAGE = "batchlab.calibration"
 DEFAULT_PROFILE = "batchlab-small-cpu"
 
 
@@ -188,7 +188,7 @@ class Profile(BaseModel):
     def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0):
         """What the simulator prices a step at: cost_model() plus the serving loop's time
         between steps (scaled with the fixed costs), where the profile measured it."""
-        from core.loop_time import with_loop
+        from batchlab.core.loop_time import with_loop
         return with_loop(self.cost_model(bandwidth, flops, overhead), self.loop_overhead(overhead))
 
     def loop_overhead(self, overhead: float = 1.0):
@@ -197,7 +197,7 @@ class Profile(BaseModel):
         lp = self.loop
         if lp is None or lp.per_step_s + lp.per_seq_s <= 0:
             return None
-        from core.loop_time import Overhead
+        from batchlab.core.loop_time import Overhead
         return Overhead(lp.per_step_s * overhead, lp.per_seq_s * overhead, 0.0, lp.gaps)  # mean gap: not kept
 
     def device_description(self) -> str:
@@ -225,7 +225,7 @@ class Profile(BaseModel):
 
 
 def shipped_dir() -> Path | None:
-    spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # a top-level name: not imported
+    spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # found, not imported
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / "profiles"

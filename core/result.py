@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.metrics import MetricsRecorder
-from core.summary import SLO, step_totals, summarize
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.summary import SLO, step_totals, summarize
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.checks import Count, NonNegative, Positive, Seconds, Tokens, shown
+from batchlab.core.checks import Count, NonNegative, Positive, Seconds, Tokens, shown
 
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from core.checks import Positive
+from batchlab.core.checks import Positive
 
 PERCENTILES = (90, 99)
 

@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from core.checks import MAX_BLOCK_SIZE, parse_memory
-from core.profile import ProfileError, load_profile
-from experiments.errors import UserError, warn
-from experiments.output import profile_out_path
+from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
+from batchlab.core.profile import ProfileError, load_profile
+from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.output import profile_out_path
 
 GRIDS = ("default", "quick")
 
@@ -51,15 +51,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.from_run:
-        from experiments.calibrate_from_run import run_from_runs
+        from batchlab.experiments.calibrate_from_run import run_from_runs
         return run_from_runs(args)
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
-    from calibration.grid import default_grid, tiny_grid
-    from calibration.report import fit_table, points_table, rates_table
-    from calibration.sweep import measurements_path
+    from batchlab.calibration.grid import default_grid, tiny_grid
+    from batchlab.calibration.report import fit_table, points_table, rates_table
+    from batchlab.calibration.sweep import measurements_path
     try:
-        from calibration.run import calibrate
+        from batchlab.calibration.run import calibrate
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"calibration needs the backend: torch and transformers ({e}); "
                         "install batchlab[backend]") from None
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(rates_table(profile))
     if profile.serving:
-        from experiments.calibrate_from_run import served_terms, table
+        from batchlab.experiments.calibrate_from_run import served_terms, table
         sv = profile.serving
         print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
               f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 def _same_model(name: str, profile) -> bool:
     """Whether --model NAME|DIR names the profile's model (its name, its checkpoint
     directory, or a preset of the same shape)."""
-    from core.specs import MODELS
+    from batchlab.core.specs import MODELS
     source = profile.model_source or profile.model.name
     if name in (profile.model.name, source) or Path(name).resolve() == Path(source).resolve():
         return True

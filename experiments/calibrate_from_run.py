@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from core.profile import ProfileError, load_profile
-from experiments.output import profile_out_path
-from experiments.errors import UserError
+from batchlab.core.profile import ProfileError, load_profile
+from batchlab.experiments.output import profile_out_path
+from batchlab.experiments.errors import UserError
 
 KINDS = ("all", "decode", "prefill", "small_chunk", "mixed", "after_prefill", "after_idle")
 
@@ -40,7 +40,7 @@ def table(after: dict, before: dict | None, where: str, labels=("given profile",
 
 
 def run_from_runs(args: argparse.Namespace) -> int:
-    from calibration.from_run import from_runs
+    from batchlab.calibration.from_run import from_runs
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
     out = profile_out_path(args) if args.out else None  # checked before any work

@@ -6,13 +6,13 @@ import logging
 import os
 import sys
 
-from experiments import (calibrate_cmd, experiment_cmd, run_cmd, serve_cmd, simulate_cmd, validate_cmd,
+from batchlab.experiments import (calibrate_cmd, experiment_cmd, run_cmd, serve_cmd, simulate_cmd, validate_cmd,
                          workload_cmd)
-from experiments.capacity import command as capacity_cmd
-from experiments.sweep import command as sweep_cmd
-from experiments.errors import UserError
-from experiments.options import FLAGS
-from experiments.replay import cmd as replay_cmd
+from batchlab.experiments.capacity import command as capacity_cmd
+from batchlab.experiments.sweep import command as sweep_cmd
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import FLAGS
+from batchlab.experiments.replay import cmd as replay_cmd
 
 SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
                capacity_cmd, sweep_cmd, serve_cmd, replay_cmd]

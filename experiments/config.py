@@ -8,15 +8,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
-from core.config import SchedulerConfig
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from core.params import validate_params
-from core.schedulers import SCHEDULERS
-from core.specs import HARDWARE
-from core.summary import SLO
-from core.workload import WorkloadConfig
-from experiments.errors import UserError, describe_validation_error
+from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.params import validate_params
+from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.specs import HARDWARE
+from batchlab.core.summary import SLO
+from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.errors import UserError, describe_validation_error
 
 
 class ModelConfig(BaseModel):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config import SchedulerConfig
-from core.schedulers import SCHEDULERS
-from core.schedulers.chunked import ChunkedPrefillScheduler
-from core.specs import HardwareSpec
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers.chunked import ChunkedPrefillScheduler
+from batchlab.core.specs import HardwareSpec
 
 LARGE_GPU_BYTES = 70 * 2**30
 

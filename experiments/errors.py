@@ -5,7 +5,7 @@ import sys
 
 from pydantic import ValidationError
 
-from core.checks import shown
+from batchlab.core.checks import shown
 
 
 class UserError(Exception):

@@ -16,7 +16,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from experiments.errors import UserError
+from batchlab.experiments.errors import UserError
 
 DASK_TIMEOUT_S = 10
 

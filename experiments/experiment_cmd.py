@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.errors import UserError
-from experiments.output import to_json
-from experiments.studies import STUDIES, get_study
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.output import to_json
+from batchlab.experiments.studies import STUDIES, get_study
 
 DEFAULT_OUT = Path("out/experiments")
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             with_profile = ", ".join(s.name for s in STUDIES.values() if s.profile)
             raise UserError(f"--profile applies to one study that calibrates ({with_profile}), "
                             f"not to {args.name}")
-        from experiments.validation import profile_source
+        from batchlab.experiments.validation import profile_source
         profile_source.load(args.profile)  # a bad profile: an error before anything runs
     if args.backend:
         for n in names if args.name != "all" else []:

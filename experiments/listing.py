@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.kv_reservation import KV_ALLOCATIONS
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, first_paragraph
-from core.params import describe
-from core.schedulers import SCHEDULERS
+from batchlab.core.kv_reservation import KV_ALLOCATIONS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, first_paragraph
+from batchlab.core.params import describe
+from batchlab.core.schedulers import SCHEDULERS
 
 
 def registry() -> dict[str, Any]:

@@ -7,11 +7,11 @@ import copy
 import tomllib
 from typing import Any
 
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from core.schedulers import SCHEDULERS
-from experiments.config import ExperimentConfig, build_config, read_toml
-from experiments.errors import UserError
-from experiments.workload_options import add_workload_options, workload_overrides
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.schedulers import SCHEDULERS
+from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.workload_options import add_workload_options, workload_overrides
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from core.result import RunResult
-from experiments.errors import UserError
+from batchlab.core.result import RunResult
+from batchlab.experiments.errors import UserError
 
 
 def _clean(x: Any) -> Any:

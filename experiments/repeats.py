@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from experiments.report import ROWS, layout
+from batchlab.experiments.report import ROWS, layout
 
 # Student t's 97.5% quantile by degrees of freedom (scipy.stats is not imported: it is
 # slow to load, and the simulator must run without the backend's packages).

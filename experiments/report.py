@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from core.summary import SLO
+from batchlab.core.summary import SLO
 
 # (summary key, label, format)
 ROWS: list[tuple[str, str, str]] = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from core.specs import ModelSpec, canonical_dtype, with_dtypes
-from experiments.config import ExperimentConfig
-from experiments.errors import UserError
+from batchlab.core.specs import ModelSpec, canonical_dtype, with_dtypes
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
 
 
 def _microseconds(text: str) -> float:

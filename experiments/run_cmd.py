@@ -6,15 +6,15 @@ import argparse
 import sys
 import time
 
-from core.class_summary import BREAKDOWNS, breakdowns
-from core.workload import build_workload
-from experiments.config import ExperimentConfig
-from experiments.errors import UserError
-from experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
+from batchlab.core.class_summary import BREAKDOWNS, breakdowns
+from batchlab.core.workload import build_workload
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                  reject_unused,
                                  reject_unused_fields, reject_unused_tables)
-from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.report import class_tables, comparison_table, slo_line
+from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
+from batchlab.experiments.report import class_tables, comparison_table, slo_line
 
 # Small enough to finish in well under a minute on two CPU cores with the tiny model.
 DEFAULT_EXPERIMENT = {
@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
     """The backend runtime for [model] and the backend options (shared with validate)."""
     try:
-        from backend.runtime import Runtime
+        from batchlab.backend.runtime import Runtime
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"the backend needs torch and transformers ({e}); "
                         "install batchlab[backend]") from None
@@ -55,12 +55,12 @@ def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.driver import run_workload  # torch only when this command runs
-    from backend.device import dtype_name
-    from backend.models import params_label
+    from batchlab.backend.driver import run_workload  # torch only when this command runs
+    from batchlab.backend.device import dtype_name
+    from batchlab.backend.models import params_label
 
-    from experiments.run_labels import label_real
-    from experiments.validation import profile_source
+    from batchlab.experiments.run_labels import label_real
+    from batchlab.experiments.validation import profile_source
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_out_dir(args.out)  # before the model loads
     if args.plot:
-        from experiments.run_plots import check_plot_dir
+        from batchlab.experiments.run_plots import check_plot_dir
         check_plot_dir(args.plot)
     t0 = time.perf_counter()
     rt = load_runtime(cfg, args)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if m["interrupted"]:
             break  # Ctrl-C: keep what finished, run no further policy
     if results:
-        from experiments.run_plots import write_run_plots
+        from batchlab.experiments.run_plots import write_run_plots
         files = write_run_plots(args.plot, results)
         print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if args.format == "json":

@@ -4,10 +4,10 @@ the machine ran during it (core/machine_speed.py: its steady decode steps priced
 profile). Shared by `batchlab run` and `batchlab validate`."""
 from __future__ import annotations
 
-from core.cost import CostModel
-from core.machine_speed import machine_speed
-from core.result import RunResult
-from core.stability import queue_stability
+from batchlab.core.cost import CostModel
+from batchlab.core.machine_speed import machine_speed
+from batchlab.core.result import RunResult
+from batchlab.core.stability import queue_stability
 
 
 def stability(result: RunResult) -> dict:

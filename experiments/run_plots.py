@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core.result import RunResult
-from core.summary import per_request_latencies
-from experiments import plots
-from experiments.errors import UserError
+from batchlab.core.result import RunResult
+from batchlab.core.summary import per_request_latencies
+from batchlab.experiments import plots
+from batchlab.experiments.errors import UserError
 
 FILES = ("latency_cdf.png", "seats_kv_over_time.png", "queue_over_time.png")
 BINS = 120  # time bins over the longest run

@@ -9,11 +9,11 @@ import os
 import sys
 import time
 
-from experiments.errors import UserError
-from experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                  reject_unused_tables)
-from experiments.output import ResultWriter, check_out_dir
-from experiments.run_cmd import load_runtime
+from batchlab.experiments.output import ResultWriter, check_out_dir
+from batchlab.experiments.run_cmd import load_runtime
 
 DEFAULT_SERVE = {"model": {"name": "batchlab-tiny"}}
 API_KEY_ENV = "BATCHLAB_API_KEY"  # as vLLM's VLLM_API_KEY
@@ -38,11 +38,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from backend.models import params_label
-    from backend.server.server import Server, check_port
+    from batchlab.backend.models import params_label
+    from batchlab.backend.server.server import Server, check_port
 
-    from experiments.run_labels import label_real
-    from experiments.validation import profile_source
+    from batchlab.experiments.run_labels import label_real
+    from batchlab.experiments.validation import profile_source
 
     workload = [k[3:] for k, v in vars(args).items() if k.startswith("wl_") and k != "wl_seed"
                 and v is not None]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from core.config import SchedulerConfig
-from core.cost import CostModel, allreduces_per_step, kv_capacity_blocks, roofline
-from core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
-from experiments.calibrate_cmd import profile_setup
-from experiments.config import ExperimentConfig
-from experiments.engine_defaults import apply_engine_defaults, engine_defaults
-from experiments.errors import UserError
-from experiments.roofline_options import served_model
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostModel, allreduces_per_step, kv_capacity_blocks, roofline
+from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
+from batchlab.experiments.calibrate_cmd import profile_setup
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.engine_defaults import apply_engine_defaults, engine_defaults
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.roofline_options import served_model
 
 log = logging.getLogger("batchlab")
 

@@ -7,19 +7,19 @@ import time
 
 from tqdm import tqdm
 
-from core.class_summary import BREAKDOWNS, breakdowns
-from core.sizes import check_run_size
-from core.stability import queue_stability
-from core.workload import build_workload
-from experiments.errors import UserError
-from experiments.options import (add_common_options, add_plot_option, load_experiment, named,
+from batchlab.core.class_summary import BREAKDOWNS, breakdowns
+from batchlab.core.sizes import check_run_size
+from batchlab.core.stability import queue_stability
+from batchlab.core.workload import build_workload
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
                                  reject_unused_fields)
-from experiments.output import ResultWriter, to_json
-from experiments.repeats import aggregate, paired, repeats_table
-from experiments.report import class_tables, comparison_table, slo_line
-from experiments.roofline_options import add_roofline_options
-from experiments.sim_setup import roofline_setup, sim_setup  # noqa: F401 (studies import it here)
-from sim import simulate
+from batchlab.experiments.output import ResultWriter, to_json
+from batchlab.experiments.repeats import aggregate, paired, repeats_table
+from batchlab.experiments.report import class_tables, comparison_table, slo_line
+from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.experiments.sim_setup import roofline_setup, sim_setup  # noqa: F401 (studies import it here)
+from batchlab.sim import simulate
 
 # The embedded default shows the seed's point: a chat mix whose replies vary widely
 # (most short, a few very long) served by static, continuous and chunked batching.
@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list_policies:
-        from experiments import listing
+        from batchlab.experiments import listing
         print(to_json(listing.registry()) if args.format == "json" else listing.render())
         return 0
     if args.seeds < 1:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     ran = {"model.dtype": setup.meta.get("weights_dtype", setup.meta.get("dtype")),
            "model.kv_cache_dtype": setup.meta.get("kv_cache_dtype", setup.meta.get("dtype"))}
     if args.plot:
-        from experiments.run_plots import check_plot_dir
+        from batchlab.experiments.run_plots import check_plot_dir
         check_plot_dir(args.plot, args.step_table)
     writer = ResultWriter(args.out, cfg.record(tuple(BACKEND_ONLY), ran)) if args.out else None
     kept: dict | None = {} if args.plot else None  # the first seed's runs, for --plot
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             break
     workload = workloads[seeds[0]]
     if kept:
-        from experiments.run_plots import write_run_plots
+        from batchlab.experiments.run_plots import write_run_plots
         files = write_run_plots(args.plot, kept)
         print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if len(seeds) > 1 and not interrupted:

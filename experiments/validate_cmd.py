@@ -10,17 +10,17 @@ import sys
 import time
 from pathlib import Path
 
-from core.specs import MODELS
-from core.workload import build_workload
-from experiments.errors import UserError, warn
-from experiments.options import (add_backend_options, add_common_options, load_experiment, named,
+from batchlab.core.specs import MODELS
+from batchlab.core.workload import build_workload
+from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                  reject_unused, reject_unused_tables)
-from experiments.output import check_out_dir, to_json
-from experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
-from experiments.replay.cmd import add_target_options
-from experiments.validation import endpoint, profile_source
-from experiments.validation.text import render
-from experiments.validation.validate import validate
+from batchlab.experiments.output import check_out_dir, to_json
+from batchlab.experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
+from batchlab.experiments.replay.cmd import add_target_options
+from batchlab.experiments.validation import endpoint, profile_source
+from batchlab.experiments.validation.text import render
+from batchlab.experiments.validation.validate import validate
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
     writer = None
     if args.out:
-        from experiments.validation.output import ValidationWriter  # matplotlib only with --out
+        from batchlab.experiments.validation.output import ValidationWriter  # matplotlib only with --out
         writer = ValidationWriter(args.out, cfg.record(("hardware",)))
     profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
     cost = profile.cost_model()
@@ -114,7 +114,7 @@ WITH_REAL = {"real", "pr_path", "format", "out", "no_progress", "func", "command
 def check_stored(cells: list, profile, where: str) -> None:
     """The stored runs served the profile's model (else an error); another device, thread
     count or dtype is a warning, as validate warns."""
-    from calibration.from_run import model_mismatch, setting_mismatches
+    from batchlab.calibration.from_run import model_mismatch, setting_mismatches
 
     warned = set()
     for c in cells:
@@ -130,8 +130,8 @@ def check_stored(cells: list, profile, where: str) -> None:
 
 def rejudge_stored(args: argparse.Namespace) -> int:
     """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
-    from experiments.validation import rejudge, stored
-    from experiments.validation.per_step import describe as describe_per_step
+    from batchlab.experiments.validation import rejudge, stored
+    from batchlab.experiments.validation.per_step import describe as describe_per_step
 
     parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags
     subparsers = parser.add_subparsers(dest="command")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core.workload import (Workload, WorkloadConfig, build_workload, format_stats,
+from batchlab.core.workload import (Workload, WorkloadConfig, build_workload, format_stats,
                            workload_stats, write_trace)
-from experiments.config import build_config, read_toml
-from experiments.errors import UserError
-from experiments.options import name_flag
-from experiments.output import to_json
-from experiments.workload_options import add_workload_options, workload_overrides
+from batchlab.experiments.config import build_config, read_toml
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import name_flag
+from batchlab.experiments.output import to_json
+from batchlab.experiments.workload_options import add_workload_options, workload_overrides
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -105,7 +105,7 @@ def check_plot_path(path: str) -> None:
 
 
 def plot(w: Workload, path: str) -> None:
-    from experiments.plots import figure, mark_x, save  # matplotlib only when asked for
+    from batchlab.experiments.plots import figure, mark_x, save  # matplotlib only when asked for
 
     title = textwrap.fill(w.describe(), 150)  # every step, so the figure says what it shows
     fig, (ax_t, ax_p, ax_o) = figure(1, 3, title=title, width=5.0, height=3.6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from core.workload import FORMAT_NAMES, PRESETS, TRACES
+from batchlab.core.workload import FORMAT_NAMES, PRESETS, TRACES
 
 
 def add_workload_options(parser: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """The SimPy world: arrivals, one engine process per replica, a router between them.
 Steps are priced by a core cost model; the scheduler is core's, unchanged."""
-from sim.simulate import simulate
+from batchlab.sim.simulate import simulate
 
 __all__ = ["simulate"]

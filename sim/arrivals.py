@@ -11,9 +11,9 @@ from typing import Callable
 
 import simpy
 
-from core.request import Request, Sequence
-from core.workload import Workload
-from sim.events import urgent
+from batchlab.core.request import Request, Sequence
+from batchlab.core.workload import Workload
+from batchlab.sim.events import urgent
 
 
 class Arrivals:

@@ -8,14 +8,14 @@ from typing import Callable
 
 import simpy
 
-from core.batch import Batch, StepObserver, step_features
-from core.cost import CostModel
-from core.fast_forward import DecodeRun
-from core.features import StepHistory
-from core.metrics import MetricsRecorder
-from core.request import Request, Sequence, Status
-from core.schedulers.base import Scheduler
-from sim.events import late
+from batchlab.core.batch import Batch, StepObserver, step_features
+from batchlab.core.cost import CostModel
+from batchlab.core.fast_forward import DecodeRun
+from batchlab.core.features import StepHistory
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.request import Request, Sequence, Status
+from batchlab.core.schedulers.base import Scheduler
+from batchlab.sim.events import late
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
 # every step.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence as Seq
 
-from core.request import Request
-from sim.engine import Replica
+from batchlab.core.request import Request
+from batchlab.sim.engine import Replica
 
 Router = Callable[[Seq[Replica], Request], Replica]
 

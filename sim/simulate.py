@@ -5,17 +5,17 @@ from typing import Callable
 
 import simpy
 
-from core.config import SchedulerConfig
-from core.cost import CostModel
-from core.metrics import MetricsRecorder
-from core.request import Request, Sequence
-from core.result import RunResult
-from core.schedulers import check_prefix_hashes, make_scheduler
-from core.sizes import check_run_size
-from core.workload import Workload
-from sim.arrivals import Arrivals
-from sim.engine import Replica, StepObserver
-from sim.router import make_router
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostModel
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.request import Request, Sequence
+from batchlab.core.result import RunResult
+from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
+from batchlab.core.sizes import check_run_size
+from batchlab.core.workload import Workload
+from batchlab.sim.arrivals import Arrivals
+from batchlab.sim.engine import Replica, StepObserver
+from batchlab.sim.router import make_router
 
 
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,

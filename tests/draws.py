@@ -11,13 +11,13 @@ import typing
 
 from hypothesis import strategies as st
 
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from core.kv_reservation import KV_ALLOCATIONS
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from core.params import PolicyParams, describe
-from core.request import Request
-from core.schedulers import SCHEDULERS
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.core.kv_reservation import KV_ALLOCATIONS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.params import PolicyParams, describe
+from batchlab.core.request import Request
+from batchlab.core.schedulers import SCHEDULERS
 
 # Integer parameters are drawn up to this (a threshold far above every drawn length is
 # never crossed); floats over their whole declared range.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from core.batch import Batch
-from core.request import Request, Sequence
-from core.schedulers.base import Scheduler
+from batchlab.core.batch import Batch
+from batchlab.core.request import Request, Sequence
+from batchlab.core.schedulers.base import Scheduler
 
 Check = Callable[[Scheduler, Batch, dict], None]
 

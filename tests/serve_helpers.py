@@ -24,7 +24,7 @@ def free_port() -> int:
 
 def batchlab(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the command line in a subprocess (this tree's code), output captured."""
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "batchlab", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
@@ -34,7 +34,7 @@ class ServeProcess:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.out, self.log = out, out.parent / f"{out.name}.log"
-        cmd = [sys.executable, "-m", "experiments.cli", "serve", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "batchlab", "serve", "--host", "127.0.0.1",
                "--port", str(self.port), "--out", str(out), *args]
         self._log = open(self.log, "w")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,

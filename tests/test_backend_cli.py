@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 
 # A few short requests, all at once: seconds on the tiny model.
 SMALL = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
@@ -156,8 +156,8 @@ def test_requests_beyond_the_context_limit_are_rejected(tmp_path, capsys):
     requests are rejected with the reason (as vLLM), never served at untrained
     positions; a max_model_len beyond it is an error. The model size is readable."""
     import json
-    from backend.models import params_label
-    from backend.runtime import Runtime
+    from batchlab.backend.models import params_label
+    from batchlab.backend.runtime import Runtime
     _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     base = ["run", "--model", str(tmp_path / "ckpt"), "--kv-memory", "16MiB", "--no-progress"]
     code, _, err = run_cli([*base, "--workload", "uniform", "--num-requests", "3", "--rate", "inf",

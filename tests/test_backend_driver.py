@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from backend.driver import run_workload
-from backend.runtime import Runtime
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import Workload
-from sim import simulate
+from batchlab.backend.driver import run_workload
+from batchlab.backend.runtime import Runtime
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from backend.attention import _split, build_metadata
-from backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
-from core.kv import BlockManager
-from core.specs import MODELS
+from batchlab.backend.attention import _split, build_metadata
+from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
+from batchlab.core.kv import BlockManager
+from batchlab.core.specs import MODELS
 
 SPEC = MODELS["batchlab-tiny"]
 

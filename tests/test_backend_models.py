@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from backend.device import parse_memory, resolve_device, resolve_dtype
-from backend.driver import run_workload
-from backend.engine import synthetic_prompt
-from backend.models import build_preset, load_model, preset_names
-from backend.runtime import Runtime
-from core.config import SchedulerConfig
-from core.specs import MODELS
-from core.workload import Workload
+from batchlab.backend.device import parse_memory, resolve_device, resolve_dtype
+from batchlab.backend.driver import run_workload
+from batchlab.backend.engine import synthetic_prompt
+from batchlab.backend.models import build_preset, load_model, preset_names
+from batchlab.backend.runtime import Runtime
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.specs import MODELS
+from batchlab.core.workload import Workload
 
 
 def test_presets_are_priced_by_the_simulator():
@@ -117,7 +117,7 @@ def test_checkpoint_with_unsupported_features_refused(tmp_path):
 
 
 def test_params_label():
-    from backend.models import params_label
+    from batchlab.backend.models import params_label
     assert [params_label(n) for n in (512, 139_584, 1_500_000, 21_012_480, 125_000_000, 7.24e9)] == \
         ["512", "140k", "1.5M", "21M", "125M", "7.2B"]
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from backend.driver import run_workload
-from backend.engine import synthetic_prompt
-from backend.models import build_preset
-from backend.runtime import Runtime
-from core.config import SchedulerConfig
-from core.workload import Workload
+from batchlab.backend.driver import run_workload
+from batchlab.backend.engine import synthetic_prompt
+from batchlab.backend.models import build_preset
+from batchlab.backend.runtime import Runtime
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import Workload
 
 
 @pytest.fixture(scope="module")

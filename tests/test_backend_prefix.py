@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from backend.driver import run_workload
-from backend.prompt_ids import request_prompt
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import Workload
-from sim import simulate
+from batchlab.backend.driver import run_workload
+from batchlab.backend.prompt_ids import request_prompt
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 from tests.test_backend_oracle import runtime, tiny  # noqa: F401 (the shared fixtures)
 
 # Eight requests over three documents: shared leading 4-token hash blocks, own tails.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.bad_cases import BAD, CASES, generate
-from experiments.cli import main
+from batchlab.experiments.cli import main
 
 OUT_FLAG = {"simulate": "--out", "run": "--out", "validate": "--out", "calibrate": "--out",
             "experiment": "--out"}

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 
 NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from core.fitted_cost import FittedCostModel
-from experiments.cli import main
-from experiments.output import write_table
+from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.experiments.cli import main
+from batchlab.experiments.output import write_table
 from tests.test_calibration_cli import one_line_error, run_cli
 from tests.test_calibration_profile import make_profile
 from tests.test_serve_fit import BASE, served_table
@@ -41,7 +41,7 @@ def test_fit_from_scratch_recovers_the_model_and_judges_held_out_runs(tmp_path, 
     held = rep["heldout"]
     assert held["all"]["n"] > 30 and held["all"]["median_ape"] < 0.5
     assert held["after_idle"]["n"] >= 5 and held["after_idle"]["median_ape"] < 1.0
-    from core.profile import load_profile
+    from batchlab.core.profile import load_profile
     p = load_profile(out)
     assert p.cost.after_idle_s == pytest.approx(0.0012, rel=0.05)
     assert p.cost.after_prefill_s == pytest.approx(0.0006, rel=0.1)
@@ -124,7 +124,7 @@ def test_from_a_real_run_end_to_end(tmp_path, capsys):
 def test_a_validate_repeats_out_dir_gives_every_real_run(tmp_path):
     """validate --repeats 3 --out writes POLICY/real, real_2, real_3 (and simulated runs
     beside them): all three real runs are read, in order, and no simulated one."""
-    from calibration.served_runs import read_runs
+    from batchlab.calibration.served_runs import read_runs
     d = tmp_path / "val"
     for policy in ("chunked", "continuous"):
         for i, name in enumerate(("real", "real_2", "real_3", "real_10", "sim", "sim_normalised_2")):
@@ -144,8 +144,8 @@ def test_a_table_written_before_the_later_features_gets_them_derived(tmp_path):
     exactly where a step has one chunk; with several, as if they were equal)."""
     import numpy as np
 
-    from calibration.served_runs import read_steps
-    from core.features import CONTEXT_FEATURES, LATER_FEATURES
+    from batchlab.calibration.served_runs import read_steps
+    from batchlab.core.features import CONTEXT_FEATURES, LATER_FEATURES
     steps = served_table(TRUTH, seed=3, n=30)
     path = tmp_path / "steps.csv"
     write_table(path, {k: v for k, v in steps.items() if k not in LATER_FEATURES})

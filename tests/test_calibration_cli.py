@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 from tests.test_calibration_profile import make_profile
 
 SMALL = ["--num-requests", "30", "--rate", "5", "--policy", "continuous"]
@@ -116,7 +116,7 @@ def test_calibrate_then_simulate_end_to_end(tmp_path, capsys):
 
 
 def test_simulate_warns_only_for_a_quick_grid_profile(tmp_path, capsys):
-    from core.profile import GridInfo
+    from batchlab.core.profile import GridInfo
     path = tmp_path / "p.json"
     make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0)).save(path)
     code, _, err = run_cli(["simulate", *SMALL, "--profile", str(path)], capsys)

@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from calibration.fit import SMALL_ROWS, fit
-from calibration.grid import default_grid, features_of
-from core.batch import StepFeatures
-from core.cost import decode_run_times
-from core.fitted_cost import PARAM_NAMES, FittedCostModel, Shape
-from core.profile import Measurement
-from core.specs import MODELS
+from batchlab.calibration.fit import SMALL_ROWS, fit
+from batchlab.calibration.grid import default_grid, features_of
+from batchlab.core.batch import StepFeatures
+from batchlab.core.cost import decode_run_times
+from batchlab.core.fitted_cost import PARAM_NAMES, FittedCostModel, Shape
+from batchlab.core.profile import Measurement
+from batchlab.core.specs import MODELS
 
 SHAPE = Shape.of(MODELS["batchlab-small"])
 # Plausible CPU figures: 30 ms overhead, 20 GB/s weights, 90 GFLOP/s matmuls, ...

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from calibration.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
-from core.batch import StepFeatures, step_features
-from core.kv import BlockManager
-from core.profile import (PROFILE_VERSION, CostParams, DeviceInfo, Effective, FitQuality, Profile,
+from batchlab.calibration.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
+from batchlab.core.batch import StepFeatures, step_features
+from batchlab.core.kv import BlockManager
+from batchlab.core.profile import (PROFILE_VERSION, CostParams, DeviceInfo, Effective, FitQuality, Profile,
                           ProfileError, RegionError, load_profile, shipped_profiles)
-from core.specs import MODELS
+from batchlab.core.specs import MODELS
 
 
 def make_profile(**changes) -> Profile:
@@ -108,9 +108,9 @@ def test_grid_keys_round_trip_and_batches_have_the_declared_shape():
 def test_fast_forward_with_the_fitted_model_equals_stepping():
     import numpy as np
 
-    from core.config import SchedulerConfig
-    from core.workload import Workload
-    from sim import simulate
+    from batchlab.core.config import SchedulerConfig
+    from batchlab.core.workload import Workload
+    from batchlab.sim import simulate
     from tests.test_fast_forward import assert_same
 
     cost = load_profile("default").cost_model()
@@ -143,7 +143,7 @@ def test_a_version_1_profile_still_loads(tmp_path):
 
 
 def test_quick_grid_profiles_carry_a_warning():
-    from core.profile import GridInfo, Measurement
+    from batchlab.core.profile import GridInfo, Measurement
     assert make_profile().smoke_test_warning() is None
     quick = make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0))
     assert "quick grid" in quick.smoke_test_warning() and "--grid default" in quick.smoke_test_warning()
@@ -158,8 +158,8 @@ def test_quick_grid_profiles_carry_a_warning():
 def test_unresolved_and_non_physical_rates_are_reported_as_such():
     """A term fitted to ~0 is not an infinite bandwidth; a rate far above the machine's
     measured peak is not a measurement."""
-    from calibration.report import rates_table
-    from calibration.profile_parts import _resolved
+    from batchlab.calibration.report import rates_table
+    from batchlab.calibration.profile_parts import _resolved
     assert _resolved(float("inf"), 25e9) is None and _resolved(9e30, 25e9) is None
     assert _resolved(3e9, 25e9) == 3e9
     eff = make_profile().effective.model_copy(update={

@@ -8,8 +8,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from experiments.cli import main
-from experiments.studies.slo_search import fewest
+from batchlab.experiments.cli import main
+from batchlab.experiments.studies.slo_search import fewest
 
 CHAT = ["--workload", "chat", "--num-requests", "300", "--rate", "10", "--policy", "chunked"]
 SLO = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "60"]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 
 SMALL = ["--num-requests", "120", "--rate", "20"]
 

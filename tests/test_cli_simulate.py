@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.config import SchedulerConfig
-from core.workload import load_trace
-from experiments.cli import main
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import load_trace
+from batchlab.experiments.cli import main
 
 SMALL = ["--num-requests", "150", "--rate", "20"]
 
@@ -127,7 +127,7 @@ name = "l4"
      "policies: continuous, chunked"),
 ])
 def test_bad_input_is_one_line_exit_2(args, expect):
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", *SMALL, *args],
+    p = subprocess.run([sys.executable, "-m", "batchlab", "simulate", *SMALL, *args],
                        capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     assert expect in p.stderr
@@ -138,7 +138,7 @@ def test_bad_input_is_one_line_exit_2(args, expect):
 def test_wrong_type_in_toml_names_the_field(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[scheduler]\nmax_num_seqs = "many"\n')
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", "--config", str(cfg)],
+    p = subprocess.run([sys.executable, "-m", "batchlab", "simulate", "--config", str(cfg)],
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.strip() == (f"batchlab: error: {cfg}: scheduler.max_num_seqs: Input should be a "
@@ -159,7 +159,7 @@ def test_wrong_type_in_toml_names_the_field(tmp_path):
 def test_toml_values_are_not_coerced(tmp_path, table, given, says):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(f"[{table}]\n{given}\n")
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", "--config", str(cfg)],
+    p = subprocess.run([sys.executable, "-m", "batchlab", "simulate", "--config", str(cfg)],
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert p.stderr.startswith(f"batchlab: error: {cfg}: {says}"), p.stderr
@@ -204,7 +204,7 @@ def test_the_slo_in_force_is_printed_with_the_table(tmp_path, capsys):
 def test_out_that_is_a_file_is_one_line_before_simulating(tmp_path):
     taken = tmp_path / "summary.json"
     taken.write_text("{}")
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "simulate", *SMALL,
+    p = subprocess.run([sys.executable, "-m", "batchlab", "simulate", *SMALL,
                         "--out", str(taken)], capture_output=True, text=True)
     assert p.returncode == 2
     # one line: no policy's progress line was printed before it
@@ -310,7 +310,7 @@ def test_a_trace_named_on_the_command_line_is_replayed_whole_at_its_own_times(tm
 def test_ctrl_c_keeps_the_policies_simulated_so_far(tmp_path, capsys, monkeypatch):
     """Ctrl-C during the second policy: the first one's results and the second's partial
     ones are written, no third policy runs, exit 130."""
-    import experiments.simulate_cmd as cmd
+    import batchlab.experiments.simulate_cmd as cmd
     real, calls = cmd.simulate, []
 
     def simulate(*args, progress, **kw):

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from backend.driver import run_workload
-from backend.runtime import Runtime
-from core.config import SchedulerConfig
-from core.workload import Workload
-from core.loop_time import fit_overhead
-from experiments.validation.pair import run_real, run_sim, sim_scheduler
-from experiments.validation.variants import WithOverhead, fit_linear_cost
+from batchlab.backend.driver import run_workload
+from batchlab.backend.runtime import Runtime
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import Workload
+from batchlab.core.loop_time import fit_overhead
+from batchlab.experiments.validation.pair import run_real, run_sim, sim_scheduler
+from batchlab.experiments.validation.variants import WithOverhead, fit_linear_cost
 
 ZERO_S = 0.0002  # "no delay": the buggy driver stamped the poll, 0.2 ms is far above that
 

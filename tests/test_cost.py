@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from core.batch import Batch, StepFeatures, step_features
-from core.cost import LinearCostModel, kv_capacity_blocks, roofline
-from core.request import Request, Sequence
-from core.specs import lookup_hardware, lookup_model
+from batchlab.core.batch import Batch, StepFeatures, step_features
+from batchlab.core.cost import LinearCostModel, kv_capacity_blocks, roofline
+from batchlab.core.request import Request, Sequence
+from batchlab.core.specs import lookup_hardware, lookup_model
 
 
 @pytest.mark.parametrize("name,billions", [("llama-2-7b", 6.74), ("llama-2-13b", 13.02),
@@ -95,7 +95,7 @@ def test_step_features_of_a_mixed_batch():
 def test_masked_pairs_of_a_first_chunk_are_its_diagonal_tiles():
     """A first chunk runs is_causal, whose kernel skips the key tiles above the diagonal;
     a later chunk's explicit mask skips nothing."""
-    from core.features import MASK_TILE, masked_pairs
+    from batchlab.core.features import MASK_TILE, masked_pairs
     t = MASK_TILE
     assert masked_pairs(t) == masked_pairs(t, cached=7) == t * (t - 1) // 2
     assert masked_pairs(2 * t + 100) == 2 * (t * (t - 1) // 2) + 100 * 99 // 2

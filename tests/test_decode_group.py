@@ -4,12 +4,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.batch import StepFeatures
-from core.cost import roofline
-from core.decode_group import DecodeGroup
-from core.kv import BlockManager, blocks_for
-from core.request import Request, Sequence, Status
-from core.specs import lookup_hardware, lookup_model
+from batchlab.core.batch import StepFeatures
+from batchlab.core.cost import roofline
+from batchlab.core.decode_group import DecodeGroup
+from batchlab.core.kv import BlockManager, blocks_for
+from batchlab.core.request import Request, Sequence, Status
+from batchlab.core.specs import lookup_hardware, lookup_model
 
 COST = roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002)
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.drifting_cost import DriftingCost
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.drifting_cost import DriftingCost
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 BASE, SLOW = LinearCostModel(0.01), LinearCostModel(0.02)
 SWITCH = 1.0  # the machine runs twice as slow from here on
@@ -50,7 +50,7 @@ def test_fast_forwarded_runs_take_the_level_of_their_start():
 
 
 def test_without_a_clock_it_prices_at_the_mean_and_bad_windows_are_refused():
-    from core.batch import StepFeatures
+    from batchlab.core.batch import StepFeatures
 
     drifting = DriftingCost((0.0, SWITCH), (BASE, SLOW), LinearCostModel(0.015))
     assert drifting.step_time(StepFeatures(1, 0, 0, 1, 10, 10)) == pytest.approx(0.015)
@@ -62,11 +62,11 @@ def test_without_a_clock_it_prices_at_the_mean_and_bad_windows_are_refused():
 
 
 def test_the_normalised_variant_moves_the_memory_side_only():
-    from core.batch import StepFeatures
-    from core.fitted_cost import FittedCostModel, Shape
-    from core.machine_speed import at_speed
-    from core.specs import MODELS
-    from experiments.validation.variants import normalised_cost
+    from batchlab.core.batch import StepFeatures
+    from batchlab.core.fitted_cost import FittedCostModel, Shape
+    from batchlab.core.machine_speed import at_speed
+    from batchlab.core.specs import MODELS
+    from batchlab.experiments.validation.variants import normalised_cost
 
     model = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
                             per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from experiments.cli import main
-from experiments.studies import STUDIES, Study, get_study
-from experiments.studies.common import RowLog, preset
-from experiments.studies.seats import SeatTracker
-from experiments.studies.slo_search import max_rate
-from experiments.studies.static_vs_continuous_setup import one_long_per_group
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.experiments.cli import main
+from batchlab.experiments.studies import STUDIES, Study, get_study
+from batchlab.experiments.studies.common import RowLog, preset
+from batchlab.experiments.studies.seats import SeatTracker
+from batchlab.experiments.studies.slo_search import max_rate
+from batchlab.experiments.studies.static_vs_continuous_setup import one_long_per_group
+from batchlab.sim import simulate
 
 
 def run_small(name, tmp_path, **kw):

@@ -7,18 +7,18 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.batch import Batch
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel, roofline
-from core.kv_reservation import KV_ALLOCATIONS
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from core.profile import load_profile
-from core.schedulers import SCHEDULERS
-from core.schedulers.continuous import ContinuousScheduler
-from core.specs import lookup_hardware, lookup_model
-from core.workload import Workload
-from sim import simulate
-from sim.events import counting_events
+from batchlab.core.batch import Batch
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel, roofline
+from batchlab.core.kv_reservation import KV_ALLOCATIONS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.profile import load_profile
+from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers.continuous import ContinuousScheduler
+from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
+from batchlab.sim.events import counting_events
 from tests.draws import params, policies
 
 COSTS = {

@@ -2,8 +2,8 @@
 (core.machine_speed.drift), and validate's explanation gives each run's range."""
 from __future__ import annotations
 
-from experiments.studies.fidelity_report import drift_sentence
-from experiments.validation.numbers import drift_text
+from batchlab.experiments.studies.fidelity_report import drift_sentence
+from batchlab.experiments.validation.numbers import drift_text
 
 
 def cell(drifts):
@@ -26,7 +26,7 @@ def test_validate_names_the_range_and_windows():
 
 
 def test_the_repeats_summary_and_the_conditions_column():
-    from experiments.validation.repeats_text import drifts, summary_lines
+    from batchlab.experiments.validation.repeats_text import drifts, summary_lines
 
     rep = {"runs": 2, "machine_speed": [1.0, 1.1], "compute_speed": [None, None], "speed_drift": [0.12, None],
            "stability": {"real": ["stable", "stable"], "sim": "stable"}, "undecidable": [],
@@ -40,7 +40,7 @@ def test_the_repeats_summary_and_the_conditions_column():
 
 
 def test_a_normalised_lean_over_issue_14s_limit_says_what_to_do():
-    from experiments.studies.fidelity_report import lean_sentence
+    from batchlab.experiments.studies.fidelity_report import lean_sentence
 
     assert lean_sentence(63, 96).startswith(" Normalised, the simulation predicts the faster run in 63 of 96")
     assert "calibrate --from-run cells/*" in lean_sentence(63, 96)

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from experiments.cli import main  # noqa: E402
-from experiments.studies.fidelity_plan import POLICIES, SHAPES  # noqa: E402
-from experiments.validation.step_kinds import KINDS  # noqa: E402
+from batchlab.experiments.cli import main  # noqa: E402
+from batchlab.experiments.studies.fidelity_plan import POLICIES, SHAPES  # noqa: E402
+from batchlab.experiments.validation.step_kinds import KINDS  # noqa: E402
 from tests.test_validate_cli import cli, profile_file  # noqa: E402,F401  (the fixture)
 
 DATA = Path(__file__).parent / "data"
@@ -22,7 +22,7 @@ SOURCES = {"azure_code": str(DATA / "azure_code_300.csv"), "mooncake": str(DATA 
 
 @pytest.mark.slow
 def test_fidelity_small(profile_file, tmp_path):  # noqa: F811
-    from experiments.studies.fidelity import run
+    from batchlab.experiments.studies.fidelity import run
 
     r = run(tmp_path, "small", quiet=True, profile=str(profile_file), sources=SOURCES)
     assert {(c["workload"], c["policy"]) for c in r["cells"]} == {(s.name, p) for s in SHAPES for p in POLICIES}

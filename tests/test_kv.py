@@ -1,6 +1,6 @@
 import pytest
 
-from core.kv import BlockManager, blocks_for
+from batchlab.core.kv import BlockManager, blocks_for
 
 
 def test_blocks_for_rounds_up():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.loop_time import Overhead, WithOverhead, fit_gaps, table_gaps
-from core.profile import LoopTime
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.loop_time import Overhead, WithOverhead, fit_gaps, table_gaps
+from batchlab.core.profile import LoopTime
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 from tests.test_calibration_profile import make_profile
 from tests.test_serve_fit import BASE
 
@@ -58,7 +58,7 @@ def test_a_profile_with_a_loop_simulates_slower_and_prices_steps_as_before():
     bare = make_profile()
     looped = bare.model_copy(update={"loop": LoopTime(per_step_s=5e-4, per_seq_s=0.0, gaps=10)})
     f = bare.cost_model()
-    from core.features import StepFeatures
+    from batchlab.core.features import StepFeatures
     step = StepFeatures(2, 0, 0, 2, 200, 200)
     assert looped.cost_model().step_time(step) == f.step_time(step)  # the step price alone
     assert looped.simulation_cost().step_time(step) == pytest.approx(f.step_time(step) + 5e-4)

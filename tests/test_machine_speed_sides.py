@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.batch import FEATURE_NAMES, StepFeatures
-from core.cost import LinearCostModel
-from core.fitted_cost import FittedCostModel, Shape
-from core.machine_speed import at_speed, machine_speed, price, steady_decode
-from core.specs import MODELS
+from batchlab.core.batch import FEATURE_NAMES, StepFeatures
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.machine_speed import at_speed, machine_speed, price, steady_decode
+from batchlab.core.specs import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
                         per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,

@@ -5,13 +5,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.config import SchedulerConfig
-from core.cost import roofline
-from core.specs import lookup_hardware, lookup_model
-from core.gap_histogram import G0, G_MAX, R, GapHistogram
-from core.summary import weighted_percentiles
-from core.workload import WorkloadConfig, build_workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import roofline
+from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.gap_histogram import G0, G_MAX, R, GapHistogram
+from batchlab.core.summary import weighted_percentiles
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.sim import simulate
 
 COST = roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002)
 
@@ -77,8 +77,8 @@ def test_totals_without_a_step_table_give_the_same_summary():
 
 def test_slo_attainment_counts_rejected_requests_as_misses():
     """A policy that rejects half the traffic must not look better for it."""
-    from core.summary import SLO
-    from core.workload import Workload
+    from batchlab.core.summary import SLO
+    from batchlab.core.workload import Workload
     n = 20
     prompts = np.where(np.arange(n) % 2 == 0, 50, 5000)  # odd ones exceed the token budget
     work = Workload(np.linspace(0, 1, n), prompts, np.full(n, 10))

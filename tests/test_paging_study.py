@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.studies import get_study
+from batchlab.experiments.studies import get_study
 
 
 def run_small(tmp_path, backend=False):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.cost import LinearCostModel
-from core.features import FEATURE_NAMES
-from experiments.validation.per_step import describe, identical_work_spread, per_step
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.features import FEATURE_NAMES
+from batchlab.experiments.validation.per_step import describe, identical_work_spread, per_step
 
 COST = LinearCostModel(0.01)  # every step priced 10 ms
 
@@ -84,10 +84,10 @@ def test_the_spread_between_validations_of_the_same_work():
     adds no pair."""
     from pathlib import Path
 
-    from core.config import SchedulerConfig
-    from core.workload.workload import Workload
-    from experiments.validation.rejudge import same_work_apart
-    from experiments.validation.stored import StoredCell, StoredRun
+    from batchlab.core.config import SchedulerConfig
+    from batchlab.core.workload.workload import Workload
+    from batchlab.experiments.validation.rejudge import same_work_apart
+    from batchlab.experiments.validation.stored import StoredCell, StoredRun
 
     def cell(where: str, arrivals: list[float], durations: list[float]) -> StoredCell:
         w = Workload(np.array(arrivals), np.full(len(arrivals), 20), np.full(len(arrivals), 5))

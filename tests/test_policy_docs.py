@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "docs/policies.md").read_text(), re.S)

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.config import SchedulerConfig
-from core.kv import BlockManager
-from core.prefix_cache import block_keys
-from core.request import Request, Status
-from core.schedulers import SCHEDULERS, make_scheduler
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import BlockManager
+from batchlab.core.prefix_cache import block_keys
+from batchlab.core.request import Request, Status
+from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 from tests.driver import drive
 from tests.test_fast_forward import COSTS, assert_same
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.studies import get_study
+from batchlab.experiments.studies import get_study
 from tests.test_workload_shared_traces import shared
 
 

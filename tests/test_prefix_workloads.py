@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import Workload, WorkloadConfig, WorkloadError, build_workload
-from core.workload.conversations import HASH_BLOCK, prompt_hashes
-from core.workload.stats import reusable_prefix_fraction
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import Workload, WorkloadConfig, WorkloadError, build_workload
+from batchlab.core.workload.conversations import HASH_BLOCK, prompt_hashes
+from batchlab.core.workload.stats import reusable_prefix_fraction
+from batchlab.sim import simulate
 
 
 def test_each_turn_extends_its_conversation_and_all_share_the_system_prompt():

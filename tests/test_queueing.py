@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 STEP = 0.01  # seconds per step, whatever the batch
 N = 30_000

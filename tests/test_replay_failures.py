@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 from tests.serve_helpers import free_port
 
 CHUNK = 'data: {"id":"cmpl-9","choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'

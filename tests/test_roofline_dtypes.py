@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from core.batch import StepFeatures
-from core.cost import kv_capacity_blocks, roofline
-from core.specs import lookup_hardware, lookup_model, with_dtypes
-from experiments.cli import main
+from batchlab.core.batch import StepFeatures
+from batchlab.core.cost import kv_capacity_blocks, roofline
+from batchlab.core.specs import lookup_hardware, lookup_model, with_dtypes
+from batchlab.experiments.cli import main
 
 SMALL = ["--workload", "chat", "--num-requests", "120", "--rate", "20", "--policy", "chunked"]
 
@@ -128,6 +128,6 @@ def test_bad_dtypes_are_one_line_errors(capsys):
 
 def test_t_quantiles_match_scipy():
     stats = pytest.importorskip("scipy.stats")
-    from experiments.repeats import t975
+    from batchlab.experiments.repeats import t975
     for df in range(1, 200):
         assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-3)

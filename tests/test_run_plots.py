@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.cli import main
-from experiments.run_plots import FILES, _mean_count
+from batchlab.experiments.cli import main
+from batchlab.experiments.run_plots import FILES, _mean_count
 
 PNG = b"\x89PNG"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from core.config import SchedulerConfig
-from core.request import Request, Status
-from core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.request import Request, Status
+from batchlab.core.schedulers import SCHEDULERS, make_scheduler
 
 requests = st.lists(st.tuples(st.integers(1, 60), st.integers(1, 20)), min_size=1, max_size=12)
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.config import SchedulerConfig
-from core.request import Request, Status
-from core.schedulers import SCHEDULERS, make_scheduler
-from core.schedulers.chunked import ChunkedPrefillScheduler
-from core.schedulers.continuous import ContinuousScheduler
-from core.schedulers.static import StaticScheduler
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.request import Request, Status
+from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers.chunked import ChunkedPrefillScheduler
+from batchlab.core.schedulers.continuous import ContinuousScheduler
+from batchlab.core.schedulers.static import StaticScheduler
 from tests.draws import configs, policies, requests
 from tests.driver import drive
 
@@ -173,7 +173,7 @@ def test_schedulers_are_deterministic(scenario):
 
 def test_the_draws_reach_every_registered_order_and_mode():
     """Nothing registered is left out of the draws above (they read the registries)."""
-    from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+    from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
     seen = {"admission": set(), "preemption": set(), "kv_allocation": set(), "policy": set()}
 
     @settings(max_examples=300, deadline=None, database=None)

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from core.features import IDLE_GAP_S
+from batchlab.core.features import IDLE_GAP_S
 from tests.serve_helpers import ROOT, ServeProcess, batchlab
 
 openai = pytest.importorskip("openai")
@@ -179,7 +179,7 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
     before = metrics(server)
     out = tmp_path / "replay"
     p = subprocess.Popen(
-        [sys.executable, "-m", "experiments.cli", "replay", "--endpoint", server.base, "--api-key", KEY,
+        [sys.executable, "-m", "batchlab", "replay", "--endpoint", server.base, "--api-key", KEY,
          "--workload", "chat", "--num-requests", "16", "--rate", "4", "--max-prompt-len", "256",
          "--max-output-len", "24", "--seed", "3", "--out", str(out), "--no-progress"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True)

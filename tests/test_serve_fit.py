@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.from_run import split
-from calibration.serve_fit import features, judge, kinds, missing_kinds, predict, refine
-from calibration.served_runs import ServedRun
-from core.features import StepFeatures
-from core.config import SchedulerConfig
-from core.fitted_cost import FittedCostModel, Shape, is_steady
-from core.specs import MODELS
-from core.workload import Workload
-from sim import simulate
+from batchlab.calibration.from_run import split
+from batchlab.calibration.serve_fit import features, judge, kinds, missing_kinds, predict, refine
+from batchlab.calibration.served_runs import ServedRun
+from batchlab.core.features import StepFeatures
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.fitted_cost import FittedCostModel, Shape, is_steady
+from batchlab.core.specs import MODELS
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 SHAPE = Shape.of(MODELS["batchlab-tiny"])
 BASE = FittedCostModel(SHAPE, overhead_s=0.002, per_seq_s=2e-5, per_chunk_s=1e-4,
@@ -113,8 +113,8 @@ def test_holding_out_runs_or_the_tail_of_one():
 
 
 def test_sweep_times_prefill_points_in_shapes_never_run_before():
-    from calibration.grid import GridPoint
-    from calibration.sweep import fresh_count, fresh_variant, widest_variant
+    from batchlab.calibration.grid import GridPoint
+    from batchlab.calibration.sweep import fresh_count, fresh_variant, widest_variant
     seen: set = set()
     for point in (GridPoint(chunk=16), GridPoint(chunk=8, cached=16), GridPoint(4, 32, 16, 0)):
         got = []
@@ -132,7 +132,7 @@ def test_sweep_times_prefill_points_in_shapes_never_run_before():
 
 
 def test_serving_phase_workload_has_distinct_prompts_at_half_load():
-    from calibration.serve_phase import LOAD, workload
+    from batchlab.calibration.serve_phase import LOAD, workload
     w = workload(BASE, 512, 20.0, seed=3, max_context=256)
     assert len(set(w.prompt_len.tolist())) == len(w) >= 12
     assert w.prompt_len.min() >= 2 and (w.prompt_len + w.output_len).max() <= 256
@@ -147,7 +147,7 @@ def test_serving_phase_workload_has_distinct_prompts_at_half_load():
 def test_serving_phase_bursts_arrive_together_with_longer_replies():
     """The burst run: requests BURST at a time (runs of steady decodes of several
     sequences), still about LOAD of the time busy."""
-    from calibration.serve_phase import BURST, BURST_OUTPUT, MAX_OUTPUT, POLICIES, workload
+    from batchlab.calibration.serve_phase import BURST, BURST_OUTPUT, MAX_OUTPUT, POLICIES, workload
     w = workload(BASE, 512, 20.0, seed=4, max_context=2048, burst=BURST, max_output=BURST_OUTPUT)
     _, sizes = np.unique(w.arrival, return_counts=True)
     assert (sizes[:-1] == BURST).all() and 1 <= sizes[-1] <= BURST and len(sizes) >= 2

@@ -1,7 +1,7 @@
 """The stable/overloaded verdict on request tables of known queues."""
 import numpy as np
 
-from core.stability import mean_queue, queue_stability
+from batchlab.core.stability import mean_queue, queue_stability
 
 
 def _table(arrival, scheduled):

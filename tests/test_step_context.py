@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.features import IDLE_GAP_S, StepHistory
-from core.workload import Workload
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.features import IDLE_GAP_S, StepHistory
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
 
 CONTEXT = ("after_prefill", "after_idle", "num_prefill_seqs", "decode_tokens")
 # Requests far enough apart that each finds the engine idle, two at once, and prompts
@@ -52,13 +52,13 @@ def test_simulator_flags_steps_by_definition_stepping_or_fast_forward(policy, bu
 @pytest.fixture(scope="module")
 def runtime():
     pytest.importorskip("torch")
-    from backend.runtime import Runtime
+    from batchlab.backend.runtime import Runtime
     return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
 
 
 @pytest.mark.parametrize("policy,budget", [("continuous", None), ("chunked", 16)])
 def test_real_driver_flags_the_same_steps_as_the_simulator(runtime, policy, budget):
-    from backend.driver import run_workload
+    from batchlab.backend.driver import run_workload
     rt = runtime
     cfg = SchedulerConfig(policy=policy, max_num_batched_tokens=budget)
     real = run_workload(rt, W, cfg, progress=False).steps

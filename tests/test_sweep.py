@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.cli import main
-from experiments.sweep.grid import load_sweep
-from experiments.sweep.pareto import pareto
+from batchlab.experiments.cli import main
+from batchlab.experiments.sweep.grid import load_sweep
+from batchlab.experiments.sweep.pareto import pareto
 
 BASE = """
 [workload]

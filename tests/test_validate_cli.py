@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from experiments.cli import main  # noqa: E402
+from batchlab.experiments.cli import main  # noqa: E402
 
 # A few short requests: seconds on the tiny model.
 SMALL = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max-output-len", "8",
@@ -23,8 +23,8 @@ SMALL = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max
 @pytest.fixture(scope="module")
 def profile_file(tmp_path_factory):
     """A real calibration of the tiny model on the tests' tiny grid (seconds)."""
-    from calibration import calibrate
-    from calibration.grid import tiny_grid
+    from batchlab.calibration import calibrate
+    from batchlab.calibration.grid import tiny_grid
 
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
     calibrate("batchlab-tiny", "cpu", threads=1, out=path, grid=tiny_grid(), progress=False,
@@ -94,12 +94,12 @@ def test_out_dir_and_printed_table(validated):
 
 
 def test_a_real_run_against_itself_has_zero_error(profile_file):
-    from backend.runtime import Runtime
-    from core.config import SchedulerConfig
-    from core.profile import load_profile
-    from core.workload import WorkloadConfig, build_workload
-    from experiments.validation.pair import run_real
-    from experiments.validation.validate import compare_runs
+    from batchlab.backend.runtime import Runtime
+    from batchlab.core.config import SchedulerConfig
+    from batchlab.core.profile import load_profile
+    from batchlab.core.workload import WorkloadConfig, build_workload
+    from batchlab.experiments.validation.pair import run_real
+    from batchlab.experiments.validation.validate import compare_runs
 
     rt = Runtime("batchlab-tiny", threads=1, kv_memory="16MiB")
     w = build_workload(WorkloadConfig(source="chat", num_requests=4, rate=40, max_prompt_len=32,
@@ -154,8 +154,8 @@ def test_not_a_profile_is_a_one_line_error(tmp_path):
 
 
 def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
-    from core.profile import load_profile
-    from core.specs import MODELS
+    from batchlab.core.profile import load_profile
+    from batchlab.core.specs import MODELS
 
     p = load_profile(profile_file).model_copy(update={"model": MODELS["batchlab-small"]})
     other = tmp_path / "small.json"
@@ -165,8 +165,8 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
 
 
 def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
-    from calibration.grid import tiny_grid
-    from experiments.validation import profile_source
+    from batchlab.calibration.grid import tiny_grid
+    from batchlab.experiments.validation import profile_source
 
     monkeypatch.setattr(profile_source, "CALIBRATION_GRID", tiny_grid())
     code, _, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--out", str(tmp_path)])

@@ -8,16 +8,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import WorkloadConfig, build_workload
-from experiments.validation import compare
-from core.loop_time import Overhead, busy_gaps, fit_overhead
-from experiments.validation.variants import Scaled, WithOverhead, fit_linear_cost, speed_factors
-from experiments.validation.pair import run_sim
-from experiments.validation.steps import first_divergence, match_steps
-from experiments.validation.validate import compare_runs
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.experiments.validation import compare
+from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
+from batchlab.experiments.validation.variants import Scaled, WithOverhead, fit_linear_cost, speed_factors
+from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.steps import first_divergence, match_steps
+from batchlab.experiments.validation.validate import compare_runs
+from batchlab.sim import simulate
 
 COST = LinearCostModel(0.010, {"num_seqs": 2e-4, "prefill_tokens": 5e-5, "kv_tokens_read": 1e-7})
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=8, num_kv_blocks=400, block_size=16)
@@ -119,7 +119,7 @@ def test_self_fit_recovers_a_linear_cost(run):
 def test_the_header_names_exactly_the_rows_judged_against_targets(run):
     """The `*` legend must not promise stars on rows that are never judged (ITL,
     queueing delay): it names the judged rows before its first ';', the others last."""
-    from experiments.validation.text import heading
+    from batchlab.experiments.validation.text import heading
     legend = heading({"policy": "continuous", "profile": {}}).split("* = over target")[1]
     judged_part, unjudged_part = legend.split(";")[0], legend.split(";")[-1]
     judged = {c.metric for c in compare.compare_summaries(run.result.summary(), run.result.summary())

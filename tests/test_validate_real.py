@@ -55,7 +55,7 @@ def test_the_validating_profile_gives_validates_own_errors(validated, profile_fi
 
 
 def test_another_profile_gives_other_errors(validated, profile_file, tmp_path):
-    from core.profile import load_profile
+    from batchlab.core.profile import load_profile
 
     out, _ = validated
     slow = load_profile(profile_file)

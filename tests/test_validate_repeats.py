@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.machine_speed import machine_speed, steady_decode
-from core.workload import Workload
-from experiments.validation import compare, repeats
-from experiments.validation.pair import run_sim
-from experiments.validation.stat_tests import inside, ks, spread, tost
-from experiments.validation.validate import compare_runs
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.machine_speed import machine_speed, steady_decode
+from batchlab.core.workload import Workload
+from batchlab.experiments.validation import compare, repeats
+from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.stat_tests import inside, ks, spread, tost
+from batchlab.experiments.validation.validate import compare_runs
 
 COST = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=8, block_size=8, num_kv_blocks=4000)

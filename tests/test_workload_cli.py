@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.workload import load_trace
-from experiments.cli import main
+from batchlab.core.workload import load_trace
+from batchlab.experiments.cli import main
 from tests.test_workload_errors import CORPUS
 
 DATA = Path(__file__).parent / "data"
@@ -99,7 +99,7 @@ def test_bad_config_table(capsys, tmp_path):
 
 def test_the_installed_command_prints_no_traceback():
     bad = DATA / "broken" / "truncated_json.jsonl"
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "workload", "stats", str(bad)],
+    p = subprocess.run([sys.executable, "-m", "batchlab", "workload", "stats", str(bad)],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert p.returncode == 2
     assert p.stderr == (f"batchlab: error: {bad}:3: not valid JSON: Expecting ':' delimiter "

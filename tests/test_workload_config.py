@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.workload import LengthSpec, WorkloadConfig, build_workload, load_trace
-from core.workload.stats import interarrival_cv, mean_rate
+from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload, load_trace
+from batchlab.core.workload.stats import interarrival_cv, mean_rate
 
 DATA = Path(__file__).parent / "data"
 CONV = str(DATA / "azure_conv_300.csv")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.workload import WorkloadConfig, WorkloadError, build_workload, load_trace
+from batchlab.core.workload import WorkloadConfig, WorkloadError, build_workload, load_trace
 
 BROKEN = Path(__file__).parent / "data" / "broken"
 

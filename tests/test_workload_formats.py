@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.workload import WorkloadError, detect_format, load_trace, write_trace
+from batchlab.core.workload import WorkloadError, detect_format, load_trace, write_trace
 
 DATA = Path(__file__).parent / "data"
 
@@ -125,10 +125,10 @@ def test_whole_number_floats_are_token_counts(tmp_path):
 
 
 def test_large_files_are_read_in_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr("core.workload.textfile.CHUNK_BYTES", 64)  # many tiny chunks
+    monkeypatch.setattr("batchlab.core.workload.textfile.CHUNK_BYTES", 64)  # many tiny chunks
     w = load_trace(DATA / "azure_conv_300.csv")
     monkeypatch.undo()
     assert np.array_equal(w.arrival, load_trace(DATA / "azure_conv_300.csv").arrival)
-    monkeypatch.setattr("core.workload.textfile.CHUNK_BYTES", 64)
+    monkeypatch.setattr("batchlab.core.workload.textfile.CHUNK_BYTES", 64)
     with pytest.raises(WorkloadError, match=r"zero_output\.csv:3:"):
         load_trace(DATA / "broken" / "zero_output.csv")

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from core.workload import TRACES, WorkloadConfig, build_workload, load_trace, traces_dir
-from core.workload.stats import workload_stats
+from batchlab.core.workload import TRACES, WorkloadConfig, build_workload, load_trace, traces_dir
+from batchlab.core.workload.stats import workload_stats
 
 
 def shared(name: str):

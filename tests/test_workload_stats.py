@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from core.workload import Workload, format_stats, workload_stats
+from batchlab.core.workload import Workload, format_stats, workload_stats
 
 
 def test_stats_of_a_small_workload():

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.workload import Workload
-from core.workload import transforms as tf
-from core.workload.stats import interarrival_cv, mean_rate
+from batchlab.core.workload import Workload
+from batchlab.core.workload import transforms as tf
+from batchlab.core.workload.stats import interarrival_cv, mean_rate
 
 
 def make(arrival, prompt=None, output=None, hashes=None) -> Workload:

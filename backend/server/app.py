@@ -17,12 +17,12 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from backend.server.engine_loop import EngineLoop, TokenEvent
-from backend.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from backend.server.protocol import (APIError, ChatRequest, CompletionRequest, Limits, check_lengths,
+from batchlab.backend.server.engine_loop import EngineLoop, TokenEvent
+from batchlab.backend.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from batchlab.backend.server.protocol import (APIError, ChatRequest, CompletionRequest, Limits, check_lengths,
                                      parse, single_prompt)
-from backend.server.responses import DONE, Reply, sse
-from backend.server.text import TextCodec
+from batchlab.backend.server.responses import DONE, Reply, sse
+from batchlab.backend.server.text import TextCodec
 
 log = logging.getLogger(__name__)
 _DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks its client is still there

@@ -18,15 +18,15 @@ from typing import Callable
 
 import torch
 
-from backend.engine import Engine
-from backend.runtime import Runtime
-from backend.step import run_step
-from core.config import SchedulerConfig
-from core.features import StepHistory
-from core.metrics import MetricsRecorder
-from core.request import Request, Sequence, Status
-from core.result import RunResult
-from core.schedulers import make_scheduler
+from batchlab.backend.engine import Engine
+from batchlab.backend.runtime import Runtime
+from batchlab.backend.step import run_step
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.features import StepHistory
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.request import Request, Sequence, Status
+from batchlab.core.result import RunResult
+from batchlab.core.schedulers import make_scheduler
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05  # an idle loop re-checks its stop flag this often

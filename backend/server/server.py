@@ -7,14 +7,14 @@ import errno
 import socket
 import sys
 
-from backend.runtime import Runtime
-from backend.server.app import create_app
-from backend.server.engine_loop import EngineLoop
-from backend.server.metrics import ServerMetrics
-from backend.server.protocol import Limits
-from backend.server.text import load_codec
-from core.config import SchedulerConfig
-from core.result import RunResult
+from batchlab.backend.runtime import Runtime
+from batchlab.backend.server.app import create_app
+from batchlab.backend.server.engine_loop import EngineLoop
+from batchlab.backend.server.metrics import ServerMetrics
+from batchlab.backend.server.protocol import Limits
+from batchlab.backend.server.text import load_codec
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.result import RunResult
 
 SWITCH_INTERVAL_S = 0.0005
 

@@ -23,7 +23,7 @@ mkdir -p "$OUT/work"
   nproc; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 t0=$SECONDS
-timeout 330 python3 -m experiments.cli calibrate --model "$MODEL" --device "$DEVICE" --grid "$GRID" \
+timeout 330 python3 -m batchlab calibrate --model "$MODEL" --device "$DEVICE" --grid "$GRID" \
   --kv-memory "$KV" --out "$OUT/profile.json" --no-progress 2>&1 | tee "$OUT/calibrate.txt"
 [ -s "$OUT/profile.json" ] || { echo "check.sh: calibration wrote no profile"; exit 1; }
 echo "calibrated in $((SECONDS - t0)) s"
@@ -34,9 +34,9 @@ run_validate() {  # NAME, workload args...: size the load, then serve and judge 
   local rate
   rate=$(python3 benchmarks/gpu/pick_rate.py "$OUT/profile.json" -- "$@" --num-requests "$N") || return
   echo "== $name at $rate requests/s: $*"
-  timeout 150 python3 -m experiments.cli validate "$@" --num-requests "$N" --rate "$rate" "${common[@]}" \
+  timeout 150 python3 -m batchlab validate "$@" --num-requests "$N" --rate "$rate" "${common[@]}" \
     --out "$OUT/work/$name" 2>&1 | tee "$OUT/validate_$name.txt"
-  python3 -m experiments.cli validate --real "$OUT/work/$name" --profile "$OUT/profile.json" \
+  python3 -m batchlab validate --real "$OUT/work/$name" --profile "$OUT/profile.json" \
     2>&1 | tail -4 | tee -a "$OUT/validate_$name.txt"
 }
 run_validate chat --workload chat --max-output-len 256

@@ -11,7 +11,7 @@ import io
 import json
 import sys
 
-from experiments.cli import main
+from batchlab.experiments.cli import main
 
 SLOWDOWN = 1.5
 LADDER = [0.25 * 2 ** k for k in range(12)]  # 0.25 .. 512 requests/s

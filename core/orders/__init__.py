@@ -11,7 +11,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
-from core.request import Sequence
+from batchlab.core.request import Sequence
 
 SortKey = Callable[[Sequence], tuple]
 

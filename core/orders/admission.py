@@ -1,8 +1,8 @@
 """The built-in admission orders (smaller key = admitted first)."""
 from __future__ import annotations
 
-from core.orders import admission_order
-from core.request import Sequence
+from batchlab.core.orders import admission_order
+from batchlab.core.request import Sequence
 
 # Waiting this long outranks one priority level (priority_aging).
 AGING_S_PER_LEVEL = 10.0

@@ -1,8 +1,8 @@
 """The built-in preemption victim orders (larger key = preempted first)."""
 from __future__ import annotations
 
-from core.orders import victim_order
-from core.request import Sequence
+from batchlab.core.orders import victim_order
+from batchlab.core.request import Sequence
 
 
 @victim_order("recent", admission_ordered=True)

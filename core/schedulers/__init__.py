@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from core.config import SchedulerConfig
-from core.kv import BlockManager
-from core.prefix_cache import check_block_size
-from core.schedulers.base import Scheduler
-from core.workload.workload import Workload
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import BlockManager
+from batchlab.core.prefix_cache import check_block_size
+from batchlab.core.schedulers.base import Scheduler
+from batchlab.core.workload.workload import Workload
 
 SCHEDULERS: dict[str, type[Scheduler]] = {}
 

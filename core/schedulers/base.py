@@ -10,15 +10,15 @@ import heapq
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from core.batch import Batch
-from core.config import SchedulerConfig
-from core.decode_group import DecodeGroup
-from core.kv import BlockManager, blocks_for
-from core.kv_reservation import make_reservation
-from core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
-from core.params import PolicyParams, validate_params
-from core.prefix_cache import block_keys
-from core.request import Request, Sequence, Status
+from batchlab.core.batch import Batch
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.decode_group import DecodeGroup
+from batchlab.core.kv import BlockManager, blocks_for
+from batchlab.core.kv_reservation import make_reservation
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
+from batchlab.core.params import PolicyParams, validate_params
+from batchlab.core.prefix_cache import block_keys
+from batchlab.core.request import Request, Sequence, Status
 
 
 class Scheduler(ABC):

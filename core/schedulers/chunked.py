@@ -7,9 +7,9 @@ first chunk, while budget and KV memory last. Prompt chunks and decodes share a 
 As in vLLM v1, no new request is admitted in a step that had to preempt."""
 from __future__ import annotations
 
-from core.batch import Batch
-from core.schedulers import register
-from core.schedulers.base import Scheduler
+from batchlab.core.batch import Batch
+from batchlab.core.schedulers import register
+from batchlab.core.schedulers.base import Scheduler
 
 
 @register

@@ -6,10 +6,10 @@ token budget (whole prompt) and KV memory, run a prefill-only step admitting the
 by recompute when KV blocks run out."""
 from __future__ import annotations
 
-from core.batch import Batch
-from core.request import Request
-from core.schedulers import register
-from core.schedulers.base import Scheduler
+from batchlab.core.batch import Batch
+from batchlab.core.request import Request
+from batchlab.core.schedulers import register
+from batchlab.core.schedulers.base import Scheduler
 
 
 @register

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from core.params import PolicyParams
-from core.request import Sequence
-from core.schedulers import register
-from core.schedulers.continuous import ContinuousScheduler
+from batchlab.core.params import PolicyParams
+from batchlab.core.request import Sequence
+from batchlab.core.schedulers import register
+from batchlab.core.schedulers.continuous import ContinuousScheduler
 
 
 class MemoryAwareParams(PolicyParams):

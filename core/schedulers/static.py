@@ -5,9 +5,9 @@ max_batch_delay_s for it to fill), prefill their whole prompts in one step, then
 until the LAST member finishes. Seats of finished members stay empty meanwhile."""
 from __future__ import annotations
 
-from core.batch import Batch
-from core.schedulers import register
-from core.schedulers.base import Scheduler
+from batchlab.core.batch import Batch
+from batchlab.core.schedulers import register
+from batchlab.core.schedulers.base import Scheduler
 
 
 @register

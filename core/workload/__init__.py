@@ -5,15 +5,15 @@
     write_trace(workload, path)           the batchlab format, CSV or JSON lines
     workload_stats(workload)              count, span, rate, burstiness, length percentiles
 """
-from core.workload.config import PRESETS, WorkloadConfig, build_workload
-from core.workload.errors import WorkloadError
-from core.workload.formats import FORMAT_NAMES, detect_format, load_trace
-from core.workload.lengths import LengthSpec
-from core.workload.native import write_trace
-from core.workload.sources import TRACES, traces_dir
-from core.workload.stats import format_stats, workload_stats
-from core.workload.synthetic import gamma_arrivals
-from core.workload.workload import Workload
+from batchlab.core.workload.config import PRESETS, WorkloadConfig, build_workload
+from batchlab.core.workload.errors import WorkloadError
+from batchlab.core.workload.formats import FORMAT_NAMES, detect_format, load_trace
+from batchlab.core.workload.lengths import LengthSpec
+from batchlab.core.workload.native import write_trace
+from batchlab.core.workload.sources import TRACES, traces_dir
+from batchlab.core.workload.stats import format_stats, workload_stats
+from batchlab.core.workload.synthetic import gamma_arrivals
+from batchlab.core.workload.workload import Workload
 
 __all__ = ["FORMAT_NAMES", "PRESETS", "TRACES", "LengthSpec", "Workload", "WorkloadConfig",
            "WorkloadError", "build_workload", "detect_format", "format_stats", "gamma_arrivals",

@@ -23,18 +23,18 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.checks import (MAX_TIME_S, MAX_TOKENS, Count, Positive, PositiveSeconds, Rate,
+from batchlab.core.checks import (MAX_TIME_S, MAX_TOKENS, Count, Positive, PositiveSeconds, Rate,
                          Seconds, Seed, Tokens)
-from core.checks import Burstiness, shown
-from core.sizes import BYTES_PER_REQUEST, require_memory
-from core.workload import transforms as tf
-from core.workload.conversations import multi_turn, with_system_prompt
-from core.workload.errors import WorkloadError
-from core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
-from core.workload.lengths import LengthSpec, sample_lengths
-from core.workload.sources import PRESETS, TRACES, resolve, traces_dir
-from core.workload.synthetic import gamma_arrivals
-from core.workload.workload import Workload
+from batchlab.core.checks import Burstiness, shown
+from batchlab.core.sizes import BYTES_PER_REQUEST, require_memory
+from batchlab.core.workload import transforms as tf
+from batchlab.core.workload.conversations import multi_turn, with_system_prompt
+from batchlab.core.workload.errors import WorkloadError
+from batchlab.core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
+from batchlab.core.workload.lengths import LengthSpec, sample_lengths
+from batchlab.core.workload.sources import PRESETS, TRACES, resolve, traces_dir
+from batchlab.core.workload.synthetic import gamma_arrivals
+from batchlab.core.workload.workload import Workload
 
 __all__ = ["PRESETS", "WorkloadConfig", "build_workload"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.workload.workload import Workload
+from batchlab.core.workload.workload import Workload
 
 HASH_BLOCK = 16  # tokens per hash: the engines' default KV block
 _CONV = 1 << 40  # hash ranges: system blocks < _CONV <= conversation blocks

@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from core.checks import MAX_TIME_S
-from core.workload import parse
-from core.workload.errors import WorkloadError, warn
-from core.workload.hashes import MOONCAKE_BLOCK, check_coverage, hash_block_size
-from core.workload.textfile import (csv_chunks, first_line, json_error, jsonl_chunks,
+from batchlab.core.checks import MAX_TIME_S
+from batchlab.core.workload import parse
+from batchlab.core.workload.errors import WorkloadError, warn
+from batchlab.core.workload.hashes import MOONCAKE_BLOCK, check_coverage, hash_block_size
+from batchlab.core.workload.textfile import (csv_chunks, first_line, json_error, jsonl_chunks,
                                    split_header)
-from core.workload.workload import Workload
+from batchlab.core.workload.workload import Workload
 
 
 @dataclass(frozen=True)

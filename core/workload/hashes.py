@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.workload.errors import WorkloadError
+from batchlab.core.workload.errors import WorkloadError
 
 MOONCAKE_BLOCK = 512
 

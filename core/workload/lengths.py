@@ -8,8 +8,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from core.checks import MAX_TOKENS, LengthMean, Positive, Sigma, Tokens
-from core.workload.formats import load_trace
+from batchlab.core.checks import MAX_TOKENS, LengthMean, Positive, Sigma, Tokens
+from batchlab.core.workload.formats import load_trace
 
 
 class LengthSpec(BaseModel):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.workload.errors import WorkloadError
-from core.workload.workload import Workload
+from batchlab.core.workload.errors import WorkloadError
+from batchlab.core.workload.workload import Workload
 
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.checks import MAX_PRIORITY, MAX_SHOWN, MAX_TIME_S, MAX_TOKENS, shown
-from core.workload.errors import WorkloadError
+from batchlab.core.checks import MAX_PRIORITY, MAX_SHOWN, MAX_TIME_S, MAX_TOKENS, shown
+from batchlab.core.workload.errors import WorkloadError
 
 
 def _show(v: object) -> str:

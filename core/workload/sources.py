@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.workload.lengths import LengthSpec
+from batchlab.core.workload.lengths import LengthSpec
 
 
 def traces_dir() -> Path:

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from core.prefix_cache import chain
-from core.workload.workload import Workload
+from batchlab.core.prefix_cache import chain
+from batchlab.core.workload.workload import Workload
 
 PERCENTILES = (50, 90, 99)
 

@@ -16,8 +16,8 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from core.sizes import BYTES_PER_TRACE_ROW, require_memory
-from core.workload.errors import WorkloadError
+from batchlab.core.sizes import BYTES_PER_TRACE_ROW, require_memory
+from batchlab.core.workload.errors import WorkloadError
 
 CHUNK_BYTES = 1 << 20  # ~40k lines: a chunk of parsed text stays near 20 MB
 MAX_LINE_BYTES = 1 << 20  # a Mooncake line of a 128k-token prompt is ~3 kB

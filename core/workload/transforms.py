@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from core.checks import MAX_TOKENS
-from core.workload.stats import mean_rate
-from core.workload.workload import Workload
+from batchlab.core.checks import MAX_TOKENS
+from batchlab.core.workload.stats import mean_rate
+from batchlab.core.workload.workload import Workload
 
 
 def jitter(w: Workload, step_s: float, rng: np.random.Generator) -> Workload:

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
-from core.request import Request
+from batchlab.core.request import Request
 
 
 @dataclass

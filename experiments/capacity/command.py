@@ -8,18 +8,18 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from core.workload import build_workload
-from experiments.capacity import report
-from experiments.capacity.options import add_criteria_options, check_samples, criteria_from
-from experiments.capacity.point import sample_configs
-from experiments.capacity.search import Answer, search_max_rate, search_replicas
-from experiments.config import ExperimentConfig
-from experiments.errors import UserError
-from experiments.executor import add_executor_options, make_executor, run_all
-from experiments.options import add_common_options, load_experiment
-from experiments.output import make_out_dir, to_json
-from experiments.roofline_options import add_roofline_options
-from experiments.sim_setup import sim_setup
+from batchlab.core.workload import build_workload
+from batchlab.experiments.capacity import report
+from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
+from batchlab.experiments.capacity.point import sample_configs
+from batchlab.experiments.capacity.search import Answer, search_max_rate, search_replicas
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import add_executor_options, make_executor, run_all
+from batchlab.experiments.options import add_common_options, load_experiment
+from batchlab.experiments.output import make_out_dir, to_json
+from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.experiments.sim_setup import sim_setup
 
 DEFAULT_EXPERIMENT = {
     "workload": {"source": "chat", "num_requests": 1000, "rate": 14.0},

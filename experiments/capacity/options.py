@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from core.summary import SLO
-from experiments.capacity.point import Criteria
-from experiments.errors import UserError
+from batchlab.core.summary import SLO
+from batchlab.experiments.capacity.point import Criteria
+from batchlab.experiments.errors import UserError
 
 
 def positive_price(text: str) -> float:

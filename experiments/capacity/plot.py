@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.capacity.point import Criteria
-from experiments.capacity.search import Answer
+from batchlab.experiments.capacity.point import Criteria
+from batchlab.experiments.capacity.search import Answer
 
 
 def plot_answers(path: Path, answers: list[Answer], criteria: Criteria, title: str) -> str:

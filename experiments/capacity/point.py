@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.stability import queue_stability
-from core.summary import SLO
-from core.workload import Workload, WorkloadConfig, build_workload
-from experiments.config import ExperimentConfig
-from experiments.sim_setup import sim_setup
-from sim import simulate
+from batchlab.core.stability import queue_stability
+from batchlab.core.summary import SLO
+from batchlab.core.workload import Workload, WorkloadConfig, build_workload
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.sim_setup import sim_setup
+from batchlab.sim import simulate
 
 # Metrics a point row carries (means over its samples).
 METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttft_ms",

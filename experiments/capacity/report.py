@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.capacity.plot import plot_answers
-from experiments.capacity.point import ASSUMED, Criteria
-from experiments.capacity.search import Answer
-from experiments.capacity.tables import text_table, write_rows
-from experiments.config import ExperimentConfig
+from batchlab.experiments.capacity.plot import plot_answers
+from batchlab.experiments.capacity.point import ASSUMED, Criteria
+from batchlab.experiments.capacity.search import Answer
+from batchlab.experiments.capacity.tables import text_table, write_rows
+from batchlab.experiments.config import ExperimentConfig
 
 
 def answer_row(a: Answer, price: float | None) -> dict:

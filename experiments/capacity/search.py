@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from core.workload import WorkloadConfig
-from experiments.capacity.point import Criteria, evaluate
-from experiments.config import ExperimentConfig
-from experiments.errors import UserError
-from experiments.studies.slo_search import fewest, max_rate
+from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.capacity.point import Criteria, evaluate
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.studies.slo_search import fewest, max_rate
 
 REL_TOL = 0.02  # the max-rate band: [passing, failing] within 2% of the rate
 ABS_TOL = 0.01  # in rate scale: 1% of the configured workload's rate

@@ -7,17 +7,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.workload import build_workload
-from experiments.errors import UserError
-from experiments.options import load_experiment, reject_unused_tables
-from experiments.output import ResultWriter, check_out_dir, to_json
-from experiments.replay.prompts import DEFAULT_VOCAB
-from experiments.replay.results import failure_summary, run_result, vllm_bench_json
-from experiments.replay.sender import replay
-from experiments.replay.target import API_KEY_ENV, make_target
-from experiments.report import comparison_table, slo_line
-from experiments.run_cmd import DEFAULT_EXPERIMENT
-from experiments.workload_options import add_workload_options
+from batchlab.core.workload import build_workload
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import load_experiment, reject_unused_tables
+from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
+from batchlab.experiments.replay.prompts import DEFAULT_VOCAB
+from batchlab.experiments.replay.results import failure_summary, run_result, vllm_bench_json
+from batchlab.experiments.replay.sender import replay
+from batchlab.experiments.replay.target import API_KEY_ENV, make_target
+from batchlab.experiments.report import comparison_table, slo_line
+from batchlab.experiments.run_cmd import DEFAULT_EXPERIMENT
+from batchlab.experiments.workload_options import add_workload_options
 
 NAME = "replay"  # the results' folder and summary key
 DEFAULT_REPLAY = {"workload": DEFAULT_EXPERIMENT["workload"]}  # the workload of `batchlab run`

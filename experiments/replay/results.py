@@ -14,10 +14,10 @@ import math
 
 import numpy as np
 
-from core.metrics import REQUEST_COLUMNS
-from core.result import RunResult
-from experiments.replay.client import Outcome
-from experiments.replay.sender import Replay
+from batchlab.core.metrics import REQUEST_COLUMNS
+from batchlab.core.result import RunResult
+from batchlab.experiments.replay.client import Outcome
+from batchlab.experiments.replay.sender import Replay
 
 NO_STEPS = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}
 

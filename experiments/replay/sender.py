@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from core.workload import Workload
-from experiments.replay.client import Outcome, send
-from experiments.replay.prompts import completion_body, prompt_ids
+from batchlab.core.workload import Workload
+from batchlab.experiments.replay.client import Outcome, send
+from batchlab.experiments.replay.prompts import completion_body, prompt_ids
 
 
 @dataclass

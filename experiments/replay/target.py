@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
-from experiments.errors import UserError
-from experiments.replay.sender import Target
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.replay.sender import Target
 
 API_KEY_ENV = "OPENAI_API_KEY"  # as `vllm bench serve` and the openai client read it
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.batch import StepFeatures
-from core.kv import blocks_for
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.registry import register
+from batchlab.core.batch import StepFeatures
+from batchlab.core.kv import blocks_for
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.registry import register
 
 NAME = "batching"
 MODEL, CONTEXT, BLOCK = "llama-3-8b", 512, 16
@@ -94,7 +94,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "roofline": [{k: v for k, v in s.items() if k != "rows"} for s in sweeps],
               "files": files}
     if backend:
-        from experiments.studies import batching_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import batching_backend  # needs torch: only when asked
         result["backend"] = batching_backend.run(out_dir, size, progress)
         files += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed
@@ -176,7 +176,7 @@ def _report(out_dir: Path, r: dict, size: str, backend: bool) -> None:
              "Full sweep in `roofline.csv`.")
     rep.image("batching_roofline.png", "decode step time and tokens/s vs batch size")
     if b:
-        from experiments.studies import batching_backend
+        from batchlab.experiments.studies import batching_backend
         batching_backend.report_section(rep, b)
     else:
         rep.para("The real-backend variant (`--backend`) times decode steps of 1..64 sequences "

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
-from backend.driver import run_workload
-from backend.runtime import Runtime
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from core.workload import Workload
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, pick
-from experiments.studies.common_backend import THREADS, runtime as shared_runtime
+from batchlab.backend.driver import run_workload
+from batchlab.backend.runtime import Runtime
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.core.workload import Workload
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, pick
+from batchlab.experiments.studies.common_backend import THREADS, runtime as shared_runtime
 
 # Short prompts: the prefill of 64 sequences stays cheap, and the decode step's cost is
 # the weights and per-token matmuls, as in the roofline study.

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from core.cost import CostModel
-from core.specs import ModelSpec, lookup_model
-from experiments.config import ExperimentConfig
-from experiments.simulate_cmd import roofline_setup
+from batchlab.core.cost import CostModel
+from batchlab.core.specs import ModelSpec, lookup_model
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.simulate_cmd import roofline_setup
 
 
 class Progress:

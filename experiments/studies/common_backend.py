@@ -9,12 +9,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from backend.driver import run_workload
-from backend.runtime import Runtime
-from core.batch import StepObserver
-from core.config import SchedulerConfig
-from core.result import RunResult
-from core.workload import Workload
+from batchlab.backend.driver import run_workload
+from batchlab.backend.runtime import Runtime
+from batchlab.core.batch import StepObserver
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
 
 MODEL = "batchlab-tiny"
 THREADS = 1  # one torch thread gives steady timing on a small shared CPU

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.workload import build_workload
-from experiments.output import to_json
-from experiments.studies.common import Progress, pick
-from experiments.studies.fidelity_plan import (KV_MEMORY, MODEL, NAME, POLICIES, SEATS, SHAPES,
+from batchlab.core.workload import build_workload
+from batchlab.experiments.output import to_json
+from batchlab.experiments.studies.common import Progress, pick
+from batchlab.experiments.studies.fidelity_plan import (KV_MEMORY, MODEL, NAME, POLICIES, SEATS, SHAPES,
                                                SIZES, THREADS, scheduler, workload_config)
-from experiments.studies.registry import register
-from experiments.validation.repeats_text import speeds
+from batchlab.experiments.studies.registry import register
+from batchlab.experiments.validation.repeats_text import speeds
 
 
 def _cell(shape, policy: str, comp: dict) -> dict:
@@ -41,13 +41,13 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
         profile: str | None = None, sources: dict[str, str] | None = None) -> dict:
     """profile: a calibration profile (default: calibrate batchlab-tiny here first, saved
     as out_dir/profile.json). sources: files for the shared traces (tests: excerpts)."""
-    from backend.runtime import Runtime  # needs torch
-    from experiments.studies.fidelity_report import render
-    from experiments.validation import profile_source
-    from experiments.validation.output import ValidationWriter
-    from experiments.validation.per_step import per_step
-    from experiments.validation.step_kinds import kind_table
-    from experiments.validation.validate import validate
+    from batchlab.backend.runtime import Runtime  # needs torch
+    from batchlab.experiments.studies.fidelity_report import render
+    from batchlab.experiments.validation import profile_source
+    from batchlab.experiments.validation.output import ValidationWriter
+    from batchlab.experiments.validation.per_step import per_step
+    from batchlab.experiments.validation.step_kinds import kind_table
+    from batchlab.experiments.validation.validate import validate
 
     p = pick(SIZES, size)
     configs = {s.name: workload_config(s, size, sources) for s in SHAPES}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config import SchedulerConfig
-from core.workload import WorkloadConfig
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import WorkloadConfig
 
 NAME = "fidelity"
 MODEL, THREADS, SEATS, KV_MEMORY = "batchlab-tiny", 1, 32, "32MiB"

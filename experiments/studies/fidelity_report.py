@@ -8,13 +8,13 @@ import math
 
 import numpy as np
 
-from core.machine_speed import DRIFT_WINDOW_S
-from experiments.markdown import Report, fmt
-from experiments.studies.common import command_line
-from experiments.studies.fidelity_plan import NAME
-from experiments.validation.per_step import describe as describe_per_step
-from experiments.validation.repeats import faster, verdict_counts, within
-from experiments.validation.repeats_text import drifts, speeds
+from batchlab.core.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import command_line
+from batchlab.experiments.studies.fidelity_plan import NAME
+from batchlab.experiments.validation.per_step import describe as describe_per_step
+from batchlab.experiments.validation.repeats import faster, verdict_counts, within
+from batchlab.experiments.validation.repeats_text import drifts, speeds
 
 COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]

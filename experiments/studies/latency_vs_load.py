@@ -7,17 +7,17 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.summary import per_request_latencies
-from core.workload import WorkloadConfig, build_workload
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.latency_vs_load_setup import (COLUMNS, HARDWARE, MODEL, NAME, POLICIES, SEATS,
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.summary import per_request_latencies
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.latency_vs_load_setup import (COLUMNS, HARDWARE, MODEL, NAME, POLICIES, SEATS,
                                                        SEED, SLO_SPEC, binding, bracket, cdf_rate, meets,
                                                        rate_text, sweep_plots)
-from experiments.studies.registry import register
-from experiments.studies.slo_search import ABS_TOL, REL_TOL, max_rate
-from sim import simulate
+from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.slo_search import ABS_TOL, REL_TOL, max_rate
+from batchlab.sim import simulate
 
 PARAMS = {
     "full": dict(requests=1000, rates=(0.5, 1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 24)),
@@ -80,7 +80,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "sweep": sweep, "elapsed_s": 0.0}
     result["files"] = ["sweep.csv", *sweep_plots(out_dir, sweep, limits, runner.samples)]
     if backend:
-        from experiments.studies import latency_vs_load_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import latency_vs_load_backend  # needs torch: only when asked
         result["backend"] = latency_vs_load_backend.run(out_dir, size, progress)
         result["files"] += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed
@@ -136,7 +136,7 @@ def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
              f"continuous sustains:")
     rep.image("latency_cdf.png", "TTFT and TPOT CDFs")
     if r.get("backend"):
-        from experiments.studies import latency_vs_load_backend
+        from batchlab.experiments.studies import latency_vs_load_backend
         latency_vs_load_backend.report_section(rep, r["backend"], r)
     else:
         rep.para("The real-backend variant (`--backend`) sweeps a few request rates around the "

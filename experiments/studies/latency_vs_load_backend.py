@@ -10,19 +10,19 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from core.summary import SLO, per_request_latencies
-from core.workload import WorkloadConfig, build_workload
-from core.workload.lengths import LengthSpec
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick
-from experiments.studies.common_backend import (MODEL, decode_step_ms, machine, serve, slowdown,
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.core.summary import SLO, per_request_latencies
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.core.workload.lengths import LengthSpec
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick
+from batchlab.experiments.studies.common_backend import (MODEL, decode_step_ms, machine, serve, slowdown,
                                                 speed_reference)
-from experiments.studies.latency_vs_load_setup import (COLUMNS as SIM_COLUMNS, NAME, POLICIES, SEED,
+from batchlab.experiments.studies.latency_vs_load_setup import (COLUMNS as SIM_COLUMNS, NAME, POLICIES, SEED,
                                                        binding, bracket, cdf_rate, meets, sweep_plots)
-from experiments.studies.latency_vs_load_setup import rate_text as _sim_rate_text
-from experiments.studies.slo_search import max_rate
+from batchlab.experiments.studies.latency_vs_load_setup import rate_text as _sim_rate_text
+from batchlab.experiments.studies.slo_search import max_rate
 
 SEATS, BLOCK = 8, 16
 # The chat preset cut to the CPU: prompts a third as long, the short replies kept, the

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.summary import SLO
-from experiments import plots
+from batchlab.core.summary import SLO
+from batchlab.experiments import plots
 
 NAME = "latency-vs-load"
 POLICIES = ("static", "continuous", "chunked")

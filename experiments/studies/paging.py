@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.paging_setup import COLUMNS, GRID, NAME, label, measure, scheduler, workload
-from experiments.studies.registry import register
-from sim import simulate
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.paging_setup import COLUMNS, GRID, NAME, label, measure, scheduler, workload
+from batchlab.experiments.studies.registry import register
+from batchlab.sim import simulate
 
 MODEL, HARDWARE, BLOCK = "llama-3-8b", "a100-80gb", 16
 # A pool of 2,048 blocks (32,768 tokens): KV, not seats, bounds the batch (as on a
@@ -46,7 +46,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     result = {"name": NAME, "size": size, "setup": setup_line(meta), "workload": w.describe(),
               "seats": p["seats"], "rows": rows, "files": ["results.csv", _plot(out_dir, rows)]}
     if backend:
-        from experiments.studies import paging_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import paging_backend  # needs torch: only when asked
         result["backend"] = paging_backend.run(out_dir, size, progress)
         result["files"] += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed

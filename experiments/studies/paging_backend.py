@@ -4,11 +4,11 @@ simulator (same scheduler, same pool) takes the very same decisions; its preempt
 concurrency are reported beside the measured ones. Imported only with --backend."""
 from __future__ import annotations
 
-from core.cost import LinearCostModel
-from experiments.studies.common import Progress, RowLog, pick
-from experiments.studies.common_backend import machine, serve
-from experiments.studies.paging_setup import COLUMNS, GRID, label, measure, scheduler, workload
-from sim import simulate
+from batchlab.core.cost import LinearCostModel
+from batchlab.experiments.studies.common import Progress, RowLog, pick
+from batchlab.experiments.studies.common_backend import machine, serve
+from batchlab.experiments.studies.paging_setup import COLUMNS, GRID, label, measure, scheduler, workload
+from batchlab.sim import simulate
 
 PARAMS = {
     "full": dict(requests=32, prompt=(16, 64), output=(8, 96), seats=16, block=8, blocks=80),

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from core.result import RunResult
-from core.workload import Workload
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
 
 NAME = "paging"
 BATCHING = ("static", "continuous")

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.prefix_caching_setup import (COLUMNS, HARDWARE, MODEL, MOONCAKE_SCALE,
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.prefix_caching_setup import (COLUMNS, HARDWARE, MODEL, MOONCAKE_SCALE,
                                                       NAME, POLICY, SLO_SPEC, measure, scheduler,
                                                       workload)
-from experiments.studies.registry import register
-from experiments.studies.slo_search import max_rate
-from sim import simulate
+from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.slo_search import max_rate
+from batchlab.sim import simulate
 
 KINDS = ("mooncake", "multiturn")
 PARAMS = {
@@ -62,7 +62,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "routing": routing, "replicas": p["replicas"], "files": ["results.csv"]}
     result["files"] += _plots(out_dir, fixed, limits, routing)
     if backend:
-        from experiments.studies import prefix_caching_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import prefix_caching_backend  # needs torch: only when asked
         result["backend"] = prefix_caching_backend.run(out_dir, size, progress)
         result["files"] += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed

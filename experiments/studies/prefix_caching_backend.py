@@ -5,12 +5,12 @@ Arrivals are spread out (light load), so the two schedules, and hits, should agr
 Imported only with --backend."""
 from __future__ import annotations
 
-from core.config import SchedulerConfig
-from core.cost import LinearCostModel
-from core.workload import LengthSpec, WorkloadConfig, build_workload
-from experiments.studies.common import Progress, RowLog, pick
-from experiments.studies.common_backend import machine, serve
-from sim import simulate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import LinearCostModel
+from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload
+from batchlab.experiments.studies.common import Progress, RowLog, pick
+from batchlab.experiments.studies.common_backend import machine, serve
+from batchlab.sim import simulate
 
 PARAMS = {"full": dict(requests=40, rate=1.0, blocks=400), "small": dict(requests=16, rate=1.0, blocks=200)}
 COLUMNS = ("world", "prefix_cache_hit_rate", "prefix_cache_hits", "prefix_cache_queries",

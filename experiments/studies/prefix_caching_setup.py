@@ -3,11 +3,11 @@ module; neither imports the other): the workloads, the SLO, and the figures meas
 from a run."""
 from __future__ import annotations
 
-from core.config import SchedulerConfig
-from core.result import RunResult
-from core.summary import SLO
-from core.workload import WorkloadConfig, build_workload
-from core.workload.transforms import set_rate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.result import RunResult
+from batchlab.core.summary import SLO
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.core.workload.transforms import set_rate
 
 NAME = "prefix-caching"
 MODEL, HARDWARE, POLICY, SEED = "llama-3-8b", "a100-80gb", "chunked", 0

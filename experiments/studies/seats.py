@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.batch import Batch
+from batchlab.core.batch import Batch
 
 
 class SeatTracker:

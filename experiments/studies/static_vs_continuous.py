@@ -7,16 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.summary import per_request_latencies
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.registry import register
-from experiments.studies.seats import SeatTracker
-from experiments.studies.static_vs_continuous_setup import (HARDWARE, LONG, MODEL, NAME, POLICIES,
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.summary import per_request_latencies
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.seats import SeatTracker
+from batchlab.experiments.studies.static_vs_continuous_setup import (HARDWARE, LONG, MODEL, NAME, POLICIES,
                                                             one_long_per_group, static_expectation)
-from sim import simulate
+from batchlab.sim import simulate
 
 PARAMS = {
     "full": dict(requests=512, users=32, seats=8, timeline_steps=700),
@@ -62,7 +62,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
         "static_expected_utilization": expected, "policies": rows, "files": files,
     }
     if backend:
-        from experiments.studies import static_vs_continuous_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import static_vs_continuous_backend  # needs torch: only when asked
         result["backend"] = static_vs_continuous_backend.run(out_dir, size, progress)
         files += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed
@@ -178,7 +178,7 @@ def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
     rep.image("throughput_queueing.png", "throughput and queueing delay")
     rep.image("latency_cdf.png", "queueing delay and end-to-end latency CDFs")
     if r.get("backend"):
-        from experiments.studies import static_vs_continuous_backend
+        from batchlab.experiments.studies import static_vs_continuous_backend
         static_vs_continuous_backend.report_section(rep, r["backend"], r)
     else:
         rep.para("The real-backend variant (`--backend`) serves a reduced version of this "

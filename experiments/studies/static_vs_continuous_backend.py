@@ -9,17 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from core.result import RunResult
-from experiments import plots
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset
-from experiments.studies.common_backend import MODEL, decode_step_ms, machine, serve
-from experiments.studies.seats import SeatTracker
-from experiments.studies.static_vs_continuous_setup import (HARDWARE, MODEL as SIM_MODEL, NAME, POLICIES,
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.core.result import RunResult
+from batchlab.experiments import plots
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset
+from batchlab.experiments.studies.common_backend import MODEL, decode_step_ms, machine, serve
+from batchlab.experiments.studies.seats import SeatTracker
+from batchlab.experiments.studies.static_vs_continuous_setup import (HARDWARE, MODEL as SIM_MODEL, NAME, POLICIES,
                                                             one_long_per_group, static_expectation)
-from sim import simulate
+from batchlab.sim import simulate
 
 # Short prompts: prefills stay cheap on the CPU, so the run is about seats, not prompts.
 # "small" scales the long reply to ~200 tokens to fit a test's time.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.workload import Workload
+from batchlab.core.workload import Workload
 
 NAME = "static-vs-continuous"
 POLICIES = ("static", "continuous", "chunked")

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from core.config import SchedulerConfig
-from core.kv import blocks_for
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from experiments.studies.registry import register
-from experiments.studies.tradeoff_setup import (COLUMNS, HARDWARE, MODEL, NAME, OUTPUT, PROMPT,
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv import blocks_for
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.tradeoff_setup import (COLUMNS, HARDWARE, MODEL, NAME, OUTPUT, PROMPT,
                                                 closed_loop, landmarks, plot, summarise)
-from sim import simulate
+from batchlab.sim import simulate
 
 PARAMS = {
     "full": dict(users=(1, 2, 4, 8, 16, 32, 40, 64, 96, 128, 192, 256, 320, 384, 448, 512, 576,
@@ -57,7 +57,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "landmarks": {pol: landmarks(rows) for pol, rows in by_policy.items()},
               "sweep": by_policy, "files": ["sweep.csv", plot(out_dir, by_policy)]}
     if backend:
-        from experiments.studies import tradeoff_backend  # needs torch: only when asked
+        from batchlab.experiments.studies import tradeoff_backend  # needs torch: only when asked
         result["backend"] = tradeoff_backend.run(out_dir, size, progress)
         result["files"] += result["backend"]["files"]
     result["elapsed_s"] = progress.elapsed
@@ -118,7 +118,7 @@ def _report(out_dir: Path, r: dict, size: str, backend: bool = False) -> None:
              "in use at any step.")
     rep.image("tradeoff.png", "concurrency trade-off")
     if r.get("backend"):
-        from experiments.studies import tradeoff_backend
+        from batchlab.experiments.studies import tradeoff_backend
         tradeoff_backend.report_section(rep, r["backend"], r)
     else:
         rep.para("The real-backend variant (`--backend`) sweeps 1-128 concurrent sequences on the "

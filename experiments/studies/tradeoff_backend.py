@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.config import SchedulerConfig
-from experiments.markdown import Report, fmt
-from experiments.studies.common import Progress, RowLog, command_line, pick, preset
-from experiments.studies.common_backend import MODEL, machine, runtime, serve
-from experiments.studies.tradeoff_setup import (COLUMNS as SIM_COLUMNS, HARDWARE, MODEL as SIM_MODEL,
+from batchlab.core.config import SchedulerConfig
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset
+from batchlab.experiments.studies.common_backend import MODEL, machine, runtime, serve
+from batchlab.experiments.studies.tradeoff_setup import (COLUMNS as SIM_COLUMNS, HARDWARE, MODEL as SIM_MODEL,
                                                 NAME, closed_loop, landmarks, plot, summarise)
-from sim import simulate
+from batchlab.sim import simulate
 
 PROMPT, OUTPUT, BLOCK = (32, 96), (32, 96), 16
 # 576 blocks of 16 = 9,216 tokens (54 MiB for batchlab-tiny): about 72 sequences at their

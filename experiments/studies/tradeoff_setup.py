@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.result import RunResult
-from core.workload import Workload
-from experiments import plots
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
+from batchlab.experiments import plots
 
 NAME = "tradeoff"
 MODEL, HARDWARE, SEED, TPOT_LIMIT_MS = "llama-3-8b", "a100-80gb", 0, 100.0

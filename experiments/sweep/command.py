@@ -10,16 +10,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.capacity.options import positive_price
-from experiments.capacity.tables import text_table, write_rows
-from experiments.errors import UserError
-from experiments.executor import add_executor_options, make_executor, run_all
-from experiments.output import check_out_dir, to_json
-from experiments.sim_setup import sim_setup
-from experiments.sweep.grid import Sweep, load_sweep
-from experiments.sweep.pareto import cost_key, pareto
-from experiments.sweep.run import criteria_for, run_point
-from experiments.sweep.store import PointStore, restore
+from batchlab.experiments.capacity.options import positive_price
+from batchlab.experiments.capacity.tables import text_table, write_rows
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import add_executor_options, make_executor, run_all
+from batchlab.experiments.output import check_out_dir, to_json
+from batchlab.experiments.sim_setup import sim_setup
+from batchlab.experiments.sweep.grid import Sweep, load_sweep
+from batchlab.experiments.sweep.pareto import cost_key, pareto
+from batchlab.experiments.sweep.run import criteria_for, run_point
+from batchlab.experiments.sweep.store import PointStore, restore
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -21,9 +21,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from experiments.config import ExperimentConfig, build_config, read_toml
-from experiments.errors import UserError, describe_validation_error
-from experiments.options import merge
+from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
+from batchlab.experiments.errors import UserError, describe_validation_error
+from batchlab.experiments.options import merge
 
 ALIASES = {"policy": "scheduler.policy", "max_num_seqs": "scheduler.max_num_seqs",
            "max_num_batched_tokens": "scheduler.max_num_batched_tokens", "model": "model.name",

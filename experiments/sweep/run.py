@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from core.summary import SLO
-from experiments.capacity.point import Criteria, evaluate, sample_configs
-from experiments.capacity.report import answer_row
-from experiments.capacity.search import search_max_rate, search_replicas
-from experiments.errors import UserError
-from experiments.sweep.grid import Point, SweepSettings
+from batchlab.core.summary import SLO
+from batchlab.experiments.capacity.point import Criteria, evaluate, sample_configs
+from batchlab.experiments.capacity.report import answer_row
+from batchlab.experiments.capacity.search import search_max_rate, search_replicas
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.sweep.grid import Point, SweepSettings
 
 
 def criteria_for(point: Point, s: SweepSettings) -> Criteria:

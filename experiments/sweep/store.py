@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.errors import UserError
+from batchlab.experiments.errors import UserError
 
 FILE = "points.jsonl"
 

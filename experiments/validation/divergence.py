@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from core.result import RunResult
+from batchlab.core.result import RunResult
 
 
 def _is_composition(key: Hashable) -> bool:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.workload import Workload
-from experiments.errors import UserError, warn
-from experiments.output import to_json
-from experiments.replay.results import failure_summary
-from experiments.validation import compare
-from experiments.validation.pair import run_sim
-from experiments.validation.text import metrics_table
-from experiments.validation.validate import HEADLINE
+from batchlab.core.workload import Workload
+from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.output import to_json
+from batchlab.experiments.replay.results import failure_summary
+from batchlab.experiments.validation import compare
+from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.text import metrics_table
+from batchlab.experiments.validation.validate import HEADLINE
 
 NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul")
 
@@ -53,7 +53,7 @@ def render(comp: dict) -> str:
 
 
 def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile, info: dict) -> int:
-    from experiments.replay.cmd import measure
+    from batchlab.experiments.replay.cmd import measure
 
     schedulers = cfg.schedulers(profile.model.max_context)
     if len(schedulers) != 1:
@@ -69,7 +69,7 @@ def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile
     sim = run_sim(workload, sched, profile.simulation_cost(), {"cost_model": HEADLINE, **info}).result
     comp = comparison(real, sim, policy, info, target.url)
     if args.out:
-        from experiments.output import make_out_dir, write_table
+        from batchlab.experiments.output import make_out_dir, write_table
         d = make_out_dir(args.out, cfg.model_dump())
         for name, result in (("real", real), ("sim", sim)):
             (d / name).mkdir(exist_ok=True)

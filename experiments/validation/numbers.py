@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from core.machine_speed import DRIFT_WINDOW_S
+from batchlab.core.machine_speed import DRIFT_WINDOW_S
 
 
 def pct(x: float | None, signed: bool = True) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.output import make_out_dir, to_json, write_table
-from experiments.validation.pair import Run
-from experiments.validation.plot import cdf_overlay
-from experiments.validation.validate import HEADLINE, Validation
+from batchlab.experiments.output import make_out_dir, to_json, write_table
+from batchlab.experiments.validation.pair import Run
+from batchlab.experiments.validation.plot import cdf_overlay
+from batchlab.experiments.validation.validate import HEADLINE, Validation
 
 FOLDERS = {HEADLINE: "sim", "normalised": "sim_normalised", "profile+overhead": "sim_overhead",
            "speed-scaled": "sim_scaled", "self-fit": "sim_selffit"}
@@ -44,7 +44,7 @@ class ValidationWriter:
         written.append(cdf_overlay(base / "cdf.png", title,
                                    {"real": v.real.result, **{k: r.result for k, r in v.sims.items()}}))
         if v.again:
-            from experiments.validation.plot import cdf_band
+            from batchlab.experiments.validation.plot import cdf_band
             written.append(cdf_band(base / "cdf_band.png", f"{v.policy}: simulated vs the band of "
                                     f"{len(v.reals)} real runs",
                                     [r.result for r in v.reals], v.sims[HEADLINE].result,

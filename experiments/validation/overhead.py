@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from core.result import RunResult
+from batchlab.core.result import RunResult
 
 
 def outside_forward(real: RunResult) -> dict[str, float]:

@@ -13,13 +13,13 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from core.batch import Batch
-from core.config import SchedulerConfig
-from core.cost import CostModel
-from core.result import RunResult
-from core.workload import Workload
-from experiments.validation.steps import Composition, composition
-from sim import simulate
+from batchlab.core.batch import Batch
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostModel
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
+from batchlab.experiments.validation.steps import Composition, composition
+from batchlab.sim import simulate
 
 
 @dataclass
@@ -68,7 +68,7 @@ def _cpu_jiffies() -> tuple[float, float] | None:
 def run_real(runtime, workload: Workload, scheduler: SchedulerConfig, *, seed: int = 0,
              progress: bool = False, meta: dict | None = None) -> Run:
     """Serve `workload` on the backend at its arrival times (time scale 1)."""
-    from backend.driver import run_workload  # torch only when a real run is asked for
+    from batchlab.backend.driver import run_workload  # torch only when a real run is asked for
 
     batches: list[Batch] = []
     load0, cpu0, mach0, t0 = os.getloadavg()[0], time.process_time(), _cpu_jiffies(), time.perf_counter()

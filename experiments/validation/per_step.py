@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 
-from core.cost import CostModel
-from core.features import FEATURE_NAMES
-from experiments.markdown import fmt
-from experiments.validation.step_kinds import normalised_ratios, ratios
-from experiments.validation.steps import match_steps
+from batchlab.core.cost import CostModel
+from batchlab.core.features import FEATURE_NAMES
+from batchlab.experiments.markdown import fmt
+from batchlab.experiments.validation.step_kinds import normalised_ratios, ratios
+from batchlab.experiments.validation.steps import match_steps
 
 
 def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:

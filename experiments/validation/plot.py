@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from core.result import RunResult
-from core.summary import per_request_latencies
-from experiments import plots
+from batchlab.core.result import RunResult
+from batchlab.core.summary import per_request_latencies
+from batchlab.experiments import plots
 
 STYLE = {"real": ("#000000", "-"), "profile": ("#1f77b4", "-"), "profile+overhead": ("#ff7f0e", "--"),
          "speed-scaled": ("#d62728", "-."), "self-fit": ("#2ca02c", ":")}

@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from experiments.errors import UserError, warn
+from batchlab.experiments.errors import UserError, warn
 
 
 def _shape(spec) -> dict:
@@ -44,7 +44,7 @@ def shipped_match(runtime):
     same model shape, device kind, thread count and dtype, measured on a fit-for-use grid;
     (None, "") if none does. `batchlab run` without --profile measures the machine's speed
     against it."""
-    from core.profile import ProfileError, load_profile, shipped_profiles
+    from batchlab.core.profile import ProfileError, load_profile, shipped_profiles
 
     for name in shipped_profiles():
         try:
@@ -84,13 +84,13 @@ def probe_around(device, needed: bool):
 def reference_probe(device) -> dict[str, float]:
     """The roofline probe of calibration (a 64 MiB read, a copy, a 512^3 matmul; ~0.1 s),
     timed outside a run: the machine's speed where no profile prices the setup."""
-    from calibration.timing import measure_roofline
+    from batchlab.calibration.timing import measure_roofline
     return {k: (round(v, 3) if k == "load_average" else round(v, -6))
             for k, v in measure_roofline(device, mib=64, matmul_n=512).items()}
 
 
 def load(path: str):
-    from core.profile import ProfileError, load_profile
+    from batchlab.core.profile import ProfileError, load_profile
 
     try:
         return load_profile(path)
@@ -108,8 +108,8 @@ def calibrate_here(runtime, out_dir: Path | None):
     slower afterwards (measured on CPU: steady decodes +9%), so the real runs that follow
     are served as `batchlab run` serves them, in a process that has not."""
     try:
-        from calibration import calibrate
-        from calibration.fresh_process import run_fresh
+        from batchlab.calibration import calibrate
+        from batchlab.calibration.fresh_process import run_fresh
     except ImportError as e:
         raise UserError(f"no --profile given and calibration is unavailable ({e}); "
                         f"pass --profile FILE") from None

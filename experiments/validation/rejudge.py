@@ -11,18 +11,18 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from core.cost import CostModel
-from core.loop_time import Overhead, with_loop
-from core.machine_speed import machine_speed
-from experiments.run_labels import stability
-from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
-from experiments.validation.numbers import pct
-from experiments.validation.pair import run_sim
-from experiments.validation.per_step import per_step
-from experiments.validation.repeats import faster, summary_rows, verdict_counts, within
-from experiments.validation.repeats_text import speeds
-from experiments.validation.stored import StoredCell
-from experiments.validation.variants import normalised_cost
+from batchlab.core.cost import CostModel
+from batchlab.core.loop_time import Overhead, with_loop
+from batchlab.core.machine_speed import machine_speed
+from batchlab.experiments.run_labels import stability
+from batchlab.experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
+from batchlab.experiments.validation.numbers import pct
+from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.per_step import per_step
+from batchlab.experiments.validation.repeats import faster, summary_rows, verdict_counts, within
+from batchlab.experiments.validation.repeats_text import speeds
+from batchlab.experiments.validation.stored import StoredCell
+from batchlab.experiments.validation.variants import normalised_cost
 
 
 def run_speeds(cells: list[StoredCell], cost: CostModel, source: str) -> list[list[dict]]:

@@ -13,11 +13,11 @@ from itertools import combinations
 
 import numpy as np
 
-from core.summary import per_request_latencies
-from experiments.run_labels import is_overloaded
-from experiments.validation import compare
-from experiments.validation.pair import Run
-from experiments.validation.stat_tests import inside, ks, spread, tost
+from batchlab.core.summary import per_request_latencies
+from batchlab.experiments.run_labels import is_overloaded
+from batchlab.experiments.validation import compare
+from batchlab.experiments.validation.pair import Run
+from batchlab.experiments.validation.stat_tests import inside, ks, spread, tost
 
 DISTRIBUTIONS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from experiments.markdown import fmt
-from experiments.validation.numbers import num, pct
+from batchlab.experiments.markdown import fmt
+from batchlab.experiments.validation.numbers import num, pct
 
 
 def _table(header: list[str], rows: list[list[str]], left: int = 2) -> str:

@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
-from core.cost import CostModel
-from core.features import IDLE_GAP_S
-from core.machine_speed import features, price
-from experiments.validation.variants import normalised_cost
+from batchlab.core.cost import CostModel
+from batchlab.core.features import IDLE_GAP_S
+from batchlab.core.machine_speed import features, price
+from batchlab.experiments.validation.variants import normalised_cost
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
 KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",

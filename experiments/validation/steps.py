@@ -14,10 +14,10 @@ from typing import Hashable
 
 import numpy as np
 
-from core.batch import Batch
-from core.cost import CostModel
-from core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
-from core.machine_speed import price
+from batchlab.core.batch import Batch
+from batchlab.core.cost import CostModel
+from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
+from batchlab.core.machine_speed import price
 
 Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
 

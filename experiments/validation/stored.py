@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from calibration.served_runs import read_object, read_runs
-from core.config import SchedulerConfig
-from core.workload import Workload, WorkloadConfig, build_workload
-from experiments.errors import UserError, describe_validation_error
+from batchlab.calibration.served_runs import read_object, read_runs
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import Workload, WorkloadConfig, build_workload
+from batchlab.experiments.errors import UserError, describe_validation_error
 
 
 @dataclass

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from core.config import SchedulerConfig
-from core.workload import WorkloadConfig, build_workload
-from experiments.output import to_json
-from experiments.studies.common import RowLog
-from experiments.validation import profile_source
-from experiments.validation.compare import STATS, TARGETED
-from experiments.validation.output import ValidationWriter, write_run
-from experiments.validation.pair import run_real
-from experiments.validation.validate import compare_runs, validate
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.experiments.output import to_json
+from batchlab.experiments.studies.common import RowLog
+from batchlab.experiments.validation import profile_source
+from batchlab.experiments.validation.compare import STATS, TARGETED
+from batchlab.experiments.validation.output import ValidationWriter, write_run
+from batchlab.experiments.validation.pair import run_real
+from batchlab.experiments.validation.validate import compare_runs, validate
 
 MODEL, THREADS, SEATS, KV_MEMORY = "batchlab-tiny", 1, 32, "32MiB"
 # Token budgets inside the calibration grid's reach: chunks of 512, whole prompts of up
@@ -151,7 +151,7 @@ def run_study(out_dir: Path, profile: str | None = None, only: list[str] | None 
     `batchlab validate --out` writes (tables, CDF plots, comparison.json) in cells/NAME/,
     with the repeated real run's comparison in cells/NAME/POLICY/real_vs_real.json.
     scale multiplies the request counts (0.1: a smoke test)."""
-    from backend.runtime import Runtime
+    from batchlab.backend.runtime import Runtime
 
     t_start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)

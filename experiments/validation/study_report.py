@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from experiments.markdown import Report, fmt
-from experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
+from batchlab.experiments.markdown import Report, fmt
+from batchlab.experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
 
 METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
 STATS = (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))

@@ -2,10 +2,10 @@
 overhead-corrected variant's error beside it), then what explains the difference."""
 from __future__ import annotations
 
-from experiments.validation.compare import target_legend
-from experiments.validation.numbers import drift_text, num, pct
-from experiments.validation.repeats_text import render_repeats
-from experiments.validation.validate import HEADLINE
+from batchlab.experiments.validation.compare import target_legend
+from batchlab.experiments.validation.numbers import drift_text, num, pct
+from batchlab.experiments.validation.repeats_text import render_repeats
+from batchlab.experiments.validation.validate import HEADLINE
 
 
 def metrics_table(comp: dict) -> str:

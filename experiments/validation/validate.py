@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.config import SchedulerConfig
-from core.cost import CostModel
-from core.loop_time import Overhead
-from core.workload import Workload
-from experiments import run_labels
-from experiments.validation import compare, divergence, repeats, steps
-from experiments.validation.overhead import outside_forward
-from experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
-from experiments.validation.variants import normalised_cost, variant_costs
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostModel
+from batchlab.core.loop_time import Overhead
+from batchlab.core.workload import Workload
+from batchlab.experiments import run_labels
+from batchlab.experiments.validation import compare, divergence, repeats, steps
+from batchlab.experiments.validation.overhead import outside_forward
+from batchlab.experiments.validation.pair import Run, run_real, run_sim, sim_scheduler
+from batchlab.experiments.validation.variants import normalised_cost, variant_costs
 
 HEADLINE = "profile"
 

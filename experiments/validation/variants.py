@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.batch import FEATURE_NAMES, StepFeatures
-from core.cost import CostModel, LinearCostModel, decode_run_times
-from core.drifting_cost import DriftingCost
-from core.fitted_cost import FittedCostModel
-from core.loop_time import Overhead, WithOverhead, fit_overhead, with_loop
-from core.machine_speed import at_speed as fitted_at_speed, machine_speed
-from core.result import RunResult
-from experiments.validation.steps import predicted_durations
+from batchlab.core.batch import FEATURE_NAMES, StepFeatures
+from batchlab.core.cost import CostModel, LinearCostModel, decode_run_times
+from batchlab.core.drifting_cost import DriftingCost
+from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.loop_time import Overhead, WithOverhead, fit_overhead, with_loop
+from batchlab.core.machine_speed import at_speed as fitted_at_speed, machine_speed
+from batchlab.core.result import RunResult
+from batchlab.experiments.validation.steps import predicted_durations
 
 NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
 
