@@ -29,6 +29,9 @@ N = ["--num-requests", "20"]
 TINY = ["--model", "batchlab-tiny", "--num-requests", "4", "--no-progress"]
 VAL = ["--num-requests", "4", "--no-progress"]  # validate: the profile's own model
 
+# validate cases whose message comes once the model is loaded (the backend extra)
+SERVES = {"validate-kv-memory-1KiB"}
+
 CASES: list[tuple[str, list[str], str]] = [
     # -- Azure CSV -------------------------------------------------------------------------
     ("azure-epoch-seconds", _sim("azure/epoch_seconds.csv"), "epoch_seconds.csv:2: TIMESTAMP"),

@@ -1,8 +1,20 @@
-"""`pytest --policy NAME`: focus the property tests on one registered policy (the same
-as BATCHLAB_TEST_POLICY=NAME; see tests/draws.py)."""
+"""Shared test set-up.
+
+- `pytest --policy NAME`: focus the property tests on one registered policy (the same as
+  BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
+- The `backend` marker: a test that serves on the torch backend (torch, transformers, the
+  HTTP stack: the `backend` extra) is skipped where that extra is not installed, so that
+  `pip install -e ".[test]"` runs the simulation half green. Modules that import torch at
+  their top skip themselves with pytest.importorskip("torch")."""
 from __future__ import annotations
 
+import importlib.util
 import os
+
+import pytest
+
+BACKEND_MODULES = ("torch", "transformers", "fastapi", "uvicorn")
+HAVE_BACKEND = all(importlib.util.find_spec(m) is not None for m in BACKEND_MODULES)
 
 
 def pytest_addoption(parser) -> None:
@@ -11,5 +23,16 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "backend: needs the backend extra (torch, transformers, "
+                                       "fastapi, uvicorn); skipped without it")
     if config.getoption("--policy"):
         os.environ["BATCHLAB_TEST_POLICY"] = config.getoption("--policy")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if HAVE_BACKEND:
+        return
+    skip = pytest.mark.skip(reason="needs the backend extra: pip install -e '.[backend]'")
+    for item in items:
+        if item.get_closest_marker("backend"):
+            item.add_marker(skip)

@@ -7,6 +7,8 @@ import pytest
 
 from batchlab.experiments.cli import main
 
+pytestmark = pytest.mark.backend  # `batchlab run` serves on the torch backend
+
 # A few short requests, all at once: seconds on the tiny model.
 SMALL = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
          "--kv-memory", "16MiB", "--no-progress"]

@@ -8,7 +8,8 @@ import threading
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
 from batchlab.backend.driver import run_workload
 from batchlab.backend.runtime import Runtime

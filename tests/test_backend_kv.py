@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
+import pytest
+
+torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
 from batchlab.backend.attention import _split, build_metadata
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block

@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
 from batchlab.backend.device import parse_memory, resolve_device, resolve_dtype
 from batchlab.backend.driver import run_workload

@@ -97,6 +97,7 @@ def test_calibrate_absent_device(tmp_path, capsys):
     one_line_error(code, err, "cuda", "no CUDA GPU")
 
 
+@pytest.mark.backend
 def test_calibrate_bad_out_directory(tmp_path, capsys):
     code, _, err = run_cli(["calibrate", "--out", str(tmp_path / "no" / "p.json")], capsys)
     one_line_error(code, err, "does not exist")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+pytest.importorskip("torch")  # the backend extra; without it the module skips
+
 from scipy import stats
 
 from batchlab.backend.driver import run_workload

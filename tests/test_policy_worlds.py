@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+pytest.importorskip("torch")  # the backend extra; without it the module skips
+
 from batchlab.backend.driver import run_workload
 from batchlab.backend.runtime import Runtime
 from batchlab.core.config import SchedulerConfig

@@ -18,6 +18,7 @@ def test_simulate_writes_the_plots(tmp_path, capsys):
         assert (tmp_path / "p" / f).read_bytes()[:4] == PNG
 
 
+@pytest.mark.backend
 def test_run_writes_the_same_plots(tmp_path, capsys):
     code = main(["run", "--num-requests", "5", "--rate", "inf", "--max-prompt-len", "32",
                  "--max-output-len", "6", "--kv-memory", "16MiB", "--no-progress",

@@ -20,7 +20,7 @@ from batchlab.core.features import IDLE_GAP_S
 from tests.serve_helpers import ROOT, ServeProcess, batchlab
 
 openai = pytest.importorskip("openai")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend]
 
 KEY = "test-key-17"
 MODEL = "batchlab-tiny"

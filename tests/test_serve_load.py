@@ -11,7 +11,7 @@ import pytest
 
 from tests.serve_helpers import ServeProcess, batchlab
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.backend]
 N, USERS = 256, 64
 
 
