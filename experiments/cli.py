@@ -2,20 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 
-from batchlab.experiments import (calibrate_cmd, experiment_cmd, run_cmd, serve_cmd, simulate_cmd, validate_cmd,
-                         workload_cmd)
-from batchlab.experiments.capacity import command as capacity_cmd
-from batchlab.experiments.sweep import command as sweep_cmd
+from batchlab.experiments.commands import COMMANDS
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import FLAGS
-from batchlab.experiments.replay import cmd as replay_cmd
-
-SUBCOMMANDS = [simulate_cmd, run_cmd, calibrate_cmd, workload_cmd, experiment_cmd, validate_cmd,
-               capacity_cmd, sweep_cmd, serve_cmd, replay_cmd]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,8 +20,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="batchlab", description="LLM serving: simulate, run, calibrate, validate.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in SUBCOMMANDS:
-        module.add_parser(sub)
+    for name in COMMANDS:  # each module is light: its library loads when it runs
+        importlib.import_module(f"batchlab.experiments.commands.{name}").add_parser(sub)
     for command in sub.choices.values():  # so that a field's error can name its option
         for action in command._actions:
             if action.option_strings and action.dest not in FLAGS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -62,6 +62,8 @@ def make_executor(workers: int | None = None, dask: str | None = None) -> Iterat
     if n == 1:
         yield SerialExecutor(), "serial (1 process)"
         return
+    from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
+
     with ProcessPoolExecutor(max_workers=n) as pool:
         yield pool, f"process pool ({n} workers)"
 

@@ -62,6 +62,17 @@ def paired(runs: list[dict], base: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def repeats_summary(runs: dict[str, list[dict]], seeds: list[int]) -> dict[str, dict]:
+    """Per policy: its seeds, each seed's stability verdict, each metric's mean and
+    interval; for every later policy, its paired difference against the first."""
+    names = list(runs)
+    out = {p: {"seeds": seeds, "stability": [r["stability"] for r in runs[p]],
+               "metrics": aggregate(runs[p])} for p in names}
+    for p in names[1:]:
+        out[p]["paired_difference_vs_" + names[0]] = paired(runs[p], runs[names[0]])
+    return out
+
+
 def _cell(fmt: str, s: dict[str, float] | None, sign: bool = False) -> str:
     if s is None or not math.isfinite(s["mean"]):
         return "-"

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from batchlab.core.class_summary import BREAKDOWNS
 from batchlab.core.summary import SLO
 
 # (summary key, label, format)
@@ -84,3 +86,14 @@ def slo_line(slo: SLO | None) -> str | None:
              (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2E latency", slo.e2el_ms))
              if v is not None]
     return "goodput SLO: " + (", ".join(parts) if parts else "none (every finished request counts)")
+
+
+def footer(slo: SLO | None, summaries: dict[str, dict] | None = None, out_dir: Path | None = None) -> str:
+    """What follows a run's table (simulate, run): the SLO goodput counts against, the
+    per-class tables where the summaries carry them, and where the results went."""
+    parts = [slo_line(slo)] if slo is not None else []
+    if summaries and any(k in s for s in summaries.values() for k in BREAKDOWNS):
+        parts.append("\n" + class_tables(summaries))
+    if out_dir:
+        parts.append(f"\nresults written to {out_dir}/")
+    return "\n".join(parts)

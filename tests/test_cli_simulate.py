@@ -310,8 +310,8 @@ def test_a_trace_named_on_the_command_line_is_replayed_whole_at_its_own_times(tm
 def test_ctrl_c_keeps_the_policies_simulated_so_far(tmp_path, capsys, monkeypatch):
     """Ctrl-C during the second policy: the first one's results and the second's partial
     ones are written, no third policy runs, exit 130."""
-    import batchlab.experiments.simulate_cmd as cmd
-    real, calls = cmd.simulate, []
+    import batchlab.sim as sim  # the simulate command calls batchlab.sim.simulate
+    real, calls = sim.simulate, []
 
     def simulate(*args, progress, **kw):
         calls.append(1)
@@ -323,7 +323,7 @@ def test_ctrl_c_keeps_the_policies_simulated_so_far(tmp_path, capsys, monkeypatc
             if len(calls) == 2 and left[0] >= 50:
                 raise KeyboardInterrupt
         return real(*args, progress=pressed, **kw)
-    monkeypatch.setattr(cmd, "simulate", simulate)
+    monkeypatch.setattr(sim, "simulate", simulate)
     code, out, err = run_cli(["simulate", *SMALL, "--out", str(tmp_path), "--format", "json"], capsys)
     assert code == 130 and len(calls) == 2
     assert "(interrupted)" in err

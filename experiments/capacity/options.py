@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
 from batchlab.core.summary import SLO
-from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.errors import UserError
+
+if TYPE_CHECKING:  # the point machinery (the simulator) loads when a search runs
+    from batchlab.experiments.capacity.point import Criteria
 
 
 def positive_price(text: str) -> float:
@@ -36,6 +39,8 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
 
 
 def criteria_from(slo: SLO | None, percentile: int, goodput: float | None) -> Criteria:
+    from batchlab.experiments.capacity.point import Criteria
+
     if slo is None or not any((slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
         raise UserError("capacity needs an SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2el-ms "
                         "(or [run.slo] in the config)")

@@ -16,7 +16,7 @@ from batchlab.core.stability import queue_stability
 from batchlab.core.summary import SLO
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
 from batchlab.experiments.config import ExperimentConfig
-from batchlab.experiments.sim_setup import sim_setup
+from batchlab.experiments.setup import sim_setup
 from batchlab.sim import simulate
 
 # Metrics a point row carries (means over its samples).

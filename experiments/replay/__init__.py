@@ -5,4 +5,5 @@ prompts.py  token-id prompts of exact lengths, and the request bodies
 client.py   one streaming request: timings from the SSE stream, or the reason it failed
 sender.py   the schedule: each request at its arrival time, or a closed loop
 results.py  the outcomes as batchlab tables (requests.csv, summary) and vllm-bench JSON
-cmd.py      the command line"""
+options.py  the endpoint options (replay, validate --endpoint)
+measure.py  one measured replay (the command: experiments/commands/replay.py)"""

@@ -7,9 +7,8 @@ import os
 from urllib.parse import urlparse
 
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.replay.options import API_KEY_ENV
 from batchlab.experiments.replay.sender import Target
-
-API_KEY_ENV = "OPENAI_API_KEY"  # as `vllm bench serve` and the openai client read it
 
 
 def api_base(endpoint: str) -> str:

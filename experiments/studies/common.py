@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from batchlab.core.cost import CostModel
 from batchlab.core.specs import ModelSpec, lookup_model
 from batchlab.experiments.config import ExperimentConfig
-from batchlab.experiments.simulate_cmd import roofline_setup
+from batchlab.experiments.setup import roofline_setup
 
 
 class Progress:

@@ -53,7 +53,7 @@ def render(comp: dict) -> str:
 
 
 def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile, info: dict) -> int:
-    from batchlab.experiments.replay.cmd import measure
+    from batchlab.experiments.replay.measure import measure
 
     schedulers = cfg.schedulers(profile.model.max_context)
     if len(schedulers) != 1:

@@ -10,17 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from batchlab.core.specs import MODELS
-from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
-                                 reject_unused, reject_unused_tables)
+                                          reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
-from batchlab.experiments.run_cmd import DEFAULT_EXPERIMENT, load_runtime  # the same defaults as `batchlab run`
-from batchlab.experiments.replay.cmd import add_target_options
-from batchlab.experiments.validation import endpoint, profile_source
-from batchlab.experiments.validation.text import render
-from batchlab.experiments.validation.validate import validate
+from batchlab.experiments.replay.options import add_target_options
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
@@ -42,6 +37,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.real:
         return rejudge_stored(args)
+    from batchlab.core.specs import MODELS
+    from batchlab.core.workload import build_workload
+    from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # the defaults of `batchlab run`
+    from batchlab.experiments.validation import endpoint, profile_source
+    from batchlab.experiments.validation.text import render
+    from batchlab.experiments.validation.validate import validate
+
     no_slo = "it compares latencies, not goodput"
     reject_unused(args, "validate", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
@@ -49,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
     if args.repeats < 1:
         raise UserError(f"--repeats must be a whole number >= 1, got {args.repeats}")
-    cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    cfg = load_experiment(args, RUN_EXPERIMENT)
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if cfg.model.name in MODELS:
             profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
     t0 = time.perf_counter()
-    rt = load_runtime(cfg, args)
+    rt = load_runtime(cfg)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({rt.threads} thread(s), {rt.device})", file=sys.stderr)
     # Before a calibration (minutes, without --profile) and before --out is written.
@@ -130,7 +132,7 @@ def check_stored(cells: list, profile, where: str) -> None:
 
 def rejudge_stored(args: argparse.Namespace) -> int:
     """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
-    from batchlab.experiments.validation import rejudge, stored
+    from batchlab.experiments.validation import profile_source, rejudge, stored
     from batchlab.experiments.validation.per_step import describe as describe_per_step
 
     parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags

@@ -7,34 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import load_experiment, reject_unused_tables
-from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
-from batchlab.experiments.replay.prompts import DEFAULT_VOCAB
-from batchlab.experiments.replay.results import failure_summary, run_result, vllm_bench_json
-from batchlab.experiments.replay.sender import replay
-from batchlab.experiments.replay.target import API_KEY_ENV, make_target
-from batchlab.experiments.report import comparison_table, slo_line
-from batchlab.experiments.run_cmd import DEFAULT_EXPERIMENT
+from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.workload_options import add_workload_options
 
 NAME = "replay"  # the results' folder and summary key
-DEFAULT_REPLAY = {"workload": DEFAULT_EXPERIMENT["workload"]}  # the workload of `batchlab run`
-
-
-def add_target_options(p: argparse.ArgumentParser, required: bool) -> None:
-    """The endpoint options (replay; validate --endpoint)."""
-    g = p.add_argument_group("endpoint")
-    g.add_argument("--endpoint", required=required, metavar="URL",
-                   help="the server, e.g. http://127.0.0.1:8000 (its /v1/completions is called)")
-    g.add_argument("--api-key", metavar="KEY", help=f"Bearer token (default: ${API_KEY_ENV})")
-    g.add_argument("--request-timeout", type=float, default=600.0, metavar="S",
-                   help="a request not finished after S seconds fails (default 600)")
-    g.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB, metavar="N",
-                   help=f"prompt token ids are drawn below N (default {DEFAULT_VOCAB})")
-    g.add_argument("--time-scale", type=float, default=1.0, metavar="K",
-                   help="multiply arrival times by K (0: all at once)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,24 +31,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, policy=None)
 
 
-def measure(args: argparse.Namespace, workload, model: str | None, seed: int):
-    """Replay `workload` against --endpoint: (RunResult, Replay, Target)."""
-    if not args.time_scale >= 0 or args.time_scale == float("inf"):
-        raise UserError(f"--time-scale must be a finite number >= 0, got {args.time_scale}")
-    target = make_target(args.endpoint, model, args.api_key, timeout_s=args.request_timeout,
-                         vocab_size=args.vocab_size, seed=seed)
-    print(f"batchlab replay: {len(workload)} requests to {target.url} (model {target.model})",
-          file=sys.stderr, flush=True)
-    rep = replay(workload, target, time_scale=args.time_scale,
-                 progress=not args.no_progress and sys.stderr.isatty())
-    meta = {"endpoint": target.url, "model": target.model, "workload": workload.describe(),
-            "time_scale": args.time_scale, "seed": seed, "vocab_size": target.vocab_size,
-            "max_concurrency": workload.max_concurrency}
-    return run_result(rep, meta), rep, target
-
-
 def run(args: argparse.Namespace) -> int:
-    cfg = load_experiment(args, DEFAULT_REPLAY)
+    from batchlab.core.workload import build_workload
+    from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
+    from batchlab.experiments.replay.measure import measure
+    from batchlab.experiments.replay.results import failure_summary, vllm_bench_json
+    from batchlab.experiments.report import comparison_table, slo_line
+    from batchlab.experiments.setup import REPLAY_EXPERIMENT
+
+    cfg = load_experiment(args, REPLAY_EXPERIMENT)
     reject_unused_tables(cfg, NAME, {t: "the server decides it; replay only sends the workload"
                                      for t in ("scheduler", "hardware", "profile")})
     workload = build_workload(cfg.workload)
@@ -102,4 +71,3 @@ def run(args: argparse.Namespace) -> int:
     if rep.interrupted:
         return 130
     return 1 if failures else 0
-

@@ -1,20 +1,17 @@
 """From an experiment config to what the simulator needs (cost model, KV blocks, one
-scheduler per policy) and the assumptions behind it, printed with every answer."""
+scheduler per policy) and the assumptions behind it, printed with every answer. The one
+setup simulate, capacity, sweep and their points call."""
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel, allreduces_per_step, kv_capacity_blocks, roofline
-from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
-from batchlab.experiments.calibrate_cmd import profile_setup
+from batchlab.core.cost import CostModel
+from batchlab.core.specs import lookup_hardware
 from batchlab.experiments.config import ExperimentConfig
-from batchlab.experiments.engine_defaults import apply_engine_defaults, engine_defaults
-from batchlab.experiments.errors import UserError
-from batchlab.experiments.roofline_options import served_model
-
-log = logging.getLogger("batchlab")
+from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults
+from batchlab.experiments.setup.profile import profile_setup
+from batchlab.experiments.setup.roofline import roofline_setup
 
 
 @dataclass
@@ -53,48 +50,6 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     meta["block_size"] = cfg.scheduler.block_size
     meta["num_kv_blocks"] = blocks
     return SimSetup(cost, blocks, meta, schedulers)
-
-
-def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
-    """Roofline cost model and KV capacity from the model and hardware presets, served
-    in the config's dtypes."""
-    try:
-        preset = lookup_model(cfg.model.name)
-        hw = lookup_hardware(cfg.hardware.name)
-        model, weights, kv = served_model(cfg, preset)
-        h = cfg.hardware
-        cost = roofline(model, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
-                        h.step_overhead_s, h.allreduce_latency_s)
-        blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    if cfg.scheduler.num_kv_blocks:
-        _warn_if_kv_cannot_fit(cfg, model, hw)
-    latency = hw.allreduce_latency_s if h.allreduce_latency_s is None else h.allreduce_latency_s
-    meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
-            "cost_model": "roofline", "max_context": model.max_context,
-            "mem_efficiency": h.mem_efficiency, "compute_efficiency": h.compute_efficiency,
-            "step_overhead_s": h.step_overhead_s, "weights_dtype": weights, "kv_cache_dtype": kv,
-            "allreduces_per_step": allreduces_per_step(model, h.tensor_parallel),
-            "allreduce_latency_s": latency, "interconnect": hw.interconnect,
-            "interconnect_bandwidth": hw.interconnect_bandwidth}
-    return cost, blocks, meta
-
-
-def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
-    """A KV pool given in blocks is the user's call, but one larger than all the memory
-    the weights leave would price steps for memory the hardware does not have."""
-    h, sc = cfg.hardware, cfg.scheduler
-    try:
-        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0)
-    except ValueError:
-        most = 0  # the weights alone fill the memory
-    if sc.num_kv_blocks > most:
-        log.warning("scheduler.num_kv_blocks (--num-kv-blocks) %d exceeds the %d blocks of %d "
-                    "tokens that fit in %d x %s memory after %s's weights; the results assume "
-                    "memory the hardware does not have", sc.num_kv_blocks, most, sc.block_size,
-                    h.tensor_parallel, hw.name, model.name)
 
 
 def assumption_lines(meta: dict) -> list[str]:

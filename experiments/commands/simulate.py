@@ -5,32 +5,10 @@ import argparse
 import sys
 import time
 
-from tqdm import tqdm
-
-from batchlab.core.class_summary import BREAKDOWNS, breakdowns
-from batchlab.core.sizes import check_run_size
-from batchlab.core.stability import queue_stability
-from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
-                                 reject_unused_fields)
-from batchlab.experiments.output import ResultWriter, to_json
-from batchlab.experiments.repeats import aggregate, paired, repeats_table
-from batchlab.experiments.report import class_tables, comparison_table, slo_line
+                                          reject_unused_fields)
 from batchlab.experiments.roofline_options import add_roofline_options
-from batchlab.experiments.sim_setup import roofline_setup, sim_setup  # noqa: F401 (studies import it here)
-from batchlab.sim import simulate
-
-# The embedded default shows the seed's point: a chat mix whose replies vary widely
-# (most short, a few very long) served by static, continuous and chunked batching.
-DEFAULT_EXPERIMENT = {
-    "workload": {"source": "chat", "num_requests": 1000, "rate": 14.0},
-    "scheduler": {"max_num_seqs": 32},
-    "model": {"name": "llama-3-8b"},
-    "hardware": {"name": "a100-80gb"},
-    "run": {"policies": ["static", "continuous", "chunked"], "slo": {"ttft_ms": 2000, "tpot_ms": 100}},
-}
-
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -66,13 +44,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchlab.core.sizes import check_run_size
+    from batchlab.core.workload import build_workload
+    from batchlab.experiments.output import ResultWriter, to_json
+    from batchlab.experiments.report import comparison_table
+    from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
+
     if args.list_policies:
         from batchlab.experiments import listing
         print(to_json(listing.registry()) if args.format == "json" else listing.render())
         return 0
     if args.seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {args.seeds}")
-    cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    cfg = load_experiment(args, SIMULATE_EXPERIMENT)
     reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     if cfg.profile.path:
         reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
@@ -121,9 +105,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None) -> tuple[dict, bool]:
+    from batchlab.core.class_summary import breakdowns
+    from batchlab.core.stability import queue_stability
+    from batchlab.experiments.progress import progress_bar
+    from batchlab.sim import simulate
+
     t0 = time.perf_counter()
-    with tqdm(total=len(workload), desc=name, unit="req", disable=not sys.stderr.isatty(),
-              leave=False, mininterval=0.5) as bar:
+    with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
         result = simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
@@ -153,20 +141,19 @@ def _print_header(workload, setup, cfg) -> None:
 
 
 def _print_footer(cfg, writer, summaries: dict | None = None) -> None:
-    if cfg.run.slo is not None:
-        print(slo_line(cfg.run.slo))
-    if summaries and any(k in s for s in summaries.values() for k in BREAKDOWNS):
-        print("\n" + class_tables(summaries))
-    if writer:
-        print(f"\nresults written to {writer.dir}/")
+    from batchlab.experiments.report import footer
+
+    text = footer(cfg.run.slo, summaries, writer.dir if writer else None)
+    if text:
+        print(text)
 
 
 def _report_repeats(runs, seeds, workload, setup, cfg, args, writer) -> int:
+    from batchlab.experiments.output import to_json
+    from batchlab.experiments.repeats import repeats_summary, repeats_table
+
     names = list(runs)
-    out = {p: {"seeds": seeds, "stability": [r["stability"] for r in runs[p]],
-               "metrics": aggregate(runs[p])} for p in names}
-    for p in names[1:]:
-        out[p]["paired_difference_vs_" + names[0]] = paired(runs[p], runs[names[0]])
+    out = repeats_summary(runs, seeds)
     if writer:
         (writer.dir / "repeats.json").write_text(to_json(out) + "\n")
     if args.format == "json":

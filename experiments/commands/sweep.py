@@ -5,21 +5,15 @@ in grid order), DIR/pareto.csv|parquet and DIR/pareto.png."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
 from batchlab.experiments.capacity.options import positive_price
-from batchlab.experiments.capacity.tables import text_table, write_rows
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.executor import add_executor_options, make_executor, run_all
-from batchlab.experiments.output import check_out_dir, to_json
-from batchlab.experiments.sim_setup import sim_setup
-from batchlab.experiments.sweep.grid import Sweep, load_sweep
-from batchlab.experiments.sweep.pareto import cost_key, pareto
-from batchlab.experiments.sweep.run import criteria_for, run_point
-from batchlab.experiments.sweep.store import PointStore, restore
+from batchlab.experiments.executor import add_executor_options
+
+if TYPE_CHECKING:  # the sweep machinery loads when the command runs
+    from batchlab.experiments.sweep.grid import Sweep
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +30,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchlab.experiments.executor import make_executor, run_all
+    from batchlab.experiments.output import check_out_dir
+    from batchlab.experiments.progress import progress_bar
+    from batchlab.experiments.sweep.grid import load_sweep
+    from batchlab.experiments.sweep.run import run_point
+    from batchlab.experiments.sweep.store import PointStore, restore
+
     sweep = load_sweep(args.config)
     if args.gpu_hour_price is not None:
         sweep.settings = sweep.settings.model_copy(update={"gpu_hour_price": args.gpu_hour_price})
@@ -49,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if todo:
             with make_executor(args.workers, args.dask) as (ex, where), \
-                    tqdm(total=len(sweep.points), initial=resumed, desc="sweep", unit="point",
-                         disable=not sys.stderr.isatty()) as bar:
+                    progress_bar(total=len(sweep.points), initial=resumed, desc="sweep", unit="point") as bar:
                 run_all(ex, run_point, [(p, sweep.settings) for p in todo],
                         lambda i, row: (store.add(row), bar.update()))
     finally:
@@ -63,6 +63,8 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
     """Every point's presets and settings, before anything runs (a model too large for
     its GPUs is a row saying so, not an error); the distinct assumptions, each with the
     points that make them."""
+    from batchlab.experiments.setup import sim_setup
+
     assumptions: dict[tuple, list[str]] = {}
     for p in sweep.points:
         try:
@@ -80,13 +82,19 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
 
 def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where: str,
             assumptions: dict[tuple, list[str]]) -> int:
+    from batchlab.experiments.capacity.tables import text_table, write_rows
+    from batchlab.experiments.output import to_json
+    from batchlab.experiments.sweep.pareto import cost_key, pareto
+    from batchlab.experiments.sweep.plot import plot_pareto
+    from batchlab.experiments.sweep.run import criteria_for
+
     s = sweep.settings
     metric = s.pareto_metric or ("answer" if s.point == "max-rate" else "p99_ttft_ms")
     if rows and metric not in rows[0] and not any(metric in r for r in rows):
         raise UserError(f"{sweep.path}: [sweep] pareto_metric {metric!r} is not a result column")
     front = pareto(rows, metric)
     files = write_rows(out / "results", rows) + write_rows(out / "pareto", front or [{"point": None}])
-    files.append(_plot(out, rows, front, metric))
+    files.append(plot_pareto(out, rows, front, metric))
     summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
                "pareto": front}
     (out / "sweep.json").write_text(to_json(summary) + "\n")
@@ -121,23 +129,3 @@ MAX_ASSUMPTION_BLOCKS = 6
 def _ranges(points: list[str]) -> str:
     text = ", ".join(points)
     return text if len(text) < 60 else text[:57] + "..."
-
-
-def _plot(out: Path, rows: list[dict], front: list[dict], metric: str) -> str:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    x = cost_key(rows)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for ok, style in ((False, dict(mfc="white", color="0.6")), (True, dict(color="C0"))):
-        pts = [r for r in rows if bool(r.get("passes")) == ok and isinstance(r.get(metric), (int, float))]
-        ax.plot([r.get(x) for r in pts], [r[metric] for r in pts], "o", ls="none",
-                label="meets criteria" if ok else "misses", **style)
-    ax.plot([r[x] for r in front], [r[metric] for r in front], "-", color="C3", label="Pareto front")
-    ax.set_xlabel("cost per hour (USD)" if x == "cost_per_hour" else "GPUs")
-    ax.set_ylabel(metric)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "pareto.png", dpi=110)
-    plt.close(fig)
-    return "pareto.png"

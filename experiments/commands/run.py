@@ -6,23 +6,9 @@ import argparse
 import sys
 import time
 
-from batchlab.core.class_summary import BREAKDOWNS, breakdowns
-from batchlab.core.workload import build_workload
-from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
-                                 reject_unused,
-                                 reject_unused_fields, reject_unused_tables)
-from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
-from batchlab.experiments.report import class_tables, comparison_table, slo_line
-
-# Small enough to finish in well under a minute on two CPU cores with the tiny model.
-DEFAULT_EXPERIMENT = {
-    "workload": {"source": "chat", "num_requests": 40, "rate": 8.0},
-    "scheduler": {"max_num_seqs": 32},
-    "model": {"name": "batchlab-tiny"},
-    "run": {"policies": ["continuous"]},
-}
+                                          reject_unused, reject_unused_fields, reject_unused_tables)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,34 +24,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def load_runtime(cfg: ExperimentConfig, args: argparse.Namespace):
-    """The backend runtime for [model] and the backend options (shared with validate)."""
-    try:
-        from batchlab.backend.runtime import Runtime
-    except ImportError as e:  # torch is an optional dependency
-        raise UserError(f"the backend needs torch and transformers ({e}); "
-                        "install batchlab[backend]") from None
-    m = cfg.model
-    try:
-        return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
-                       kv_memory=m.kv_memory, matmul=m.matmul)
-    except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load model {m.name!r}: {first}") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from batchlab.backend.driver import run_workload  # torch only when this command runs
-    from batchlab.backend.device import dtype_name
-    from batchlab.backend.models import params_label
-
+    from batchlab.core.class_summary import breakdowns
+    from batchlab.core.workload import build_workload
+    from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
+    from batchlab.experiments.report import comparison_table, footer
     from batchlab.experiments.run_labels import label_real
+    from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
     from batchlab.experiments.validation import profile_source
 
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
                    "ru_router": "it serves one replica"})
-    cfg = load_experiment(args, DEFAULT_EXPERIMENT)
+    cfg = load_experiment(args, RUN_EXPERIMENT)
     reject_unused_fields(cfg, "run", {"run.router": "it serves one replica",
                                       "model.kv_cache_dtype": "the backend keeps its KV cache "
                                       "in the model's dtype ([model] dtype, --dtype)"})
@@ -81,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
         from batchlab.experiments.run_plots import check_plot_dir
         check_plot_dir(args.plot)
     t0 = time.perf_counter()
-    rt = load_runtime(cfg, args)
+    rt = load_runtime(cfg)
+    from batchlab.backend.device import dtype_name  # torch is loaded by now
+    from batchlab.backend.driver import run_workload
+    from batchlab.backend.models import params_label
+
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
           f"{rt.threads} thread(s))", file=sys.stderr)
@@ -129,12 +104,9 @@ def run(args: argparse.Namespace) -> int:
               f"{cfg.scheduler.max_num_seqs} seats, time scale {cfg.run.time_scale:g}\n")
         print(comparison_table(summaries))
         print(labels_line(metas))
-        if cfg.run.slo is not None:
-            print(slo_line(cfg.run.slo))
-        if any(k in s for s in summaries.values() for k in BREAKDOWNS):
-            print("\n" + class_tables(summaries))
-        if writer:
-            print(f"\nresults written to {writer.dir}/")
+        text = footer(cfg.run.slo, summaries, writer.dir if writer else None)
+        if text:
+            print(text)
     return 130 if any(m["interrupted"] for m in metas.values()) else 0
 
 

@@ -10,10 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
-from batchlab.core.profile import ProfileError, load_profile
-from batchlab.experiments.errors import UserError, warn
-from batchlab.experiments.output import profile_out_path
+from batchlab.experiments.errors import UserError
 
 GRIDS = ("default", "quick")
 
@@ -51,13 +48,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.from_run:
-        from batchlab.experiments.calibrate_from_run import run_from_runs
         return run_from_runs(args)
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
     from batchlab.calibration.grid import default_grid, tiny_grid
     from batchlab.calibration.report import fit_table, points_table, rates_table
     from batchlab.calibration.sweep import measurements_path
+    from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
+    from batchlab.experiments.output import profile_out_path
     try:
         from batchlab.calibration.run import calibrate
     except ImportError as e:  # torch is an optional dependency
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(rates_table(profile))
     if profile.serving:
-        from batchlab.experiments.calibrate_from_run import served_terms, table
+        from batchlab.experiments.served_report import served_terms, table
         sv = profile.serving
         print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
               f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
@@ -115,57 +113,44 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _same_model(name: str, profile) -> bool:
-    """Whether --model NAME|DIR names the profile's model (its name, its checkpoint
-    directory, or a preset of the same shape)."""
-    from batchlab.core.specs import MODELS
-    source = profile.model_source or profile.model.name
-    if name in (profile.model.name, source) or Path(name).resolve() == Path(source).resolve():
-        return True
-    shape = profile.model.model_dump(exclude={"name"})
-    return name in MODELS and MODELS[name].model_dump(exclude={"name"}) == shape
+def run_from_runs(args: argparse.Namespace) -> int:
+    """--from-run DIR [DIR ...]: fit (or, with --profile, refine) the cost model on served
+    runs' step tables and print its error per step kind on the runs it was not fitted on
+    (calibration/from_run.py)."""
+    from batchlab.calibration.from_run import from_runs
+    from batchlab.core.profile import ProfileError, load_profile
+    from batchlab.experiments.output import profile_out_path
+    from batchlab.experiments.served_report import served_terms, table
 
-
-def profile_setup(cfg, model_named: bool = False, hardware_named: bool = False) -> tuple:
-    """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
-    fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
-    --num-kv-blocks is given) and its model. A model or hardware the user named
-    (model_named, hardware_named: by flag or config file) or a tensor parallelism that
-    contradicts the profile is an error; cfg is updated to the model and device the
-    profile prices, so that config.json records what was simulated."""
-    where = str(cfg.profile.path)
+    if args.holdout_every < 0 or args.holdout_every == 1:
+        raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
+    out = profile_out_path(args) if args.out else None  # checked before any work
+    profile = None
+    if args.profile:
+        try:
+            profile = load_profile(args.profile)
+        except ProfileError as e:
+            raise UserError(str(e)) from None
     try:
-        profile = load_profile(cfg.profile.path)
-    except ProfileError as e:
+        result = from_runs(args.from_run, profile, str(args.profile or ""), args.holdout_every)
+    except ValueError as e:
         raise UserError(str(e)) from None
-    if cfg.hardware.tensor_parallel != 1:
-        raise UserError(f"a profile prices one device as measured; tensor_parallel="
-                        f"{cfg.hardware.tensor_parallel} does not apply")
-    measured_on = f"profiled {profile.device_description()}"
-    if model_named and not _same_model(cfg.model.name, profile):
-        raise UserError(f"model {cfg.model.name!r} (--model / [model] name) contradicts profile "
-                        f"{where}, measured on {profile.model_source or profile.model.name}: a "
-                        f"profile simulates its own model; drop the model or the profile")
-    if hardware_named and cfg.hardware.name != measured_on:
-        raise UserError(f"hardware {cfg.hardware.name!r} (--hardware / [hardware] name) does not "
-                        f"apply with profile {where}: it prices the device it was measured on "
-                        f"({profile.device_description()}); drop the hardware or the profile")
-    bs = cfg.scheduler.block_size
-    blocks = cfg.scheduler.num_kv_blocks or profile.num_kv_blocks * profile.block_size // bs
-    if blocks < 1:
-        raise UserError(f"profile {where}: its KV capacity holds no block of {bs} tokens")
-    warning = profile.smoke_test_warning()  # a --grid quick profile
-    if warning:
-        warn(f"{where}: {warning}")
-    cfg.model.name = profile.model_source or profile.model.name  # what is simulated
-    cfg.hardware.name = measured_on
-    meta = {"model": profile.model.name, "hardware": measured_on, "tensor_parallel": 1,
-            "dtype": profile.device.dtype, "dtype_bytes": profile.model.dtype_bytes,
-            "max_context": profile.model.max_context,
-            "cost_model": f"profile ({profile.cost.combine} form)", "profile": where,
-            "profile_heldout_median_ape": profile.fit.heldout.median_ape}
-    if warning:
-        meta["profile_warning"] = warning
-    if profile.loop:
-        meta["loop_ms_per_step"] = round(profile.loop.per_step_s * 1e3, 4)
-    return profile.simulation_cost(), blocks, meta
+    if out is None:
+        model = result.profile.model_source or result.profile.model.name
+        out = profile_out_path(args, f"{Path(model.rstrip('/')).name}-served.json")
+    result.profile.save(out)
+    if args.format == "json":
+        print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,
+                          "judged_on": result.judged_on, "scale": result.scale._asdict() if result.scale else None,
+                          "heldout": result.after, "heldout_given_profile": result.before,
+                          "train": result.train}, indent=1))
+        return 0
+    print(f"fitted on: {', '.join(result.fitted_on)}")
+    print(f"judged on: {', '.join(result.judged_on) or 'none (--holdout-every 0)'}")
+    if result.scale is not None:
+        print(f"serving level: served steps run {result.scale} the profile's price of the same shape")
+    print(f"terms: {served_terms(result.profile.cost)}\n")
+    if result.after:
+        print(table(result.after, result.before, "on the held-out runs"))
+    print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
+    return 0

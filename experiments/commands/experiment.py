@@ -7,8 +7,6 @@ import argparse
 from pathlib import Path
 
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.output import to_json
-from batchlab.experiments.studies import STUDIES, get_study
 
 DEFAULT_OUT = Path("out/experiments")
 
@@ -31,6 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchlab.experiments.output import to_json
+    from batchlab.experiments.studies import STUDIES  # the studies (and matplotlib) load here
+
     if args.list:
         return _list(args.format)
     if not args.name:
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _lookup(name: str) -> str:
+    from batchlab.experiments.studies import get_study
+
     try:
         return get_study(name).name
     except ValueError as e:
@@ -82,12 +85,15 @@ def _out_dir(out: str | None, name: str, several: bool) -> Path:
 
 
 def _list(fmt: str) -> int:
+    from batchlab.experiments.output import to_json
+    from batchlab.experiments.studies import STUDIES as studies
+
     if fmt == "json":
         print(to_json([{"name": s.name, "description": s.description, "backend": s.backend}
-                       for s in STUDIES.values()]))
+                       for s in studies.values()]))
         return 0
-    width = max(len(n) for n in STUDIES)
-    for s in STUDIES.values():
+    width = max(len(n) for n in studies)
+    for s in studies.values():
         flag = " [--backend]" if s.backend else ""
         print(f"{s.name.ljust(width)}  {s.description}{flag}")
     return 0

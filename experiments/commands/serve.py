@@ -11,11 +11,8 @@ import time
 
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
-                                 reject_unused_tables)
-from batchlab.experiments.output import ResultWriter, check_out_dir
-from batchlab.experiments.run_cmd import load_runtime
+                                          reject_unused_tables)
 
-DEFAULT_SERVE = {"model": {"name": "batchlab-tiny"}}
 API_KEY_ENV = "BATCHLAB_API_KEY"  # as vLLM's VLLM_API_KEY
 
 
@@ -40,8 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from batchlab.backend.models import params_label
     from batchlab.backend.server.server import Server, check_port
-
+    from batchlab.experiments.output import ResultWriter, check_out_dir
     from batchlab.experiments.run_labels import label_real
+    from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
     from batchlab.experiments.validation import profile_source
 
     workload = [k[3:] for k, v in vars(args).items() if k.startswith("wl_") and k != "wl_seed"
@@ -59,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--port {args.port}: expected 0-65535")
     if args.max_request_bytes < 1024:
         raise UserError(f"--max-request-bytes {args.max_request_bytes}: expected at least 1024")
-    cfg = load_experiment(args, DEFAULT_SERVE)
+    cfg = load_experiment(args, SERVE_EXPERIMENT)
     reject_unused_tables(cfg, "serve", {"hardware": "it serves on this machine's device (--device)",
                                         "profile": "it measures; use it with simulate or validate"})
     if cfg.run.replicas != 1:
@@ -71,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_out_dir(args.out)
     t0 = time.perf_counter()
-    rt = load_runtime(cfg, args)
+    rt = load_runtime(cfg)
     sched = cfg.scheduler_for(policy, rt.spec.max_context)
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     name = args.served_model_name or cfg.model.name

@@ -1,0 +1,55 @@
+"""The roofline setup: a cost model and a KV capacity from the model and hardware
+presets, served in the config's dtypes, and what they assume (the run's meta)."""
+from __future__ import annotations
+
+import logging
+
+from batchlab.core.cost import CostModel, allreduces_per_step, kv_capacity_blocks, roofline
+from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.setup.dtypes import served_model
+
+log = logging.getLogger("batchlab")
+
+
+def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
+    """Roofline cost model and KV capacity from the model and hardware presets, served
+    in the config's dtypes."""
+    try:
+        preset = lookup_model(cfg.model.name)
+        hw = lookup_hardware(cfg.hardware.name)
+        model, weights, kv = served_model(cfg, preset)
+        h = cfg.hardware
+        cost = roofline(model, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
+                        h.step_overhead_s, h.allreduce_latency_s)
+        blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
+            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if cfg.scheduler.num_kv_blocks:
+        _warn_if_kv_cannot_fit(cfg, model, hw)
+    latency = hw.allreduce_latency_s if h.allreduce_latency_s is None else h.allreduce_latency_s
+    meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
+            "cost_model": "roofline", "max_context": model.max_context,
+            "mem_efficiency": h.mem_efficiency, "compute_efficiency": h.compute_efficiency,
+            "step_overhead_s": h.step_overhead_s, "weights_dtype": weights, "kv_cache_dtype": kv,
+            "allreduces_per_step": allreduces_per_step(model, h.tensor_parallel),
+            "allreduce_latency_s": latency, "interconnect": hw.interconnect,
+            "interconnect_bandwidth": hw.interconnect_bandwidth}
+    return cost, blocks, meta
+
+
+def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
+    """A KV pool given in blocks is the user's call, but one larger than all the memory
+    the weights leave would price steps for memory the hardware does not have."""
+    h, sc = cfg.hardware, cfg.scheduler
+    try:
+        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0)
+    except ValueError:
+        most = 0  # the weights alone fill the memory
+    if sc.num_kv_blocks > most:
+        log.warning("scheduler.num_kv_blocks (--num-kv-blocks) %d exceeds the %d blocks of %d "
+                    "tokens that fit in %d x %s memory after %s's weights; the results assume "
+                    "memory the hardware does not have", sc.num_kv_blocks, most, sc.block_size,
+                    h.tensor_parallel, hw.name, model.name)
