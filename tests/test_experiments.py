@@ -13,7 +13,7 @@ from batchlab.experiments.studies import STUDIES, Study, get_study
 from batchlab.experiments.studies.common import RowLog, preset
 from batchlab.experiments.studies.seats import SeatTracker
 from batchlab.experiments.studies.slo_search import max_rate
-from batchlab.experiments.studies.static_vs_continuous_setup import one_long_per_group
+from batchlab.experiments.studies.static_vs_continuous import one_long_per_group
 from batchlab.sim import simulate
 
 
