@@ -29,6 +29,10 @@ def run_small(name, tmp_path, **kw):
     for f in result["files"]:
         if f.endswith(".png"):
             assert f"]({f})" in report, f"{f} not linked from report.md"
+    # study.json holds all the report reads: the report renders again from it, unchanged.
+    stored = json.loads((out / "study.json").read_text())
+    assert stored["provenance"]["machine"]["cpu"] and stored["elapsed_s"] == pytest.approx(result["elapsed_s"])
+    assert get_study(name).report(stored) == report
     return result, out
 
 
