@@ -1,6 +1,7 @@
-"""Drawing with matplotlib (the Agg backend: files only, no display needed): `draw` renders
-a figure described as data (experiments/figures.py) to PNG, from the helpers below (the
-seat timeline, CDFs, bars, markers), which the run and validation plots share."""
+"""Drawing with matplotlib (the Agg backend: files only, no display needed). `draw` renders
+a figure described as data (experiments/figures.py: the studies' figures) to PNG with the
+helpers below (seat timeline, CDFs, bars, markers); the run and validation plots call
+figure, save and cdf directly. Imported only where a figure is drawn."""
 from __future__ import annotations
 
 from pathlib import Path
