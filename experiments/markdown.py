@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 
 def fmt(value: Any, spec: str = "{:.1f}") -> str:
@@ -12,6 +12,28 @@ def fmt(value: Any, spec: str = "{:.1f}") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     return spec.format(value) if isinstance(value, (int, float)) else str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A markdown table. Cells are used as given (format them with fmt); first column
+    left-aligned, the rest right-aligned (numbers)."""
+    head = "| " + " | ".join(headers) + " |"
+    rule = "|" + "|".join([":---"] + ["---:"] * (len(headers) - 1)) + "|"
+    body = ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join([head, rule, *body])
+
+
+Column = tuple[str, "str | Callable[[Any], Any]", "str | None"]
+
+
+def table_of(items: Iterable[Any], columns: Sequence[Column]) -> str:
+    """A markdown table with one row per item. A column: its header, the item's key (or
+    a function of the item), and the fmt spec of its cells (None: the value as it is)."""
+    def cell(item: Any, get: str | Callable[[Any], Any], spec: str | None) -> Any:
+        value = get(item) if callable(get) else item[get]
+        return value if spec is None else fmt(value, spec)
+    return table([c[0] for c in columns], [[cell(i, get, spec) for _, get, spec in columns]
+                                           for i in items])
 
 
 class Report:
@@ -35,12 +57,7 @@ class Report:
         return self
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> "Report":
-        """Cells are used as given (format them with fmt); first column left-aligned,
-        the rest right-aligned (numbers)."""
-        head = "| " + " | ".join(headers) + " |"
-        rule = "|" + "|".join([":---"] + ["---:"] * (len(headers) - 1)) + "|"
-        body = ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-        self.parts.append("\n".join([head, rule, *body]) + "\n")
+        self.parts.append(table(headers, rows) + "\n")
         return self
 
     def image(self, filename: str, alt: str) -> "Report":

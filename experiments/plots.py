@@ -1,5 +1,7 @@
-"""Plotting helpers shared by the studies: the seat timeline, CDFs, utilisation over
-time, markers. matplotlib with the Agg backend (files only, no display needed)."""
+"""Drawing with matplotlib (the Agg backend: files only, no display needed). `draw` renders
+a figure described as data (experiments/figures.py: the studies' figures) to PNG with the
+helpers below (seat timeline, CDFs, bars, markers); the run and validation plots call
+figure, save and cdf directly. Imported only where a figure is drawn."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,15 +15,12 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-# One colour per policy, the same in every study's plots.
-POLICY_COLORS = {"static": "#d62728", "continuous": "#1f77b4", "chunked": "#2ca02c"}
+from batchlab.experiments import figures as fg  # noqa: E402
+from batchlab.experiments.figures import POLICY_COLORS, color  # noqa: E402,F401  (one palette)
+
 LONG_COLOR = "#5a0000"
 # Short replies cycle through these (no reds: red is the long reply).
 _SHORT = [plt.get_cmap("tab20")(i) for i in (0, 1, 2, 3, 4, 5, 8, 9, 10, 11, 16, 17, 18, 19)]
-
-
-def color(policy: str, default: str = "#555555") -> str:
-    return POLICY_COLORS.get(policy, default)
 
 
 def figure(nrows: int = 1, ncols: int = 1, title: str | None = None, width: float = 6.0,
@@ -40,16 +39,6 @@ def save(fig: plt.Figure, path: str | Path) -> Path:
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return p
-
-
-def batch_size_axes(axes: Iterable[plt.Axes], ticks: Sequence[int]) -> None:
-    """Log2 x axes over batch sizes, labelled with the sizes themselves."""
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(t) for t in ticks])
-        ax.set_xlabel("sequences in the decode step (batch size)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
 
 
 def mark_x(ax: plt.Axes, x: float, text: str, color: str = "#444444", y: float = 0.97) -> None:
@@ -78,23 +67,6 @@ def cdf(ax: plt.Axes, values: Iterable[float], label: str, color: str | None = N
     ax.set_ylim(0, 1.01)
     ax.set_ylabel("fraction of requests")
     ax.grid(True, alpha=0.3)
-
-
-def utilisation_over_time(start: np.ndarray, duration: np.ndarray, used: np.ndarray,
-                          seats: float, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Seat utilisation per time bin, weighted by time (idle time counts as 0).
-    Returns (bin centres in s, utilisation in [0, 1])."""
-    if len(start) == 0:
-        return np.zeros(0), np.zeros(0)
-    end = start + duration
-    after = np.cumsum(used * duration)
-    before = after - used * duration
-    # Busy seat-seconds is piecewise linear: rising within steps, flat in idle gaps.
-    t = np.column_stack([start, end]).ravel()
-    c = np.column_stack([before, after]).ravel()
-    edges = np.arange(0.0, end[-1] + bin_s, bin_s)
-    busy = np.interp(edges, t, c, left=0.0, right=c[-1])
-    return (edges[:-1] + edges[1:]) / 2, np.diff(busy) / (seats * np.diff(edges))
 
 
 def seat_timeline(ax: plt.Axes, holders: np.ndarray, computed: np.ndarray,
@@ -169,3 +141,67 @@ def grouped_bars(ax: plt.Axes, labels: Sequence[str], series: dict[str, Sequence
     # Legend patches in neutral grey: the colours already name the policies.
     ax.legend(handles=[Patch(facecolor="#bbbbbb", hatch=hatches[k % 4], edgecolor="#333333",
                              label=name) for k, name in enumerate(series)], fontsize=8)
+
+
+def draw(spec: fg.Figure, out_dir: str | Path) -> Path:
+    """Render a figure described as data to out_dir/spec.filename."""
+    fig, axes = figure(spec.rows, spec.cols, spec.title, width=spec.width, height=spec.height,
+                       **({"sharex": True} if spec.sharex else {}))
+    for ax, panel in zip(axes, spec.panels):
+        _panel(ax, panel)
+    return save(fig, Path(out_dir) / spec.filename)
+
+
+def _panel(ax: plt.Axes, p: fg.Panel) -> None:
+    for mark in p.marks:
+        _MARKS[type(mark)](ax, mark)
+    if p.twin is not None:
+        twin = ax.twinx()
+        for mark in p.twin.marks:
+            _MARKS[type(mark)](twin, mark)
+        if p.twin.ylabel is not None:
+            twin.set_ylabel(p.twin.ylabel)
+    if p.xscale is not None:
+        ax.set_xscale(p.xscale, **({"base": p.xscale_base} if p.xscale_base else {}))
+    if p.yscale is not None:
+        ax.set_yscale(p.yscale)
+    if p.xticks is not None:
+        ax.set_xticks(p.xticks, [str(t) for t in p.xticks])
+    if p.xlim is not None:
+        ax.set_xlim(*p.xlim)
+    if p.ylim is not None:
+        ax.set_ylim(*p.ylim)
+    if p.title is not None:
+        ax.set_title(p.title, fontsize=p.title_size)
+    if p.xlabel is not None:
+        ax.set_xlabel(p.xlabel)
+    if p.ylabel is not None:
+        ax.set_ylabel(p.ylabel)
+    if p.grid is not None:
+        ax.grid(True, alpha=p.grid.alpha, **({"which": p.grid.which} if p.grid.which else {}))
+    if isinstance(p.legend, fg.SeatLegend):
+        seat_legend(ax)
+    elif p.legend is not None:
+        ax.legend(**{k: v for k, v in (("fontsize", p.legend.fontsize), ("loc", p.legend.loc)) if v is not None})
+
+
+def _line(ax: plt.Axes, m: fg.Line) -> None:
+    style = {"label": m.label, "color": m.color, "marker": m.marker, "ls": m.ls, "lw": m.lw,
+             "ms": m.ms, "mfc": m.mfc}
+    ax.plot(m.x, m.y, **{k: v for k, v in style.items() if v is not None})
+
+
+def _vline(ax: plt.Axes, m: fg.VLine) -> None:
+    ax.axvline(m.x, color=m.color, ls=m.ls, lw=m.lw, **({"label": m.label} if m.label else {}))
+
+
+_MARKS = {
+    fg.Line: _line,
+    fg.VLine: _vline,
+    fg.MarkX: lambda ax, m: mark_x(ax, m.x, m.text, m.color, m.y),
+    fg.MarkY: lambda ax, m: mark_y(ax, m.y, m.text, m.color),
+    fg.Cdf: lambda ax, m: cdf(ax, m.values, m.label, m.color, m.log),
+    fg.Bars: lambda ax, m: bars(ax, m.labels, m.values, m.title, m.ylabel, m.value_fmt),
+    fg.GroupedBars: lambda ax, m: grouped_bars(ax, m.labels, m.series, m.title, m.ylabel, m.value_fmt),
+    fg.SeatGrid: lambda ax, m: seat_timeline(ax, m.holders, m.computed, m.long_ids, m.title, m.x_edges),
+}

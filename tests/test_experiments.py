@@ -13,7 +13,7 @@ from batchlab.experiments.studies import STUDIES, Study, get_study
 from batchlab.experiments.studies.common import RowLog, preset
 from batchlab.experiments.studies.seats import SeatTracker
 from batchlab.experiments.studies.slo_search import max_rate
-from batchlab.experiments.studies.static_vs_continuous_setup import one_long_per_group
+from batchlab.experiments.studies.static_vs_continuous import one_long_per_group
 from batchlab.sim import simulate
 
 
@@ -29,6 +29,10 @@ def run_small(name, tmp_path, **kw):
     for f in result["files"]:
         if f.endswith(".png"):
             assert f"]({f})" in report, f"{f} not linked from report.md"
+    # study.json holds all the report reads: the report renders again from it, unchanged.
+    stored = json.loads((out / "study.json").read_text())
+    assert stored["provenance"]["machine"]["cpu"] and stored["elapsed_s"] == pytest.approx(result["elapsed_s"])
+    assert get_study(name).report(stored) == report
     return result, out
 
 

@@ -1,6 +1,8 @@
 """`batchlab experiment paging`: the 2 x 2 of batching x KV allocation, at size small."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from batchlab.experiments.studies import get_study
@@ -12,6 +14,7 @@ def run_small(tmp_path, backend=False):
     report = (out / "report.md").read_text()
     for f in r["files"]:
         assert (out / f).stat().st_size > 0, f
+    assert get_study("paging").report(json.loads((out / "study.json").read_text())) == report
     return r, report
 
 

@@ -3,6 +3,8 @@ shared, prefix-aware routing hits more than least-loaded, and the reduced real r
 as the simulation does. Slow (a minute on 2 cores): marked so; CI runs it."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from batchlab.experiments.studies import get_study
@@ -27,3 +29,5 @@ def test_prefix_caching_study_small_with_backend(tmp_path, monkeypatch):
     assert abs(real["prefix_cache_hit_rate"] - sim["prefix_cache_hit_rate"]) < 0.05
     for f in r["files"]:
         assert (tmp_path / f).stat().st_size > 0, f
+    stored = json.loads((tmp_path / "study.json").read_text())
+    assert get_study("prefix-caching").report(stored) == (tmp_path / "report.md").read_text()

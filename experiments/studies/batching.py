@@ -1,17 +1,29 @@
 """Claim 1: a decode step of 8 sequences costs almost what a step of 1 costs, because
 the weights are read once per step whatever the batch, so 8 sequences give close to 8x
 the tokens/s; the curve bends where each extra sequence's FLOPs (and KV reads) start to
-cost as much as the weights. Roofline on GPU presets; optionally the real CPU backend."""
+cost as much as the weights.
+
+Plan: one decode step of N sequences with 512-token contexts, N from 1 to thousands.
+Simulated: priced by the roofline cost model on GPU presets. --backend: decode steps of
+1..64 sequences timed on the CPU torch backend's embedded models (seeded random weights:
+timing does not depend on their values), each batch size one closed run through
+backend.driver.run_workload under the continuous scheduler the simulator uses."""
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from batchlab.core.batch import StepFeatures
+from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import blocks_for
-from batchlab.experiments import plots
-from batchlab.experiments.markdown import Report, fmt
+from batchlab.core.workload import Workload
+from batchlab.experiments import figures as fg
+from batchlab.experiments.markdown import table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.output import StudyRun
 from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.templates import template
 
 NAME = "batching"
 MODEL, CONTEXT, BLOCK = "llama-3-8b", 512, 16
@@ -23,6 +35,15 @@ PARAMS = {
 }
 COLUMNS = ("hardware", "batch", "step_ms", "tokens_per_s", "speedup_vs_1", "memory_ms",
            "compute_ms", "bound", "fits_kv")
+# The backend's short prompts keep the prefill of 64 sequences cheap, and the decode
+# step's cost is the weights and per-token matmuls, as in the roofline sweep.
+PROMPT, WARM = 16, 2
+BACKEND_PARAMS = {
+    "full": dict(models=("batchlab-tiny", "batchlab-small"), batches=(1, 2, 4, 8, 16, 32, 64),
+                 steps=8, rounds=3),
+    "small": dict(models=("batchlab-tiny",), batches=(1, 8, 32), steps=4, rounds=1),
+}
+BACKEND_COLUMNS = ("model", "batch", "step_ms", "step_ms_median", "tokens_per_s", "speedup_vs_1")
 
 
 def decode_features(batch: int, context: int) -> StepFeatures:
@@ -30,6 +51,8 @@ def decode_features(batch: int, context: int) -> StepFeatures:
     return StepFeatures(num_seqs=batch, decode_tokens=batch, kv_tokens_read=batch * (context + 1),
                         attention_pairs=batch * (context + 1))
 
+
+# -- the roofline ------------------------------------------------------------------------
 
 def _terms(cost, f: StepFeatures) -> tuple[float, float]:
     """The roofline's memory and compute times (seconds) for a step."""
@@ -75,110 +98,179 @@ def roofline_sweep(hardware: str, batches: tuple[int, ...], log: RowLog) -> dict
             "rows": rows}
 
 
-@register(NAME, "claim 1: decode step time and tokens/s vs batch size (1 vs 8, where the "
-                "curve bends), roofline on GPU presets; --backend times the CPU torch backend",
-          backend=True)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    progress = Progress(NAME, quiet)
-    sweeps = []
-    with RowLog(out_dir / "roofline.csv", COLUMNS) as log:
-        for hw in p["hardware"]:
-            sweeps.append(roofline_sweep(hw, p["batches"], log))
-            s = sweeps[-1]
-            progress(f"{hw}: step 1 -> 8 sequences x{s['step_ratio_8_vs_1']:.2f} time, "
-                     f"x{s['speedup_8_vs_1']:.2f} tokens/s")
-    files = ["roofline.csv", _plot(out_dir, sweeps)]
-    result = {"name": NAME, "size": size, "model": MODEL, "context": CONTEXT,
-              "roofline": [{k: v for k, v in s.items() if k != "rows"} for s in sweeps],
-              "files": files}
-    if backend:
-        from batchlab.experiments.studies import batching_backend  # needs torch: only when asked
-        result["backend"] = batching_backend.run(out_dir, size, progress)
-        files += result["backend"]["files"]
-    result["elapsed_s"] = progress.elapsed
-    _report(out_dir, result, size, backend)
-    files.append("report.md")
-    return result
-
-
-def _plot(out_dir: Path, sweeps: list[dict]) -> str:
-    fig, axes = plots.figure(1, 2, f"{MODEL} decode steps vs batch size (roofline, "
-                                   f"{CONTEXT}-token contexts)", width=6.2, height=4.4)
-    for s in sweeps:
+def _roofline_figure(sweeps: list[dict]) -> fg.Figure:
+    time = fg.Panel(title="step time: flat while weight reads dominate\n(o: step time doubled, the "
+                          "bend; x: KV cache full)", ylabel="decode step time (ms)", ylim=(0, None))
+    rate = fg.Panel(title="throughput (dotted: ideal N x the 1-sequence rate)", ylabel="output tokens/s",
+                    yscale="log")
+    for i, s in enumerate(sweeps):
+        c = fg.cycle_color(i)
         fit = [r for r in s["rows"] if r["fits_kv"]]
         x = [r["batch"] for r in fit]
-        line, = axes[0].plot(x, [r["step_ms"] for r in fit], marker=".", label=s["hardware"])
-        c = line.get_color()
-        axes[1].plot(x, [r["tokens_per_s"] for r in fit], marker=".", color=c, label=s["hardware"])
-        axes[1].plot(x, [fit[0]["tokens_per_s"] * b for b in x], ls=":", color=c, lw=1)
-        for ax, key in ((axes[0], "step_ms"), (axes[1], "tokens_per_s")):
-            ax.plot(x[-1], fit[-1][key], marker="x", color=c, ms=9)
+        time.marks.append(fg.Line(x, [r["step_ms"] for r in fit], label=s["hardware"], color=c, marker="."))
+        rate.marks += [fg.Line(x, [r["tokens_per_s"] for r in fit], label=s["hardware"], color=c, marker="."),
+                       fg.Line(x, [fit[0]["tokens_per_s"] * b for b in x], color=c, ls=":", lw=1)]
+        for panel, key in ((time, "step_ms"), (rate, "tokens_per_s")):
+            panel.marks.append(fg.Line([x[-1]], [fit[-1][key]], color=c, marker="x", ms=9))
         bend = s["double_time_batch"]
         if bend and x and bend <= x[-1]:  # the bend: step time twice the 1-sequence step
             t = s["step_ms_1"] * 2
-            axes[0].plot(bend, t, marker="o", mfc="none", color=c, ms=10)
-            axes[1].plot(bend, bend / t * 1e3, marker="o", mfc="none", color=c, ms=10)
-    axes[0].set_title("step time: flat while weight reads dominate\n"
-                      "(o: step time doubled, the bend; x: KV cache full)", fontsize=10)
-    axes[0].set_ylabel("decode step time (ms)")
-    axes[0].set_ylim(bottom=0)
-    axes[1].set_title("throughput (dotted: ideal N x the 1-sequence rate)", fontsize=10)
-    axes[1].set_ylabel("output tokens/s")
-    axes[1].set_yscale("log")
-    ticks = [1 << i for i in range(0, 12)]
-    plots.batch_size_axes(axes, ticks)
-    plots.save(fig, out_dir / "batching_roofline.png")
-    return "batching_roofline.png"
+            time.marks.append(fg.Line([bend], [t], color=c, marker="o", mfc="none", ms=10))
+            rate.marks.append(fg.Line([bend], [bend / t * 1e3], color=c, marker="o", mfc="none", ms=10))
+    _batch_axes((time, rate), [1 << i for i in range(0, 12)])
+    return fg.Figure("batching_roofline.png", [time, rate], 1, 2, f"{MODEL} decode steps vs batch size "
+                     f"(roofline, {CONTEXT}-token contexts)", width=6.2, height=4.4)
 
 
-def _report(out_dir: Path, r: dict, size: str, backend: bool) -> None:
-    rep = Report("Claim 1: batching decode steps")
-    rep.para(f"Command: `{command_line(NAME, size, backend)}`. Each point prices one decode "
-             f"step of N sequences, each with {CONTEXT} tokens of context, with the roofline "
-             f"cost model the simulator uses ({r['roofline'][0]['setup']}; the other GPUs "
-             f"likewise). Curves stop where the KV cache is full.")
-    a = r["roofline"][0]
+def _batch_axes(panels: tuple[fg.Panel, ...], ticks: list[int]) -> None:
+    """Log2 x axes over batch sizes, labelled with the sizes themselves."""
+    for p in panels:
+        p.xscale, p.xscale_base, p.xticks = "log", 2, ticks
+        p.xlabel, p.grid, p.legend = "sequences in the decode step (batch size)", fg.Grid("both"), fg.Legend(8)
+
+
+# -- the real backend (--backend) --------------------------------------------------------
+
+def decode_steps(runtime, batch: int, steps: int) -> np.ndarray:
+    """Seconds of each full decode step of `batch` sequences (after WARM of them)."""
+    from batchlab.backend.driver import run_workload
+    out = steps + WARM + 1  # +1: the prefill step samples the first token
+    w = Workload(np.zeros(batch), np.full(batch, PROMPT), np.full(batch, out),
+                 description=[f"{batch} requests at t=0, prompt {PROMPT}, reply {out} tokens"])
+    blocks = batch * blocks_for(PROMPT + out, BLOCK)
+    cfg = SchedulerConfig(policy="continuous", max_num_seqs=batch, block_size=BLOCK,
+                          num_kv_blocks=blocks, max_num_batched_tokens=max(2048, batch * PROMPT))
+    st = run_workload(runtime, w, cfg, time_scale=0.0, progress=False).steps
+    full = (st["prefill_tokens"] == 0) & (st["num_seqs"] == batch)
+    return st["duration_s"][full][WARM:]
+
+
+def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
+    """Time decode steps per model and batch size. Needs torch and transformers."""
+    from batchlab.experiments.studies.common_backend import THREADS, runtime as shared_runtime
+    p = pick(BACKEND_PARAMS, size)
+    models = []
+    with RowLog(out_dir / "backend.csv", BACKEND_COLUMNS) as log:
+        for name in p["models"]:
+            runtime = shared_runtime(name)  # loaded once per process, as the other studies
+            # Rounds over all batch sizes, interleaved, so a burst of other work on a shared
+            # machine disturbs one round of a batch size, not all its measurements.
+            times = {b: [] for b in p["batches"]}
+            for k in range(p["rounds"]):
+                for b in p["batches"]:
+                    times[b].extend(decode_steps(runtime, b, p["steps"]))
+                progress(f"backend {name}: round {k + 1} of {p['rounds']} done")
+            rows = []
+            for b in p["batches"]:
+                t = np.asarray(times[b])
+                # The fastest step is the least disturbed by other work.
+                best = float(t.min())
+                t1 = rows[0]["step_ms"] / 1e3 if rows else best
+                rows.append(log.add({"model": name, "batch": b, "step_ms": best * 1e3,
+                                     "step_ms_median": float(np.median(t)) * 1e3,
+                                     "tokens_per_s": b / best, "speedup_vs_1": b / best * t1}))
+                progress(f"backend {name} batch {b:3d}: decode step {best * 1e3:7.2f} ms, "
+                         f"{b / best:7.0f} tokens/s ({len(t)} steps)")
+            models.append(_summarise(name, rows, runtime.meta()))
+    figure = _backend_figure(models)
+    return {"models": models, "files": ["backend.csv", figure.filename],
+            "prompt": PROMPT, "threads": THREADS, "rounds": p["rounds"]}, [figure]
+
+
+def _summarise(name: str, rows: list[dict], meta: dict) -> dict:
+    by_b = {r["batch"]: r for r in rows}
+    b, t = np.array(list(by_b)), np.array([r["step_ms"] for r in rows])
+    per_seq, fixed = np.polyfit(b, t, 1)  # step ms ~ fixed + per_seq * batch
+    weights = meta.get("weight_bytes_per_step") or 0
+    elem = {"float32": 4, "bfloat16": 2, "float16": 2}.get(meta.get("dtype"), 4)
+    out = {"model": name, "cpu": meta.get("cpu", ""), "threads": meta.get("threads"),
+           "dtype": meta.get("dtype"), "params": meta.get("model_params"),
+           "fixed_ms": float(fixed), "per_seq_ms": float(per_seq),
+           "bend_batch": float(fixed / per_seq) if per_seq > 0 else None, "rows": rows,
+           # Implied rates: weights streamed by a 1-sequence step; each extra sequence's
+           # matmul FLOPs (2 per weight) over its marginal cost.
+           "weight_gb_per_s": weights / (rows[0]["step_ms"] / 1e3) / 1e9,
+           "gflop_per_s_per_seq": (2 * weights / elem) / (per_seq / 1e3) / 1e9 if per_seq > 0 else None}
+    if 8 in by_b and 1 in by_b:
+        out["step_ratio_8_vs_1"] = by_b[8]["step_ms"] / by_b[1]["step_ms"]
+        out["speedup_8_vs_1"] = by_b[8]["speedup_vs_1"]
+    return out
+
+
+def _backend_figure(models: list[dict]) -> fg.Figure:
+    time = fg.Panel(title=f"step time ({models[0]['threads']} thread, {PROMPT}-token prompts)",
+                    ylabel="decode step time (ms, fastest of the run)", ylim=(0, None))
+    rate = fg.Panel(title="throughput (dotted: ideal N x)", ylabel="output tokens/s", yscale="log")
+    for i, m in enumerate(models):
+        c = fg.cycle_color(i)
+        x = [r["batch"] for r in m["rows"]]
+        time.marks.append(fg.Line(x, [r["step_ms"] for r in m["rows"]], label=m["model"], color=c, marker="o"))
+        rate.marks += [fg.Line(x, [r["tokens_per_s"] for r in m["rows"]], label=m["model"], color=c, marker="o"),
+                       fg.Line(x, [m["rows"][0]["tokens_per_s"] * b for b in x], color=c, ls=":", lw=1)]
+    _batch_axes((time, rate), x)
+    return fg.Figure("batching_backend.png", [time, rate], 1, 2,
+                     "Real backend (CPU, torch): decode steps vs batch size", width=5.8, height=4.0)
+
+
+# -- the report --------------------------------------------------------------------------
+
+ROOFLINE = (("GPU", "hardware", None), ("step, 1 seq (ms)", "step_ms_1", "{:.2f}"),
+            ("step, 8 seqs (ms)", "step_ms_8", "{:.2f}"), ("tokens/s x (8 vs 1)", "speedup_8_vs_1", "{:.2f}"),
+            ("bend: step time 2x at", "double_time_batch", "{:d}"), ("compute-bound from", "ridge_batch", "{:d}"),
+            ("KV full at", "kv_max_batch", "{:d}"), ("peak tokens/s", "peak_tokens_per_s", "{:,.0f}"))
+BACKEND = (("model", "model", None), ("params", "params", "{:,}"),
+           ("step, 1 seq (ms)", lambda m: m["rows"][0]["step_ms"], "{:.2f}"),
+           ("step, 8 seqs (ms)", lambda m: _step(m, 8), "{:.2f}"),
+           ("tokens/s x (8 vs 1)", lambda m: m.get("speedup_8_vs_1"), "{:.2f}"),
+           ("fixed (ms)", "fixed_ms", "{:.2f}"), ("per sequence (ms)", "per_seq_ms", "{:.3f}"),
+           ("bend near", "bend_batch", "{:.0f}"))
+
+
+def _step(m: dict, batch: int) -> float | None:
+    return next((r["step_ms"] for r in m["rows"] if r["batch"] == batch), None)
+
+
+def report(r: dict) -> str:
+    """report.md from the study's result (live, or read back from study.json)."""
+    tpl, b = template(NAME), r.get("backend")
     others = "; ".join(f"{s['hardware']} x{s['speedup_8_vs_1']:.2f}" for s in r["roofline"][1:])
-    measured = (f"{a['hardware']}: a step of 8 takes {a['step_ms_8']:.2f} ms vs {a['step_ms_1']:.2f} ms "
-                f"for 1 (x{a['step_ratio_8_vs_1']:.3f}), so 8 sequences give "
-                f"**x{a['speedup_8_vs_1']:.2f}** the tokens/s" + (f" ({others})" if others else "")
-                + f". The curve bends at ~{a['double_time_batch']} sequences, where the step "
-                f"takes twice the 1-sequence time (per-sequence KV reads and FLOPs now cost as much "
-                f"as the shared weight reads); from {a['ridge_batch']} it is compute-bound.")
-    b = r.get("backend")
-    if b:
-        measured += " Backend (CPU, measured): " + "; ".join(
-            f"{m['model']} x{m['speedup_8_vs_1']:.2f} tokens/s at 8 vs 1 (step x{m['step_ratio_8_vs_1']:.2f})"
-            for m in b["models"]) + "."
-    rep.claim("decode steps of 1 vs 8 sequences take almost the same time because weights are "
-              "read once per step, so 8 sequences give close to 8x the tokens/s.", measured,
-              "the 8x is never quite reached: each sequence adds its own KV-cache reads and "
-              "FLOPs, and the fixed per-step overhead is shared but not free. On the roofline the "
-              "bend is where FLOPs per step (2 x params x batch) take longer than streaming the "
-              "weights; on a CPU the bend comes much earlier because a CPU's FLOP/s per byte of "
-              "bandwidth is far lower than a GPU's.")
-    rep.heading("Roofline, per GPU")
-    rep.table(["GPU", "step, 1 seq (ms)", "step, 8 seqs (ms)", "tokens/s x (8 vs 1)",
-               "bend: step time 2x at", "compute-bound from", "KV full at", "peak tokens/s"],
-              [[s["hardware"], fmt(s["step_ms_1"], "{:.2f}"), fmt(s["step_ms_8"], "{:.2f}"),
-                fmt(s["speedup_8_vs_1"], "{:.2f}"), fmt(s["double_time_batch"], "{:d}"),
-                fmt(s["ridge_batch"], "{:d}"), fmt(s["kv_max_batch"], "{:d}"),
-                fmt(s["peak_tokens_per_s"], "{:,.0f}")] for s in r["roofline"]])
-    rep.para("*bend*: smallest batch whose step takes twice the 1-sequence step: past it, "
-             "per-sequence work (KV reads, FLOPs) outweighs the shared weight reads and each "
-             "extra sequence adds nearly its full cost. *compute-bound from*: smallest batch "
-             "whose FLOP time exceeds its memory time (beyond *KV full at* it is never reached: "
-             "KV reads grow with the batch as fast as FLOPs do). "
-             "*KV full at*: most sequences of this context the KV cache holds (after weights, "
-             "90% of memory). *peak tokens/s*: the best point of the sweep that fits. "
-             "Full sweep in `roofline.csv`.")
-    rep.image("batching_roofline.png", "decode step time and tokens/s vs batch size")
-    if b:
-        from batchlab.experiments.studies import batching_backend
-        batching_backend.report_section(rep, b)
-    else:
-        rep.para("The real-backend variant (`--backend`) times decode steps of 1..64 sequences "
-                 "on the CPU torch backend's embedded models; it was not run for this report.")
-    rep.write(out_dir / "report.md")
+    measured = tpl("backend-measured", models="; ".join(
+        f"{m['model']} x{m['speedup_8_vs_1']:.2f} tokens/s at 8 vs 1 (step x{m['step_ratio_8_vs_1']:.2f})"
+        for m in b["models"])) if b else ""
+    return tpl("report", command=command_line(NAME, r["size"], bool(b)), context=CONTEXT,
+               a=r["roofline"][0], others=f" ({others})" if others else "",
+               backend_measured=f" {measured}" if measured else "",
+               table=table_of(r["roofline"], ROOFLINE),
+               backend=_backend_report(b) if b else tpl("backend-not-run")) + "\n"
+
+
+def _backend_report(b: dict) -> str:
+    tpl, big = template(NAME), b["models"][-1]
+    slow2 = [m["model"] for m in b["models"] if _step(m, 2) and _step(m, 4) and _step(m, 2) > _step(m, 4)]
+    return tpl("backend", m0=b["models"][0], b=b, big=big, gflops=big["gflop_per_s_per_seq"] or 0,
+               bend=big["bend_batch"] or 0, table=table_of(b["models"], BACKEND),
+               slow_two=" " + tpl("slow-two", models=", ".join(slow2)) if slow2 else "")
+
+
+@register(NAME, "claim 1: decode step time and tokens/s vs batch size (1 vs 8, where the "
+                "curve bends), roofline on GPU presets; --backend times the CPU torch backend",
+          backend=True, report=report)
+def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
+    p = pick(PARAMS, size)
+    study = StudyRun(NAME, out_dir, size, backend, quiet)
+    sweeps = []
+    with RowLog(study.out_dir / "roofline.csv", COLUMNS) as log:
+        for hw in p["hardware"]:
+            sweeps.append(roofline_sweep(hw, p["batches"], log))
+            s = sweeps[-1]
+            study.progress(f"{hw}: step 1 -> 8 sequences x{s['step_ratio_8_vs_1']:.2f} time, "
+                           f"x{s['speedup_8_vs_1']:.2f} tokens/s")
+    figures = [_roofline_figure(sweeps)]
+    result = {"name": NAME, "size": size, "model": MODEL, "context": CONTEXT,
+              "roofline": [{k: v for k, v in s.items() if k != "rows"} for s in sweeps],
+              "files": ["roofline.csv", figures[0].filename]}
+    if backend:
+        result["backend"], more = _serve(study.out_dir, size, study.progress)
+        result["files"] += result["backend"]["files"]
+        figures += more
+    return study.finish(result, figures, report)

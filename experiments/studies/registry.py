@@ -1,6 +1,7 @@
-"""The study registry: each study module registers a name, a one-line description and
-a `run(out_dir, size, backend, quiet) -> dict` that writes report.md, PNG plots and CSV
-tables into out_dir and returns its measured figures."""
+"""The study registry: each study module registers a name, a one-line description, a
+`run(out_dir, size, backend, quiet) -> dict` that writes report.md, PNG plots and CSV
+tables into out_dir and returns its measured figures, and the `report(result) -> str`
+that writes report.md from those figures alone (so a stored study.json renders again)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Callable
 SIZES = ("full", "small")
 
 RunFn = Callable[..., dict]
+ReportFn = Callable[[dict], str]
 
 
 @dataclass(frozen=True)
@@ -19,15 +21,16 @@ class Study:
     backend: bool = False  # has a --backend variant on the real torch backend
     profile: bool = False  # takes --profile (run(..., profile=PATH))
     real_only: bool = False  # always serves on the backend: in 'all' only with --backend
+    report: ReportFn | None = None  # report.md from a result (None: only run() writes it)
 
 
 STUDIES: dict[str, Study] = {}
 
 
 def register(name: str, description: str, backend: bool = False, profile: bool = False,
-             real_only: bool = False) -> Callable[[RunFn], RunFn]:
+             real_only: bool = False, report: ReportFn | None = None) -> Callable[[RunFn], RunFn]:
     def deco(fn: RunFn) -> RunFn:
-        STUDIES[name] = Study(name, description, fn, backend or real_only, profile, real_only)
+        STUDIES[name] = Study(name, description, fn, backend or real_only, profile, real_only, report)
         return fn
     return deco
 

@@ -1,4 +1,5 @@
-"""A step observer for sim.simulate that records which request holds which seat.
+"""Seats over a run: a step observer for sim.simulate that records which request holds
+which seat, and the share of seats computing per time bin.
 
 Schedulers have no seat numbers (a seat is a place in `running`), so seats here are
 for the picture: a request takes the lowest free seat the first time it runs and keeps
@@ -55,3 +56,20 @@ class SeatTracker:
         """([steps, seats] request ids, -1 = empty; [steps, seats] ran this step)."""
         return (np.array(self._rows, dtype=np.int64).reshape(-1, self.seats),
                 np.array(self._ran, dtype=bool).reshape(-1, self.seats))
+
+
+def utilisation_over_time(start: np.ndarray, duration: np.ndarray, used: np.ndarray,
+                          seats: float, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seat utilisation per time bin, weighted by time (idle time counts as 0).
+    Returns (bin centres in s, utilisation in [0, 1])."""
+    if len(start) == 0:
+        return np.zeros(0), np.zeros(0)
+    end = start + duration
+    after = np.cumsum(used * duration)
+    before = after - used * duration
+    # Busy seat-seconds is piecewise linear: rising within steps, flat in idle gaps.
+    t = np.column_stack([start, end]).ravel()
+    c = np.column_stack([before, after]).ravel()
+    edges = np.arange(0.0, end[-1] + bin_s, bin_s)
+    busy = np.interp(edges, t, c, left=0.0, right=c[-1])
+    return (edges[:-1] + edges[1:]) / 2, np.diff(busy) / (seats * np.diff(edges))
