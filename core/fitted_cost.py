@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from batchlab.core.cost import stretch_times
 from batchlab.core.features import StepFeatures
 from batchlab.core.specs import ModelSpec
 
@@ -177,6 +178,18 @@ class FittedCostModel:
         if m and not is_steady(f):
             t[0] = self.step_time(f)
         return t
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        return stretch_times(self, n, kv0, m)
+
+    def at(self, now: float) -> "FittedCostModel":
+        return self
+
+    def at_speed(self, memory: float, compute: float | None = None) -> "FittedCostModel":
+        """The profile as the machine ran at measured speeds: its memory side (fixed costs,
+        weight and KV traffic) x `memory`, its FLOP terms x `compute` (None: as profiled).
+        Serving's refit (calibration/serve_fit.py) levels the two sides the same way."""
+        return self.scaled(bandwidth=1.0 / memory, flops=1.0 / (compute or 1.0), overhead=memory)
 
     # -- the fitted terms as hardware figures -------------------------------------------
     @property

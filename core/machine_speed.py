@@ -35,7 +35,7 @@ A run's one factor is its mean level; on a shared VM the level also moves within
 process, in swings of 30-60 s). `drift` says how much: the same ratio over each
 DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
 window's level, which the normalised simulation follows on the memory side
-(experiments/validation/variants.py normalised_cost, core/drifting_cost.py).
+(experiments/validation/variants.py normalised_cost, core/cost_at_speed.py).
 
 factor > 1: the machine ran slower than when the profile was measured."""
 from __future__ import annotations
@@ -137,7 +137,7 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     out: dict = {"compute_method": COMPUTE_METHOD, "compute_factor": None, "compute_steps": 0}
     if not isinstance(cost, FittedCostModel):
         return {**out, "compute_why": "the profile's cost form does not separate FLOP terms"}
-    at_memory_speed = at_speed(cost, factor)
+    at_memory_speed = cost.at_speed(factor)
     feats = features(steps, np.ones(len(steps["duration_s"]), bool))
     total = np.array([at_memory_speed.step_time(f) for f in feats], dtype=float)
     flops = np.array([at_memory_speed.parts(f)[1] for f in feats], dtype=float)
@@ -153,10 +153,3 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     q1, med, q3 = np.percentile(beyond_memory / flops[bound], [25, 50, 75])
     return {**out, "compute_factor": round(k, 4), "compute_steps": int(bound.sum()),
             "compute_spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan}
-
-
-def at_speed(cost: FittedCostModel, factor: float, compute: float | None = None) -> FittedCostModel:
-    """A fitted profile as the machine ran at measured speeds: its memory side (fixed
-    costs, weight and KV traffic) x `factor`, its FLOP terms x `compute` (None: as
-    profiled)."""
-    return cost.scaled(bandwidth=1.0 / factor, flops=1.0 / (compute or 1.0), overhead=factor)

@@ -9,7 +9,7 @@ import pytest
 from batchlab.core.batch import FEATURE_NAMES, StepFeatures
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.machine_speed import at_speed, machine_speed, price, steady_decode
+from batchlab.core.machine_speed import machine_speed, price, steady_decode
 from batchlab.core.specs import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
@@ -40,20 +40,20 @@ def table(steps: list[StepFeatures], truth, slow: np.ndarray | None = None) -> d
 def test_both_sides_are_measured_apart():
     """The memory side 20% slow while the compute side runs 10% fast: each factor is
     found on its own, and the profile at both re-prices the run's steps."""
-    run = table(served([384, 512, 448, 640] * 3), at_speed(MODEL, 1.2, 0.9))
+    run = table(served([384, 512, 448, 640] * 3), MODEL.at_speed(1.2, 0.9))
     ms = machine_speed(run, MODEL, "test")
     assert ms["factor"] == pytest.approx(1.2, rel=2e-3)
     assert ms["compute_factor"] == pytest.approx(0.9, rel=1e-2) and ms["compute_steps"] == 12
     every = np.ones(len(run["duration_s"]), bool)
-    repriced = price(run, at_speed(MODEL, ms["factor"], ms["compute_factor"]), every)
+    repriced = price(run, MODEL.at_speed(ms["factor"], ms["compute_factor"]), every)
     assert np.abs(repriced / run["duration_s"] - 1).max() < 0.01
     # the memory side alone leaves the prefills 10% over-priced
-    memory_only = price(run, at_speed(MODEL, ms["factor"]), every)
+    memory_only = price(run, MODEL.at_speed(ms["factor"]), every)
     assert (memory_only / run["duration_s"])[run["prefill_tokens"] > 0] == pytest.approx(1 / 0.9, rel=2e-2)
 
 
 def test_a_run_without_compute_bound_steps_keeps_the_flop_rates():
-    run = table(served([16, 24] * 3), at_speed(MODEL, 1.1, 0.8))  # short prompts: memory-bound
+    run = table(served([16, 24] * 3), MODEL.at_speed(1.1, 0.8))  # short prompts: memory-bound
     ms = machine_speed(run, MODEL)
     assert ms["factor"] == pytest.approx(1.1, rel=2e-3)
     assert ms["compute_factor"] is None and ms["compute_steps"] < 8 and "compute-bound" in ms["compute_why"]

@@ -12,7 +12,8 @@ import itertools
 from pathlib import Path
 
 from batchlab.core.cost import CostModel
-from batchlab.core.loop_time import Overhead, with_loop
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.loop_time import Overhead
 from batchlab.core.machine_speed import machine_speed
 from batchlab.experiments.run_labels import stability
 from batchlab.experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
@@ -33,7 +34,7 @@ def run_speeds(cells: list[StoredCell], cost: CostModel, source: str) -> list[li
 def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, speeds: list[dict]) -> dict:
     """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
     time between steps); speeds: its runs' run_speeds."""
-    sim = run_sim(cell.workload, cell.scheduler, with_loop(cost, loop), {"cost_model": "profile"})
+    sim = run_sim(cell.workload, cell.scheduler, CostAtSpeed(cost, loop=loop), {"cost_model": "profile"})
     normalised = [run_sim(cell.workload, cell.scheduler, normalised_cost(cost, s, loop)).result.summary()
                   for s in speeds]
     real_verdicts = [(r.summary.get("stability") or (r.meta.get("stability") or {}).get("verdict"))

@@ -42,11 +42,8 @@ def normalised_ratios(steps: dict[str, np.ndarray], cost: CostModel, speed: dict
     """Every step's measured time / its price at the run's machine speed, each step priced
     by the model of the moment it starts, as the normalised simulation prices it."""
     model = normalised_cost(cost, speed, None)
-    at = getattr(model, "at", None)  # a model per window of the run's clock (DriftingCost)
-    if at is None:
-        return ratios(steps, model)
     every = np.ones(len(steps["start_s"]), bool)
-    predicted = [at(t).step_time(f) for t, f in zip(np.asarray(steps["start_s"], float), features(steps, every))]
+    predicted = [model.at(t).step_time(f) for t, f in zip(np.asarray(steps["start_s"], float), features(steps, every))]
     return _over_price(steps, np.array(predicted, dtype=float))
 
 
