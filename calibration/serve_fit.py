@@ -35,19 +35,14 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
-from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import FittedCostModel, is_steady
-from batchlab.core.machine_speed import CONTENDED  # a served step over this x its price had its core taken
+from batchlab.core.step_table import CONTENDED  # a served step over this x its price had its core taken
 
 MIN_COMPUTE_SHARE = 0.05  # of the served time, for a compute level of its own
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio: a median-like fit of noisy steps
 MIN_STEPS = 5  # steps of a kind needed to fit the term that prices it
 SMALL_CHUNK = 128  # "small chunk" kind: a prefill of at most this many tokens
-
-
-def features(steps: dict[str, np.ndarray]) -> list[StepFeatures]:
-    cols = [steps[n] for n in FEATURE_NAMES]
-    return [StepFeatures(*(int(v) for v in row)) for row in zip(*cols)]
 
 
 def kinds(steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

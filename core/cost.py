@@ -53,11 +53,28 @@ def stretch_times(cost: CostModel, n: int, kv0: int, m: int) -> list[float]:
     return cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist()
 
 
+class FormDefaults:
+    """The CostModel methods most forms share: decode stretches priced by stretch_times,
+    one level whatever the clock (at: itself), and at a measured speed every step slowed
+    as a whole (at_speed: Slowed). A form overrides what it does otherwise."""
+    __slots__ = ()
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        return stretch_times(self, n, kv0, m)
+
+    def at(self, now: float) -> CostModel:
+        return self
+
+    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
+        return Slowed(self, memory)
+
+
 @dataclass(frozen=True, slots=True)
-class Slowed:
+class Slowed(FormDefaults):
     """Every step of `base` `factor` times as long: a cost form at a measured speed where
     the form does not split its memory and compute sides for the measurement (roofline,
-    linear; core/machine_speed's compute side is measured on a fitted profile's FLOP terms)."""
+    linear: experiments/machine_speed.py measures a compute side on a fitted profile's FLOP
+    terms only)."""
     base: CostModel
     factor: float
 
@@ -67,24 +84,20 @@ class Slowed:
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         return self.base.decode_run_times(f, m) * self.factor
 
-    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        return stretch_times(self, n, kv0, m)
-
-    def at(self, now: float) -> CostModel:
-        return self
-
 
 # A roofline prices decode stretches shorter than this in plain Python (decode_times).
 SHORT_PLAIN = 48
 
 
 @dataclass(frozen=True, slots=True)
-class RooflineCostModel:
+class RooflineCostModel(FormDefaults):
     """overhead + max(bytes moved / bandwidth, FLOPs / peak) + tensor-parallel all-reduce.
 
     Bytes: the weights once per step (they are shared by every sequence in the batch:
     the whole point of batching) plus every KV slot attention reads. All figures are
-    per GPU; bandwidth and peak are already scaled by achievable efficiency."""
+    per GPU; bandwidth and peak are already scaled by achievable efficiency. At a measured
+    speed the whole step is slowed (FormDefaults.at_speed): the measured compute side is a
+    fitted profile's FLOP terms."""
 
     weight_bytes: float
     kv_bytes_per_token: float
@@ -133,14 +146,6 @@ class RooflineCostModel:
         if self.comm_bytes_per_token:
             t_comm = self.comm_latency_s + self.comm_bytes_per_token * tokens / self.comm_bandwidth
         return self.overhead_s + np.maximum(t_mem, t_flops) + t_comm
-
-    def at(self, now: float) -> CostModel:
-        return self
-
-    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
-        """The whole step x `memory`: a roofline prices the slower side only, and the
-        measured compute side is a fitted profile's (compute is not used)."""
-        return Slowed(self, memory)
 
 
 def _growing(f: StepFeatures, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -221,8 +226,9 @@ def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
 
 
 @dataclass(frozen=True, slots=True)
-class LinearCostModel:
-    """intercept + sum(coef[name] * feature[name]) over FEATURE_NAMES (missing = 0)."""
+class LinearCostModel(FormDefaults):
+    """intercept + sum(coef[name] * feature[name]) over FEATURE_NAMES (missing = 0); at a
+    measured speed the whole step is slowed (it does not split the two sides)."""
 
     intercept: float
     coef: dict[str, float] = field(default_factory=dict)
@@ -246,13 +252,3 @@ class LinearCostModel:
         if m and (f.after_prefill or f.after_idle):
             t[0] = self.step_time(f._replace(kv_tokens_read=int(kv[0]), attention_pairs=int(pairs[0])))
         return t
-
-    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        return stretch_times(self, n, kv0, m)
-
-    def at(self, now: float) -> CostModel:
-        return self
-
-    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
-        """The whole step x `memory`: a linear form does not split the two sides."""
-        return Slowed(self, memory)

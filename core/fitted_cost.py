@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from batchlab.core.cost import stretch_times
+from batchlab.core.cost import FormDefaults
 from batchlab.core.features import StepFeatures
 from batchlab.core.specs import ModelSpec
 
@@ -82,7 +82,7 @@ PARAM_NAMES = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte",
 
 
 @dataclass(frozen=True, slots=True)
-class FittedCostModel:
+class FittedCostModel(FormDefaults):
     shape: Shape
     overhead_s: float
     per_seq_s: float
@@ -178,12 +178,6 @@ class FittedCostModel:
         if m and not is_steady(f):
             t[0] = self.step_time(f)
         return t
-
-    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        return stretch_times(self, n, kv0, m)
-
-    def at(self, now: float) -> "FittedCostModel":
-        return self
 
     def at_speed(self, memory: float, compute: float | None = None) -> "FittedCostModel":
         """The profile as the machine ran at measured speeds: its memory side (fixed costs,

@@ -66,18 +66,19 @@ def test_without_a_clock_it_prices_at_the_mean_and_bad_windows_are_refused():
 def test_the_normalised_variant_moves_the_memory_side_only():
     from batchlab.core.batch import StepFeatures
     from batchlab.core.fitted_cost import FittedCostModel, Shape
+    from batchlab.core.run_meta import MachineSpeed
     from batchlab.core.specs import MODELS
     from batchlab.experiments.validation.variants import normalised_cost
 
     model = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
                             per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,
                             s_per_kv_byte=1 / 4e9, s_per_attn_flop=1 / 60e9)
-    speed = {"factor": 1.1, "compute_factor": 0.9, "drift_levels": [[0.0, 1.0], [2.0, 1.3]]}
+    speed = MachineSpeed(factor=1.1, compute_factor=0.9, drift_levels=[[0.0, 1.0], [2.0, 1.3]])
     cost = normalised_cost(model, speed, None)
     assert cost.at(0.5) is not cost.at(2.5)
     prefill = StepFeatures(1, 1, 512, 0, 512, 512 * 513 // 2)
     for now, level in ((0.5, 1.0), (2.5, 1.3)):
         assert cost.at(now).step_time(prefill) == pytest.approx(model.at_speed(level, 0.9).step_time(prefill))
     assert cost.step_time(prefill) == pytest.approx(model.at_speed(1.1, 0.9).step_time(prefill))
-    one = normalised_cost(model, {"factor": 1.1, "compute_factor": 0.9}, None)
+    one = normalised_cost(model, MachineSpeed(factor=1.1, compute_factor=0.9), None)
     assert one.at(0.5) is one.at(2.5) is one and one.step_time(prefill) == pytest.approx(cost.step_time(prefill))

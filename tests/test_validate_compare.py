@@ -14,7 +14,8 @@ from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.experiments.validation import compare
 from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
 from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.experiments.validation.variants import Scaled, fit_linear_cost, speed_factors
+from batchlab.experiments.machine_speed import kind_factors
+from batchlab.experiments.validation.variants import Scaled, fit_linear_cost
 from batchlab.experiments.validation.pair import run_sim
 from batchlab.experiments.validation.steps import first_divergence, match_steps
 from batchlab.experiments.validation.validate import compare_runs
@@ -104,9 +105,9 @@ def test_corrected_costs_keep_fast_forward_exact():
     assert a.summary()["duration"] > base.summary()["duration"]
 
 
-def test_speed_factors(run):
-    assert speed_factors(run.result, COST) == pytest.approx({"all": 1, "decode": 1, "prefill": 1})
-    k = speed_factors(run.result, Scaled(COST, 2.0, 4.0))
+def test_kind_factors(run):
+    assert kind_factors(run.result.steps, COST) == pytest.approx({"all": 1, "decode": 1, "prefill": 1})
+    k = kind_factors(run.result.steps, Scaled(COST, 2.0, 4.0))
     assert k["decode"] == pytest.approx(0.5) and k["prefill"] == pytest.approx(0.25)
     assert 0.25 < k["all"] < 0.5
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from batchlab.core.metrics import REQUEST_COLUMNS
 from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 from batchlab.experiments.replay.client import Outcome
 from batchlab.experiments.replay.sender import Replay
 
@@ -60,7 +61,7 @@ def run_result(rep: Replay, meta: dict) -> RunResult:
             "unobserved": ["first_scheduled_s"],  # a client cannot see scheduling
             "requests_sent": len(rep.outcomes),
             "failed": sum(not o.ok for o in rep.outcomes.values()), **meta}
-    return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), info, dict(NO_STEPS))
+    return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), RunMeta(**info), dict(NO_STEPS))
 
 
 def failure_summary(rep: Replay) -> str:

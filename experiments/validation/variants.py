@@ -3,7 +3,7 @@ validate.py says what each shows):
 
     profile            the calibrated profile alone (the headline: a prediction)
     normalised         the profile at the machine's speed during the run as measured on
-                       its own steps (core/machine_speed.py; core/cost_at_speed.py: a
+                       its own steps (experiments/machine_speed.py; core/cost_at_speed.py: a
                        fitted profile's memory side x the steady decodes' factor, its FLOP
                        terms x the compute-bound steps' factor), its memory side following
                        the run's level over time where it was measured in windows: the
@@ -23,18 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.core.batch import FEATURE_NAMES, StepFeatures
-from batchlab.core.cost import CostForm, CostModel, LinearCostModel, Slowed, stretch_times
+from batchlab.core.cost import CostForm, CostModel, FormDefaults, LinearCostModel
 from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.loop_time import Overhead, fit_overhead
-from batchlab.core.machine_speed import machine_speed
 from batchlab.core.result import RunResult
-from batchlab.experiments.validation.steps import predicted_durations
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.experiments.machine_speed import kind_factors, machine_speed
 
 NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
 
 
 @dataclass(frozen=True)
-class Scaled:
+class Scaled(FormDefaults):
     """A cost model with decode-only steps `decode` times longer, steps with prefill
     tokens `prefill` times longer (the speed-scaled diagnostic: one factor per step kind,
     not the two sides of a machine speed, core/cost_at_speed.py)."""
@@ -49,17 +49,8 @@ class Scaled:
         # a fast-forwarded run is decode-only by construction
         return self.base.decode_run_times(f, m) * self.decode
 
-    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        return stretch_times(self, n, kv0, m)
 
-    def at(self, now: float) -> CostModel:
-        return self
-
-    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
-        return Slowed(self, memory)
-
-
-def normalised_cost(cost: CostForm, speed: dict | None, loop: Overhead | None) -> CostAtSpeed:
+def normalised_cost(cost: CostForm, speed: MachineSpeed | None, loop: Overhead | None) -> CostAtSpeed:
     """The normalised variant's cost model: `cost` at a run's machine speed (a fitted
     model's memory side x its factor and its FLOP terms x its compute factor, unmeasured:
     as profiled, since the two sides drift apart; another form: every step x the factor;
@@ -69,21 +60,8 @@ def normalised_cost(cost: CostForm, speed: dict | None, loop: Overhead | None) -
     re-simulating three study passes' stored runs, that put 90, 97 and 81 of 104 numbers
     within target (one factor per run: 88, 92, 75); moving the FLOP terms with the windows
     too gave 90, 97 and 62, the compute side drifting otherwise."""
-    speed = speed or {}
-    windows = tuple((float(t), float(k)) for t, k in speed.get("drift_levels") or ())
-    return CostAtSpeed(cost, speed.get("factor") or 1.0, speed.get("compute_factor"), windows, loop)
-
-
-def speed_factors(run: RunResult, cost: CostModel) -> dict[str, float]:
-    """Measured total step time over the cost model's price of the same steps: over
-    all steps, decode-only steps, steps with prefill (1 where a kind is absent)."""
-    measured, predicted = run.steps["duration_s"], predicted_durations(run.steps, cost)
-    decode = run.steps["prefill_tokens"] == 0
-
-    def ratio(mask: np.ndarray) -> float:
-        p = float(predicted[mask].sum())
-        return float(measured[mask].sum()) / p if p > 0 else 1.0
-    return {"all": ratio(np.ones_like(decode)), "decode": ratio(decode), "prefill": ratio(~decode)}
+    speed = speed or MachineSpeed()
+    return CostAtSpeed(cost, speed.factor or 1.0, speed.compute_factor, speed.windows, loop)
 
 
 def fit_linear_cost(run: RunResult) -> LinearCostModel:
@@ -104,8 +82,8 @@ def variant_costs(real: RunResult, profile_cost: CostModel,
     profile's time between steps (Profile.loop_overhead), part of what it predicts, so in
     the headline and normalised variants; the diagnostics use the run's own instead."""
     overhead = fit_overhead(real)
-    k = speed_factors(real, profile_cost)
-    speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
+    k = kind_factors(real.steps, profile_cost)
+    speed = real.meta.machine_speed or machine_speed(real.steps, profile_cost)
     costs = {"profile": CostAtSpeed(profile_cost, loop=loop),
              "normalised": normalised_cost(profile_cost, speed, loop),
              "profile+overhead": CostAtSpeed(profile_cost, loop=overhead),
