@@ -11,13 +11,25 @@ Fields the code reads are declared (typed, None where a run did not record them)
 others a producer adds are kept as they came (extra keys, readable as attributes too)."""
 from __future__ import annotations
 
+from numbers import Real
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, PlainValidator, PrivateAttr, model_validator
+from pydantic_core import PydanticCustomError
 
 from batchlab.core.checks import number
 
 Whole = Annotated[int, number(int)]  # a count: a boolean or a string is not one
+
+
+def _as_given(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, Real):
+        raise PydanticCustomError("number_type", "Input should be a number")
+    return v
+
+
+# A measured figure, kept as it came: JSON tells 2 from 2.0, so an int stays an int.
+Number = Annotated[float | int, PlainValidator(_as_given)]
 
 
 class Record(BaseModel):
@@ -55,7 +67,7 @@ class Record(BaseModel):
 class Stability(Record):
     """A run's stable/overloaded verdict (core/stability.py), computed once, kept in its meta."""
     verdict: str | None = None  # stable | overloaded
-    queue_by_quarter: list[float] | None = None
+    queue_by_quarter: list[Number | None] | None = None
 
 
 class MachineSpeed(Record):
@@ -64,20 +76,20 @@ class MachineSpeed(Record):
     profile was measured. factor None: not measured, and `why`."""
     method: str | None = None
     profile: str | None = None  # the profile that priced the steps
-    factor: float | None = None  # memory side: uncontended steady decodes, total / total price
+    factor: Number | None = None  # memory side: uncontended steady decodes, total / total price
     steps: int = 0  # steps the factor was measured on
     why: str | None = None  # why factor is None
     probe: dict | None = None  # without a profile: a reference probe timed before and after
     steps_used: str | None = None  # "steady decode", or every decode-only step (too few)
-    spread: float | None = None  # IQR of the steps' ratios over their median
-    drift: float | None = None  # p90 - p10 of the windows' levels over the factor
+    spread: Number | None = None  # IQR of the steps' ratios over their median
+    drift: Number | None = None  # p90 - p10 of the windows' levels over the factor
     drift_windows: int | None = None  # windows of the run's clock with a level of their own
-    drift_range: list[float] | None = None  # [p10, p90] of the windows' levels
-    drift_levels: list[tuple[float, float]] | None = None  # [start_s, level] per window
+    drift_range: list[Number] | None = None  # [p10, p90] of the windows' levels
+    drift_levels: list[tuple[Number, Number]] | None = None  # [start_s, level] per window
     compute_method: str | None = None
-    compute_factor: float | None = None  # compute side: FLOP terms of compute-bound steps
+    compute_factor: Number | None = None  # compute side: FLOP terms of compute-bound steps
     compute_steps: int | None = None
-    compute_spread: float | None = None
+    compute_spread: Number | None = None
     compute_why: str | None = None  # why compute_factor is None
 
     @property
@@ -100,7 +112,7 @@ class RunMeta(Record):
     scheduler: dict | None = None  # every SchedulerConfig setting of a real run (validate --real)
     cost_model: str | None = None  # a simulation's price: roofline, profile, a variant's name
     interrupted: bool = False  # Ctrl-C: the tables hold what ran until then
-    simulated_s: float | None = None
+    simulated_s: Number | None = None
     # A real run: the model and the machine it ran on (backend Runtime.meta()).
     model: str | None = None
     dtype: str | None = None
@@ -111,22 +123,22 @@ class RunMeta(Record):
     matmul: str | None = None
     torch: str | None = None
     # ... how it went (backend/driver.py, backend/server/engine_loop.py)
-    wall_s: float | None = None
-    idle_s: float | None = None
+    wall_s: Number | None = None
+    idle_s: Number | None = None
     steps: int | None = None
-    engine_forward_s: float | None = None
-    engine_prepare_s: float | None = None
-    scheduler_overhead_s: float | None = None  # outside the engine while there was work
-    scheduler_overhead_ms_per_step: float | None = None
+    engine_forward_s: Number | None = None
+    engine_prepare_s: Number | None = None
+    scheduler_overhead_s: Number | None = None  # outside the engine while there was work
+    scheduler_overhead_ms_per_step: Number | None = None
     requests_received: int | None = None  # batchlab serve
     error: str | None = None  # batchlab serve: why it stopped, if not asked to
     failed: int = 0  # batchlab replay: requests that failed
     unobserved: list[str] = []  # request times a client cannot see (replay)
     # ... what else ran on the machine (experiments/validation/pair.py)
-    cpu_share: float | None = None
-    loadavg_1min: list[float] | None = None
-    others_cpu: float | None = None
-    steal_cpu: float | None = None
+    cpu_share: Number | None = None
+    loadavg_1min: list[Number] | None = None
+    others_cpu: Number | None = None
+    steal_cpu: Number | None = None
     # ... and what judging it found (experiments/run_labels.py)
     machine_speed: MachineSpeed | None = None
     stability: Stability | None = None

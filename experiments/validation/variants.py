@@ -57,9 +57,8 @@ def normalised_cost(cost: CostForm, speed: MachineSpeed | None, loop: Overhead |
     no speed measured: as profiled), plus the profile's loop time between steps. Where the
     run measured its memory side's level in windows of its clock (drift_levels), the memory
     side follows it window by window and the FLOP terms keep the run's compute factor:
-    re-simulating three study passes' stored runs, that put 90, 97 and 81 of 104 numbers
-    within target (one factor per run: 88, 92, 75); moving the FLOP terms with the windows
-    too gave 90, 97 and 62, the compute side drifting otherwise."""
+    moving them with the windows too judged the stored study runs worse, the compute side
+    drifting otherwise (docs/validation.md)."""
     speed = speed or MachineSpeed()
     return CostAtSpeed(cost, speed.factor or 1.0, speed.compute_factor, speed.windows, loop)
 
