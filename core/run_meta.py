@@ -51,6 +51,20 @@ class Record(BaseModel):
         if not name.startswith("_") and name not in self._keys:
             self._keys.append(name)
 
+    def __copy__(self):
+        """A shallow copy with its own key list: a key added to one is not added to both."""
+        copied = super().__copy__()
+        copied._keys = list(self._keys)
+        return copied
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy, `update` assigned as fields are (validated, new keys appended)."""
+        copied = super().model_copy(deep=deep)
+        copied._keys = list(self._keys)
+        for name, value in (update or {}).items():
+            setattr(copied, name, value)
+        return copied
+
     def recorded(self, name: str) -> bool:
         """Whether the record has the key (None where it was recorded as null)."""
         return name in self._keys

@@ -35,6 +35,8 @@ def test_meta_keeps_its_keys_in_order_extras_included_and_appends_new_ones():
     meta.policy = "static"
     assert list(meta.as_dict()) == ["world", "zeta", "policy", "wall_s", "machine_speed", "stability"]
     assert meta.as_dict()["stability"] == {"verdict": "stable"}
+    copied = meta.model_copy(update={"cost_model": "normalised"})
+    assert list(copied.as_dict())[-1] == "cost_model" and not meta.recorded("cost_model")
 
 
 def test_a_field_of_the_wrong_type_is_one_line_naming_the_file_and_field(tmp_path):
