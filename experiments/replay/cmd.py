@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
         writer = ResultWriter(args.out, cfg.model_dump())
         writer.add(NAME, result, summary)
         rate = cfg.workload.rate
-        bench = vllm_bench_json(rep, summary, {**result.meta.as_dict(), "burstiness": cfg.workload.burstiness,
-                                               "request_rate": "inf" if rate == float("inf") else rate})
+        bench = vllm_bench_json(rep, summary, result.meta, "inf" if rate == float("inf") else rate,
+                                cfg.workload.burstiness)
         (writer.dir / "result.json").write_text(to_json(bench) + "\n")
     if args.format == "json":
         print(to_json({NAME: summary}))
