@@ -23,6 +23,7 @@ from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Sequence, Status
 from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.workload import Workload
 
@@ -177,4 +178,4 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         "scheduler_overhead_ms_per_step": round(1000 * overhead / steps, 4) if steps else 0.0,
         "requests_released": nxt, "interrupted": interrupted, **(meta or {}),
     }
-    return RunResult.from_recorder(rec, info)
+    return RunResult.from_recorder(rec, RunMeta(**info))

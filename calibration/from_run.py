@@ -15,12 +15,13 @@ import numpy as np
 
 from batchlab.calibration.fit import fit
 from batchlab.calibration.profile_parts import cost_params, effective
-from batchlab.calibration.serve_fit import Levels, features, judge_kinds, missing_kinds, predict, refine
+from batchlab.calibration.serve_fit import Levels, judge_kinds, missing_kinds, predict, refine
 from batchlab.calibration.served_runs import ServedRun, check_same, device_info, read_runs
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.loop_time import fit_gaps, table_gaps
 from batchlab.core.profile import FitQuality, LoopTime, Measurement, Profile, RegionError
 from batchlab.core.specs import MODELS
+from batchlab.core.step_table import step_features
 
 HOLDOUT_SHARE = 0.25
 
@@ -46,7 +47,7 @@ def check_profile(runs: list[ServedRun], profile: Profile, where: str) -> None:
 
 def model_mismatch(r: ServedRun, profile: Profile, where: str) -> str | None:
     """The one-line error where run `r` served another model than the profile's."""
-    model = r.meta.get("model")
+    model = r.meta.model
     if model in (profile.model.name, profile.model_source):
         return None
     return (f"{r.where}: model {model!r}, but profile {where} is of "
@@ -56,16 +57,16 @@ def model_mismatch(r: ServedRun, profile: Profile, where: str) -> str | None:
 def setting_mismatches(r: ServedRun, profile: Profile, where: str) -> list[str]:
     """How run `r` was served otherwise than the profile measured: device, threads, dtype."""
     m, dev = r.meta, profile.device
-    missing = [k for k in ("device", "threads", "dtype") if k not in m]
+    missing = [k for k in ("device", "threads", "dtype") if not m.recorded(k)]
     if missing:
         return [f"{r.where}: meta.json records no {', '.join(missing)}; expected what batchlab run wrote"]
     out = []
-    if str(m["device"]).split(":")[0] != dev.kind:
-        out.append(f"{r.where}: device {m['device']!r}, but profile {where} was measured on {dev.kind}")
-    elif dev.kind == "cpu" and m["threads"] != dev.threads:
-        out.append(f"{r.where}: {m['threads']} thread(s), but profile {where} was measured with {dev.threads}")
-    if m["dtype"] != dev.dtype:
-        out.append(f"{r.where}: dtype {m['dtype']}, but profile {where} is {dev.dtype}")
+    if str(m.device).split(":")[0] != dev.kind:
+        out.append(f"{r.where}: device {m.device!r}, but profile {where} was measured on {dev.kind}")
+    elif dev.kind == "cpu" and m.threads != dev.threads:
+        out.append(f"{r.where}: {m.threads} thread(s), but profile {where} was measured with {dev.threads}")
+    if m.dtype != dev.dtype:
+        out.append(f"{r.where}: dtype {m.dtype}, but profile {where} is {dev.dtype}")
     return out
 
 
@@ -96,12 +97,12 @@ def split(runs: list[ServedRun], holdout_every: int) -> tuple[list, list, list[s
 
 
 def _scratch(runs: list[ServedRun], train: dict[str, np.ndarray]) -> FittedCostModel:
-    name = runs[0].meta["model"]
+    name = runs[0].meta.model
     spec = MODELS.get(name)
     if spec is None:
         raise ValueError(f"{runs[0].where}: model {name!r} is not a preset; give --profile (a "
                          f"calibration of it) so its shape is known")
-    feats = features(train)
+    feats = step_features(train)
     ms = [Measurement(point=f"step{i}", region=_region(f), features=f._asdict(),
                       median_s=float(t), mad_s=0.0, reps=1)
           for i, (f, t) in enumerate(zip(feats, train["duration_s"]))]
@@ -132,7 +133,7 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
         check_profile(runs, profile, profile_where)
     train_t, held_t, fitted_on, judged_on = split(runs, holdout_every)
     train = _concat(train_t)
-    feats, y = features(train), train["duration_s"]
+    feats, y = step_features(train), train["duration_s"]
     positive = y > 0
     need = ("prefill", "after_prefill", "after_idle") + (() if profile else ("decode",))
     missing = missing_kinds([f for f, ok in zip(feats, positive) if ok], need)
@@ -147,8 +148,8 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
     else:
         model = _scratch(runs, train)
     held = _concat(held_t) if held_t else None
-    after = judge_kinds(held, predict(model, features(held))) if held else {}
-    before = (judge_kinds(held, predict(profile.cost_model(), features(held)))
+    after = judge_kinds(held, predict(model, step_features(held))) if held else {}
+    before = (judge_kinds(held, predict(profile.cost_model(), step_features(held)))
               if held and profile is not None else None)
     train_j = judge_kinds(train, predict(model, feats))
     meta = runs[0].meta
@@ -157,11 +158,11 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
     loop = fit_gaps(np.concatenate([g for g, _ in gaps]), np.concatenate([n for _, n in gaps]))
     new = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model=base.model if base else MODELS[meta["model"]],
-        model_source=base.model_source if base else meta["model"],
+        model=base.model if base else MODELS[meta.model],
+        model_source=base.model_source if base else meta.model,
         device=base.device if base else device_info(meta),
-        block_size=base.block_size if base else int(meta.get("block_size", 16)),
-        num_kv_blocks=base.num_kv_blocks if base else int(meta.get("num_kv_blocks", 1)),
+        block_size=base.block_size if base else (16 if meta.block_size is None else meta.block_size),
+        num_kv_blocks=base.num_kv_blocks if base else (1 if meta.num_kv_blocks is None else meta.num_kv_blocks),
         cost=cost_params(model), fit=_quality(train_j, after or None),
         effective=effective(model, _roof(base) if base else {}),
         grid=base.grid if base else None, drift_normalisation=base.drift_normalisation if base else "none",

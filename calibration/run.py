@@ -21,6 +21,7 @@ from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_pat
 from batchlab.calibration.timing import ReferenceKernel, measure_roofline
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import GridInfo, LoopTime, Profile
+from batchlab.core.run_meta import RunMeta
 
 if TYPE_CHECKING:
     from batchlab.backend.runtime import Runtime
@@ -117,7 +118,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
                   f"fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model=rt.spec, model_source=meta["model"], device=device_info(meta),
+        model=rt.spec, model_source=meta["model"], device=device_info(RunMeta(**meta)),
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
         cost=cost_params(m), fit=result.quality, effective=effective(m, roof),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,

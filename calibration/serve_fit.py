@@ -35,19 +35,14 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
-from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import FittedCostModel, is_steady
-from batchlab.core.machine_speed import CONTENDED  # a served step over this x its price had its core taken
+from batchlab.core.step_table import CONTENDED  # a served step over this x its price had its core taken
 
 MIN_COMPUTE_SHARE = 0.05  # of the served time, for a compute level of its own
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio: a median-like fit of noisy steps
 MIN_STEPS = 5  # steps of a kind needed to fit the term that prices it
 SMALL_CHUNK = 128  # "small chunk" kind: a prefill of at most this many tokens
-
-
-def features(steps: dict[str, np.ndarray]) -> list[StepFeatures]:
-    cols = [steps[n] for n in FEATURE_NAMES]
-    return [StepFeatures(*(int(v) for v in row)) for row in zip(*cols)]
 
 
 def kinds(steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -151,7 +146,7 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
     mem = float(x[0])
     comp = float(x[1]) if two else mem
     d_chunk, d_seq, ap, ai, st = (float(v) for v in x[k:])
-    m = base.scaled(1.0 / mem, 1.0 / comp, mem) if mem > 0 and comp > 0 else base
+    m = base.at_speed(mem, comp) if mem > 0 and comp > 0 else base
     m = replace(m, per_chunk_s=max(0.0, m.per_chunk_s + d_chunk), per_seq_s=max(0.0, m.per_seq_s + d_seq),
                 after_prefill_s=max(0.0, ap), after_idle_s=max(0.0, ai), steady_s=st)
     # The robust fit prices the typical step; latencies add steps up, so they need the
@@ -159,7 +154,7 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
     # to the mean: the steady decodes by their fixed term, then the compute side on the
     # steps with a prefill chunk; contended steps (over CONTENDED x their price) left out.
     r_comp, shift = mean_levels(m, feats, y, compute=two)
-    out = m.scaled(1.0, 1.0 / r_comp, 1.0)
+    out = m.at_speed(1.0, r_comp)
     return replace(out, steady_s=m.steady_s + shift), Levels(mem, comp * r_comp)
 
 
@@ -177,6 +172,6 @@ def mean_levels(m: FittedCostModel, feats: list[StepFeatures], y: np.ndarray,
     comp = np.array([m.parts(f)[1] for f in feats])[pre]
     r_comp = (max(float(1.0 + (y[pre] - pred[pre]).sum() / comp.sum()), 1e-3)
               if compute and comp.sum() > 0 else 1.0)
-    pred, ok = uncontended(m.scaled(1.0, 1.0 / r_comp, 1.0))
+    pred, ok = uncontended(m.at_speed(1.0, r_comp))
     steady = ok & np.array([is_steady(f) for f in feats], dtype=bool)
     return r_comp, float((y[steady] - pred[steady]).mean()) if steady.any() else 0.0

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from batchlab.calibration.fresh_process import run_fresh
-from batchlab.calibration.serve_fit import features, judge_kinds, missing_kinds, predict, refine
+from batchlab.calibration.serve_fit import judge_kinds, missing_kinds, predict, refine
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import FittedCostModel
 from batchlab.core.loop_time import Overhead, busy_gaps, fit_gaps
+from batchlab.core.step_table import step_features
 from batchlab.core.workload import Workload
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     tables = [t for t, _, _ in served]
     steps = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
     loop = fit_gaps(np.concatenate([g for _, g, _ in served]), np.concatenate([n for _, _, n in served]))
-    feats, y = features(steps), steps["duration_s"]
+    feats, y = step_features(steps), steps["duration_s"]
     missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
     if missing:
         raise RuntimeError(f"the serving phase produced too few steps to fit: {', '.join(missing)}")

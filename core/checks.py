@@ -43,7 +43,7 @@ def shown(value: Any, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
-def _number(kind: type):
+def number(kind: type):
     """A before-validator: lax pydantic (profiles, model configs) would read True as 1
     and "20" as 20; a boolean or a string is not a number anywhere."""
     label = "a valid integer" if kind is int else "a valid number"
@@ -71,7 +71,7 @@ def _range(lo: float | None, hi: float | None, *, lo_open: bool = False, inf_ok:
 
 
 def _num(kind: type, lo, hi, what: str, **kw) -> Any:
-    return Annotated[kind, _number(kind), _range(lo, hi, what=what, **kw)]
+    return Annotated[kind, number(kind), _range(lo, hi, what=what, **kw)]
 
 
 # Times in seconds.

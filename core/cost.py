@@ -12,16 +12,92 @@ from batchlab.core.specs import HardwareSpec, ModelSpec
 
 
 class CostModel(Protocol):
-    def step_time(self, f: StepFeatures) -> float: ...
+    """Everything the simulator asks of a price (sim/engine.py, core/fast_forward.py)."""
+
+    def step_time(self, f: StepFeatures) -> float:
+        """Seconds of one step of shape f."""
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        """step_time of m steady decode steps starting with f: kv_tokens_read and
+        attention_pairs grow by num_seqs a step; f's context features (after_prefill,
+        after_idle) are its own, the later steps follow a decode. Bit for bit equal to
+        step_time, step by step (the fast-forward relies on it)."""
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        """step_time of m decode-only steps of n sequences reading kv0, kv0 + n, ... KV
+        tokens, in whichever form is cheapest for m (stretch_times is the usual one)."""
+
+    def at(self, now: float) -> "CostModel":
+        """The price of a step (or a fast-forwarded run) starting at `now` on the run's
+        clock: itself, unless its level moves with the clock (core/cost_at_speed.py)."""
+
+
+class CostForm(CostModel, Protocol):
+    """A concrete cost form (roofline, linear, fitted): what a CostAtSpeed wraps."""
+
+    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
+        """This form as the machine ran at measured speeds: its memory side (fixed costs,
+        weight and KV traffic) `memory` times as slow, its compute side `compute` times
+        (None: as priced). How the two sides split is the form's own business."""
+
+
+# Stretches of decode steps shorter than this are priced step by step, longer ones by
+# one numpy call (decode_run_times), which costs more to set up.
+SHORT_STEPS = 6
+
+
+def stretch_times(cost: CostModel, n: int, kv0: int, m: int) -> list[float]:
+    """`cost`'s decode_times: step by step when the stretch is short, else vectorised."""
+    if m < SHORT_STEPS:
+        return [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv)) for kv in range(kv0, kv0 + m * n, n)]
+    return cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist()
+
+
+class FormDefaults:
+    """The CostModel methods most forms share: decode stretches priced by stretch_times,
+    one level whatever the clock (at: itself), and at a measured speed every step slowed
+    as a whole (at_speed: Slowed). A form overrides what it does otherwise."""
+    __slots__ = ()
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        return stretch_times(self, n, kv0, m)
+
+    def at(self, now: float) -> CostModel:
+        return self
+
+    def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
+        return Slowed(self, memory)
 
 
 @dataclass(frozen=True, slots=True)
-class RooflineCostModel:
+class Slowed(FormDefaults):
+    """Every step of `base` `factor` times as long: a cost form at a measured speed where
+    the form does not split its memory and compute sides for the measurement (roofline,
+    linear: experiments/machine_speed.py measures a compute side on a fitted profile's FLOP
+    terms only)."""
+    base: CostModel
+    factor: float
+
+    def step_time(self, f: StepFeatures) -> float:
+        return self.base.step_time(f) * self.factor
+
+    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        return self.base.decode_run_times(f, m) * self.factor
+
+
+# A roofline prices decode stretches shorter than this in plain Python (decode_times).
+SHORT_PLAIN = 48
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineCostModel(FormDefaults):
     """overhead + max(bytes moved / bandwidth, FLOPs / peak) + tensor-parallel all-reduce.
 
     Bytes: the weights once per step (they are shared by every sequence in the batch:
     the whole point of batching) plus every KV slot attention reads. All figures are
-    per GPU; bandwidth and peak are already scaled by achievable efficiency."""
+    per GPU; bandwidth and peak are already scaled by achievable efficiency. At a measured
+    speed the whole step is slowed (FormDefaults.at_speed): the measured compute side is a
+    fitted profile's FLOP terms."""
 
     weight_bytes: float
     kv_bytes_per_token: float
@@ -46,7 +122,10 @@ class RooflineCostModel:
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         """step_time of m decode-only steps of n sequences reading kv0, kv0 + n, ... KV
-        tokens: the same arithmetic in plain Python, cheaper than numpy for short runs."""
+        tokens: below SHORT_PLAIN steps the same arithmetic in plain Python, cheaper than
+        numpy for short runs; from there decode_run_times."""
+        if m >= SHORT_PLAIN:
+            return self.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist()
         w, kvb, bw = self.weight_bytes, self.kv_bytes_per_token, self.mem_bandwidth
         flops, afp, peak = self.flops_per_token * n, self.attention_flops_per_pair, self.peak_flops
         t_comm = 0.0
@@ -74,18 +153,6 @@ def _growing(f: StepFeatures, m: int) -> tuple[np.ndarray, np.ndarray]:
     num_seqs sequences attends one more token per step."""
     grow = np.arange(m, dtype=np.int64) * f.num_seqs
     return f.kv_tokens_read + grow, f.attention_pairs + grow
-
-
-def decode_run_times(cost: CostModel, first: StepFeatures, m: int) -> np.ndarray:
-    """Durations of m steady decode steps starting with `first` (whose context features,
-    after_prefill and after_idle, are its own: the later steps follow a decode)."""
-    vectorised = getattr(cost, "decode_run_times", None)
-    if vectorised is not None:
-        return vectorised(first, m)
-    kv, pairs = _growing(first, m)
-    later = first._replace(after_prefill=0, after_idle=0)
-    return np.array([cost.step_time((first if j == 0 else later)._replace(
-        kv_tokens_read=int(a), attention_pairs=int(b))) for j, (a, b) in enumerate(zip(kv, pairs))])
 
 
 def kv_shards(model: ModelSpec, tensor_parallel: int) -> int:
@@ -159,8 +226,9 @@ def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
 
 
 @dataclass(frozen=True, slots=True)
-class LinearCostModel:
-    """intercept + sum(coef[name] * feature[name]) over FEATURE_NAMES (missing = 0)."""
+class LinearCostModel(FormDefaults):
+    """intercept + sum(coef[name] * feature[name]) over FEATURE_NAMES (missing = 0); at a
+    measured speed the whole step is slowed (it does not split the two sides)."""
 
     intercept: float
     coef: dict[str, float] = field(default_factory=dict)

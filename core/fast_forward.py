@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchlab.core.cost import CostModel, decode_run_times
+from batchlab.core.cost import CostModel
 from batchlab.core.features import StepFeatures
-
-# Stretches of equal batch size shorter than these are priced step by step (in the cost
-# model's pure-Python form, or by step_time), longer ones by one numpy call.
-SHORT_PLAIN, SHORT_STEPS = 48, 6
 
 
 @dataclass
@@ -31,9 +27,8 @@ def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int
     """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
     leaving[r] = [count, their cached tokens] of those whose last step is r (< k).
     Between two finishes the batch size is constant and the KV read grows by n a step:
-    a stretch of equal size is one vectorised cost call (or plain calls when short,
-    where those are cheaper)."""
-    plain = getattr(cost, "decode_times", None)  # a cost model's own pure-Python form
+    a stretch of equal size is one call of the cost model's decode_times (which prices
+    it in the cheapest form for its length)."""
     run = DecodeRun([], [], [])
     start = 1
     # Stretch by stretch, steps start..stop: the leaving steps are distinct, >= 1 and
@@ -41,14 +36,7 @@ def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int
     for stop in sorted(leaving) + [k]:
         length = stop - start + 1
         kv0 = cached + start * n
-        if plain is not None and length < SHORT_PLAIN:
-            run.durations += plain(n, kv0, length)
-        elif length < SHORT_STEPS:
-            run.durations += [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv))
-                              for kv in range(kv0, kv0 + length * n, n)]
-        else:
-            run.durations += decode_run_times(cost, StepFeatures(n, 0, 0, n, kv0, kv0),
-                                              length).tolist()
+        run.durations += cost.decode_times(n, kv0, length)
         run.num_seqs += [n] * length
         run.kv_read += range(kv0, kv0 + length * n, n)
         start = stop + 1

@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from batchlab.core.cost import FormDefaults
 from batchlab.core.features import StepFeatures
 from batchlab.core.specs import ModelSpec
 
@@ -81,7 +82,7 @@ PARAM_NAMES = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte",
 
 
 @dataclass(frozen=True, slots=True)
-class FittedCostModel:
+class FittedCostModel(FormDefaults):
     shape: Shape
     overhead_s: float
     per_seq_s: float
@@ -177,6 +178,12 @@ class FittedCostModel:
         if m and not is_steady(f):
             t[0] = self.step_time(f)
         return t
+
+    def at_speed(self, memory: float, compute: float | None = None) -> "FittedCostModel":
+        """The profile as the machine ran at measured speeds: its memory side (fixed costs,
+        weight and KV traffic) x `memory`, its FLOP terms x `compute` (None: as profiled).
+        Serving's refit (calibration/serve_fit.py) levels the two sides the same way."""
+        return self.scaled(bandwidth=1.0 / memory, flops=1.0 / (compute or 1.0), overhead=memory)
 
     # -- the fitted terms as hardware figures -------------------------------------------
     @property

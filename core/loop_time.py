@@ -7,17 +7,15 @@ simulation runs ahead: measured 0.12-0.15 ms a step on batchlab-tiny's chat traf
 
 It is measured from a served run's step table: gaps while a request was in the system
 (which excludes idle sleeps), fitted as gap = per_step + per_seq * num_seqs of the step
-that follows (forming a batch costs per sequence in it). WithOverhead adds it to a cost
-model, so a simulated step's duration is the loop's period: its start times follow the
-real run's, its durations are its step plus the gap after it."""
+that follows (forming a batch costs per sequence in it). core/cost_at_speed.py adds it to a
+cost model, so a simulated step's duration is the loop's period: its start times follow
+the real run's, its durations are its step plus the gap after it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.core.cost import CostModel, decode_run_times
-from batchlab.core.features import StepFeatures
 from batchlab.core.result import RunResult
 
 
@@ -76,23 +74,3 @@ def fit_gaps(gap: np.ndarray, seqs: np.ndarray) -> Overhead:
 def fit_overhead(run: RunResult) -> Overhead:
     """The loop's time between steps, fitted on the run's busy gaps."""
     return fit_gaps(*busy_gaps(run))
-
-
-@dataclass(frozen=True)
-class WithOverhead:
-    """A cost model plus the per-step time outside the forward pass."""
-    base: CostModel
-    overhead: Overhead
-
-    def step_time(self, f: StepFeatures) -> float:
-        o = self.overhead
-        return self.base.step_time(f) + o.per_step_s + o.per_seq_s * f.num_seqs
-
-    def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
-        o = self.overhead
-        return decode_run_times(self.base, f, m) + (o.per_step_s + o.per_seq_s * f.num_seqs)
-
-
-def with_loop(cost: CostModel, loop: Overhead | None) -> CostModel:
-    """`cost` plus a profile's serving-loop time between steps, where it has one."""
-    return cost if loop is None else WithOverhead(cost, loop)

@@ -15,7 +15,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchlab.core.checks import Count, Finite, NonNegative, Tokens, shown
+from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.loop_time import Overhead
 from batchlab.core.specs import MODELS, ModelSpec
 
 PROFILE_FORMAT = "batchlab-profile"
@@ -185,19 +187,18 @@ class Profile(BaseModel):
                             c.steady_s)
         return m if (bandwidth, flops, overhead) == (1.0, 1.0, 1.0) else m.scaled(bandwidth, flops, overhead)
 
-    def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0, overhead: float = 1.0):
+    def simulation_cost(self, bandwidth: float = 1.0, flops: float = 1.0,
+                        overhead: float = 1.0) -> CostAtSpeed:
         """What the simulator prices a step at: cost_model() plus the serving loop's time
         between steps (scaled with the fixed costs), where the profile measured it."""
-        from batchlab.core.loop_time import with_loop
-        return with_loop(self.cost_model(bandwidth, flops, overhead), self.loop_overhead(overhead))
+        return CostAtSpeed(self.cost_model(bandwidth, flops, overhead), loop=self.loop_overhead(overhead))
 
-    def loop_overhead(self, overhead: float = 1.0):
+    def loop_overhead(self, overhead: float = 1.0) -> Overhead | None:
         """The loop's time between steps as a core.loop_time.Overhead (x `overhead`), or
         None where the profile has none."""
         lp = self.loop
         if lp is None or lp.per_step_s + lp.per_seq_s <= 0:
             return None
-        from batchlab.core.loop_time import Overhead
         return Overhead(lp.per_step_s * overhead, lp.per_seq_s * overhead, 0.0, lp.gaps)  # mean gap: not kept
 
     def device_description(self) -> str:

@@ -1,4 +1,5 @@
-"""A finished run (simulated or real): the two tables, the inter-token gaps, metadata."""
+"""A finished run (simulated or real): the two tables, the inter-token gaps, its typed
+metadata (core/run_meta.py). core/run_folder.py writes it to a run folder and reads it back."""
 from __future__ import annotations
 
 import math
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.summary import SLO, step_totals, summarize
 
 
@@ -16,12 +18,12 @@ class RunResult:
     steps: dict[str, np.ndarray] | None  # None when the run kept totals only
     itl_gaps: np.ndarray  # inter-token gaps (s); itl_counts[i] tokens had gap itl_gaps[i]
     itl_counts: np.ndarray
-    meta: dict = field(default_factory=dict)  # what ran: policy, model, hardware, seed, ...
+    meta: RunMeta = field(default_factory=RunMeta)  # what ran: policy, model, hardware, seed, ...
     totals: dict = field(default_factory=dict)  # step totals, for runs without a step table
 
     @classmethod
-    def from_recorder(cls, rec: MetricsRecorder, meta: dict | None = None) -> "RunResult":
-        return cls(rec.request_table(), rec.step_table(), *rec.itl(), meta or {}, dict(rec.totals))
+    def from_recorder(cls, rec: MetricsRecorder, meta: RunMeta | None = None) -> "RunResult":
+        return cls(rec.request_table(), rec.step_table(), *rec.itl(), meta or RunMeta(), dict(rec.totals))
 
     @property
     def itl(self) -> np.ndarray:
@@ -65,8 +67,8 @@ def check_finite(result: RunResult) -> None:
     req = result.requests
     done = req["status"] == "finished"
     # A client-side measurement (batchlab replay) cannot see some times at all: it names
-    # them in meta["unobserved"], and their statistics are NaN, not errors.
-    unobserved = set(result.meta.get("unobserved", ()))
+    # them in meta.unobserved, and their statistics are NaN, not errors.
+    unobserved = set(result.meta.unobserved)
     for col in (c for c in _FINISHED_TIMES if c not in unobserved):
         bad = done & ~np.isfinite(req[col].astype(float))
         if bad.any():

@@ -1,61 +1,18 @@
-"""Writing results: per policy a requests.csv and a steps.csv, and one summary.json
-keyed by policy, rewritten after each policy so an interrupt keeps what finished."""
+"""A command's --out directory: checked before any work, made, cleared of an earlier run's
+results, config.json written; the runs go in as core/run_folder.py lays them out (RunSet:
+per policy a requests.csv and a steps.csv, one meta.json and one summary.json keyed by
+policy, rewritten after each policy so an interrupt keeps what finished)."""
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from batchlab.core.result import RunResult
+# The JSON and table writers are the run folder's; commands import them from here too.
+from batchlab.core.run_folder import TABLES, RunSet, to_json, with_latencies, write_table  # noqa: F401
 from batchlab.experiments.errors import UserError
-
-
-def _clean(x: Any) -> Any:
-    """JSON has no NaN: write null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
-def to_json(obj: Any) -> str:
-    return json.dumps(_clean(obj), indent=2, sort_keys=False)
-
-
-def write_table(path: Path, table: dict[str, np.ndarray]) -> None:
-    cols = list(table)
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(cols)
-        w.writerows(zip(*(table[c].tolist() for c in cols)))
-
-
-def with_latencies(req: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The request table plus each finished request's latencies in ms, as `vllm bench
-    serve` defines them: ttft (arrival to first token), tpot ((e2el - ttft) / (output
-    tokens - 1), for replies of more than one token), e2el (arrival to last token) and
-    queueing delay (arrival to first scheduled). Empty (NaN) for the others."""
-    done = req["status"] == "finished"
-    nan = np.where(done, 1.0, np.nan)
-    arrival, first, finish = req["arrival_s"], req["first_token_s"], req["finish_s"]
-    multi = np.where(req["output_len"] > 1, 1.0, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = (finish - first) / (req["output_len"] - 1) * multi
-    return {**req, "ttft_ms": (first - arrival) * 1000 * nan, "tpot_ms": tpot * 1000 * nan,
-            "e2el_ms": (finish - arrival) * 1000 * nan,
-            "queueing_delay_ms": (req["first_scheduled_s"] - arrival) * 1000 * nan}
-
-
-# What a run writes per policy folder; only these are ever removed.
-TABLES = ("requests.csv", "steps.csv")
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -83,19 +40,11 @@ class ResultWriter:
     def __init__(self, out_dir: str | Path, config: dict[str, Any]) -> None:
         """Done before anything is simulated or served (see make_out_dir)."""
         self.dir = make_out_dir(out_dir, config)
-        self.summaries: dict[str, dict] = {}
-        self.meta: dict[str, dict] = {}
+        self._runs = RunSet(self.dir)
 
     def add(self, name: str, result: RunResult, summary: dict[str, float]) -> None:
-        sub = self.dir / name
-        sub.mkdir(exist_ok=True)
-        write_table(sub / TABLES[0], with_latencies(result.requests))
-        if result.steps is not None:
-            write_table(sub / TABLES[1], result.steps)
-        self.summaries[name] = summary
-        self.meta[name] = result.meta
-        (self.dir / "summary.json").write_text(to_json(self.summaries) + "\n")
-        (self.dir / "meta.json").write_text(to_json(self.meta) + "\n")
+        """The run's tables in DIR/NAME, its meta and summary in DIR's keyed files."""
+        self._runs.add(name, result, summary)
 
 
 def remove_earlier_results(out: Path) -> None:

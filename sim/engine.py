@@ -36,7 +36,6 @@ class Replica:
         sees it before forming that step)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
-        self._cost_at = getattr(cost, "at", None)  # a cost whose level moves with the clock
         self.next_arrival = None if observer else next_arrival
         if self.next_arrival is not None:
             scheduler.keep_decodes_in_group()
@@ -74,7 +73,7 @@ class Replica:
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             context = self.history.context(env.now)
-            cost = self._cost_at(env.now) if self._cost_at else self.cost
+            cost = self.cost.at(env.now)  # the price where the level moves with the clock
             run = self._fast_forward(batch, context, cost) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run

@@ -10,6 +10,7 @@ from batchlab.core.cost import CostModel
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence
 from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
@@ -30,7 +31,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     record_steps=False keeps step totals instead of the step table (result.steps is
     None) and inter-token gaps in a fixed-size histogram (0.005% resolution), so that a
     replay of millions of requests holds little more than their rows.
-    keep_on_interrupt: on Ctrl-C, return what was simulated, with meta["interrupted"]
+    keep_on_interrupt: on Ctrl-C, return what was simulated, with meta.interrupted
     (rows for the requests that arrived; those still running or waiting say so),
     instead of raising."""
     if replicas < 1:
@@ -72,4 +73,4 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
             "interrupted": interrupted, "simulated_s": env.now, **(meta or {})}
-    return RunResult.from_recorder(rec, info)
+    return RunResult.from_recorder(rec, RunMeta(**info))

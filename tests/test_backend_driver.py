@@ -34,7 +34,7 @@ W = wl(np.zeros(6), [8, 30, 3, 17, 50, 12], [5, 9, 12, 3, 7, 10])
 def test_same_tables_and_summary_as_the_simulator(runtime):
     cfg = SchedulerConfig(policy="continuous", block_size=8)
     real = run_workload(runtime, W, cfg, progress=False)
-    sim = simulate(W, cfg, LinearCostModel(0.01), real.meta["num_kv_blocks"])
+    sim = simulate(W, cfg, LinearCostModel(0.01), real.meta.num_kv_blocks)
     for ours, theirs in ((real.requests, sim.requests), (real.steps, sim.steps)):
         assert list(ours) == list(theirs)
         assert [v.dtype.kind for v in ours.values()] == [v.dtype.kind for v in theirs.values()]
@@ -54,7 +54,7 @@ def test_observer_sees_the_steps_the_simulator_observer_sees(runtime):
         return lambda replica, start, duration, batch: seen[world].append(
             (replica, [s.id for s in batch.seqs], list(batch.num_tokens), duration > 0))
     real = run_workload(runtime, W, cfg, progress=False, observer=watch("real"))
-    simulate(W, cfg, LinearCostModel(0.01), real.meta["num_kv_blocks"], observer=watch("sim"))
+    simulate(W, cfg, LinearCostModel(0.01), real.meta.num_kv_blocks, observer=watch("sim"))
     assert len(seen["real"]) == len(real.steps["start_s"]) > 6
     assert seen["real"] == seen["sim"]
 
@@ -63,15 +63,15 @@ def test_metadata_says_what_ran(runtime):
     r = run_workload(runtime, W, SchedulerConfig(policy="chunked", block_size=8), progress=False,
                      time_scale=0.0)
     m = r.meta
-    assert m["world"] == "real" and m["policy"] == "chunked"
-    assert m["model"] == "batchlab-tiny" and m["dtype"] == "float32" and m["device"] == "cpu"
-    assert m["threads"] == torch.get_num_threads() == 1
-    assert m["torch"] == torch.__version__ and m["time_scale"] == 0.0
-    block_bytes = 8 * m["kv_bytes_per_token"]
-    assert m["num_kv_blocks"] == 32 * 2**20 // block_bytes  # the budget, in blocks
-    assert m["steps"] == len(r.steps["start_s"])
-    assert 0 <= m["scheduler_overhead_s"] < m["wall_s"]
-    assert m["engine_forward_s"] > 0 and not m["interrupted"]
+    assert m.world == "real" and m.policy == "chunked"
+    assert m.model == "batchlab-tiny" and m.dtype == "float32" and m.device == "cpu"
+    assert m.threads == torch.get_num_threads() == 1
+    assert m.torch == torch.__version__ and m.time_scale == 0.0
+    block_bytes = 8 * m.kv_bytes_per_token
+    assert m.num_kv_blocks == 32 * 2**20 // block_bytes  # the budget, in blocks
+    assert m.steps == len(r.steps["start_s"])
+    assert 0 <= m.scheduler_overhead_s < m.wall_s
+    assert m.engine_forward_s > 0 and not m.interrupted
 
 
 def test_arrivals_wait_for_the_wall_clock(runtime):
@@ -107,7 +107,7 @@ def test_stop_keeps_what_finished(runtime):
     w = wl(np.zeros(4), [4, 4, 4, 4], [2, 2, 200, 200])
     r = run_workload(runtime, w, SchedulerConfig(), progress=False, stop=stop,
                      on_step=lambda k: k >= 5 and stop.set())
-    assert r.meta["interrupted"]
+    assert r.meta.interrupted
     status = list(r.requests["status"])
     assert status.count("finished") == 2 and len(status) == 4
     assert r.summary()["completed"] == 2
@@ -120,7 +120,7 @@ def test_ctrl_c_stops_cleanly(runtime):
     w = wl(np.zeros(3), [4, 4, 4], [2, 300, 300])
     r = run_workload(runtime, w, SchedulerConfig(), progress=False,
                      on_step=lambda k: k == 4 and os.kill(os.getpid(), signal.SIGINT))
-    assert r.meta["interrupted"]
+    assert r.meta.interrupted
     assert r.summary()["completed"] == 1
     assert signal.getsignal(signal.SIGINT) is before  # restored
 

@@ -68,7 +68,7 @@ def test_cached_blocks_are_reused_and_output_matches_generate(runtime, reference
     # A cached block is not recomputed: the steps computed every prompt token but the hits.
     assert res.steps["prefill_tokens"].sum() == sum(PROMPTS) - s["prefix_cache_hits"]
     # The same schedule in the simulator finds the same hits, request by request.
-    sim = simulate(W, cfg, LinearCostModel(0.01), res.meta["num_kv_blocks"])
+    sim = simulate(W, cfg, LinearCostModel(0.01), res.meta.num_kv_blocks)
     assert np.array_equal(sim.requests["cached_tokens"], res.requests["cached_tokens"])
     assert np.array_equal(sim.steps["cached_blocks"], res.steps["cached_blocks"])
 

@@ -8,7 +8,7 @@ import pytest
 
 from batchlab.core.fitted_cost import FittedCostModel
 from batchlab.experiments.cli import main
-from batchlab.experiments.output import write_table
+from batchlab.core.run_folder import write_table
 from tests.test_calibration_cli import one_line_error, run_cli
 from tests.test_calibration_profile import make_profile
 from tests.test_serve_fit import BASE, served_table
@@ -144,7 +144,7 @@ def test_a_table_written_before_the_later_features_gets_them_derived(tmp_path):
     exactly where a step has one chunk; with several, as if they were equal)."""
     import numpy as np
 
-    from batchlab.calibration.served_runs import read_steps
+    from batchlab.core.run_folder import read_steps
     from batchlab.core.features import CONTEXT_FEATURES, LATER_FEATURES
     steps = served_table(TRUTH, seed=3, n=30)
     path = tmp_path / "steps.csv"

@@ -10,7 +10,6 @@ import pytest
 from batchlab.calibration.fit import SMALL_ROWS, fit
 from batchlab.calibration.grid import default_grid, features_of
 from batchlab.core.batch import StepFeatures
-from batchlab.core.cost import decode_run_times
 from batchlab.core.fitted_cost import PARAM_NAMES, FittedCostModel, Shape
 from batchlab.core.profile import Measurement
 from batchlab.core.specs import MODELS
@@ -88,7 +87,9 @@ def test_decode_runs_vectorised_equal_step_by_step(combine, context):
                     kv_tokens_read=first.kv_tokens_read + j * b, attention_pairs=first.attention_pairs + j * b))
                 for j in range(50)]
         assert fast.tolist() == slow  # bit for bit: the simulator's fast-forward relies on it
-        assert decode_run_times(model, first, 50).tolist() == slow
+        if context == (0, 0):  # the fast-forward's stretches of steady decodes (decode_times)
+            for m in (3, 50):
+                assert model.decode_times(b, first.kv_tokens_read, m) == slow[:m]
 
 
 def test_steady_terms_price_only_a_decode_after_a_decode():

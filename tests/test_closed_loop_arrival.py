@@ -16,7 +16,8 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.workload import Workload
 from batchlab.core.loop_time import fit_overhead
 from batchlab.experiments.validation.pair import run_real, run_sim, sim_scheduler
-from batchlab.experiments.validation.variants import WithOverhead, fit_linear_cost
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.experiments.validation.variants import fit_linear_cost
 
 ZERO_S = 0.0002  # "no delay": the buggy driver stamped the poll, 0.2 ms is far above that
 
@@ -63,7 +64,7 @@ def test_queueing_delay_distribution_matches_the_simulation(runtime):
         real = run_real(runtime, w, cfg)
         # The run's own step costs (self-fit + between-step time), so the comparison is of
         # when requests arrive and queue, not of a profile's price.
-        cost = WithOverhead(fit_linear_cost(real.result), fit_overhead(real.result))
+        cost = CostAtSpeed(fit_linear_cost(real.result), loop=fit_overhead(real.result))
         sim = run_sim(w, sim_scheduler(cfg, real.result), cost)
         q_real, q_sim = queueing(real.result.requests), queueing(sim.result.requests)
         zero_real.append((q_real < ZERO_S).mean())

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel, roofline
+from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.kv_reservation import KV_ALLOCATIONS
+from batchlab.core.loop_time import Overhead
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from batchlab.core.profile import load_profile
 from batchlab.core.schedulers import SCHEDULERS
@@ -32,6 +34,11 @@ COSTS = {
     # ... with context terms: a decode run's first step priced after a prefill / idle gap
     "calibrated_context": dataclasses.replace(load_profile("default").cost_model(),
                                               after_prefill_s=0.004, after_idle_s=0.006),
+    # ... at a measured speed, plus the loop's time between steps (core/cost_at_speed.py)
+    "calibrated_at_speed": CostAtSpeed(load_profile("default").cost_model(), 1.1, 0.9,
+                                       loop=Overhead(2e-4, 1e-5, 0.0, 0)),
+    "roofline_at_speed": CostAtSpeed(roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"),
+                                              1, 0.8, 0.6, 0.002), 1.2, loop=Overhead(1e-4, 0.0, 0.0, 0)),
 }
 
 

@@ -1,5 +1,5 @@
 """The fidelity report says how far the machine's speed moved within the real runs
-(core.machine_speed.drift), and validate's explanation gives each run's range."""
+(experiments.machine_speed.drift), and validate's explanation gives each run's range."""
 from __future__ import annotations
 
 from batchlab.experiments.studies.fidelity_report import drift_sentence

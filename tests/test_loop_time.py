@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.loop_time import Overhead, WithOverhead, fit_gaps, table_gaps
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.loop_time import Overhead, fit_gaps, table_gaps
 from batchlab.core.profile import LoopTime
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
@@ -38,12 +39,12 @@ def test_the_simulator_waits_the_loop_after_every_step_and_table_gaps_finds_it_a
     work = Workload(np.zeros(len(work)), work.prompt_len, work.output_len)  # same steps either way
     for ff in (True, False):
         plain = simulate(work, cfg, BASE, 2000, fast_forward=ff)
-        looped = simulate(work, cfg, WithOverhead(BASE, loop), 2000, fast_forward=ff)
+        looped = simulate(work, cfg, CostAtSpeed(BASE, loop=loop), 2000, fast_forward=ff)
         s, p = looped.steps, plain.steps
         assert len(s["duration_s"]) == len(p["duration_s"])
         assert np.allclose(s["duration_s"], p["duration_s"] + 3e-4 + 1e-5 * p["num_seqs"], rtol=0, atol=1e-12)
         assert looped.summary()["mean_tpot_ms"] > plain.summary()["mean_tpot_ms"]
-    looped = simulate(_work(), cfg, WithOverhead(BASE, loop), 2000)  # arrivals apart: idle gaps too
+    looped = simulate(_work(), cfg, CostAtSpeed(BASE, loop=loop), 2000)  # arrivals apart: idle gaps too
     # A table whose steps are separated by the loop gives it back (the sim's own table has
     # it inside the durations: move it out, as a real run's would be).
     st = dict(looped.steps)

@@ -1,6 +1,6 @@
 """The machine's speed measured on both sides of a fitted profile: the memory side from a
 run's steady decode steps, the compute side from its compute-bound steps (prefills of a
-few hundred tokens), and the profile re-priced at both (core/machine_speed.py)."""
+few hundred tokens), and the profile re-priced at both (experiments/machine_speed.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,8 @@ import pytest
 from batchlab.core.batch import FEATURE_NAMES, StepFeatures
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.machine_speed import at_speed, machine_speed, price, steady_decode
+from batchlab.core.step_table import price
+from batchlab.experiments.machine_speed import machine_speed, steady_decode
 from batchlab.core.specs import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
@@ -40,31 +41,31 @@ def table(steps: list[StepFeatures], truth, slow: np.ndarray | None = None) -> d
 def test_both_sides_are_measured_apart():
     """The memory side 20% slow while the compute side runs 10% fast: each factor is
     found on its own, and the profile at both re-prices the run's steps."""
-    run = table(served([384, 512, 448, 640] * 3), at_speed(MODEL, 1.2, 0.9))
+    run = table(served([384, 512, 448, 640] * 3), MODEL.at_speed(1.2, 0.9))
     ms = machine_speed(run, MODEL, "test")
-    assert ms["factor"] == pytest.approx(1.2, rel=2e-3)
-    assert ms["compute_factor"] == pytest.approx(0.9, rel=1e-2) and ms["compute_steps"] == 12
+    assert ms.factor == pytest.approx(1.2, rel=2e-3)
+    assert ms.compute_factor == pytest.approx(0.9, rel=1e-2) and ms.compute_steps == 12
     every = np.ones(len(run["duration_s"]), bool)
-    repriced = price(run, at_speed(MODEL, ms["factor"], ms["compute_factor"]), every)
+    repriced = price(run, MODEL.at_speed(ms.factor, ms.compute_factor), every)
     assert np.abs(repriced / run["duration_s"] - 1).max() < 0.01
     # the memory side alone leaves the prefills 10% over-priced
-    memory_only = price(run, at_speed(MODEL, ms["factor"]), every)
+    memory_only = price(run, MODEL.at_speed(ms.factor), every)
     assert (memory_only / run["duration_s"])[run["prefill_tokens"] > 0] == pytest.approx(1 / 0.9, rel=2e-2)
 
 
 def test_a_run_without_compute_bound_steps_keeps_the_flop_rates():
-    run = table(served([16, 24] * 3), at_speed(MODEL, 1.1, 0.8))  # short prompts: memory-bound
+    run = table(served([16, 24] * 3), MODEL.at_speed(1.1, 0.8))  # short prompts: memory-bound
     ms = machine_speed(run, MODEL)
-    assert ms["factor"] == pytest.approx(1.1, rel=2e-3)
-    assert ms["compute_factor"] is None and ms["compute_steps"] < 8 and "compute-bound" in ms["compute_why"]
+    assert ms.factor == pytest.approx(1.1, rel=2e-3)
+    assert ms.compute_factor is None and ms.compute_steps < 8 and "compute-bound" in ms.compute_why
 
 
 def test_a_cost_form_without_flop_terms_measures_the_memory_side_only():
     linear = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
     run = table(served([384, 512] * 6), linear)
     ms = machine_speed(run, linear)
-    assert ms["factor"] is not None and ms["compute_factor"] is None
-    assert "FLOP" in ms["compute_why"]
+    assert ms.factor is not None and ms.compute_factor is None
+    assert "FLOP" in ms.compute_why
 
 
 def test_the_factor_is_the_mean_step_and_contended_steps_are_left_out():
@@ -82,10 +83,10 @@ def test_the_factor_is_the_mean_step_and_contended_steps_are_left_out():
     ms = machine_speed(run, MODEL)
     price_steady = np.array([MODEL.step_time(steps[i]) for i in steady])
     kept = slow < 5
-    assert ms["steps"] == steady.size - 1
-    assert ms["factor"] == pytest.approx((price_steady * slow)[kept].sum() / price_steady[kept].sum(),
+    assert ms.steps == steady.size - 1
+    assert ms.factor == pytest.approx((price_steady * slow)[kept].sum() / price_steady[kept].sum(),
                                          rel=1e-4)
-    assert ms["factor"] > 1.08
+    assert ms.factor > 1.08
 
 
 def test_drift_within_a_run_is_measured_by_windows():
@@ -96,14 +97,14 @@ def test_drift_within_a_run_is_measured_by_windows():
     assert base["start_s"][-1] > 8  # enough 2 s windows
     slow = np.where(np.arange(len(steps)) >= len(steps) // 2, 1.3, 1.0)
     ms = machine_speed(table(steps, MODEL, slow), MODEL)
-    assert 1.1 < ms["factor"] < 1.2 and ms["drift_windows"] >= 4
-    lo, hi = ms["drift_range"]
+    assert 1.1 < ms.factor < 1.2 and ms.drift_windows >= 4
+    lo, hi = ms.drift_range
     assert lo == pytest.approx(1.0, abs=0.02) and hi == pytest.approx(1.3, abs=0.02)
-    assert ms["drift"] == pytest.approx((hi - lo) / ms["factor"], rel=1e-3)
+    assert ms.drift == pytest.approx((hi - lo) / ms.factor, rel=1e-3)
     steady = machine_speed(base, MODEL)
-    assert steady["drift"] == pytest.approx(0.0, abs=1e-9) and steady["drift_windows"] >= 4
+    assert steady.drift == pytest.approx(0.0, abs=1e-9) and steady.drift_windows >= 4
 
 
 def test_a_short_run_has_no_drift_figure():
     ms = machine_speed(table(served([16, 24]), MODEL), MODEL)
-    assert ms["factor"] is not None and ms["drift"] is None and ms["drift_windows"] < 4
+    assert ms.factor is not None and ms.drift is None and ms.drift_windows < 4

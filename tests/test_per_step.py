@@ -7,6 +7,7 @@ import pytest
 
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.features import FEATURE_NAMES
+from batchlab.core.run_meta import MachineSpeed
 from batchlab.experiments.validation.per_step import describe, identical_work_spread, per_step
 
 COST = LinearCostModel(0.01)  # every step priced 10 ms
@@ -33,7 +34,7 @@ def test_identical_work_pairs_kth_with_kth_and_skips_unmatched_steps():
 
 def test_model_error_against_the_real_runs_spread():
     slow = [0.012] * 40  # the machine ran 1.2x the price in both runs
-    cells = [[(run(slow), {"factor": 1.2}), (run([0.0132] * 40), {"factor": 1.32})]]
+    cells = [[(run(slow), MachineSpeed(factor=1.2)), (run([0.0132] * 40), MachineSpeed(factor=1.32))]]
     p = per_step(cells, COST)
     assert p["steps"] == 80 and p["pairs"] == 40
     assert p["real_vs_real"] == pytest.approx(0.1)
@@ -56,8 +57,8 @@ def test_normalised_error_follows_the_runs_drift_window_by_window():
     is exact; at the run's one mean factor, every step is off."""
     steps = run([0.010] * 20 + [0.015] * 20)
     mid = float(steps["start_s"][20])
-    one = {"factor": 1.25}
-    windows = {**one, "drift_levels": [[0.0, 1.0], [mid, 1.5]]}
+    one = MachineSpeed(factor=1.25)
+    windows = MachineSpeed(factor=1.25, drift_levels=[[0.0, 1.0], [mid, 1.5]])
     assert per_step([[(steps, windows)]], COST)["median_ape_normalised"] == pytest.approx(0.0, abs=1e-12)
     assert per_step([[(steps, one)]], COST)["median_ape_normalised"] > 0.15
     # the raw error ignores the speed
@@ -87,12 +88,13 @@ def test_the_spread_between_validations_of_the_same_work():
     from batchlab.core.config import SchedulerConfig
     from batchlab.core.workload.workload import Workload
     from batchlab.experiments.validation.rejudge import same_work_apart
+    from batchlab.core.run_meta import RunMeta
     from batchlab.experiments.validation.stored import StoredCell, StoredRun
 
     def cell(where: str, arrivals: list[float], durations: list[float]) -> StoredCell:
         w = Workload(np.array(arrivals), np.full(len(arrivals), 20), np.full(len(arrivals), 5))
         return StoredCell(Path(where), w, SchedulerConfig(policy="continuous"),
-                          [StoredRun(Path(where) / "real", {}, {}, run(durations))])
+                          [StoredRun(Path(where) / "real", RunMeta(), {}, run(durations))])
     morning, evening = cell("/m", [0.0, 1.0], [0.010] * 8), cell("/e", [0.0, 1.0], [0.012] * 8)
     other = cell("/o", [0.0, 2.0], [0.020] * 8)
     pairs = same_work_apart([morning, evening, other, cell("/m", [0.0, 1.0], [0.010] * 8)])

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from batchlab.calibration.from_run import split
-from batchlab.calibration.serve_fit import features, judge, kinds, missing_kinds, predict, refine
+from batchlab.calibration.serve_fit import judge, kinds, missing_kinds, predict, refine
+from batchlab.core.step_table import step_features as features
 from batchlab.calibration.served_runs import ServedRun
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.features import StepFeatures
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.fitted_cost import FittedCostModel, Shape, is_steady
@@ -103,7 +105,7 @@ def test_step_kinds_and_judgement():
 
 def test_holding_out_runs_or_the_tail_of_one():
     steps = served_table(BASE, n=20)
-    runs = [ServedRun(f"r{i}", {}, steps) for i in range(4)]
+    runs = [ServedRun(f"r{i}", RunMeta(), steps) for i in range(4)]
     train, held, fitted, judged = split(runs, 3)
     assert judged == ["r1"] and fitted == ["r0", "r2", "r3"]
     train, held, _, _ = split(runs[:1], 3)

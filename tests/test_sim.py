@@ -140,7 +140,7 @@ def test_an_interrupted_replay_keeps_what_was_simulated():
     cfg = SchedulerConfig(policy="continuous", max_num_seqs=4)
     full = simulate(work, cfg, UNIT, 1000)
     part = simulate(work, cfg, UNIT, 1000, progress=interrupt_after(30), keep_on_interrupt=True)
-    assert part.meta["interrupted"] and not full.meta["interrupted"]
+    assert part.meta.interrupted and not full.meta.interrupted
     req = part.requests
     done = req["status"] == "finished"
     assert 30 <= done.sum() < 34  # those that left with the 30th, in its step, too
@@ -150,7 +150,7 @@ def test_an_interrupted_replay_keeps_what_was_simulated():
     ids = req["request_id"][done]
     by_id = dict(zip(full.requests["request_id"], full.requests["finish_s"]))
     assert np.array_equal(req["finish_s"][done], [by_id[i] for i in ids])
-    assert part.meta["simulated_s"] < full.requests["finish_s"].max()
+    assert part.meta.simulated_s < full.requests["finish_s"].max()
 
 
 def test_without_keep_on_interrupt_ctrl_c_propagates():

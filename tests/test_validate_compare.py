@@ -13,7 +13,9 @@ from batchlab.core.cost import LinearCostModel
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.experiments.validation import compare
 from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
-from batchlab.experiments.validation.variants import Scaled, WithOverhead, fit_linear_cost, speed_factors
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.experiments.machine_speed import kind_factors
+from batchlab.experiments.validation.variants import Scaled, fit_linear_cost
 from batchlab.experiments.validation.pair import run_sim
 from batchlab.experiments.validation.steps import first_divergence, match_steps
 from batchlab.experiments.validation.validate import compare_runs
@@ -94,7 +96,7 @@ def test_simulated_steps_have_no_gaps_and_no_overhead(run):
 
 
 def test_corrected_costs_keep_fast_forward_exact():
-    cost = WithOverhead(Scaled(COST, 1.1, 1.3), Overhead(3e-4, 2e-5, 0.0, 0))
+    cost = CostAtSpeed(Scaled(COST, 1.1, 1.3), loop=Overhead(3e-4, 2e-5, 0.0, 0))
     w = workload()
     a = simulate(w, SCHED, cost, SCHED.num_kv_blocks, fast_forward=True)
     b = simulate(w, SCHED, cost, SCHED.num_kv_blocks, fast_forward=False)
@@ -103,9 +105,9 @@ def test_corrected_costs_keep_fast_forward_exact():
     assert a.summary()["duration"] > base.summary()["duration"]
 
 
-def test_speed_factors(run):
-    assert speed_factors(run.result, COST) == pytest.approx({"all": 1, "decode": 1, "prefill": 1})
-    k = speed_factors(run.result, Scaled(COST, 2.0, 4.0))
+def test_kind_factors(run):
+    assert kind_factors(run.result.steps, COST) == pytest.approx({"all": 1, "decode": 1, "prefill": 1})
+    k = kind_factors(run.result.steps, Scaled(COST, 2.0, 4.0))
     assert k["decode"] == pytest.approx(0.5) and k["prefill"] == pytest.approx(0.25)
     assert 0.25 < k["all"] < 0.5
 

@@ -11,7 +11,8 @@ import pytest
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
-from batchlab.core.machine_speed import machine_speed, steady_decode
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.experiments.machine_speed import machine_speed, steady_decode
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation import compare, repeats
 from batchlab.experiments.validation.pair import run_sim
@@ -93,8 +94,8 @@ def test_machine_speed_uses_steady_decode_steps_only():
     # not the prefills, not the step right after one, not the one after an idle gap
     assert mask.sum() == 10 + 1 + 5 and not mask[[0, 1, 12, 14, 15]].any()
     ms = machine_speed(t, COST, "test profile")
-    assert ms["factor"] == pytest.approx(1.25) and ms["steps"] == 16 and ms["spread"] == 0
-    assert machine_speed(t, None)["factor"] is None and "no profile" in machine_speed(t, None)["why"]
+    assert ms.factor == pytest.approx(1.25) and ms.steps == 16 and ms.spread == 0
+    assert machine_speed(t, None).factor is None and "no profile" in machine_speed(t, None).why
 
 
 def bursty(n: int, rate: float) -> Workload:
@@ -114,7 +115,7 @@ def test_an_overloaded_run_is_labelled_and_its_latencies_are_not_judged():
     lat = [m for m in comp["metrics"] if m["key"].endswith("_ms")]
     assert all(m["overloaded"] and m["ok"] is None for m in lat)
     assert comp["misses"] == [f"{c} value" for c in ("requests/s", "output tokens/s", "total tokens/s")]
-    assert heavy.result.meta["stability"]["verdict"] == "overloaded"
+    assert heavy.result.meta.stability.verdict == "overloaded"
 
 
 def test_repeats_analysis_of_simulated_runs():
@@ -124,7 +125,7 @@ def test_repeats_analysis_of_simulated_runs():
     reals = [run_sim(w, SCHED, LinearCostModel(COST.intercept * k, {n: c * k for n, c in COST.coef.items()}))
              for k in (0.97, 1.0, 1.03)]
     for r in reals:
-        r.result.meta["machine_speed"] = {"factor": 1.0}
+        r.result.meta.machine_speed = MachineSpeed(factor=1.0)
     rep = repeats.analyse(reals, reals[1], [reals[1]] * 3)
     mean_ttft = next(m for m in rep["metrics"] if m["key"] == "mean_ttft_ms")
     assert mean_ttft["sim_inside"] and mean_ttft["spread"]["n"] == 3

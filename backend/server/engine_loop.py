@@ -26,6 +26,7 @@ from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import make_scheduler
 
 log = logging.getLogger(__name__)
@@ -265,4 +266,4 @@ class EngineLoop:
             "requests_received": self._ids, "interrupted": False, "error": self.error,
             **(meta or {}),
         }
-        return RunResult.from_recorder(rec, info)
+        return RunResult.from_recorder(rec, RunMeta(**info))

@@ -49,14 +49,14 @@ def run(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     result, rep, target = measure(args, workload, args.model, cfg.workload.seed)
     summary = result.summary(cfg.run.slo)
-    summary["failed"] = result.meta["failed"]
+    summary["failed"] = result.meta.failed
     failures = failure_summary(rep)
     if args.out:
         writer = ResultWriter(args.out, cfg.model_dump())
         writer.add(NAME, result, summary)
         rate = cfg.workload.rate
-        bench = vllm_bench_json(rep, summary, {**result.meta, "burstiness": cfg.workload.burstiness,
-                                               "request_rate": "inf" if rate == float("inf") else rate})
+        bench = vllm_bench_json(rep, summary, result.meta, "inf" if rate == float("inf") else rate,
+                                cfg.workload.burstiness)
         (writer.dir / "result.json").write_text(to_json(bench) + "\n")
     if args.format == "json":
         print(to_json({NAME: summary}))

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                           reject_unused, reject_unused_fields, reject_unused_tables)
+
+if TYPE_CHECKING:
+    from batchlab.core.run_meta import RunMeta
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,18 +81,18 @@ def run(args: argparse.Namespace) -> int:
                                   progress=not args.no_progress)
         label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
-                             "stability": result.meta["stability"]["verdict"]}
+                             "stability": result.meta.stability.verdict}
         metas[policy] = result.meta
         if args.plot:
             results[policy] = result
         m = result.meta
         print(f"[{policy}] {summaries[policy]['completed']:.0f}/{len(workload)} requests, "
-              f"{m['steps']} steps in {m['wall_s']:.1f} s; engine {m['engine_forward_s']:.1f} s, "
-              f"scheduler overhead {m['scheduler_overhead_ms_per_step']:.2f} ms/step"
-              + (" (interrupted)" if m["interrupted"] else ""), file=sys.stderr)
+              f"{m.steps} steps in {m.wall_s:.1f} s; engine {m.engine_forward_s:.1f} s, "
+              f"scheduler overhead {m.scheduler_overhead_ms_per_step:.2f} ms/step"
+              + (" (interrupted)" if m.interrupted else ""), file=sys.stderr)
         if writer:
             writer.add(policy, result, summaries[policy])
-        if m["interrupted"]:
+        if m.interrupted:
             break  # Ctrl-C: keep what finished, run no further policy
     if results:
         from batchlab.experiments.run_plots import write_run_plots
@@ -99,29 +103,29 @@ def run(args: argparse.Namespace) -> int:
     else:
         m = next(iter(metas.values()))
         print(f"workload: {workload.describe()}")
-        print(f"model {m['model']} ({m['dtype']}, {m['device']}, {m['threads']} thread(s)), "
-              f"{m['num_kv_blocks']} KV blocks of {m['block_size']} tokens, "
+        print(f"model {m.model} ({m.dtype}, {m.device}, {m.threads} thread(s)), "
+              f"{m.num_kv_blocks} KV blocks of {m.block_size} tokens, "
               f"{cfg.scheduler.max_num_seqs} seats, time scale {cfg.run.time_scale:g}\n")
         print(comparison_table(summaries))
         print(labels_line(metas))
         text = footer(cfg.run.slo, summaries, writer.dir if writer else None)
         if text:
             print(text)
-    return 130 if any(m["interrupted"] for m in metas.values()) else 0
+    return 130 if any(m.interrupted for m in metas.values()) else 0
 
 
-def labels_line(metas: dict[str, dict]) -> str:
+def labels_line(metas: dict[str, RunMeta]) -> str:
     """The machine's measured speed during each run, one line."""
     parts = []
     for policy, m in metas.items():
-        ms = m["machine_speed"]
-        k, probe = ms["factor"], ms.get("probe")
+        ms = m.machine_speed
+        k, probe = ms.factor, ms.probe
         if k is not None:
-            kc = ms.get("compute_factor")
+            kc = ms.compute_factor
             parts.append(f"{policy}: steady decode steps {k:.3f}"
                          + (f", compute-bound steps' FLOP terms {kc:.3f}," if kc is not None else "")
-                         + f" x the price of {ms['profile']}"
-                         + (f" (moving {ms['drift'] * 100:.0f}% within the run)" if ms.get("drift") else ""))
+                         + f" x the price of {ms.profile}"
+                         + (f" (moving {ms.drift * 100:.0f}% within the run)" if ms.drift else ""))
         elif probe:
             b, a = probe["before"], probe["after"]
             parts.append(f"{policy}: no profile of this setup; reference probe read "
@@ -129,5 +133,5 @@ def labels_line(metas: dict[str, dict]) -> str:
                          f"matmul {b['matmul_flops'] / 1e9:.0f} / {a['matmul_flops'] / 1e9:.0f} "
                          f"GFLOP/s before / after")
         else:
-            parts.append(f"{policy}: not measured ({ms.get('why', 'no profile')})")
+            parts.append(f"{policy}: not measured ({ms.why or 'no profile'})")
     return "machine speed: " + "; ".join(parts)

@@ -89,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
     summary = result.summary(cfg.run.slo)
     m = result.meta
     print(f"batchlab serve: stopped; {summary['completed']:.0f} requests finished of "
-          f"{m['requests_received']} received, {m['steps']} steps"
-          + (f"; {m['error']}" if m["error"] else ""), file=sys.stderr)
+          f"{m.requests_received} received, {m.steps} steps"
+          + (f"; {m.error}" if m.error else ""), file=sys.stderr)
     if writer:
         writer.add(policy, result, summary)
         print(f"results written to {writer.dir}/", file=sys.stderr)
-    return 1 if m["error"] else 0
+    return 1 if m.error else 0

@@ -118,7 +118,7 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
                           progress=bar.update, keep_on_interrupt=True)
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
-    interrupted = result.meta["interrupted"]
+    interrupted = result.meta.interrupted
     print(f"[{name}] {summary['completed']:.0f}/{len(workload)} requests, "
           f"{summary['num_steps']} steps simulated in "
           f"{time.perf_counter() - t0:.2f} s" + (" (interrupted)" if interrupted else ""),

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
                      progress=not args.no_progress and sys.stderr.isatty(), profile=info,
                      repeats=args.repeats, loop=profile.loop_overhead())
-        if any(r.result.meta.get("interrupted") for r in v.reals):
+        if any(r.result.meta.interrupted for r in v.reals):
             raise KeyboardInterrupt  # a partial real run has nothing to compare with
         comps[policy] = v.comparison()
         if writer:

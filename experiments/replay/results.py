@@ -16,6 +16,7 @@ import numpy as np
 
 from batchlab.core.metrics import REQUEST_COLUMNS
 from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 from batchlab.experiments.replay.client import Outcome
 from batchlab.experiments.replay.sender import Replay
 
@@ -60,7 +61,7 @@ def run_result(rep: Replay, meta: dict) -> RunResult:
             "unobserved": ["first_scheduled_s"],  # a client cannot see scheduling
             "requests_sent": len(rep.outcomes),
             "failed": sum(not o.ok for o in rep.outcomes.values()), **meta}
-    return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), info, dict(NO_STEPS))
+    return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), RunMeta(**info), dict(NO_STEPS))
 
 
 def failure_summary(rep: Replay) -> str:
@@ -78,9 +79,11 @@ def failure_summary(rep: Replay) -> str:
     return f"{sum(reasons.values())} of {len(rep.outcomes)} requests failed: {shown}"
 
 
-def vllm_bench_json(rep: Replay, summary: dict, meta: dict) -> dict:
+def vllm_bench_json(rep: Replay, summary: dict, meta: RunMeta, request_rate: float | str,
+                    burstiness: float) -> dict:
     """The result file of `vllm bench serve --save-result`: its field names, its units
-    (per-request ttfts and itls in seconds, the statistics in ms)."""
+    (per-request ttfts and itls in seconds, the statistics in ms). request_rate, burstiness:
+    the workload's, as vLLM records them."""
     rows = [rep.outcomes[i] for i in sorted(rep.outcomes)]
     ok = [o for o in rows if o.ok]
     per_second: dict[int, int] = {}
@@ -91,9 +94,9 @@ def vllm_bench_json(rep: Replay, summary: dict, meta: dict) -> dict:
     out = {
         "date": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
         "backend": "openai", "endpoint_type": "openai", "label": "batchlab replay",
-        "model_id": meta.get("model"), "tokenizer_id": None,
-        "num_prompts": len(rows), "request_rate": meta.get("request_rate"),
-        "burstiness": meta.get("burstiness"), "max_concurrency": meta.get("max_concurrency"),
+        "model_id": meta.model, "tokenizer_id": None,
+        "num_prompts": len(rows), "request_rate": request_rate,
+        "burstiness": burstiness, "max_concurrency": meta.max_concurrency,
         "duration": summary["duration"], "completed": len(ok), "failed": len(rows) - len(ok),
         "total_input_tokens": summary["total_input_tokens"],
         "total_output_tokens": summary["total_output_tokens"],

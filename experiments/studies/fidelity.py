@@ -68,7 +68,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             comp = v.comparison()
             writer.add(v, comp)
             cells.append(_cell(shape, policy, comp))
-            cell_runs.append([(r.result.steps, r.result.meta["machine_speed"]) for r in v.reals])
+            cell_runs.append([(r.result.steps, r.result.meta.machine_speed) for r in v.reals])
             c = cells[-1]["counts"]
             progress(f"{shape.name:12s} {policy:10s} {c['ok']} ok, {c['miss']} miss, "
                      f"{c['undecidable']} undecidable, {c['overloaded']} overloaded; real runs "

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from batchlab.core.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
 from batchlab.experiments.markdown import Report, fmt
 from batchlab.experiments.studies.common import command_line
 from batchlab.experiments.studies.fidelity_plan import NAME
@@ -109,7 +109,7 @@ def lean_sentence(fast: int, latency: int) -> str:
 
 
 def drift_sentence(cells: list[dict]) -> str:
-    """How far the machine's speed moved within the real runs (core.machine_speed.drift):
+    """How far the machine's speed moved within the real runs (experiments.machine_speed.drift):
     what one factor per run cannot normalise."""
     drifts = [d for c in cells for d in c.get("speed_drift") or [] if d is not None]
     if not drifts:
@@ -161,7 +161,7 @@ def render(result: dict) -> Report:
     rep.para(LEGEND + ".")
     error_table(rep, cells, "error", "verdict")
     rep.heading("Error, normalised by each real run's machine speed", 3)
-    rep.para("The profile at each real run's machine speed (core/machine_speed.py), simulated "
+    rep.para("The profile at each real run's machine speed (experiments/machine_speed.py), simulated "
              "again and compared with that run: the profile's memory side (fixed costs, weight and "
              "KV traffic) x its steady decode steps' measured time over their price, and its FLOP "
              "terms x what its compute-bound steps took beyond their memory side over the FLOP "

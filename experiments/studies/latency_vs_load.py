@@ -198,7 +198,7 @@ class BackendRunner:
             row = self.log.add({"policy": policy, "rate": rate, **{k: s[k] for k in BACKEND_COLUMNS if k in s},
                                 "meets_slo": meets(s, self.n, SLO_CPU), "search": search,
                                 "decode_step_ms": self.backend.decode_step_ms(res.steps), "slowdown": slow,
-                                "busy": slow > BUSY, "run_s": res.meta["wall_s"]})
+                                "busy": slow > BUSY, "run_s": res.meta.wall_s})
             if not row["busy"] or attempt:
                 break
             self.reruns += 1

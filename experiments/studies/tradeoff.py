@@ -154,7 +154,7 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.
                                       num_kv_blocks=KV_BLOCKS)
                 res = serve(w, cfg)
                 row = summarise(res, policy, n)
-                row["run_s"] = res.meta["wall_s"]
+                row["run_s"] = res.meta.wall_s
                 row["sim_preemptions"] = simulate(w, cfg, cost, KV_BLOCKS, meta=meta).summary()["preemptions"]
                 by_policy.setdefault(policy, []).append(log.add(row))
                 progress(f"backend {policy} {n:4d} users: {row['output_throughput']:5.0f} tok/s total, "

@@ -38,8 +38,8 @@ def comparison(real, sim, policy: str, profile_info: dict, endpoint: str) -> dic
     cells = compare.compare_summaries(real.summary(), sim.summary())
     metrics = [c.as_dict() for c in cells]
     return {"policy": policy, "headline": HEADLINE, "endpoint": endpoint,
-            "workload": real.meta.get("workload", ""), "profile": profile_info,
-            "failed": real.meta.get("failed", 0), "metrics": metrics,
+            "workload": real.meta.workload, "profile": profile_info,
+            "failed": real.meta.failed, "metrics": metrics,
             "misses": [f"{c.metric} {c.stat}" for c in compare.misses(cells)],
             "worst_error": compare.worst(cells), "variants": {HEADLINE: {"metrics": metrics}}}
 
@@ -69,11 +69,12 @@ def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile
     sim = run_sim(workload, sched, profile.simulation_cost(), {"cost_model": HEADLINE, **info}).result
     comp = comparison(real, sim, policy, info, target.url)
     if args.out:
-        from batchlab.experiments.output import make_out_dir, write_table
+        from batchlab.core.run_folder import REQUESTS, write_table
+        from batchlab.experiments.output import make_out_dir
         d = make_out_dir(args.out, cfg.model_dump())
         for name, result in (("real", real), ("sim", sim)):
             (d / name).mkdir(exist_ok=True)
-            write_table(d / name / "requests.csv", result.requests)
+            write_table(d / name / REQUESTS, result.requests)
         (d / "comparison.json").write_text(to_json({policy: comp}) + "\n")
     print(to_json({policy: comp}) if args.format == "json" else render(comp))
     if args.out and args.format != "json":

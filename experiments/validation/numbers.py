@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from batchlab.core.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
 
 
 def pct(x: float | None, signed: bool = True) -> str:
@@ -19,7 +19,7 @@ def num(x: float | None) -> str:
 
 
 def drift_text(ms: dict) -> str:
-    """How far a run's machine speed moved within it (core.machine_speed.drift), as a clause."""
+    """How far a run's machine speed moved within it (experiments.machine_speed.drift), as a clause."""
     if ms.get("drift") is None:
         return ""
     lo, hi = ms["drift_range"]

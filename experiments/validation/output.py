@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batchlab.experiments.output import make_out_dir, to_json, write_table
+from batchlab.core import run_folder
+from batchlab.core.run_folder import to_json
+from batchlab.experiments.output import make_out_dir
 from batchlab.experiments.validation.pair import Run
 from batchlab.experiments.validation.plot import cdf_overlay
 from batchlab.experiments.validation.validate import HEADLINE, Validation
@@ -16,15 +18,11 @@ FOLDERS = {HEADLINE: "sim", "normalised": "sim_normalised", "profile+overhead": 
 
 
 def write_run(d: Path, run: Run) -> list[Path]:
-    """A run's request and step tables, its metadata and its summary (with its
-    stable/overloaded verdict), in folder d."""
-    d.mkdir(parents=True, exist_ok=True)
-    write_table(d / "requests.csv", run.result.requests)
-    write_table(d / "steps.csv", run.result.steps)
-    (d / "meta.json").write_text(to_json(run.result.meta) + "\n")
-    verdict = (run.result.meta.get("stability") or {}).get("verdict")
-    (d / "summary.json").write_text(to_json({**run.result.summary(), "stability": verdict}) + "\n")
-    return [d / "requests.csv", d / "steps.csv"]
+    """A run's folder (core/run_folder.py): its request and step tables, its metadata and
+    its summary with its stable/overloaded verdict."""
+    stability = run.result.meta.stability
+    summary = {**run.result.summary(), "stability": stability and stability.verdict}
+    return run_folder.write_run(d, run.result, summary)
 
 
 class ValidationWriter:

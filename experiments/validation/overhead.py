@@ -11,15 +11,20 @@ from batchlab.core.result import RunResult
 def outside_forward(real: RunResult) -> dict[str, float]:
     """Where the real run's wall time went (driver metadata), with shares of the wall."""
     m = real.meta
-    wall = float(m.get("wall_s", math.nan))
-    steps = int(m.get("steps", len(real.steps["start_s"])))
-    parts = {"forward_s": m.get("engine_forward_s", math.nan),
-             "input_prep_s": m.get("engine_prepare_s", math.nan),
-             "scheduler_overhead_s": m.get("scheduler_overhead_s", math.nan),
-             "idle_s": m.get("idle_s", math.nan)}
+    wall = float(_or(m.wall_s, math.nan))
+    steps = int(_or(m.steps, len(real.steps["start_s"])))
+    parts = {"forward_s": _or(m.engine_forward_s, math.nan),
+             "input_prep_s": _or(m.engine_prepare_s, math.nan),
+             "scheduler_overhead_s": _or(m.scheduler_overhead_s, math.nan),
+             "idle_s": _or(m.idle_s, math.nan)}
     out: dict[str, float] = {"wall_s": wall, "steps": steps, **parts}
     for k, v in parts.items():
         out[k[:-2] + "_share"] = v / wall if wall else math.nan
     out["outside_forward_ms_per_step"] = (
         1e3 * (parts["input_prep_s"] + parts["scheduler_overhead_s"]) / steps if steps else math.nan)
     return out
+
+
+def _or(recorded, otherwise):
+    """A meta field, or `otherwise` where the run did not record it."""
+    return otherwise if recorded is None else recorded

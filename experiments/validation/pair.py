@@ -78,20 +78,21 @@ def run_real(runtime, workload: Workload, scheduler: SchedulerConfig, *, seed: i
     # (cpu_share, the CPU this process got over its busy time, falls below 1) or share
     # the memory bus and caches (others_cpu: CPUs' worth of work they did meanwhile).
     elapsed, mine = time.perf_counter() - t0, time.process_time() - cpu0
-    busy = res.meta["wall_s"] - res.meta["idle_s"]
-    res.meta["cpu_share"] = round(mine / busy, 3) if busy > 0 else None
-    res.meta["loadavg_1min"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    m = res.meta
+    busy = m.wall_s - m.idle_s
+    m.cpu_share = round(mine / busy, 3) if busy > 0 else None
+    m.loadavg_1min = [round(load0, 2), round(os.getloadavg()[0], 2)]
     mach1 = _cpu_jiffies()
     if mach0 and mach1 and elapsed > 0:
-        res.meta["others_cpu"] = round(max(0.0, mach1[0] - mach0[0] - mine) / elapsed, 3)
-        res.meta["steal_cpu"] = round((mach1[1] - mach0[1]) / elapsed, 3)
+        m.others_cpu = round(max(0.0, mach1[0] - mach0[0] - mine) / elapsed, 3)
+        m.steal_cpu = round((mach1[1] - mach0[1]) / elapsed, 3)
     return Run(res, [composition(b) for b in batches])
 
 
 def sim_scheduler(scheduler: SchedulerConfig, real: RunResult) -> SchedulerConfig:
     """The real run's settings with its KV pool made explicit."""
-    return scheduler.model_copy(update={"num_kv_blocks": int(real.meta["num_kv_blocks"]),
-                                        "block_size": int(real.meta["block_size"])})
+    return scheduler.model_copy(update={"num_kv_blocks": int(real.meta.num_kv_blocks),
+                                        "block_size": int(real.meta.block_size)})
 
 
 def run_sim(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,

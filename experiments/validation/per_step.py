@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost import CostForm
+from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.features import FEATURE_NAMES
 from batchlab.experiments.markdown import fmt
 from batchlab.experiments.validation.step_kinds import normalised_ratios, ratios
@@ -26,7 +27,7 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
     return np.abs(db[ok] - da[ok]) / da[ok]
 
 
-def per_step(cells: list[list[tuple[dict[str, np.ndarray], dict | None]]], cost: CostModel,
+def per_step(cells: list[list[tuple[dict[str, np.ndarray], MachineSpeed | None]]], cost: CostForm,
              apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = ()) -> dict:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
     median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as

@@ -58,7 +58,7 @@ def shipped_match(runtime):
 
 def speed_pricing(profile, path: str | None, runtime) -> tuple[object, str]:
     """(cost model, its description) that prices a real run's steady decode steps to
-    measure the machine's speed (core/machine_speed.py): the given profile (warning where
+    measure the machine's speed (experiments/machine_speed.py): the given profile (warning where
     it was measured in other conditions), else a shipped profile of this exact setup,
     else (None, "")."""
     if profile is not None:

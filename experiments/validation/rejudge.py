@@ -12,8 +12,10 @@ import itertools
 from pathlib import Path
 
 from batchlab.core.cost import CostModel
-from batchlab.core.loop_time import Overhead, with_loop
-from batchlab.core.machine_speed import machine_speed
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.loop_time import Overhead
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.experiments.machine_speed import machine_speed
 from batchlab.experiments.run_labels import stability
 from batchlab.experiments.validation.compare import STAT_TARGET, THROUGHPUT_TARGET
 from batchlab.experiments.validation.numbers import pct
@@ -25,30 +27,29 @@ from batchlab.experiments.validation.stored import StoredCell
 from batchlab.experiments.validation.variants import normalised_cost
 
 
-def run_speeds(cells: list[StoredCell], cost: CostModel, source: str) -> list[list[dict]]:
-    """Each stored run's machine speed (core/machine_speed.py) as `cost` prices its steps."""
+def run_speeds(cells: list[StoredCell], cost: CostModel, source: str) -> list[list[MachineSpeed]]:
+    """Each stored run's machine speed (experiments/machine_speed.py) as `cost` prices its steps."""
     return [[machine_speed(r.steps, cost, source) for r in c.reals] for c in cells]
 
 
-def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, speeds: list[dict]) -> dict:
+def rejudge(cell: StoredCell, cost: CostModel, loop: Overhead | None, speeds: list[MachineSpeed]) -> dict:
     """One stored policy judged against `cost` (a profile's step prices) plus `loop` (its
     time between steps); speeds: its runs' run_speeds."""
-    sim = run_sim(cell.workload, cell.scheduler, with_loop(cost, loop), {"cost_model": "profile"})
+    sim = run_sim(cell.workload, cell.scheduler, CostAtSpeed(cost, loop=loop), {"cost_model": "profile"})
     normalised = [run_sim(cell.workload, cell.scheduler, normalised_cost(cost, s, loop)).result.summary()
                   for s in speeds]
-    real_verdicts = [(r.summary.get("stability") or (r.meta.get("stability") or {}).get("verdict"))
+    real_verdicts = [(r.summary.get("stability") or (r.meta.stability and r.meta.stability.verdict))
                      for r in cell.reals]
-    sim_verdict = stability(sim.result)["verdict"]
+    sim_verdict = stability(sim.result).verdict
     flagged = sim_verdict == "overloaded" or "overloaded" in real_verdicts
     rows = summary_rows([r.summary for r in cell.reals], sim.result.summary(), normalised, flagged)
     return {"where": str(cell.where), "policy": cell.scheduler.policy, "runs": len(cell.reals),
             "stability": {"real": real_verdicts, "sim": sim_verdict},
-            "machine_speed": [{"factor": s["factor"], "compute_factor": s.get("compute_factor")}
-                              for s in speeds],
+            "machine_speed": [{"factor": s.factor, "compute_factor": s.compute_factor} for s in speeds],
             "metrics": rows, "totals": totals([{"metrics": rows}])}
 
 
-def step_test(cells: list[StoredCell], cost: CostModel, speeds: list[list[dict]]) -> dict:
+def step_test(cells: list[StoredCell], cost: CostModel, speeds: list[list[MachineSpeed]]) -> dict:
     """Issue 14's per-step test (experiments/validation/per_step.py) on the stored runs,
     with the spread between validations of the same work where there are several."""
     return per_step([list(zip((r.steps for r in c.reals), s)) for c, s in zip(cells, speeds)], cost,

@@ -13,6 +13,7 @@ from itertools import combinations
 
 import numpy as np
 
+from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.summary import per_request_latencies
 from batchlab.experiments.run_labels import is_overloaded
 from batchlab.experiments.validation import compare
@@ -27,6 +28,11 @@ def samples(run: Run, stem: str) -> np.ndarray:
     if stem == "itl":
         return run.result.itl
     return per_request_latencies(run.result.requests)[stem]
+
+
+def _verdict(run: Run) -> str | None:
+    """The run's stability verdict, where it was judged."""
+    return run.result.meta.stability and run.result.meta.stability.verdict
 
 
 def _overloaded(run: Run) -> bool:
@@ -133,13 +139,12 @@ def analyse(reals: list[Run], sim: Run, normalised: list[Run]) -> dict:
     undecidable += [f"{d['metric']} {t}" for d in dists for t, ok in (("KS", d["ks_decides"]),
                                                                        ("TOST", d["tost_decides"]))
                     if not ok]
-    speeds = [r.result.meta.get("machine_speed") or {} for r in reals]
+    speeds = [r.result.meta.machine_speed or MachineSpeed() for r in reals]
     return {"runs": len(reals),
-            "machine_speed": [s.get("factor") for s in speeds],
-            "compute_speed": [s.get("compute_factor") for s in speeds],
-            "speed_drift": [s.get("drift") for s in speeds],
-            "stability": {"real": [(r.result.meta.get("stability") or {}).get("verdict") for r in reals],
-                          "sim": (sim.result.meta.get("stability") or {}).get("verdict")},
+            "machine_speed": [s.factor for s in speeds],
+            "compute_speed": [s.compute_factor for s in speeds],
+            "speed_drift": [s.drift for s in speeds],
+            "stability": {"real": [_verdict(r) for r in reals], "sim": _verdict(sim)},
             "metrics": metrics, "distributions": dists,
             "counts": verdict_counts(metrics),
             "counts_normalised": verdict_counts(metrics, "verdict_normalised"),

@@ -64,7 +64,7 @@ def speeds(memory: list[float | None], compute: list[float | None] | None, digit
 
 
 def drifts(values: list[float | None] | None) -> str:
-    """How far each run's level moved within it (core.machine_speed.drift): '12%, -, 30%';
+    """How far each run's level moved within it (experiments.machine_speed.drift): '12%, -, 30%';
     '' where no run has the figure."""
     if not values or all(d is None for d in values):
         return ""

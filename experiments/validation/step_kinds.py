@@ -1,6 +1,6 @@
 """Which kinds of step the profile misprices: every real step put in one kind (first
 match wins), and per kind the measured time over the profile's price, raw and over the
-price at the run's machine speed (core/machine_speed.py; variants.normalised_cost, as the
+price at the run's machine speed (experiments/machine_speed.py; variants.normalised_cost, as the
 normalised simulation prices it: a fitted profile's memory side at the level of the 2 s
 window the step starts in, where the run measured its drift, and its FLOP terms at the
 run's compute factor), so a kind's figure says how much more or less it costs than the
@@ -11,9 +11,10 @@ import math
 
 import numpy as np
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost import CostForm, CostModel
 from batchlab.core.features import IDLE_GAP_S
-from batchlab.core.machine_speed import features, price
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.core.step_table import price, step_features
 from batchlab.experiments.validation.variants import normalised_cost
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
@@ -35,18 +36,14 @@ def classify(steps: dict[str, np.ndarray]) -> np.ndarray:
 
 def ratios(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
     """Every step's measured time / `cost`'s price (nan where it prices 0)."""
-    return _over_price(steps, price(steps, cost, np.ones(len(steps["start_s"]), bool)))
+    return _over_price(steps, price(steps, cost))
 
 
-def normalised_ratios(steps: dict[str, np.ndarray], cost: CostModel, speed: dict | None) -> np.ndarray:
+def normalised_ratios(steps: dict[str, np.ndarray], cost: CostForm, speed: MachineSpeed | None) -> np.ndarray:
     """Every step's measured time / its price at the run's machine speed, each step priced
     by the model of the moment it starts, as the normalised simulation prices it."""
     model = normalised_cost(cost, speed, None)
-    at = getattr(model, "at", None)  # a model per window of the run's clock (DriftingCost)
-    if at is None:
-        return ratios(steps, model)
-    every = np.ones(len(steps["start_s"]), bool)
-    predicted = [at(t).step_time(f) for t, f in zip(np.asarray(steps["start_s"], float), features(steps, every))]
+    predicted = [model.at(t).step_time(f) for t, f in zip(np.asarray(steps["start_s"], float), step_features(steps))]
     return _over_price(steps, np.array(predicted, dtype=float))
 
 
@@ -56,7 +53,7 @@ def _over_price(steps: dict[str, np.ndarray], predicted: np.ndarray) -> np.ndarr
         return np.where(predicted > 0, measured / predicted, np.nan)
 
 
-def kind_table(runs: list[tuple[dict[str, np.ndarray], dict | None]], cost: CostModel) -> list[dict]:
+def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], cost: CostForm) -> list[dict]:
     """runs: (step table, its meta's machine_speed) of each real run. Per kind: steps,
     median measured/price, the same over the price at the run's speed, and the median
     |error| of the profile's price before and after normalising by the speed."""

@@ -17,7 +17,7 @@ import numpy as np
 from batchlab.core.batch import Batch
 from batchlab.core.cost import CostModel
 from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
-from batchlab.core.machine_speed import price
+from batchlab.core.step_table import price
 
 Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
 
@@ -57,7 +57,7 @@ def match_steps(a: list[Hashable], b: list[Hashable]) -> tuple[np.ndarray, np.nd
 def predicted_durations(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
     """The cost model's price of every step of a table, from the step's own features
     (a table without the context features, after_prefill / after_idle: 0)."""
-    return price(steps, cost, np.ones(len(steps["duration_s"]), bool))
+    return price(steps, cost)
 
 
 def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:

@@ -1,29 +1,34 @@
 """Real runs read back from what `batchlab validate --out` (and the fidelity study's
 cells/WORKLOAD folders, which it writes the same way) stored: DIR/config.json with the
 workload, DIR/POLICY/real, real_2, ... each with meta.json (the scheduler settings among
-them), summary.json and steps.csv. What `validate --real` needs to simulate the identical
-request list again with another profile. Every problem is a UserError of one line naming
-the file and what is missing."""
+them), summary.json and steps.csv, run folders read by core/run_folder.py (through
+calibration/served_runs.py, which keeps the real ones with their step tables). What
+`validate --real` needs to simulate the identical request list again with another
+profile. Every problem is a UserError of one line naming the file and what is missing."""
 from __future__ import annotations
 
-import csv
-import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 from pydantic import ValidationError
 
-from batchlab.calibration.served_runs import read_object, read_runs
+from batchlab.calibration.served_runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.run_folder import RunFolder, read_object
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
 from batchlab.experiments.errors import UserError, describe_validation_error
+
+
+T = TypeVar("T")
 
 
 @dataclass
 class StoredRun:
     where: Path
-    meta: dict
+    meta: RunMeta
     summary: dict
     steps: dict[str, np.ndarray]
 
@@ -37,11 +42,16 @@ class StoredCell:
     reals: list[StoredRun]
 
 
-def _object(path: Path, where: Path) -> dict:
+def _user(read: Callable[[], T]) -> T:
+    """What a run folder reader returns, its one-line ValueError a UserError."""
     try:
-        return read_object(path, str(where))
+        return read()
     except ValueError as e:
         raise UserError(str(e)) from None
+
+
+def _object(path: Path, where: Path) -> dict:
+    return _user(lambda: read_object(path, str(where)))
 
 
 def _workload(directory: Path) -> Workload:
@@ -57,26 +67,13 @@ def _workload(directory: Path) -> Workload:
         raise UserError(describe_validation_error(e, f"{path}: workload")) from None
 
 
-def _stored(run) -> StoredRun:
+def _stored(run: ServedRun) -> StoredRun:
     """A served run (calibration/served_runs.py) with the summary stored beside it."""
-    d = Path(run.where)
-    # JSON keeps an undefined statistic (TPOT of one-token replies) as null
-    summary = {k: math.nan if v is None else v for k, v in _object(d / "summary.json", d).items()}
-    return StoredRun(d, run.meta, summary, run.steps)
-
-
-def _lengths(path: Path) -> tuple[list[int], list[int]]:
-    """(prompt_len, output_len) of every request of a stored requests.csv, by request id."""
-    try:
-        with open(path, newline="") as f:
-            rows = sorted(csv.DictReader(f), key=lambda r: int(r["request_id"]))
-        return [int(r["prompt_len"]) for r in rows], [int(r["output_len"]) for r in rows]
-    except (OSError, KeyError, ValueError) as e:
-        raise UserError(f"{path}: cannot read its request_id, prompt_len, output_len ({e})") from None
+    return StoredRun(Path(run.where), run.meta, _user(run.source.summary), run.steps)
 
 
 def _scheduler(run: StoredRun) -> SchedulerConfig:
-    settings = run.meta.get("scheduler")
+    settings = run.meta.scheduler
     if not isinstance(settings, dict):
         raise UserError(f"{run.where}/meta.json records no scheduler settings (a run stored "
                         f"before batchlab recorded them); serve it again to re-judge it")
@@ -91,7 +88,7 @@ def _scheduler(run: StoredRun) -> SchedulerConfig:
 def _count(run: StoredRun, name: str) -> int:
     """A whole-number field of the run's meta.json (the KV pool it served with), or a
     one-line error naming it."""
-    value = run.meta.get(name)
+    value = getattr(run.meta, name)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{run.where}/meta.json: {name} is {value!r}; expected a whole number >= 1, "
                         f"as batchlab run wrote")
@@ -103,10 +100,7 @@ def _by_policy(d: Path) -> dict[Path, list[StoredRun]]:
     validate ran them (comparison.json's)."""
     if not any(d.glob("*/real/meta.json")):
         raise UserError(f"{d}: no POLICY/real/meta.json; expected what batchlab validate --out wrote")
-    try:
-        runs = read_runs(d)  # POLICY/real* of validate, each a real run with its steps
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    runs = _user(lambda: read_runs(d))  # POLICY/real* of validate, each a real run with its steps
     groups: dict[Path, list[StoredRun]] = {}
     for r in runs:
         run = _stored(r)
@@ -123,7 +117,8 @@ def read_cells(directory: str | Path) -> list[StoredCell]:
     workload = _workload(d)
     cells = []
     for policy_dir, reals in _by_policy(d).items():
-        prompts, outputs = _lengths(policy_dir / "real" / "requests.csv")
+        first = policy_dir / "real"
+        prompts, outputs = _user(RunFolder(first, str(first), reals[0].meta).lengths)
         if (prompts, outputs) != ([int(x) for x in workload.prompt_len],
                                   [int(x) for x in workload.output_len]):
             raise UserError(f"{d}/config.json: its workload does not rebuild the requests "

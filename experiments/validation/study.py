@@ -174,7 +174,7 @@ def run_study(out_dir: Path, profile: str | None = None, only: list[str] | None 
                     again = run_real(rt, w, scheduler(policy))
                     rep = compare_runs(v.real, again, cost)
                 rows.append(log.add(row(cell, policy, comp, rep, time.perf_counter() - t0,
-                                        again.result.meta if again else None)))
+                                        again.result.meta.as_dict() if again else None)))
                 writer.add(v, comp)
                 if rep:
                     (writer.dir / policy / "real_vs_real.json").write_text(to_json(rep) + "\n")

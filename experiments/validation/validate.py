@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
 from batchlab.core.loop_time import Overhead
+from batchlab.core.run_meta import Stability
 from batchlab.core.workload import Workload
 from batchlab.experiments import run_labels
 from batchlab.experiments.validation import compare, divergence, repeats, steps
@@ -31,13 +32,13 @@ HEADLINE = "profile"
 def compare_runs(real: Run, sim: Run, cost: CostModel) -> dict:
     """Everything that compares two runs of the same requests (any two: real vs sim, or
     real vs real for the spread). `cost` prices the per-step duration error."""
-    overloaded = any(stability(r)["verdict"] == "overloaded" for r in (real, sim))
+    overloaded = any(stability(r).verdict == "overloaded" for r in (real, sim))
     cells = compare.compare_summaries(real.result.summary(), sim.result.summary(), overloaded)
     match = steps.step_match(real.keys, sim.keys, real.result.steps, cost)
     return {
         "metrics": [c.as_dict() for c in cells],
         "misses": [f"{c.metric} {c.stat}" for c in compare.misses(cells)],
-        "stability": {"real": stability(real)["verdict"], "sim": stability(sim)["verdict"]},
+        "stability": {"real": stability(real).verdict, "sim": stability(sim).verdict},
         "worst_error": compare.worst(cells),
         "steps": match,
         "divergence": divergence.explain(real.result, sim.result, real.keys, sim.keys,
@@ -47,7 +48,7 @@ def compare_runs(real: Run, sim: Run, cost: CostModel) -> dict:
     }
 
 
-def stability(run: Run) -> dict:
+def stability(run: Run) -> Stability:
     """The run's stable/overloaded verdict (core/stability.py), kept in its meta."""
     return run_labels.stability(run.result)
 
@@ -80,15 +81,15 @@ class Validation:
         meta = self.real.result.meta
         return {
             "policy": self.policy, "headline": HEADLINE,
-            "workload": meta.get("workload", ""),
-            "real": {k: meta.get(k) for k in ("model", "dtype", "device", "threads", "num_kv_blocks",
-                                              "block_size", "wall_s", "steps", "cpu_share",
-                                              "others_cpu", "steal_cpu", "loadavg_1min")},
+            "workload": meta.workload,
+            "real": {k: getattr(meta, k) for k in ("model", "dtype", "device", "threads", "num_kv_blocks",
+                                                   "block_size", "wall_s", "steps", "cpu_share",
+                                                   "others_cpu", "steal_cpu", "loadavg_1min")},
             "profile": self.profile,
             "overhead_fit": self.overhead.as_dict(),
             "speed_factor": self.speed_factor,
             "outside_forward": outside_forward(self.real.result),
-            "machine_speed": meta.get("machine_speed"),
+            "machine_speed": meta.machine_speed and meta.machine_speed.as_dict(),
             **variants[HEADLINE],
             "variants": variants,
             **({"repeats": repeats.analyse(self.reals, self.sims[HEADLINE],
@@ -115,7 +116,7 @@ def simulate_variants(real: Run, workload: Workload, scheduler: SchedulerConfig,
 def normalised_sim(real: Run, workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
                    meta: dict | None = None, loop: Overhead | None = None) -> Run:
     """The profile scaled to the machine's speed measured during `real`, simulated."""
-    speed = real.result.meta["machine_speed"]
+    speed = real.result.meta.machine_speed
     run = run_sim(workload, sim_scheduler(scheduler, real.result), normalised_cost(cost, speed, loop),
                   {**(meta or {}), "cost_model": "normalised"})
     stability(run)
@@ -135,7 +136,7 @@ def validate(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Cost
     for _ in range(repeats):
         reals.append(label_real(run_real(runtime, workload, scheduler, seed=seed, progress=progress),
                                 cost, source))
-        if reals[-1].result.meta.get("interrupted"):
+        if reals[-1].result.meta.interrupted:
             break  # Ctrl-C: the caller stops
     sims, fitted = simulate_variants(reals[0], workload, scheduler, cost, profile, loop)
     again_sims = [normalised_sim(r, workload, scheduler, cost, profile, loop) for r in reals[1:]]

@@ -3,12 +3,11 @@ validate.py says what each shows):
 
     profile            the calibrated profile alone (the headline: a prediction)
     normalised         the profile at the machine's speed during the run as measured on
-                       its own steps (core/machine_speed.py; at_speed: a fitted profile's
-                       memory side x the steady decodes' factor, its FLOP terms x the
-                       compute-bound steps' factor), its memory side following the run's
-                       level over time where it was measured in windows
-                       (core/drifting_cost.py): the headline's error with the machine's
-                       speed taken out
+                       its own steps (experiments/machine_speed.py; core/cost_at_speed.py: a
+                       fitted profile's memory side x the steady decodes' factor, its FLOP
+                       terms x the compute-bound steps' factor), its memory side following
+                       the run's level over time where it was measured in windows: the
+                       headline's error with the machine's speed taken out
     profile+overhead   + the real run's measured time between steps
     speed-scaled       + that, and the profile scaled to the machine's speed during the
                        run: the real run's total step time over the profile's price of
@@ -24,21 +23,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.core.batch import FEATURE_NAMES, StepFeatures
-from batchlab.core.cost import CostModel, LinearCostModel, decode_run_times
-from batchlab.core.drifting_cost import DriftingCost
-from batchlab.core.fitted_cost import FittedCostModel
-from batchlab.core.loop_time import Overhead, WithOverhead, fit_overhead, with_loop
-from batchlab.core.machine_speed import at_speed as fitted_at_speed, machine_speed
+from batchlab.core.cost import CostForm, CostModel, FormDefaults, LinearCostModel
+from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.loop_time import Overhead, fit_overhead
 from batchlab.core.result import RunResult
-from batchlab.experiments.validation.steps import predicted_durations
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.experiments.machine_speed import kind_factors, machine_speed
 
 NAMES = ("profile", "normalised", "profile+overhead", "speed-scaled", "self-fit")
 
 
 @dataclass(frozen=True)
-class Scaled:
+class Scaled(FormDefaults):
     """A cost model with decode-only steps `decode` times longer, steps with prefill
-    tokens `prefill` times longer."""
+    tokens `prefill` times longer (the speed-scaled diagnostic: one factor per step kind,
+    not the two sides of a machine speed, core/cost_at_speed.py)."""
     base: CostModel
     decode: float
     prefill: float
@@ -48,47 +47,20 @@ class Scaled:
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         # a fast-forwarded run is decode-only by construction
-        return decode_run_times(self.base, f, m) * self.decode
+        return self.base.decode_run_times(f, m) * self.decode
 
 
-def at_speed(cost: CostModel, speed: dict | None) -> CostModel:
-    """`cost` as the machine ran at a run's measured speed (core/machine_speed.py): a
-    fitted model's memory side x its factor and its FLOP terms x its compute factor
-    (unmeasured: as profiled), since the two sides drift apart; another model: every
-    step x the factor. No speed measured: `cost` as profiled."""
-    factor = (speed or {}).get("factor") or 1.0
-    if isinstance(cost, FittedCostModel):
-        return fitted_at_speed(cost, factor, (speed or {}).get("compute_factor"))
-    return Scaled(cost, factor, factor)
-
-
-def normalised_cost(cost: CostModel, speed: dict | None, loop: Overhead | None) -> CostModel:
-    """The normalised variant's cost model: `cost` at a run's machine speed (at_speed),
-    plus the profile's loop time between steps. Where the run measured its memory side's
-    level in windows of its clock (core.machine_speed.drift), the memory side follows it
-    window by window (core/drifting_cost.py) and the FLOP terms keep the run's compute
-    factor: re-simulating three study passes' stored runs, that put 90, 97 and 81 of 104
-    numbers within target (one factor per run: 88, 92, 75); moving the FLOP terms with the
-    windows too gave 90, 97 and 62, the compute side drifting otherwise."""
-    speed = speed or {}
-    mean = with_loop(at_speed(cost, speed), loop)
-    windows = speed.get("drift_levels")
-    if not windows:
-        return mean
-    return DriftingCost(tuple(float(t) for t, _ in windows),
-                        tuple(with_loop(at_speed(cost, {**speed, "factor": k}), loop) for _, k in windows), mean)
-
-
-def speed_factors(run: RunResult, cost: CostModel) -> dict[str, float]:
-    """Measured total step time over the cost model's price of the same steps: over
-    all steps, decode-only steps, steps with prefill (1 where a kind is absent)."""
-    measured, predicted = run.steps["duration_s"], predicted_durations(run.steps, cost)
-    decode = run.steps["prefill_tokens"] == 0
-
-    def ratio(mask: np.ndarray) -> float:
-        p = float(predicted[mask].sum())
-        return float(measured[mask].sum()) / p if p > 0 else 1.0
-    return {"all": ratio(np.ones_like(decode)), "decode": ratio(decode), "prefill": ratio(~decode)}
+def normalised_cost(cost: CostForm, speed: MachineSpeed | None, loop: Overhead | None) -> CostAtSpeed:
+    """The normalised variant's cost model: `cost` at a run's machine speed (a fitted
+    model's memory side x its factor and its FLOP terms x its compute factor, unmeasured:
+    as profiled, since the two sides drift apart; another form: every step x the factor;
+    no speed measured: as profiled), plus the profile's loop time between steps. Where the
+    run measured its memory side's level in windows of its clock (drift_levels), the memory
+    side follows it window by window and the FLOP terms keep the run's compute factor:
+    moving them with the windows too judged the stored study runs worse, the compute side
+    drifting otherwise (docs/validation.md)."""
+    speed = speed or MachineSpeed()
+    return CostAtSpeed(cost, speed.factor or 1.0, speed.compute_factor, speed.windows, loop)
 
 
 def fit_linear_cost(run: RunResult) -> LinearCostModel:
@@ -109,11 +81,11 @@ def variant_costs(real: RunResult, profile_cost: CostModel,
     profile's time between steps (Profile.loop_overhead), part of what it predicts, so in
     the headline and normalised variants; the diagnostics use the run's own instead."""
     overhead = fit_overhead(real)
-    k = speed_factors(real, profile_cost)
-    speed = real.meta.get("machine_speed") or machine_speed(real.steps, profile_cost)
-    costs = {"profile": with_loop(profile_cost, loop),
+    k = kind_factors(real.steps, profile_cost)
+    speed = real.meta.machine_speed or machine_speed(real.steps, profile_cost)
+    costs = {"profile": CostAtSpeed(profile_cost, loop=loop),
              "normalised": normalised_cost(profile_cost, speed, loop),
-             "profile+overhead": WithOverhead(profile_cost, overhead),
-             "speed-scaled": WithOverhead(Scaled(profile_cost, k["decode"], k["prefill"]), overhead),
-             "self-fit": WithOverhead(fit_linear_cost(real), overhead)}
+             "profile+overhead": CostAtSpeed(profile_cost, loop=overhead),
+             "speed-scaled": CostAtSpeed(Scaled(profile_cost, k["decode"], k["prefill"]), loop=overhead),
+             "self-fit": CostAtSpeed(fit_linear_cost(real), loop=overhead)}
     return costs, {"overhead": overhead, "speed_factor": k, "machine_speed": speed}

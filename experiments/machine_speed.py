@@ -35,7 +35,11 @@ A run's one factor is its mean level; on a shared VM the level also moves within
 process, in swings of 30-60 s). `drift` says how much: the same ratio over each
 DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
 window's level, which the normalised simulation follows on the memory side
-(experiments/validation/variants.py normalised_cost, core/drifting_cost.py).
+(experiments/validation/variants.py normalised_cost, core/cost_at_speed.py).
+
+This is an observation of a run, so it lives with the code that judges runs: `batchlab
+run` and `serve` label a run's meta with it (run_labels.py), validation normalises by it.
+Its result is core.run_meta.MachineSpeed, what meta.json records.
 
 factor > 1: the machine ran slower than when the profile was measured."""
 from __future__ import annotations
@@ -44,13 +48,13 @@ import math
 
 import numpy as np
 
-from batchlab.core.batch import FEATURE_NAMES, StepFeatures
 from batchlab.core.cost import CostModel
 from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
 from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.core.step_table import CONTENDED, price, step_features
 
 MIN_STEPS = 8  # fewer steady steps than this: fall back to every decode-only step
-CONTENDED = 2.0  # a step over this many times its price had its core taken (not counted)
 METHOD = "total measured / total profile price over uncontended steady decode steps"
 COMPUTE_SHARE = 0.5  # a step whose FLOP terms are this share of its price is compute-bound
 DRIFT_WINDOW_S = 2.0  # the run's clock in windows this long, for the level within the run
@@ -70,52 +74,40 @@ def steady_decode(steps: dict[str, np.ndarray]) -> np.ndarray:
     return decode & after_decode & (gap <= IDLE_GAP_S) & (dur > 0)
 
 
-def features(steps: dict[str, np.ndarray], mask: np.ndarray) -> list[StepFeatures]:
-    """The masked steps' features (a table without the later features: 0)."""
-    zero = np.zeros(len(steps["duration_s"]), dtype=np.int64)
-    cols = [np.asarray(steps.get(n, zero))[mask] for n in FEATURE_NAMES]
-    return [StepFeatures(*(int(v) for v in row)) for row in zip(*cols)]
-
-
-def price(steps: dict[str, np.ndarray], cost: CostModel, mask: np.ndarray) -> np.ndarray:
-    """The cost model's price of the masked steps, each from its own features (a table
-    without the context features after_prefill / after_idle: 0)."""
-    return np.array([cost.step_time(f) for f in features(steps, mask)], dtype=float)
-
-
 def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
-                  source: str = "") -> dict:
-    """{"factor", "method", "steps", "spread" (IQR of the ratios / their median),
-    "profile", and compute_speed's}; factor None (and "why") where it cannot be measured."""
+                  source: str = "") -> MachineSpeed:
+    """The run's speed as `cost` (described by `source`) prices its steps: factor, spread
+    (IQR of the ratios / their median), drift and compute_speed's fields; factor None (and
+    why) where it cannot be measured. Its keys keep the order meta.json has always had."""
     out: dict = {"method": METHOD, "profile": source or None, "factor": None, "steps": 0}
     if cost is None:
-        return {**out, "why": "no profile to price the steps (batchlab run --profile P measures it)"}
+        return MachineSpeed(**out, why="no profile to price the steps (batchlab run --profile P measures it)")
     if steps is None or not len(steps["start_s"]):
-        return {**out, "why": "the run kept no step table"}
+        return MachineSpeed(**out, why="the run kept no step table")
     mask = steady_decode(steps)
     used = "steady decode"
     if mask.sum() < MIN_STEPS:
         mask = (np.asarray(steps["prefill_tokens"]) == 0) & (np.asarray(steps["duration_s"]) > 0)
         used = "all decode-only (too few steady ones)"
     if not mask.any():
-        return {**out, "why": "the run had no decode-only step"}
+        return MachineSpeed(**out, why="the run had no decode-only step")
     predicted = price(steps, cost, mask)
     measured = np.asarray(steps["duration_s"], float)[mask]
     ok = (predicted > 0) & (measured <= CONTENDED * predicted)
     if not ok.any():
-        return {**out, "why": "the profile prices its decode steps at 0 s, or every one was contended"}
+        return MachineSpeed(**out, why="the profile prices its decode steps at 0 s, or every one was contended")
     factor = float(measured[ok].sum() / predicted[ok].sum())
     ratio = measured[ok] / predicted[ok]
     q1, med, q3 = np.percentile(ratio, [25, 50, 75])
     start = np.asarray(steps["start_s"], float)[mask][ok]
-    return {**out, "factor": round(factor, 4), "steps": int(ok.sum()), "steps_used": used,
-            "spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan,
-            **drift(start, measured[ok], predicted[ok], factor),
-            **compute_speed(steps, cost, round(factor, 4))}
+    return MachineSpeed(**{**out, "factor": round(factor, 4), "steps": int(ok.sum()), "steps_used": used,
+                           "spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan,
+                           **drift(start, measured[ok], predicted[ok], factor),
+                           **compute_speed(steps, cost, round(factor, 4))})
 
 
 def drift(start: np.ndarray, measured: np.ndarray, predicted: np.ndarray, factor: float) -> dict:
-    """{"drift", "drift_windows", "drift_range", "drift_levels"}: how far the level moved
+    """MachineSpeed's drift, drift_windows, drift_range, drift_levels: how far the level moved
     within the run (module docstring), and each window's level as [start_s, level] (windows
     of DRIFT_WINDOW_S on the run's clock with MIN_WINDOW_STEPS steps or more); drift None
     where the run has fewer than MIN_WINDOWS of them."""
@@ -131,14 +123,14 @@ def drift(start: np.ndarray, measured: np.ndarray, predicted: np.ndarray, factor
 
 
 def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) -> dict:
-    """{"compute_factor", "compute_steps", "compute_spread", "compute_method"}: the
+    """MachineSpeed's compute_method, compute_factor, compute_steps, compute_spread: the
     compute side's speed (module docstring) given the memory side's `factor`;
-    compute_factor None (and "compute_why") where it cannot be measured."""
+    compute_factor None (and compute_why) where it cannot be measured."""
     out: dict = {"compute_method": COMPUTE_METHOD, "compute_factor": None, "compute_steps": 0}
     if not isinstance(cost, FittedCostModel):
         return {**out, "compute_why": "the profile's cost form does not separate FLOP terms"}
-    at_memory_speed = at_speed(cost, factor)
-    feats = features(steps, np.ones(len(steps["duration_s"]), bool))
+    at_memory_speed = cost.at_speed(factor)
+    feats = step_features(steps)
     total = np.array([at_memory_speed.step_time(f) for f in feats], dtype=float)
     flops = np.array([at_memory_speed.parts(f)[1] for f in feats], dtype=float)
     memory = total - flops  # the rest, context terms included, scales with the memory side
@@ -155,8 +147,15 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
             "compute_spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan}
 
 
-def at_speed(cost: FittedCostModel, factor: float, compute: float | None = None) -> FittedCostModel:
-    """A fitted profile as the machine ran at measured speeds: its memory side (fixed
-    costs, weight and KV traffic) x `factor`, its FLOP terms x `compute` (None: as
-    profiled)."""
-    return cost.scaled(bandwidth=1.0 / factor, flops=1.0 / (compute or 1.0), overhead=factor)
+def kind_factors(steps: dict[str, np.ndarray], cost: CostModel) -> dict[str, float]:
+    """Measured total step time over `cost`'s price of the same steps: over all steps,
+    decode-only steps, steps with prefill (1 where a kind is absent). The same measure as
+    machine_speed's factor, taken whole-step per step kind with every step counted: what
+    the speed-scaled diagnostic scales each kind by (experiments/validation/variants.py)."""
+    measured, predicted = steps["duration_s"], price(steps, cost)
+    decode = steps["prefill_tokens"] == 0
+
+    def ratio(mask: np.ndarray) -> float:
+        p = float(predicted[mask].sum())
+        return float(measured[mask].sum()) / p if p > 0 else 1.0
+    return {"all": ratio(np.ones_like(decode)), "decode": ratio(decode), "prefill": ratio(~decode)}
