@@ -232,3 +232,37 @@ CASES: list[tuple[str, list[str], str]] = [
     # -- flags: experiment -----------------------------------------------------------------
     ("experiment-unknown", ["experiment", "no-such-study"], "no-such-study"),
 ]
+
+
+# The broken trace files of tests/data/broken (tests/test_workload_errors.py).
+BROKEN = Path(__file__).parent / "data" / "broken"
+
+# file, line, what the message must say
+CORPUS = [
+    ("empty.csv", 1, "empty file; expected a CSV header or a JSON line"),
+    ("comments_only.jsonl", 1, "empty file"),
+    ("header_only.csv", 2, "no requests after the header; expected at least one data row"),
+    ("missing_column.csv", 1, "missing column 'GeneratedTokens'; expected azure"),
+    ("unknown_header.csv", 1, "cannot tell the trace format from 'foo,bar,baz'; expected azure"),
+    ("non_numeric.csv", 3, "ContextTokens is 'lots'; expected a whole number of tokens >= 1"),
+    ("negative_tokens.csv", 4, "ContextTokens is '-20'; expected a whole number of tokens"),
+    ("zero_output.csv", 3, "output_len is '0'; expected a whole number of tokens >= 1"),
+    ("fractional_tokens.csv", 3, "prompt_len is '100.5'; expected a whole number"),
+    ("nan_arrival.csv", 3, "arrival_s is 'nan'; expected a time in seconds >= 0"),
+    ("short_row.csv", 3, "2 fields; expected 3 as in the header on line 1"),
+    ("bad_datetime.csv", 3, "TIMESTAMP is '2023-11-16 25:99:00.0000000'; expected a date-time"),
+    ("not_utf8.csv", 3, "not UTF-8 text"),
+    ("truncated_json.jsonl", 3, "not valid JSON: Expecting ':' delimiter (column 56); "
+                                "expected one JSON object per line"),
+    ("missing_key.jsonl", 2, "missing key 'output_length'; expected keys timestamp, "
+                             "input_length, output_length (mooncake format)"),
+    ("not_object.jsonl", 2, "a JSON list; expected an object with keys"),
+    ("negative_time.jsonl", 2, "timestamp is -500; expected a time in milliseconds >= 0"),
+    ("bad_hash_ids.jsonl", 2, "hash_ids is '0 1'; expected a list of integer block hashes"),
+    ("null_length.jsonl", 2, "input_length is null; expected a whole number of tokens"),
+    ("float_hash_ids.jsonl", 2, "hash_ids is [1.5]; expected a list of integer block hashes"),
+    ("hash_count_mismatch.jsonl", 2, "hash_ids has 2 hashes; expected 3, one per 512-token "
+                                     "block of the 1100-token prompt (input_length)"),
+    ("mixed_hash_block.csv", 3, "hash_block_size is 16; expected one block size for the "
+                                "whole file (32 on earlier rows)"),
+]

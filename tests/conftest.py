@@ -36,3 +36,28 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.get_closest_marker("backend"):
             item.add_marker(skip)
+
+
+# -- the torch backend, shared by the modules that serve on it (each module gets its own) --
+
+@pytest.fixture(scope="module")
+def runtime():
+    """batchlab-tiny on one thread with a 32 MiB KV pool."""
+    from batchlab.backend.runtime import Runtime
+    return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """batchlab-tiny's seeded weights, with its Hugging Face model kept (for generate())."""
+    import torch
+    from batchlab.backend.models import build_preset
+    torch.set_num_threads(1)
+    return build_preset("batchlab-tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def hf_runtime(tiny):
+    """A runtime serving `tiny` itself, so its outputs can be checked against generate()."""
+    from batchlab.backend.runtime import Runtime
+    return Runtime(loaded=tiny, keep_hf=True, kv_memory="64MiB", threads=1)

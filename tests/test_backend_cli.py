@@ -6,18 +6,14 @@ import json
 import pytest
 
 from batchlab.experiments.cli import main
+from tests.checkpoints import tiny_checkpoint
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.backend  # `batchlab run` serves on the torch backend
 
 # A few short requests, all at once: seconds on the tiny model.
 SMALL = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
          "--kv-memory", "16MiB", "--no-progress"]
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_summary_matches_simulate_keys(capsys):
@@ -120,16 +116,6 @@ def test_backend_settings_from_toml(tmp_path, capsys):
     assert (meta["matmul"], meta["time_scale"]) == ("torch", 0.0)
 
 
-def _tiny_checkpoint(path, max_positions: int = 256) -> None:
-    from tests.test_backend_models import _small_config
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-    cfg = _small_config("llama")
-    cfg.max_position_embeddings = max_positions
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-
-
 @pytest.mark.parametrize("damage", ["truncated safetensors", "junk pytorch_model.bin"])
 @pytest.mark.parametrize("command", [
     ["run", *SMALL],
@@ -138,7 +124,7 @@ def _tiny_checkpoint(path, max_positions: int = 256) -> None:
 ])
 def test_corrupt_weights_are_one_line_exit_2(tmp_path, capsys, damage, command):
     ckpt = tmp_path / "ckpt"
-    _tiny_checkpoint(ckpt)
+    tiny_checkpoint(ckpt)
     weights = ckpt / "model.safetensors"
     if damage.startswith("truncated"):
         weights.write_bytes(weights.read_bytes()[:5000])
@@ -160,7 +146,7 @@ def test_requests_beyond_the_context_limit_are_rejected(tmp_path, capsys):
     import json
     from batchlab.backend.models import params_label
     from batchlab.backend.runtime import Runtime
-    _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
+    tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     base = ["run", "--model", str(tmp_path / "ckpt"), "--kv-memory", "16MiB", "--no-progress"]
     code, _, err = run_cli([*base, "--workload", "uniform", "--num-requests", "3", "--rate", "inf",
                             "--max-prompt-len", "62", "--max-output-len", "4", "--out",

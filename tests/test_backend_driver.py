@@ -12,16 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
 from batchlab.backend.driver import run_workload
-from batchlab.backend.runtime import Runtime
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
 
 
 def wl(arrival, prompt, output, **kw) -> Workload:

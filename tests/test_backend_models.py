@@ -17,6 +17,7 @@ from batchlab.backend.runtime import Runtime
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.specs import MODELS
 from batchlab.core.workload import Workload
+from tests.checkpoints import small_config
 
 
 def test_presets_are_priced_by_the_simulator():
@@ -66,23 +67,10 @@ def test_settings_refused_with_one_line():
     assert parse_memory(5e8) == ("bytes", 5e8)
 
 
-def _small_config(kind: str):
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
-    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    if kind == "llama":
-        return LlamaConfig(**common, attention_bias=True, tie_word_embeddings=True)
-    if kind == "qwen2":  # q/k/v biases
-        return Qwen2Config(**common, tie_word_embeddings=False)
-    # Mistral with a sliding window shorter than the sequences
-    return MistralConfig(**common, sliding_window=8)
-
-
 def _save_checkpoint(kind: str, path) -> None:
     from transformers import AutoModelForCausalLM
     torch.manual_seed(3)
-    model = AutoModelForCausalLM.from_config(_small_config(kind))
+    model = AutoModelForCausalLM.from_config(small_config(kind))
     with torch.no_grad():  # larger random biases so a bias mistake would show
         for name, p in model.named_parameters():
             if name.endswith("bias"):

@@ -16,17 +16,6 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.workload import Workload
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    torch.set_num_threads(1)
-    return build_preset("batchlab-tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def runtime(tiny):
-    return Runtime(loaded=tiny, keep_hf=True, kv_memory="64MiB", threads=1)
-
-
 def _workload(prompts, outputs, arrivals=None) -> Workload:
     n = len(prompts)
     return Workload(arrival=np.zeros(n) if arrivals is None else arrivals,
@@ -43,9 +32,9 @@ def _reference(hf, vocab: int, w: Workload, seed: int = 0) -> dict[int, list[int
     return ref
 
 
-def _serve(runtime, w, **sched):
+def _serve(hf_runtime, w, **sched):
     outputs: dict[int, list[int]] = {}
-    res = run_workload(runtime, w, SchedulerConfig(**sched), time_scale=0.0, progress=False,
+    res = run_workload(hf_runtime, w, SchedulerConfig(**sched), time_scale=0.0, progress=False,
                        outputs=outputs)
     assert (res.requests["status"] == "finished").all()
     return outputs, res
@@ -59,14 +48,14 @@ def reference(tiny):
     return _reference(tiny.hf, tiny.spec.vocab_size, W_MIXED)
 
 
-def test_continuous_many_sequences_per_step(runtime, reference):
-    out, res = _serve(runtime, W_MIXED, policy="continuous", block_size=4)
+def test_continuous_many_sequences_per_step(hf_runtime, reference):
+    out, res = _serve(hf_runtime, W_MIXED, policy="continuous", block_size=4)
     assert out == reference
     assert res.steps["num_seqs"].max() == len(W_MIXED)  # they really shared steps
 
 
-def test_chunked_prefill_small_budget(runtime, reference):
-    out, res = _serve(runtime, W_MIXED, policy="chunked", block_size=4, max_num_batched_tokens=16)
+def test_chunked_prefill_small_budget(hf_runtime, reference):
+    out, res = _serve(hf_runtime, W_MIXED, policy="chunked", block_size=4, max_num_batched_tokens=16)
     assert out == reference
     assert res.steps["prefill_tokens"].max() <= 16
     # chunks that do not start at 0 were run, mixed with decodes
@@ -74,26 +63,26 @@ def test_chunked_prefill_small_budget(runtime, reference):
     assert mixed.any()
 
 
-def test_preemption_recompute(runtime, reference):
+def test_preemption_recompute(hf_runtime, reference):
     # 22 blocks of 4 tokens: far fewer than the 8 sequences need together
-    out, res = _serve(runtime, W_MIXED, policy="chunked", block_size=4, num_kv_blocks=22,
+    out, res = _serve(hf_runtime, W_MIXED, policy="chunked", block_size=4, num_kv_blocks=22,
                       max_num_batched_tokens=32)
     assert res.requests["preemptions"].sum() > 0
     assert out == reference
 
 
-def test_preemption_continuous(runtime, reference):
-    out, res = _serve(runtime, W_MIXED, policy="continuous", block_size=4, num_kv_blocks=24)
+def test_preemption_continuous(hf_runtime, reference):
+    out, res = _serve(hf_runtime, W_MIXED, policy="continuous", block_size=4, num_kv_blocks=24)
     assert res.requests["preemptions"].sum() > 0
     assert out == reference
 
 
-def test_static_batches(runtime, reference):
-    out, _ = _serve(runtime, W_MIXED, policy="static", block_size=8, max_num_seqs=3)
+def test_static_batches(hf_runtime, reference):
+    out, _ = _serve(hf_runtime, W_MIXED, policy="static", block_size=8, max_num_seqs=3)
     assert out == reference
 
 
-def test_generate_batch_agrees(tiny, runtime):
+def test_generate_batch_agrees(tiny, hf_runtime):
     """transformers' own continuous batching as a second oracle."""
     from transformers import ContinuousBatchingConfig, GenerationConfig
     w = _workload([6, 30, 17], [10, 10, 10])
@@ -102,7 +91,7 @@ def test_generate_batch_agrees(tiny, runtime):
     cb = ContinuousBatchingConfig(num_blocks=16, page_size=16, max_batch_tokens=64, max_requests_per_batch=4)
     res = tiny.hf.generate_batch(prompts, generation_config=gen, continuous_batching_config=cb)
     theirs = sorted((r.prompt_ids, r.generated_tokens) for r in res.values())
-    out, _ = _serve(runtime, w, policy="continuous", block_size=4)
+    out, _ = _serve(hf_runtime, w, policy="continuous", block_size=4)
     ours = sorted((prompts[i], out[i]) for i in range(3))
     assert ours == theirs
 

@@ -14,7 +14,6 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from tests.test_backend_oracle import runtime, tiny  # noqa: F401 (the shared fixtures)
 
 # Eight requests over three documents: shared leading 4-token hash blocks, own tails.
 PROMPTS = [23, 30, 17, 41, 26, 12, 33, 29]
@@ -43,10 +42,10 @@ def reference(tiny):
     return ref
 
 
-def _serve(runtime, **sched):
+def _serve(hf_runtime, **sched):
     outputs: dict[int, list[int]] = {}
     cfg = SchedulerConfig(block_size=4, max_num_seqs=2, prefix_caching=True, **sched)
-    res = run_workload(runtime, W, cfg, time_scale=0.0, progress=False, outputs=outputs)
+    res = run_workload(hf_runtime, W, cfg, time_scale=0.0, progress=False, outputs=outputs)
     assert (res.requests["status"] == "finished").all()
     return outputs, res, cfg
 
@@ -60,8 +59,8 @@ def test_equal_hashes_give_equal_tokens():
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked"])
-def test_cached_blocks_are_reused_and_output_matches_generate(runtime, reference, policy):
-    out, res, cfg = _serve(runtime, policy=policy, max_num_batched_tokens=64)
+def test_cached_blocks_are_reused_and_output_matches_generate(hf_runtime, reference, policy):
+    out, res, cfg = _serve(hf_runtime, policy=policy, max_num_batched_tokens=64)
     assert out == reference
     s = res.summary()
     assert s["prefix_cache_hits"] > 0 and res.requests["preemptions"].sum() == 0
@@ -73,10 +72,10 @@ def test_cached_blocks_are_reused_and_output_matches_generate(runtime, reference
     assert np.array_equal(sim.steps["cached_blocks"], res.steps["cached_blocks"])
 
 
-def test_sharing_a_prefix_with_a_preempted_request(runtime, reference):
+def test_sharing_a_prefix_with_a_preempted_request(hf_runtime, reference):
     # 16 blocks of 4 tokens for two seats: decoding outgrows the pool, sequences are
     # preempted while others reuse (and they themselves recompute from) shared blocks.
-    out, res, cfg = _serve(runtime, policy="chunked", num_kv_blocks=16, max_num_batched_tokens=32)
+    out, res, cfg = _serve(hf_runtime, policy="chunked", num_kv_blocks=16, max_num_batched_tokens=32)
     assert res.requests["preemptions"].sum() > 0 and res.summary()["prefix_cache_hits"] > 0
     assert out == reference
     sim = simulate(W, cfg, LinearCostModel(0.01), 16)

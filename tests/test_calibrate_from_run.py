@@ -9,9 +9,8 @@ import pytest
 from batchlab.core.fitted_cost import FittedCostModel
 from batchlab.experiments.cli import main
 from batchlab.core.run_folder import write_table
-from tests.test_calibration_cli import one_line_error, run_cli
-from tests.test_calibration_profile import make_profile
-from tests.test_serve_fit import BASE, served_table
+from tests.helpers import one_line_error, run_cli
+from tests.profiles import BASE, make_profile, served_table
 
 IDENT = {"world": "real", "model": "batchlab-tiny", "device": "cpu", "threads": 1,
          "dtype": "float32", "cpu": "test cpu", "block_size": 16, "num_kv_blocks": 400}

@@ -5,24 +5,10 @@ import json
 
 import pytest
 
-from batchlab.experiments.cli import main
-from tests.test_calibration_profile import make_profile
+from tests.helpers import one_line_error, run_cli
+from tests.profiles import make_profile
 
 SMALL = ["--num-requests", "30", "--rate", "5", "--policy", "continuous"]
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code, err, *words):
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("batchlab: error:"), err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 def test_simulate_uses_the_profile_cost_model_and_kv_capacity(tmp_path, capsys):

@@ -11,23 +11,10 @@ import pytest
 from batchlab.calibration.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
 from batchlab.core.batch import StepFeatures, step_features
 from batchlab.core.kv import BlockManager
-from batchlab.core.profile import (PROFILE_VERSION, CostParams, DeviceInfo, Effective, FitQuality, Profile,
-                          ProfileError, RegionError, load_profile, shipped_profiles)
+from batchlab.core.profile import (PROFILE_VERSION, ProfileError, load_profile, shipped_profiles)
 from batchlab.core.specs import MODELS
-
-
-def make_profile(**changes) -> Profile:
-    err = RegionError(n=3, median_ape=1.5, max_ape=4.0)
-    p = Profile(model=MODELS["batchlab-tiny"], model_source="batchlab-tiny",
-                device=DeviceInfo(kind="cpu", name="test cpu", threads=1, torch="x"),
-                block_size=16, num_kv_blocks=321,
-                cost=CostParams(overhead_s=0.005, per_seq_s=1e-4, per_chunk_s=2e-4,
-                                s_per_weight_byte=1 / 20e9, s_per_flop=1 / 80e9, s_per_kv_byte=1 / 5e9,
-                                s_per_attn_flop=1 / 50e9, small_rows=[0.001, 0.002], combine="sum"),
-                fit=FitQuality(heldout=err, train=err, regions={"decode": err}),
-                effective=Effective(mem_bandwidth=20e9, kv_bandwidth=5e9, flop_rate=80e9,
-                                    attn_flop_rate=50e9, overhead_s=0.005))
-    return p.model_copy(update=changes)
+from tests.profiles import make_profile
+from tests.same_runs import assert_same
 
 
 def test_round_trip(tmp_path):
@@ -111,7 +98,6 @@ def test_fast_forward_with_the_fitted_model_equals_stepping():
     from batchlab.core.config import SchedulerConfig
     from batchlab.core.workload import Workload
     from batchlab.sim import simulate
-    from tests.test_fast_forward import assert_same
 
     cost = load_profile("default").cost_model()
     rng = np.random.default_rng(3)

@@ -14,6 +14,7 @@ from batchlab.calibration import calibrate  # noqa: E402
 from batchlab.calibration.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
 from batchlab.calibration.sweep import Sweep, measurements_path, read_records, widest_points  # noqa: E402
 from batchlab.core.profile import PROFILE_VERSION, load_profile  # noqa: E402
+from tests.checkpoints import tiny_checkpoint  # noqa: E402
 
 IDENT = {"model": "batchlab-tiny", "device": "cpu", "threads": 1, "dtype": "float32",
          "matmul": "x", "block_size": 16}
@@ -102,8 +103,7 @@ def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
     """The quick grid reaches 84 tokens (its prefill points timed a few tokens longer, in
     fresh shapes); a checkpoint limited to 64 is told so."""
     from batchlab.calibration.grid import max_context
-    from tests.test_backend_cli import _tiny_checkpoint
-    _tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
+    tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     said: list[str] = []
     calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, tiny_grid(), kv_memory="16MiB",
               progress=False, log=said.append)

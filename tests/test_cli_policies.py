@@ -8,15 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from batchlab.experiments.cli import main
+from tests.helpers import run_cli
 
 SMALL = ["--num-requests", "120", "--rate", "20"]
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_list_policies_shows_parameters_orders_and_modes(capsys):

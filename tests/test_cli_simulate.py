@@ -11,15 +11,9 @@ import pytest
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.workload import load_trace
-from batchlab.experiments.cli import main
+from tests.helpers import run_cli
 
 SMALL = ["--num-requests", "150", "--rate", "20"]
-
-
-def run_cli(args, capsys):
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_default_compares_three_policies_and_shows_the_point(capsys):

@@ -11,7 +11,6 @@ pytest.importorskip("torch")  # the backend extra; without it the module skips
 from scipy import stats
 
 from batchlab.backend.driver import run_workload
-from batchlab.backend.runtime import Runtime
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.workload import Workload
 from batchlab.core.loop_time import fit_overhead
@@ -20,11 +19,6 @@ from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.experiments.validation.variants import fit_linear_cost
 
 ZERO_S = 0.0002  # "no delay": the buggy driver stamped the poll, 0.2 ms is far above that
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
 
 
 def closed_loop(n: int, users: int, think: float, seed: int = 3) -> Workload:

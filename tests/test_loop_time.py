@@ -11,8 +11,7 @@ from batchlab.core.loop_time import Overhead, fit_gaps, table_gaps
 from batchlab.core.profile import LoopTime
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from tests.test_calibration_profile import make_profile
-from tests.test_serve_fit import BASE
+from tests.profiles import BASE, make_profile
 
 
 def _work(n: int = 30, seed: int = 0) -> Workload:

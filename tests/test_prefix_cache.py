@@ -17,7 +17,7 @@ from batchlab.core.schedulers import SCHEDULERS, make_scheduler
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from tests.driver import drive
-from tests.test_fast_forward import COSTS, assert_same
+from tests.same_runs import COSTS, assert_same
 
 POLICIES = sorted(SCHEDULERS)
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

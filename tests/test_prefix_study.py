@@ -8,7 +8,7 @@ import json
 import pytest
 
 from batchlab.experiments.studies import get_study
-from tests.test_workload_shared_traces import shared
+from tests.helpers import shared
 
 
 @pytest.mark.slow

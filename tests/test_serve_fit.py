@@ -11,25 +11,8 @@ from batchlab.core.step_table import step_features as features
 from batchlab.calibration.served_runs import ServedRun
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.features import StepFeatures
-from batchlab.core.config import SchedulerConfig
-from batchlab.core.fitted_cost import FittedCostModel, Shape, is_steady
-from batchlab.core.specs import MODELS
-from batchlab.core.workload import Workload
-from batchlab.sim import simulate
-
-SHAPE = Shape.of(MODELS["batchlab-tiny"])
-BASE = FittedCostModel(SHAPE, overhead_s=0.002, per_seq_s=2e-5, per_chunk_s=1e-4,
-                       s_per_weight_byte=1 / 40e9, s_per_flop=1 / 150e9, s_per_kv_byte=1 / 7e9,
-                       s_per_attn_flop=1 / 60e9, combine="sum")
-
-
-def served_table(truth, seed: int = 0, n: int = 80) -> dict[str, np.ndarray]:
-    """A step table whose durations are `truth`'s prices: bursts with idle gaps, chunked
-    prefill of new prompt lengths beside decodes."""
-    rng = np.random.default_rng(seed)
-    gaps = rng.choice([0.001, 0.01, 0.4], size=n)
-    w = Workload(np.cumsum(gaps), rng.integers(3, 600, n), rng.integers(1, 30, n))
-    return simulate(w, SchedulerConfig(policy="chunked", max_num_batched_tokens=96), truth, 2000).steps
+from batchlab.core.fitted_cost import FittedCostModel, is_steady
+from tests.profiles import BASE, served_table
 
 
 @pytest.mark.parametrize("mem,comp", [(1.3, 1.3), (0.75, 1.1)])

@@ -49,13 +49,6 @@ def test_simulator_flags_steps_by_definition_stepping_or_fast_forward(policy, bu
                        + 0.001 * fast["after_prefill"] + 0.002 * fast["after_idle"])
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    pytest.importorskip("torch")
-    from batchlab.backend.runtime import Runtime
-    return Runtime("batchlab-tiny", kv_memory="32MiB", threads=1)
-
-
 @pytest.mark.parametrize("policy,budget", [("continuous", None), ("chunked", 16)])
 def test_real_driver_flags_the_same_steps_as_the_simulator(runtime, policy, budget):
     from batchlab.backend.driver import run_workload

@@ -11,7 +11,7 @@ import pytest
 
 from batchlab.core.workload import load_trace
 from batchlab.experiments.cli import main
-from tests.test_workload_errors import CORPUS
+from tests.bad_cases import CORPUS
 
 DATA = Path(__file__).parent / "data"
 CONV = str(DATA / "azure_conv_300.csv")

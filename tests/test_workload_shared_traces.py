@@ -6,15 +6,9 @@ import time
 
 import pytest
 
-from batchlab.core.workload import TRACES, WorkloadConfig, build_workload, load_trace, traces_dir
+from batchlab.core.workload import TRACES, WorkloadConfig, build_workload, load_trace
 from batchlab.core.workload.stats import workload_stats
-
-
-def shared(name: str):
-    path = traces_dir() / name
-    if not path.exists():
-        pytest.skip(f"shared trace {path} not present (set BATCHLAB_TRACES to its folder)")
-    return path
+from tests.helpers import shared
 
 
 # name: rows, span (s), mean rate, prompt mean, output mean (README of the traces)
