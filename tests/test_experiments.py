@@ -211,8 +211,17 @@ def test_tradeoff_backend_variant(tmp_path):
     per_user = [x["per_user_tokens_per_s"] for x in rows]
     assert thr[1] > 2 * thr[0] and max(thr) > 4 * thr[0]  # total tokens/s rises with the batch
     assert per_user[-1] < per_user[1] < per_user[0] * 1.05 and per_user[-1] < 0.5 * per_user[0]
-    lm = b["landmarks"]["continuous"]
-    assert lm["tpot_p50_crosses_at"] is not None and rows[0]["median_tpot_ms"] < b["tpot_limit_ms"]
+    # The TPOT landmark is where the measured p50 first reaches the limit (5x one user's).
+    # Whether the sweep reaches it depends on the machine and its load, so the test checks
+    # that the landmark says what the rows measured, not that the machine crossed it.
+    lm, limit = b["landmarks"]["continuous"], b["tpot_limit_ms"]
+    tpot = [x["median_tpot_ms"] for x in rows]
+    assert tpot[0] < limit
+    first = next((i for i, t in enumerate(tpot) if t >= limit), None)
+    if first is None:
+        assert lm["tpot_p50_crosses_at"] is None
+    else:
+        assert rows[first - 1]["users"] < lm["tpot_p50_crosses_at"] <= rows[first]["users"]
     # The small KV pool runs out at the largest point only, where the simulated scheduler says.
     assert [x["preemptions"] > 0 for x in rows] == [False, False, False, True]
     assert [x["preemptions"] for x in rows] == [x["sim_preemptions"] for x in rows]
