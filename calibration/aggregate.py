@@ -1,7 +1,7 @@
 """From raw timings (one record per point and round) to one robust figure per point.
 
 Drift: the VM's speed changes, and other work on the machine slows every step for a
-while (measured: episodes of 20-60 s with steps 30-60% slower). Two estimates of the
+while (docs/results/2026-11-30-calibration.md). Two estimates of the
 machine's speed at each timing:
 - reference: the reference kernel's time taken just before it, over its sweep median;
 - rolling: the median, over the ROLLING timings either side (in time order; points

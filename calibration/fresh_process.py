@@ -1,6 +1,7 @@
 """Run a function in a fresh, spawned process: what a process has run before changes
-how fast it runs next (measured on CPU: a token count's first execution +8-34%;
-steady decodes +9% after a calibration sweep in the same process)."""
+how fast it runs next: a token count's first execution costs more, and steady decodes
+run slower after a calibration sweep in the same process
+(docs/results/2026-12-01-calibration-serving.md)."""
 from __future__ import annotations
 
 import multiprocessing

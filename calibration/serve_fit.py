@@ -12,14 +12,13 @@ serving adds is priced by refine():
 t_memory and t_compute split the profile's price (FittedCostModel.parts): fixed costs
 with weight and KV traffic, and FLOPs. s_mem and s_comp are serving's levels against
 the sweep's. d_chunk is the fixed cost of a chunk of a shape the process has not run
-(added to per_chunk_s), d_seq that of a served sequence (added to per_seq_s; measured
-on batchlab-tiny: steps of 5-8 sequences ran 1.15-1.27x a price without it, decodes
-of unequal contexts in a few padded groups); the context terms are new. steady is 1
+(added to per_chunk_s), d_seq that of a served sequence (added to per_seq_s: decodes of
+unequal contexts run in a few padded groups); the context terms are new. steady is 1
 for a decode-only step after another decode (core.fitted_cost.is_steady): a sweep
 times every point after some other shape, and serving's run of decodes differs from
-it by a fixed amount (measured: 1 sequence 0.70x the sweep's price, while
-prefill-bearing steps ran at the sweep's level; one memory level fitted mostly on
-those decodes priced prefills and mixed steps 12-19% too cheap).
+it by a fixed amount, while prefill-bearing steps run at the sweep's level: one memory
+level fitted mostly on those decodes would price prefills and mixed steps too cheap
+(the measurements: docs/results/2026-12-01-calibration-serving.md).
 It is a linear least-squares problem, solved in relative error and then refined on the
 log ratio of predicted to measured with a soft-L1 loss, so the slowest steps (a busy
 neighbour) pull less and a step's error counts the same whether it is too fast or too

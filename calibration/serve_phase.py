@@ -37,10 +37,9 @@ BIG_CHUNK_BUDGET = 512  # ... and a common serving budget: big chunks beside dec
 BURST, BURST_OUTPUT = 8, 96
 # (policy, token budget (None: the policy's default), requests arriving together, longest reply).
 # Served runs are mostly big chunks beside decodes and whole long prompts: a phase of
-# small chunks only left their compute level unfitted (measured: prefill steps over 128
-# tokens then ran 1.15-1.28x the refined price in served runs). Without bursts, decodes
-# of one or two sequences fitted the steady-decode terms, and 4-15 sequences then ran
-# 1.16-1.27x their price in served runs.
+# small chunks only leaves their compute level unfitted, and without bursts decodes of one
+# or two sequences fit the steady-decode terms alone; either way served runs then ran
+# slower than their price (docs/results/2026-12-01-calibration-serving.md).
 POLICIES = (("chunked", CHUNK_BUDGET, 1, MAX_OUTPUT), ("chunked", BIG_CHUNK_BUDGET, 1, MAX_OUTPUT),
             ("continuous", None, 1, MAX_OUTPUT), ("continuous", None, BURST, BURST_OUTPUT))
 
@@ -96,9 +95,9 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
-    run before is cheaper (measured on CPU, first execution over the second: +8-34% at
-    40-128 tokens, +16-20% at 128-512, +3% beyond; benchmarks/bench_first_execution.py):
-    served in the sweep's process, prefills came out 15-28% too cheap for served runs."""
+    run before is cheaper (benchmarks/bench_first_execution.py measures it): served in the
+    sweep's process, prefills come out too cheap for served runs
+    (docs/results/2026-12-01-calibration-serving.md)."""
     fresh = fresh_process and runtime.args is not None
     served = run_fresh(_serve_fresh, runtime.args, model, max_prompt, seconds, seed) if fresh else None
     if served is None:  # asked for in-process, or the spawned process could not start

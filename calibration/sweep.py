@@ -76,8 +76,8 @@ def plan(grid: Grid, done: Counter, rounds: dict[str, int], seed: int) -> list[t
 
 def _first_times(records: list[dict]) -> dict[str, float]:
     """Each point's first timing (its first warm-up): what sizes its rounds. Only the
-    first, so the count stays the same however often a sweep is resumed (measured:
-    a first execution is within -8%..+24% of the point's median, 5-95%)."""
+    first, so the count stays the same however often a sweep is resumed (a first
+    execution is close enough to the point's median to size its rounds)."""
     first: dict[str, float] = {}
     for r in records:
         first.setdefault(r["key"], r["t"])
@@ -95,7 +95,7 @@ def fresh_variant(point: GridPoint, seen: set[GridPoint]) -> GridPoint:
     """The point with its chunk a few tokens longer or shorter (and, for a chunk after a
     cached prefix, that prefix shifted), in a shape this process has not run yet:
     serving meets a new prompt length at nearly every prefill, and a shape's first run
-    costs more than its repeats (measured: ~10% for a prefill on CPU). Decode-only
+    costs more than its repeats (docs/results/2026-12-01-calibration-serving.md). Decode-only
     points are returned as they are."""
     if not point.chunk:
         return point

@@ -3,8 +3,8 @@ step-to-step context both worlds derive the same way (core imports nothing else 
 here, so cost models, the batch and the fast-forward code can all depend on this).
 
 Two features are not in the Batch but in what ran before it, because serving prices
-them (measured on CPU: a step on an engine that sat idle, and the step right after a
-prefill, cost more than the same shape timed warm and repeated):
+them (a step on an engine that sat idle, and the step right after a prefill, cost more
+than the same shape timed warm and repeated; docs/results/2026-12-01-calibration-serving.md):
 - after_prefill: the previous step of this engine ran a prefill chunk;
 - after_idle: the engine found nothing to run since its previous step, and that step
   ended IDLE_GAP_S or longer before this one starts (the first step of a run counts).
@@ -62,9 +62,9 @@ def masked_pairs(chunk: int, cached: int = 0) -> int:
     """Pairs of a c-token chunk after `cached` tokens that attention computes beyond its
     causal ones. A first chunk (is_causal): the masked half of each diagonal tile; a later
     one (an explicit mask, nothing skipped): the masked half of the whole c x c block.
-    Measured on CPU, per (query, key) pair computed: c = 512 costs the same causal or not,
-    c = 2048 causal 0.67x its full rectangle; a causal GPU kernel skips at finer tiles, and
-    a fit there prices the term ~0."""
+    A kernel that works on whole tiles pays for these pairs (torch's CPU SDPA: measured in
+    docs/results/2026-12-01-calibration-serving.md); a causal GPU kernel skips at finer
+    tiles, and a fit there prices the term ~0."""
     if cached:
         return chunk * (chunk - 1) // 2
     full, rest = divmod(chunk, MASK_TILE)

@@ -31,8 +31,8 @@ they existed price them at 0.
 
 steady_s prices a steady decode step (decode-only, neither after a prefill nor after an
 idle gap: the step before it was a decode too) against the sweep's, whose every timing
-follows some other shape: measured on batchlab-tiny on CPU, served steady decodes of 1
-sequence ran 0.70x the sweep's price while prefill-bearing steps ran at it (0.97-1.01x).
+follows some other shape: served steady decodes run cheaper than the sweep timed them
+while prefill-bearing steps run at its level (docs/results/2026-12-01-calibration-serving.md).
 Serving fits it (calibration/serve_fit.py): a fixed change, negative where the weights
 still warm from the step before save time. 0: priced as the sweep timed it.
 

@@ -2,8 +2,8 @@
 before the next starts while it has work (Scheduler.complete, metrics, releasing
 arrivals, forming the next batch). A step table's durations leave it out (the driver
 times Engine.execute alone); the simulator's steps are back to back, so without it the
-simulation runs ahead: measured 0.12-0.15 ms a step on batchlab-tiny's chat traffic,
-3-5% of a CPU decode step (more on a GPU, where a step is a few ms).
+simulation runs ahead, by a share of every step that grows as steps get shorter (a GPU's
+are a few ms; measured on CPU in docs/results/2026-12-01-calibration-serving.md).
 
 It is measured from a served run's step table: gaps while a request was in the system
 (which excludes idle sleeps), fitted as gap = per_step + per_seq * num_seqs of the step
