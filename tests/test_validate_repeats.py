@@ -11,7 +11,6 @@ import pytest
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
-from batchlab.core.run_meta import MachineSpeed
 from batchlab.experiments.machine_speed import machine_speed, steady_decode
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation.judge import Judge

@@ -13,13 +13,11 @@ import itertools
 from pathlib import Path
 from typing import Callable, TypeVar
 
-import numpy as np
 from pydantic import ValidationError
 
 from batchlab.calibration.served_runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.run_folder import RunFolder, read_object
-from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
 from batchlab.experiments.errors import UserError, describe_validation_error, warn
 from batchlab.experiments.validation.sources import RealRun, RealSide
