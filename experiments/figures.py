@@ -69,11 +69,25 @@ class MarkY:
 
 @dataclass(frozen=True)
 class Cdf:
-    """The empirical CDF of values (fraction of requests); log: a log x axis."""
+    """The empirical CDF of values (fraction of requests); log: a log x axis; ls: its
+    line style (None: solid). Nothing is drawn for no values."""
     values: Sequence[float]
     label: str
     color: str | None = None
     log: bool = True
+    ls: str | None = None
+
+
+@dataclass(frozen=True)
+class Band:
+    """The band between two curves x = low(level), x = high(level) over the levels (y),
+    drawn in steps: e.g. the lowest and highest of several runs' quantiles."""
+    levels: Sequence[float]
+    low: Sequence[float]
+    high: Sequence[float]
+    label: str
+    color: str = "#999999"
+    alpha: float = 0.45
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,7 @@ class SeatGrid:
     x_edges: np.ndarray | None = None
 
 
-Mark = Union[Line, VLine, MarkX, MarkY, Cdf, Bars, GroupedBars, SeatGrid]
+Mark = Union[Line, VLine, MarkX, MarkY, Cdf, Band, Bars, GroupedBars, SeatGrid]
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,7 @@ class Panel:
     xscale_base: float | None = None
     yscale: str | None = None
     xticks: Sequence[int] | None = None  # labelled with the numbers themselves
+    plain_x: bool = False  # x tick labels as plain numbers (100, 1000: not 10^2), no minor labels
     xlim: tuple[float | None, float | None] | None = None
     ylim: tuple[float | None, float | None] | None = None
     grid: Grid | None = None

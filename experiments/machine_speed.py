@@ -35,7 +35,7 @@ A run's one factor is its mean level; on a shared VM the level also moves within
 process, in swings of 30-60 s). `drift` says how much: the same ratio over each
 DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
 window's level, which the normalised simulation follows on the memory side
-(experiments/validation/variants.py normalised_cost, core/cost_at_speed.py).
+(experiments/validation/normalised.py, core/cost_at_speed.py).
 
 This is an observation of a run, so it lives with the code that judges runs: `batchlab
 run` and `serve` label a run's meta with it (run_labels.py), validation normalises by it.
@@ -145,17 +145,3 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     q1, med, q3 = np.percentile(beyond_memory / flops[bound], [25, 50, 75])
     return {**out, "compute_factor": round(k, 4), "compute_steps": int(bound.sum()),
             "compute_spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan}
-
-
-def kind_factors(steps: dict[str, np.ndarray], cost: CostModel) -> dict[str, float]:
-    """Measured total step time over `cost`'s price of the same steps: over all steps,
-    decode-only steps, steps with prefill (1 where a kind is absent). The same measure as
-    machine_speed's factor, taken whole-step per step kind with every step counted: what
-    the speed-scaled diagnostic scales each kind by (experiments/validation/variants.py)."""
-    measured, predicted = steps["duration_s"], price(steps, cost)
-    decode = steps["prefill_tokens"] == 0
-
-    def ratio(mask: np.ndarray) -> float:
-        p = float(predicted[mask].sum())
-        return float(measured[mask].sum()) / p if p > 0 else 1.0
-    return {"all": ratio(np.ones_like(decode)), "decode": ratio(decode), "prefill": ratio(~decode)}

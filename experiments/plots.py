@@ -1,7 +1,7 @@
 """Drawing with matplotlib (the Agg backend: files only, no display needed). `draw` renders
 a figure described as data (experiments/figures.py: the studies' figures) to PNG with the
-helpers below (seat timeline, CDFs, bars, markers); the run and validation plots call
-figure, save and cdf directly. Imported only where a figure is drawn."""
+helpers below (seat timeline, CDFs, bars, markers); the run plots call figure, save and
+cdf directly. Imported only where a figure is drawn."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from batchlab.experiments import figures as fg  # noqa: E402
 from batchlab.experiments.figures import POLICY_COLORS, color  # noqa: E402,F401  (one palette)
@@ -167,6 +168,9 @@ def _panel(ax: plt.Axes, p: fg.Panel) -> None:
         ax.set_yscale(p.yscale)
     if p.xticks is not None:
         ax.set_xticks(p.xticks, [str(t) for t in p.xticks])
+    if p.plain_x:
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
     if p.xlim is not None:
         ax.set_xlim(*p.xlim)
     if p.ylim is not None:
@@ -191,6 +195,17 @@ def _line(ax: plt.Axes, m: fg.Line) -> None:
     ax.plot(m.x, m.y, **{k: v for k, v in style.items() if v is not None})
 
 
+def _cdf(ax: plt.Axes, m: fg.Cdf) -> None:
+    before = len(ax.lines)
+    cdf(ax, m.values, m.label, m.color, m.log)
+    if m.ls is not None and len(ax.lines) > before:  # nothing is drawn for no values
+        ax.lines[-1].set_linestyle(m.ls)
+
+
+def _band(ax: plt.Axes, m: fg.Band) -> None:
+    ax.fill_betweenx(m.levels, m.low, m.high, color=m.color, alpha=m.alpha, label=m.label, step="post")
+
+
 def _vline(ax: plt.Axes, m: fg.VLine) -> None:
     ax.axvline(m.x, color=m.color, ls=m.ls, lw=m.lw, **({"label": m.label} if m.label else {}))
 
@@ -200,7 +215,8 @@ _MARKS = {
     fg.VLine: _vline,
     fg.MarkX: lambda ax, m: mark_x(ax, m.x, m.text, m.color, m.y),
     fg.MarkY: lambda ax, m: mark_y(ax, m.y, m.text, m.color),
-    fg.Cdf: lambda ax, m: cdf(ax, m.values, m.label, m.color, m.log),
+    fg.Cdf: _cdf,
+    fg.Band: _band,
     fg.Bars: lambda ax, m: bars(ax, m.labels, m.values, m.title, m.ylabel, m.value_fmt),
     fg.GroupedBars: lambda ax, m: grouped_bars(ax, m.labels, m.series, m.title, m.ylabel, m.value_fmt),
     fg.SeatGrid: lambda ax, m: seat_timeline(ax, m.holders, m.computed, m.long_ids, m.title, m.x_edges),

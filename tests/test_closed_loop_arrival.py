@@ -12,13 +12,42 @@ from scipy import stats
 
 from batchlab.backend.driver import run_workload
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.workload import Workload
-from batchlab.core.loop_time import fit_overhead
-from batchlab.experiments.validation.pair import run_real, run_sim, sim_scheduler
+from batchlab.core.batch import FEATURE_NAMES
+from batchlab.core.cost import LinearCostModel
 from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.experiments.validation.variants import fit_linear_cost
+from batchlab.core.loop_time import fit_overhead
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
+from batchlab.experiments.validation.pair import run_real, run_sim, sim_scheduler
 
 ZERO_S = 0.0002  # "no delay": the buggy driver stamped the poll, 0.2 ms is far above that
+
+
+def fit_linear_cost(run: RunResult) -> LinearCostModel:
+    """LinearCostModel over FEATURE_NAMES least-squares fitted to a run's own step
+    durations, coefficients >= 0 (so no step is priced below zero): the run's own step
+    costs, so that a comparison is of when requests arrive and queue, not of a profile."""
+    from scipy.optimize import nnls
+
+    st = run.steps
+    x = np.column_stack([np.ones(len(st["duration_s"]))] + [st[n].astype(float) for n in FEATURE_NAMES])
+    scale = np.maximum(np.abs(x).max(axis=0), 1.0)  # conditioning: features span 1..1e6
+    coef = nnls(x / scale, st["duration_s"])[0] / scale
+    return LinearCostModel(float(coef[0]), {n: float(c) for n, c in zip(FEATURE_NAMES, coef[1:])})
+
+
+def test_the_self_fit_recovers_a_linear_cost():
+    """The fit this module's comparison relies on, on a run a linear model priced."""
+    from batchlab.core.config import SchedulerConfig as Sched
+    from batchlab.core.workload import WorkloadConfig, build_workload
+
+    cost = LinearCostModel(0.010, {"num_seqs": 2e-4, "prefill_tokens": 5e-5, "kv_tokens_read": 1e-7})
+    w = build_workload(WorkloadConfig(source="chat", num_requests=30, rate=20.0, seed=3, max_prompt_len=128,
+                                      max_output_len=40))
+    sim = run_sim(w, Sched(policy="continuous", max_num_seqs=8, num_kv_blocks=400, block_size=16), cost)
+    fitted = fit_linear_cost(sim.result)
+    pred = fitted.intercept + sum(c * sim.result.steps[n] for n, c in fitted.coef.items())
+    np.testing.assert_allclose(pred, sim.result.steps["duration_s"], rtol=1e-6)
 
 
 def closed_loop(n: int, users: int, think: float, seed: int = 3) -> Workload:

@@ -68,7 +68,7 @@ def test_the_normalised_variant_moves_the_memory_side_only():
     from batchlab.core.fitted_cost import FittedCostModel, Shape
     from batchlab.core.run_meta import MachineSpeed
     from batchlab.core.specs import MODELS
-    from batchlab.experiments.validation.variants import normalised_cost
+    from batchlab.experiments.validation.normalised import normalised_cost
 
     model = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
                             per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,

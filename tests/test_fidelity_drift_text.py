@@ -1,47 +1,53 @@
 """The fidelity report says how far the machine's speed moved within the real runs
-(experiments.machine_speed.drift), and validate's explanation gives each run's range."""
+(experiments.machine_speed.drift) and what to do about a normalised lean; validate says
+how far each run's speed moved, and where it was not measured."""
 from __future__ import annotations
 
-from batchlab.experiments.studies.fidelity_report import drift_sentence
-from batchlab.experiments.validation.numbers import drift_text
+from batchlab.core.run_meta import MachineSpeed
+from batchlab.experiments.studies.fidelity import drift_sentence, lean_sentence
+from batchlab.experiments.validation.numbers import drifts
+from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, Counts, JudgedCell,
+                                                     Totals)
+from batchlab.experiments.validation.render import diagnostic_lines
 
 
-def cell(drifts):
-    return {"speed_drift": drifts}
+def cell(drift_values: list[float | None], factors: list[float | None] | None = None) -> JudgedCell:
+    factors = factors or [1.0] * len(drift_values)
+    speeds = [MachineSpeed(factor=k, drift=d, why=None if k else "no steady decode step")
+              for k, d in zip(factors, drift_values)]
+    none = Counts()
+    return JudgedCell(where="here", policy="continuous", runs=len(speeds),
+                      stability=CellStability(real=["stable"] * len(speeds), sim="stable"), machine_speed=[],
+                      metrics=[], totals=Totals(within=0, judged=0, within_normalised=0, judged_normalised=0,
+                                                faster=0, latency=0, faster_normalised=0, latency_normalised=0,
+                                                verdicts=none, verdicts_normalised=none),
+                      diagnostics=CellDiagnostics(workload="w", runs=[], speeds=speeds))
 
 
 def test_the_summary_counts_runs_that_drifted():
     text = drift_sentence([cell([0.05, 0.3, None]), cell([0.2])])
     assert "median 20%" in text and "2 of 3 runs measured moved more than 10%" in text
+    assert text.endswith("on the memory side. ")  # the summary's next sentence follows
 
 
 def test_no_drift_measured_says_nothing():
-    assert drift_sentence([cell([None, None]), {"speed_drift": None}, {}]) == ""
+    assert drift_sentence([cell([None, None]), cell([])]) == ""
 
 
-def test_validate_names_the_range_and_windows():
-    ms = {"drift": 0.25, "drift_windows": 7, "drift_range": [0.95, 1.2]}
-    assert drift_text(ms) == ", moving 0.95-1.20 within the run (p10-p90 of 7 windows of 2 s: 25% of the mean)"
-    assert drift_text({"drift": None, "drift_windows": 2}) == "" and drift_text({}) == ""
+def test_validate_gives_each_runs_drift_and_why_a_speed_is_missing():
+    lines = diagnostic_lines(cell([0.12, None], [1.0, None]))
+    moving = next(line for line in lines if line.startswith("machine speed moving"))
+    assert "by 12%, - (p10-p90 of its 2 s windows" in moving
+    assert "machine speed not measured: run 2 (no steady decode step)" in lines
+    assert not any(line.startswith("machine speed moving") for line in diagnostic_lines(cell([None, None])))
 
 
-def test_the_repeats_summary_and_the_conditions_column():
-    from batchlab.experiments.validation.repeats_text import drifts, summary_lines
-
-    rep = {"runs": 2, "machine_speed": [1.0, 1.1], "compute_speed": [None, None], "speed_drift": [0.12, None],
-           "stability": {"real": ["stable", "stable"], "sim": "stable"}, "undecidable": [],
-           "counts": {"ok": 1, "miss": 0, "undecidable": 0, "overloaded": 0},
-           "counts_normalised": {"ok": 1, "miss": 0, "undecidable": 0, "overloaded": 0}}
-    assert summary_lines(rep)[0].endswith("; moving within each run by 12%, -")
-    assert "moving" not in summary_lines({**rep, "speed_drift": [None, None]})[0]
-
+def test_the_conditions_column():
     assert drifts([0.12, None, 0.3]) == "12%, -, 30%"
     assert drifts([None, None]) == "" and drifts(None) == ""
 
 
 def test_a_normalised_lean_over_issue_14s_limit_says_what_to_do():
-    from batchlab.experiments.studies.fidelity_report import lean_sentence
-
     assert lean_sentence(63, 96).startswith(" Normalised, the simulation predicts the faster run in 63 of 96")
     assert "calibrate --from-run cells/*" in lean_sentence(63, 96)
     assert "the slower run in 62 of 96" in lean_sentence(34, 96)

@@ -166,12 +166,16 @@ def test_validate_against_the_endpoint(server, tmp_path):
                  "--max-output-len", "12", "--num-kv-blocks", str(BLOCKS), "--out", str(tmp_path / "v"),
                  "--no-progress")
     assert p.returncode == 0, p.stderr
-    assert "real vs simulated" not in p.stdout and f"{server.base}/v1/completions vs simulated" in p.stdout
-    for label in ("TTFT (ms)", "TPOT (ms)", "E2E latency (ms)", "output tokens/s"):
+    assert f"[continuous] {server.base}/v1/completions: 1 real run(s) (-; sim " in p.stdout
+    for label in ("TTFT p50", "TPOT mean", "E2E latency p99", "output tokens/s"):
         assert label in p.stdout
-    comp = json.loads((tmp_path / "v" / "comparison.json").read_text())["continuous"]
+    assert "from an endpoint only request timings are seen" in p.stdout
+    assert max(len(line) for line in p.stdout.splitlines()) <= 120
+    comp = json.loads((tmp_path / "v" / "comparison.json").read_text())["cells"][0]
+    assert comp["policy"] == "continuous" and comp["where"] == f"{server.base}/v1/completions"
     ttft = next(c for c in comp["metrics"] if c["key"] == "median_ttft_ms")
-    assert ttft["real"] > 0 and ttft["sim"] > 0 and comp["failed"] == 0
+    assert ttft["real"][0] > 0 and ttft["sim"] > 0 and comp["diagnostics"]["runs"][0]["failed"] == 0
+    assert ttft["verdict_normalised"] is None  # no step table: no machine speed to normalise by
     assert len(list(csv.DictReader(open(tmp_path / "v" / "real" / "requests.csv")))) == 6
 
 

@@ -35,8 +35,6 @@ def test_template_shows_a_stored_null_as_a_dash_where_a_number_was_formatted():
 
 def test_every_study_has_its_template_and_a_report_function():
     for name, study in STUDIES.items():
-        if name == "fidelity":  # renders its own report (fidelity_report.py)
-            continue
         assert (FOLDER / f"{name}.md").is_file(), name
         assert study.report is not None, name
 

@@ -1,6 +1,7 @@
 """`batchlab validate` on the tiny model: both runs complete, their tables line up, a real
-run compared with itself has zero error, --out writes its files, bad inputs give one-line
-errors (exit 2). The accuracy targets belong to the study (docs/validation.md), not here."""
+run compared with itself has zero error, --out writes its files, the report fits in 120
+columns, bad inputs give one-line errors (exit 2). The accuracy targets belong to the
+study (docs/validation.md), not here."""
 from __future__ import annotations
 
 import contextlib
@@ -53,34 +54,42 @@ def read_csv(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def cells(comparison: dict) -> dict[str, dict]:
+    """comparison.json's judged cells by policy, in the order validate ran them."""
+    return {c["policy"]: c for c in comparison["cells"]}
+
+
 def test_both_runs_complete_and_their_tables_line_up(validated):
     out, _ = validated
-    comp = json.loads((out / "comparison.json").read_text())
+    comp = cells(json.loads((out / "comparison.json").read_text()))
     assert list(comp) == ["continuous", "chunked"]
     for policy in comp:
         real = read_csv(out / policy / "real" / "requests.csv")
-        for sim_dir in ("sim", "sim_normalised", "sim_overhead", "sim_scaled", "sim_selffit"):
+        for sim_dir in ("sim", "sim_normalised"):
             sim = read_csv(out / policy / sim_dir / "requests.csv")
             assert list(sim[0]) == list(real[0])  # same schema
             same = ("request_id", "arrival_s", "prompt_len", "output_len", "status")
             assert [[r[k] for k in same] for r in sim] == [[r[k] for k in same] for r in real]
             steps_real = (out / policy / "real" / "steps.csv").read_text().splitlines()[0]
             assert (out / policy / sim_dir / "steps.csv").read_text().splitlines()[0] == steps_real
+        for dropped in ("sim_overhead", "sim_scaled", "sim_selffit"):  # variants no longer simulated
+            assert not (out / policy / dropped).exists()
         assert {r["status"] for r in real} == {"finished"} and len(real) == 6
         c = comp[policy]
-        assert c["headline"] == "profile"
-        assert set(c["variants"]) == {"profile", "normalised", "profile+overhead", "speed-scaled",
-                                      "self-fit"}
+        assert c["where"] == str(out / policy) and c["runs"] == 1
         keys = {m["key"] for m in c["metrics"]}
         assert {"mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms",
                 "mean_queueing_delay_ms", "request_throughput", "output_throughput"} <= keys
-        assert all(math.isfinite(m["real"]) and math.isfinite(m["sim"])
+        assert all(math.isfinite(m["real"][0]) and math.isfinite(m["sim"])
                    for m in c["metrics"] if "ttft" in m["key"] or "e2el" in m["key"])
         # the simulated pool is the real run's, so memory pressure is identical
         sim_meta = json.loads((out / policy / "sim" / "meta.json").read_text())
-        assert sim_meta["num_kv_blocks"] == c["real"]["num_kv_blocks"]
-        assert c["steps"]["real_steps"] > 0 and c["steps"]["sim_steps"] > 0
-        assert c["outside_forward"]["wall_s"] > 0 and "reason" in c["divergence"]
+        real_meta = json.loads((out / policy / "real" / "meta.json").read_text())
+        assert sim_meta["num_kv_blocks"] == real_meta["num_kv_blocks"] and sim_meta["cost_model"] == "profile"
+        d = c["diagnostics"]
+        assert d["steps"]["real_steps"] > 0 and d["steps"]["sim_steps"] > 0
+        assert d["runs"][0]["wall_s"] > 0 and "reason" in d["divergence"]
+        assert d["step_error"]["steps"] == d["steps"]["real_steps"]
 
 
 def test_out_dir_and_printed_table(validated):
@@ -88,28 +97,34 @@ def test_out_dir_and_printed_table(validated):
     for f in ("config.json", "comparison.json", "continuous/cdf.png", "chunked/cdf.png",
               "continuous/real/steps.csv", "continuous/sim/steps.csv", "chunked/sim/requests.csv"):
         assert (out / f).is_file() and (out / f).stat().st_size > 0, f
-    assert "TTFT (ms)" in text and "E2E latency (ms)" in text and "output tokens/s" in text
-    assert "steps: real" in text and "preemptions: real" in text and "outside forward passes" in text
-    assert "ITL and queueing delay are not judged" in text.splitlines()[0]
+    lines = text.splitlines()
+    assert lines[0].startswith("profile judged: ") and max(len(line) for line in lines) <= 120
+    for label in ("TTFT mean", "TPOT p50", "E2E latency p99", "output tokens/s", "real (median)", "normalised"):
+        assert label in text, label
+    assert "steps: real" in text and "per-step duration, profile vs measured" in text
+    assert "over 2 policies in " in text and "Per step: the profile's median |error|" in text
+    assert "step kinds" in text and "steady decode" in text
 
 
 def test_a_real_run_against_itself_has_zero_error(profile_file):
     from batchlab.backend.runtime import Runtime
     from batchlab.core.config import SchedulerConfig
-    from batchlab.core.profile import load_profile
     from batchlab.core.workload import WorkloadConfig, build_workload
     from batchlab.experiments.validation.pair import run_real
-    from batchlab.experiments.validation.validate import compare_runs
+    from batchlab.experiments.validation.steps import step_match
+    from batchlab.experiments.validation.verdicts import metric_rows
 
     rt = Runtime("batchlab-tiny", threads=1, kv_memory="16MiB")
     w = build_workload(WorkloadConfig(source="chat", num_requests=4, rate=40, max_prompt_len=32,
                                       max_output_len=6))
     real = run_real(rt, w, SchedulerConfig(policy="chunked", max_num_seqs=4, max_num_batched_tokens=16))
-    comp = compare_runs(real, real, load_profile(profile_file).cost_model())
-    assert all(m["error"] == 0 for m in comp["metrics"] if math.isfinite(m["real"]))
-    assert comp["worst_error"] == 0 and comp["misses"] == []
-    assert comp["steps"]["identical"] and comp["steps"]["matched_fraction"] == 1
-    assert len(real.keys) == comp["steps"]["real_steps"] == len(real.result.steps["start_s"])
+    s = real.result.summary()
+    rows = metric_rows([s], s, [s], False)
+    assert all(m.error == 0 and m.error_normalised == 0 for m in rows if math.isfinite(m.real[0]))
+    assert all(m.verdict == "ok" for m in rows if m.target is not None)
+    match = step_match(real.keys, real.keys)
+    assert match.identical and match.matched_fraction == 1
+    assert len(real.keys) == match.real_steps == len(real.result.steps["start_s"])
 
 
 def test_json_format(profile_file):
@@ -118,8 +133,10 @@ def test_json_format(profile_file):
     assert code == 0
     # the fixture's profile is a quick-grid one: a smoke test, flagged when used
     assert f"batchlab: warning: {profile_file}: profile measured on the quick grid" in err
-    comp = json.loads(out)["continuous"]
-    assert comp["policy"] == "continuous" and len(comp["metrics"]) == 23
+    got = json.loads(out)
+    comp = cells(got)["continuous"]
+    assert comp["where"] == "served here" and len(comp["metrics"]) == 23
+    assert got["profile"]["source"] == str(profile_file) and got["profile"]["warnings"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -172,8 +189,8 @@ def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
     code, _, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--out", str(tmp_path)])
     assert code == 0, err
     assert (tmp_path / "profile.json").is_file() and "calibrating" in err
-    comp = json.loads((tmp_path / "comparison.json").read_text())["continuous"]
-    assert comp["profile"]["source"] == "calibrated for this run"
+    comp = json.loads((tmp_path / "comparison.json").read_text())
+    assert comp["profile"]["source"] == "calibrated for this run" and comp["cells"][0]["policy"] == "continuous"
 
 
 def test_the_model_comes_from_the_profile_unless_given(profile_file):
@@ -182,6 +199,6 @@ def test_the_model_comes_from_the_profile_unless_given(profile_file):
     code, out, err = cli(["validate", *SMALL[:1], "2", *SMALL[2:], "--max-output-len", "3",
                           "--profile", "default", "--format", "json"])
     assert code == 0, err
-    assert json.loads(out)["continuous"]["real"]["model"] == "batchlab-small"
+    assert cells(json.loads(out))["continuous"]["diagnostics"]["runs"][0]["model"] == "batchlab-small"
     code, _, err = cli(["validate", *SMALL, "--profile", "default", "--model", "batchlab-tiny"])
     assert code == 2 and "different model" in err

@@ -1,7 +1,9 @@
-"""The validation machinery on simulated runs (no torch): a run against itself has zero
-error, step matching, divergence explained, the overhead correction."""
+"""The judgement of a validation on simulated runs (no torch): a run judged with the very
+cost model that made it has zero error everywhere, step matching, divergence explained,
+the typed judgement written and read back, and the report within 120 columns."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -10,19 +12,22 @@ import pytest
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
-from batchlab.core.workload import WorkloadConfig, build_workload
-from batchlab.experiments.validation import compare
-from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
 from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.experiments.machine_speed import kind_factors
-from batchlab.experiments.validation.variants import Scaled, fit_linear_cost
+from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
+from batchlab.core.run_folder import to_json
+from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.experiments.validation import metrics, render
+from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.records import ProfileInfo, Validation
+from batchlab.experiments.validation.sources import RealSide, live_run
 from batchlab.experiments.validation.steps import first_divergence, match_steps
-from batchlab.experiments.validation.validate import compare_runs
+from batchlab.experiments.validation.verdicts import metric_rows
 from batchlab.sim import simulate
 
 COST = LinearCostModel(0.010, {"num_seqs": 2e-4, "prefill_tokens": 5e-5, "kv_tokens_read": 1e-7})
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=8, num_kv_blocks=400, block_size=16)
+INFO = ProfileInfo(source="test", describe="a linear test model", created="", heldout_median_ape_pct=None)
 
 
 def workload(n: int = 30, rate: float = 20.0):
@@ -30,43 +35,62 @@ def workload(n: int = 30, rate: float = 20.0):
                                          max_prompt_len=128, max_output_len=40))
 
 
+def side_of(w, *runs) -> RealSide:
+    """Simulated runs of `w` standing in for live real runs of it."""
+    return RealSide("here", w, SCHED, [live_run(r, "here") for r in runs])
+
+
 @pytest.fixture(scope="module")
 def run():
     return run_sim(workload(), SCHED, COST)
 
 
-def test_a_run_against_itself_has_zero_error(run):
-    comp = compare_runs(run, run, COST)
-    assert all(m["error"] == 0 for m in comp["metrics"] if not math.isnan(m["real"]))
-    assert comp["misses"] == [] and comp["worst_error"] == 0
-    st = comp["steps"]
-    assert st["identical"] and st["first_divergence"] is None and st["matched_fraction"] == 1
+@pytest.fixture(scope="module")
+def judged(run):
+    judge = Judge(COST, None, INFO)
+    j = judge.cell(side_of(workload(), run))
+    return j, judge.report([j])
+
+
+def test_a_run_judged_with_its_own_cost_model_has_zero_error(judged):
+    j, _ = judged
+    c = j.cell
+    assert all(m.error == 0 and m.error_normalised == 0 for m in c.metrics if not math.isnan(m.real[0]))
+    assert all(m.verdict == m.verdict_normalised == "ok" for m in c.metrics if m.target is not None)
+    assert c.totals.verdicts.miss == 0 and c.totals.within == c.totals.judged > 0
+    assert c.machine_speed[0].factor == pytest.approx(1.0)
+    d = c.diagnostics
+    st = d.steps
+    assert st.identical and st.first_divergence is None and st.matched_fraction == 1
     # The sim's step durations are the cost model's prices: zero per-step error.
-    assert st["duration_error"]["matched"]["median_ape"] == pytest.approx(0, abs=1e-9)
-    assert st["duration_error"]["all_real"]["p90_ape"] == pytest.approx(0, abs=1e-9)
-    assert comp["divergence"]["step"] is None
+    assert d.step_error.median_ape == pytest.approx(0, abs=1e-9)
+    assert d.step_error.p90_ape == pytest.approx(0, abs=1e-9)
+    assert d.divergence.step is None
+    assert d.distributions == [] and d.undecidable == []  # one run: no test between real runs
 
 
 def test_the_table_has_every_metric_and_stat(run):
-    cells = compare.compare_summaries(run.result.summary(), run.result.summary())
-    keys = {c.key for c in cells}
+    s = run.result.summary()
+    rows = metric_rows([s], s, None, False)
+    keys = {m.key for m in rows}
     for stem in ("ttft", "tpot", "itl", "e2el", "queueing_delay"):
         for stat in ("mean", "median", "p90", "p99"):
             assert f"{stat}_{stem}_ms" in keys
     assert {"request_throughput", "output_throughput"} <= keys
-    targeted = {c.key for c in cells if c.target is not None}
+    targeted = {m.key for m in rows if m.target is not None}
     assert "p99_ttft_ms" in targeted and "mean_itl_ms" not in targeted
+    assert all(m.verdict_normalised is None and math.isnan(m.error_normalised) for m in rows)  # no steps
 
 
 def test_rel_error_and_targets():
-    assert compare.rel_error(100.0, 104.0) == pytest.approx(0.04)
-    assert compare.rel_error(0.0, 0.0) == 0.0
-    assert math.isnan(compare.rel_error(0.0, 1.0)) and math.isnan(compare.rel_error(math.nan, 1.0))
-    cells = compare.compare_summaries({"p99_ttft_ms": 100.0, "mean_ttft_ms": 100.0},
-                                      {"p99_ttft_ms": 109.0, "mean_ttft_ms": 106.0})
-    by = {c.key: c for c in cells}
-    assert by["p99_ttft_ms"].ok and by["mean_ttft_ms"].ok is False
-    assert [f"{c.metric} {c.stat}" for c in compare.misses(cells)][0] == "TTFT mean"
+    assert metrics.rel_error(100.0, 104.0) == pytest.approx(0.04)
+    assert metrics.rel_error(0.0, 0.0) == 0.0
+    assert math.isnan(metrics.rel_error(0.0, 1.0)) and math.isnan(metrics.rel_error(math.nan, 1.0))
+    rows = metric_rows([{"p99_ttft_ms": 100.0, "mean_ttft_ms": 100.0}],
+                       {"p99_ttft_ms": 109.0, "mean_ttft_ms": 106.0}, None, False)
+    by = {m.key: m for m in rows}
+    assert by["p99_ttft_ms"].verdict == "ok" and by["mean_ttft_ms"].verdict == "miss"
+    assert [m.label for m in rows if m.verdict == "miss"][0] == "TTFT mean"
 
 
 def test_step_matching():
@@ -78,15 +102,16 @@ def test_step_matching():
 
 
 def test_divergence_is_explained_by_an_arrival():
-    """A slower cost model moves the step boundaries; an arrival lands between them."""
+    """A slower profile moves the step boundaries; an arrival lands between them."""
     w = workload(20, 30.0)
     fast = run_sim(w, SCHED, COST)
-    slow = run_sim(w, SCHED, replace(COST, intercept=COST.intercept * 1.3))
-    comp = compare_runs(fast, slow, COST)
-    div = comp["divergence"]
-    assert comp["steps"]["first_divergence"] == div["step"] is not None
-    assert div["arrivals_between"] and "arrived between" in div["reason"]
-    assert comp["worst_error"] > 0.05 and comp["misses"]
+    slow = Judge(replace(COST, intercept=COST.intercept * 1.3), None, INFO)
+    c = slow.cell(side_of(w, fast)).cell
+    div = c.diagnostics.divergence
+    assert c.diagnostics.steps.first_divergence == div.step is not None
+    assert div.arrivals_between and "arrived between" in div.reason
+    assert max(abs(m.error) for m in c.metrics if m.target is not None) > 0.05
+    assert c.totals.verdicts.miss > 0
 
 
 def test_simulated_steps_have_no_gaps_and_no_overhead(run):
@@ -95,8 +120,8 @@ def test_simulated_steps_have_no_gaps_and_no_overhead(run):
     assert fit_overhead(run.result).per_step_s == pytest.approx(0, abs=1e-9)
 
 
-def test_corrected_costs_keep_fast_forward_exact():
-    cost = CostAtSpeed(Scaled(COST, 1.1, 1.3), loop=Overhead(3e-4, 2e-5, 0.0, 0))
+def test_a_cost_at_a_speed_with_loop_time_keeps_fast_forward_exact():
+    cost = CostAtSpeed(COST, 1.1, None, (), Overhead(3e-4, 2e-5, 0.0, 0))
     w = workload()
     a = simulate(w, SCHED, cost, SCHED.num_kv_blocks, fast_forward=True)
     b = simulate(w, SCHED, cost, SCHED.num_kv_blocks, fast_forward=False)
@@ -105,27 +130,27 @@ def test_corrected_costs_keep_fast_forward_exact():
     assert a.summary()["duration"] > base.summary()["duration"]
 
 
-def test_kind_factors(run):
-    assert kind_factors(run.result.steps, COST) == pytest.approx({"all": 1, "decode": 1, "prefill": 1})
-    k = kind_factors(run.result.steps, Scaled(COST, 2.0, 4.0))
-    assert k["decode"] == pytest.approx(0.5) and k["prefill"] == pytest.approx(0.25)
-    assert 0.25 < k["all"] < 0.5
+def test_the_judgement_reads_back_as_it_was_written(judged):
+    """comparison.json holds the typed judgement: read back, it writes the same JSON (a NaN
+    is null both ways), and a stored run's cell has no diagnostics key at all."""
+    _, v = judged
+    text = to_json(v.as_dict())
+    again = Validation.model_validate(json.loads(text))
+    assert to_json(again.as_dict()) == text
+    assert again.cells[0].diagnostics.steps.identical and again.per_step.steps == v.per_step.steps
+    stored = v.cells[0].model_copy(update={"diagnostics": None})
+    assert list(stored.as_dict()) == ["where", "policy", "runs", "stability", "machine_speed", "metrics", "totals"]
 
 
-def test_self_fit_recovers_a_linear_cost(run):
-    fitted = fit_linear_cost(run.result)
-    pred = fitted.intercept + sum(c * run.result.steps[n] for n, c in fitted.coef.items())
-    np.testing.assert_allclose(pred, run.result.steps["duration_s"], rtol=1e-6)
-
-
-def test_the_header_names_exactly_the_rows_judged_against_targets(run):
-    """The `*` legend must not promise stars on rows that are never judged (ITL,
-    queueing delay): it names the judged rows before its first ';', the others last."""
-    from batchlab.experiments.validation.text import heading
-    legend = heading({"policy": "continuous", "profile": {}}).split("* = over target")[1]
-    judged_part, unjudged_part = legend.split(";")[0], legend.split(";")[-1]
-    judged = {c.metric for c in compare.compare_summaries(run.result.summary(), run.result.summary())
-              if c.target is not None}
-    for _, label in compare.LATENCIES:
-        assert (label in judged_part, label in unjudged_part) == (label in judged, label not in judged), label
-    assert "throughput 5%" in legend and "ITL and queueing delay are not judged" in legend
+def test_the_report_shows_exactly_the_judged_rows_within_120_columns(judged):
+    """The table lists the rows judged against a target (not ITL, not queueing delay: they
+    are in comparison.json), the totals line names the targets, and no line of a live
+    source's report runs past 120 columns."""
+    j, v = judged
+    text = render.render_cell(j.cell) + "\n" + render.render_end(v, "1 policy served here")
+    labels = {m.label for m in j.cell.metrics if m.target is not None}
+    table = text.splitlines()[2:2 + len(labels)]
+    assert {line[:22].strip() for line in table} == labels
+    assert "ITL" not in text and "queueing delay" not in text
+    assert "(targets: mean 5%, median 5%, p90 5%, p99 10%, throughput 5%)" in text.replace("\n    ", " ")
+    assert max(len(line) for line in text.splitlines()) <= render.WIDTH

@@ -11,58 +11,60 @@ import pytest
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
-from batchlab.core.run_meta import MachineSpeed
 from batchlab.experiments.machine_speed import machine_speed, steady_decode
 from batchlab.core.workload import Workload
-from batchlab.experiments.validation import compare, repeats
+from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.pair import run_sim
+from batchlab.experiments.validation.records import ProfileInfo
+from batchlab.experiments.validation.sources import RealSide, live_run
 from batchlab.experiments.validation.stat_tests import inside, ks, spread, tost
-from batchlab.experiments.validation.validate import compare_runs
+from batchlab.experiments.validation.verdicts import verdict
 
 COST = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=8, block_size=8, num_kv_blocks=4000)
+INFO = ProfileInfo(source="test", describe="a linear test model", created="", heldout_median_ape_pct=None)
 
 
 def test_ks_on_known_samples():
     same = ks(np.arange(1, 51), np.arange(1, 51))
-    assert same["statistic"] == 0 and same["same"]
+    assert same.statistic == 0 and same.same
     # [1..4] vs [3..6]: at 2 the CDFs stand at 1/2 and 0
-    assert ks(np.array([1, 2, 3, 4.]), np.array([3, 4, 5, 6.]))["statistic"] == pytest.approx(0.5)
+    assert ks(np.array([1, 2, 3, 4.]), np.array([3, 4, 5, 6.])).statistic == pytest.approx(0.5)
     apart = ks(np.arange(1, 51), np.arange(101, 151))
-    assert apart["statistic"] == 1 and apart["p"] < 1e-10 and apart["same"] is False
-    assert ks(np.array([]), np.arange(3))["same"] is None
+    assert apart.statistic == 1 and apart.p < 1e-10 and apart.same is False
+    assert ks(np.array([]), np.arange(3)).same is None
 
 
 def test_tost_on_known_samples():
     rng = np.random.default_rng(0)
     b = rng.lognormal(3, 0.3, 400)
     near = tost(b * 1.02, b)
-    assert near["ratio"] == pytest.approx(1.02) and near["equivalent"] and near["p"] < 0.05
+    assert near.ratio == pytest.approx(1.02) and near.equivalent and near.p < 0.05
     far = tost(b * 1.3, b)
-    assert far["ratio"] == pytest.approx(1.3) and not far["equivalent"] and far["p"] > 0.5
+    assert far.ratio == pytest.approx(1.3) and not far.equivalent and far.p > 0.5
     # within the margin but too few, too noisy samples: equivalence is not shown
     few = tost(rng.lognormal(3, 1.0, 5), rng.lognormal(3, 1.0, 5))
-    assert few["equivalent"] is False
+    assert few.equivalent is False
     # no spread at all: the ratio decides
-    assert tost(np.full(4, 105.0), np.full(4, 100.0))["equivalent"]
-    assert not tost(np.full(4, 120.0), np.full(4, 100.0))["equivalent"]
+    assert tost(np.full(4, 105.0), np.full(4, 100.0)).equivalent
+    assert not tost(np.full(4, 120.0), np.full(4, 100.0)).equivalent
 
 
 def test_spread_and_inside_on_known_values():
     s = spread([100.0, 110.0, 90.0, math.nan])
-    assert (s["min"], s["max"], s["median"], s["n"]) == (90, 110, 100, 3)
-    assert s["range"] == pytest.approx(0.2)
+    assert (s.min, s.max, s.median, s.n) == (90, 110, 100, 3)
+    assert s.range == pytest.approx(0.2)
     # pairs: |100-110|/110, |100-90|/90, |110-90|/90
-    assert s["pairwise_median"] == pytest.approx(10 / 90)
+    assert s.pairwise_median == pytest.approx(10 / 90)
     assert inside(95, s) and not inside(111, s) and inside(math.nan, s) is None
 
 
 def test_verdicts():
-    assert repeats.verdict(0.03, 0.05, 0.02, False) == "ok"
-    assert repeats.verdict(0.08, 0.05, 0.02, False) == "miss"
-    assert repeats.verdict(0.01, 0.05, 0.12, False) == "undecidable"
-    assert repeats.verdict(0.01, 0.05, 0.0, True) == "overloaded"
-    assert repeats.verdict(0.5, None, 0.0, False) == ""
+    assert verdict(0.03, 0.05, 0.02, False) == "ok"
+    assert verdict(0.08, 0.05, 0.02, False) == "miss"
+    assert verdict(0.01, 0.05, 0.12, False) == "undecidable"
+    assert verdict(0.01, 0.05, 0.0, True) == "overloaded"
+    assert verdict(0.5, None, 0.0, False) == ""
 
 
 def step_table(kinds: list[str], slow: float) -> dict[str, np.ndarray]:
@@ -104,36 +106,45 @@ def bursty(n: int, rate: float) -> Workload:
                     rng.integers(5, 60, n), description=[f"{n} requests at {rate:g}/s"])
 
 
+def judge_runs(w: Workload, cost: LinearCostModel, *runs):
+    """Simulated runs of `w` standing in for live real runs, judged with `cost`."""
+    return Judge(cost, None, INFO).cell(RealSide("here", w, SCHED, [live_run(r, "here") for r in runs])).cell
+
+
 def test_an_overloaded_run_is_labelled_and_its_latencies_are_not_judged():
     light = run_sim(bursty(200, 5.0), SCHED, COST)
     heavy = run_sim(bursty(200, 400.0), SCHED, COST)
-    slower = run_sim(bursty(200, 400.0), SCHED, LinearCostModel(0.006, COST.coef))
-    ok = compare_runs(light, light, COST)
-    assert ok["stability"] == {"real": "stable", "sim": "stable"}
-    comp = compare_runs(heavy, slower, COST)
-    assert comp["stability"] == {"real": "overloaded", "sim": "overloaded"}
-    lat = [m for m in comp["metrics"] if m["key"].endswith("_ms")]
-    assert all(m["overloaded"] and m["ok"] is None for m in lat)
-    assert comp["misses"] == [f"{c} value" for c in ("requests/s", "output tokens/s", "total tokens/s")]
+    ok = judge_runs(bursty(200, 5.0), COST, light)
+    assert ok.stability.real == ["stable"] and ok.stability.sim == "stable"
+    c = judge_runs(bursty(200, 400.0), LinearCostModel(0.006, COST.coef), heavy)  # a slower profile
+    assert c.stability.real == ["overloaded"] and c.stability.sim == "overloaded"
+    lat = [m for m in c.metrics if m.key.endswith("_ms")]
+    assert all(m.overloaded and m.verdict in ("overloaded", "") for m in lat)
+    assert all(m.verdict == "overloaded" for m in lat if m.target is not None)
+    assert [m.label for m in c.metrics if m.verdict == "miss"] == ["requests/s", "output tokens/s", "total tokens/s"]
+    assert c.totals.verdicts.overloaded == 12 and c.totals.judged == 3  # throughput alone is judged
     assert heavy.result.meta.stability.verdict == "overloaded"
 
 
-def test_repeats_analysis_of_simulated_runs():
-    """Three 'real' runs (the simulator at three machine speeds) and a simulation that
-    falls inside their range: every metric has its spread, range check and verdict."""
+def test_repeats_judged_on_simulated_runs():
+    """Three 'real' runs (the simulator at three machine speeds) judged with the profile of
+    the middle one: every metric has its spread, range check and verdicts, every latency
+    distribution its tests, and each run its speed."""
     w = bursty(60, 4.0)
     reals = [run_sim(w, SCHED, LinearCostModel(COST.intercept * k, {n: c * k for n, c in COST.coef.items()}))
              for k in (0.97, 1.0, 1.03)]
-    for r in reals:
-        r.result.meta.machine_speed = MachineSpeed(factor=1.0)
-    rep = repeats.analyse(reals, reals[1], [reals[1]] * 3)
-    mean_ttft = next(m for m in rep["metrics"] if m["key"] == "mean_ttft_ms")
-    assert mean_ttft["sim_inside"] and mean_ttft["spread"]["n"] == 3
-    assert 0 < mean_ttft["spread"]["range"] < 0.1 and abs(mean_ttft["error"]) < 0.01
-    assert {d["stem"] for d in rep["distributions"]} == {"ttft", "tpot", "itl", "e2el"}
-    assert all(len(d["real_vs_real_ks"]) == 3 for d in rep["distributions"])
-    assert rep["stability"] == {"real": ["stable"] * 3, "sim": "stable"}
-    assert sum(rep["counts"].values()) == len([m for m in rep["metrics"] if m["target"] is not None])
+    c = judge_runs(w, COST, *reals)
+    mean_ttft = c.row("mean_ttft_ms")
+    assert mean_ttft.sim_inside and mean_ttft.spread.n == 3
+    assert 0 < mean_ttft.spread.range < 0.1 and abs(mean_ttft.error) < 0.01
+    # each run's speed normalised out: the simulation at 0.97x and 1.03x is each run again
+    assert abs(mean_ttft.error_normalised) < 1e-6
+    assert [s.factor for s in c.machine_speed] == pytest.approx([0.97, 1.0, 1.03])
+    d = c.diagnostics
+    assert {t.stem for t in d.distributions} == {"ttft", "tpot", "itl", "e2el"}
+    assert all(len(t.real_vs_real_ks) == 3 for t in d.distributions)
+    assert c.stability.real == ["stable"] * 3 and c.stability.sim == "stable"
+    assert sum(c.totals.verdicts.as_dict().values()) == len([m for m in c.metrics if m.target is not None])
 
 
 torch = pytest.importorskip("torch")
@@ -150,25 +161,27 @@ def test_validate_repeats_end_to_end(profile_file, tmp_path):  # noqa: F811
     code, text, err = cli(["validate", *SMALL, "--profile", str(profile_file), "--repeats", "2",
                            "--out", str(tmp_path)])
     assert code == 0, err
-    assert "noise floor over 2 real runs" in text and "TOST" in text and "KS D" in text
+    assert "TOST" in text and "KS D" in text and "real-real" in text
     assert ("cannot decide" in text) or ("every judged number is decidable" in text)
-    assert "real run stable" in text.splitlines()[0] or "real run overloaded" in text.splitlines()[0]
-    comp = json.loads((tmp_path / "comparison.json").read_text())["continuous"]
-    rep = comp["repeats"]
-    assert rep["runs"] == 2 and len(rep["machine_speed"]) == 2
-    assert all(k is not None and 0.2 < k < 5 for k in rep["machine_speed"])
-    m = next(m for m in rep["metrics"] if m["key"] == "median_e2el_ms")
+    heading = next(line for line in text.splitlines() if line.startswith("[continuous]"))
+    assert ": 2 real run(s) (" in heading and ("(stable, " in heading or "(overloaded, " in heading)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    cell = json.loads((tmp_path / "comparison.json").read_text())["cells"][0]
+    assert cell["policy"] == "continuous" and cell["runs"] == 2 and len(cell["machine_speed"]) == 2
+    assert all(s["factor"] is not None and 0.2 < s["factor"] < 5 for s in cell["machine_speed"])
+    m = next(m for m in cell["metrics"] if m["key"] == "median_e2el_ms")
     assert len(m["real"]) == 2 and m["sim_inside"] in (True, False)
     assert math.isfinite(m["error"]) and math.isfinite(m["error_normalised"])
-    assert {d["metric"] for d in rep["distributions"]} == {"TTFT", "TPOT", "ITL", "E2E latency"}
-    for d in rep["distributions"]:
+    dists = cell["diagnostics"]["distributions"]
+    assert {d["metric"] for d in dists} == {"TTFT", "TPOT", "ITL", "E2E latency"}
+    for d in dists:
         assert 0 <= d["ks"]["p"] <= 1 and d["tost"]["equivalent"] in (True, False)
     for folder in ("real", "real_2", "sim", "sim_normalised", "sim_normalised_2"):
         meta = json.loads((tmp_path / "continuous" / folder / "meta.json").read_text())
         summary = json.loads((tmp_path / "continuous" / folder / "summary.json").read_text())
         assert meta["stability"]["verdict"] == summary["stability"] in ("stable", "overloaded")
     real_meta = json.loads((tmp_path / "continuous" / "real_2" / "meta.json").read_text())
-    assert real_meta["machine_speed"]["factor"] == rep["machine_speed"][1]
+    assert real_meta["machine_speed"]["factor"] == cell["machine_speed"][1]["factor"]
     assert (tmp_path / "continuous" / "cdf_band.png").stat().st_size > 0
 
 

@@ -1,8 +1,11 @@
-"""`batchlab validate`: run a workload on the real backend, then in the simulator with a
-calibrated profile on the identical request list (same scheduler settings, the real
-run's KV pool), and report how far apart they are: latency statistics and throughput
-with their relative errors, step counts, where the schedules diverge, per-step duration
-error, preemptions, and the real run's time outside forward passes."""
+"""`batchlab validate`: judge a calibrated profile on real runs of a workload. The real
+runs come from one of three sources: served here on the backend (the default; --repeats N
+serves each policy N times), a replay against a server (--endpoint URL), or runs earlier
+validations stored (--real DIR ...). The simulator runs the identical request list under
+the same scheduler settings and the real runs' KV pool with the profile (the headline)
+and at each real run's measured machine speed (normalised); every judged latency and
+throughput number gets its error and verdict, followed by the diagnostics the source
+allows (experiments/validation/judge.py)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                           reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
@@ -36,18 +39,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.real:
-        return rejudge_stored(args)
+        return judge_stored(args)
     from batchlab.core.specs import MODELS
     from batchlab.core.workload import build_workload
-    from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # the defaults of `batchlab run`
+    from batchlab.experiments.setup import RUN_EXPERIMENT  # the defaults of `batchlab run`
     from batchlab.experiments.validation import endpoint, profile_source
-    from batchlab.experiments.validation.text import render
-    from batchlab.experiments.validation.validate import validate
 
     no_slo = "it compares latencies, not goodput"
     reject_unused(args, "validate", {"hw_name": "it serves on this machine's device (--device)",
-                   "hw_tensor_parallel": "the backend runs on one device",
-                   "ru_router": "it serves one replica",
+                                     "hw_tensor_parallel": "the backend runs on one device",
+                                     "ru_router": "it serves one replica",
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
     if args.repeats < 1:
         raise UserError(f"--repeats must be a whole number >= 1, got {args.repeats}")
@@ -68,14 +69,23 @@ def run(args: argparse.Namespace) -> int:
         if args.repeats != 1:
             raise UserError("--repeats does not apply with --endpoint (one replay per validation)")
         endpoint.check_args(args, path)
-        profile = profile_source.load(path)
-        return endpoint.validate_endpoint(args, cfg, workload, profile, profile_source.describe(path, profile))
+        return judge_endpoint(args, cfg, workload, profile_source.load(path), path)
     if path:
         profile = profile_source.load(path)
         if not named(args, "model"):
             cfg.model.name = profile.model_source or profile.model.name  # the profile's model
         if cfg.model.name in MODELS:
             profile_source.check_model(profile, MODELS[cfg.model.name], cfg.model.name)
+    return judge_served(args, cfg, workload, path)
+
+
+def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> int:
+    """Serve each policy here (--repeats times), judge the profile on the runs."""
+    from batchlab.experiments.setup import load_runtime
+    from batchlab.experiments.validation import profile_source, render
+    from batchlab.experiments.validation.judge import Judge
+    from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
+
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
@@ -89,51 +99,65 @@ def run(args: argparse.Namespace) -> int:
         from batchlab.experiments.validation.output import ValidationWriter  # matplotlib only with --out
         writer = ValidationWriter(args.out, cfg.record(("hardware",)))
     profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
-    cost = profile.cost_model()
-    comps = {}
-    for policy, sched in schedulers.items():
-        v = validate(rt, workload, sched, cost, seed=cfg.workload.seed,
-                     progress=not args.no_progress and sys.stderr.isatty(), profile=info,
-                     repeats=args.repeats, loop=profile.loop_overhead())
-        if any(r.result.meta.interrupted for r in v.reals):
-            raise KeyboardInterrupt  # a partial real run has nothing to compare with
-        comps[policy] = v.comparison()
+    judge = Judge.of(profile, info)
+    table = args.format == "table"
+    if table:
+        print(render.fit(render.profile_line(info), render.WIDTH) + "\n")
+    judged = []
+    for sched in schedulers.values():
+        where = str(writer.dir / sched.policy) if writer else SERVED_HERE
+        side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
+                          seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
+                          where=where)
+        judged.append(judge.cell(side, info.as_dict()))
         if writer:
-            writer.add(v, comps[policy])
-        if args.format == "table":
-            print(render(comps[policy]) + "\n")
-    if args.format == "json":
-        print(to_json(comps))
-    elif writer:
-        print(f"results written to {writer.dir}/")
+            writer.add(judged[-1], judge.report(judged))
+            writer.draw(judged[-1])
+        if table:
+            print(render.render_cell(judged[-1].cell) + "\n")
+    judgement = judge.report(judged)
+    if table:
+        n = len(judged)
+        print(render.render_end(judgement, f"{n} polic{'y' if n == 1 else 'ies'} "
+                                           + ("served here" if not writer else f"in {writer.dir}")))
+    else:
+        print(to_json(judgement.as_dict()))
+    if writer:
+        print(f"results written to {writer.dir}/", file=sys.stderr)
     return 0
+
+
+def judge_endpoint(args: argparse.Namespace, cfg, workload, profile, path: str) -> int:
+    """Replay against --endpoint once, judge the profile on the replay."""
+    from batchlab.experiments.validation import endpoint, profile_source, render
+    from batchlab.experiments.validation.judge import Judge
+
+    info = profile_source.describe(path, profile)
+    judge = Judge.of(profile, info)
+    side, failures = endpoint.replay_side(args, cfg, workload, profile)
+    judged = judge.cell(side, info.as_dict())
+    judgement = judge.report([judged])
+    if args.out:
+        from batchlab.experiments.validation.output import write_endpoint
+        write_endpoint(args.out, cfg.model_dump(), judged, judgement)
+    if args.format == "json":
+        print(to_json(judgement.as_dict()))
+    else:
+        print("\n\n".join([render.fit(render.profile_line(info), render.WIDTH), render.render_cell(judged.cell),
+                           render.render_end(judgement, f"1 policy replayed at {side.where}")]))
+        if args.out:
+            print(f"results written to {args.out}/", file=sys.stderr)
+    return 1 if failures else 0
 
 
 # What --real may be given: the rest is what the stored runs say they served, on what.
 WITH_REAL = {"real", "pr_path", "format", "out", "no_progress", "func", "command"}
 
 
-def check_stored(cells: list, profile, where: str) -> None:
-    """The stored runs served the profile's model (else an error); another device, thread
-    count or dtype is a warning, as validate warns."""
-    from batchlab.calibration.from_run import model_mismatch, setting_mismatches
-
-    warned = set()
-    for c in cells:
-        for r in c.reals:
-            wrong = model_mismatch(r, profile, where)
-            if wrong:
-                raise UserError(wrong)
-            for why in (w.split(": ", 1)[-1] for w in setting_mismatches(r, profile, where)):
-                if why not in warned:
-                    warned.add(why)
-                    warn(f"{r.where} (and any other like it): {why}")
-
-
-def rejudge_stored(args: argparse.Namespace) -> int:
-    """validate --real: the profile judged on stored real runs (experiments/validation/rejudge.py)."""
-    from batchlab.experiments.validation import profile_source, rejudge, stored
-    from batchlab.experiments.validation.per_step import describe as describe_per_step
+def judge_stored(args: argparse.Namespace) -> int:
+    """validate --real: the profile judged on stored real runs, without serving again."""
+    from batchlab.experiments.validation import profile_source, render, stored
+    from batchlab.experiments.validation.judge import Judge
 
     parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags
     subparsers = parser.add_subparsers(dest="command")
@@ -150,22 +174,14 @@ def rejudge_stored(args: argparse.Namespace) -> int:
         check_out_dir(args.out)
     profile = profile_source.load(args.pr_path)  # a broken profile is the cheaper error to report
     cells = [c for d in args.real for c in stored.read_cells(d)]
-    check_stored(cells, profile, args.pr_path)
-    cost, loop = profile.cost_model(), profile.loop_overhead()
-    speeds = rejudge.run_speeds(cells, cost, profile.describe())
-    judged = [rejudge.rejudge(c, cost, loop, s) for c, s in zip(cells, speeds)]
-    result = {"profile": profile_source.describe(args.pr_path, profile), "cells": judged,
-              "totals": rejudge.totals(judged), "per_step": rejudge.step_test(cells, cost, speeds)}
-    if args.format == "json":
-        print(to_json(result))
-    else:
-        for c in judged:
-            print(rejudge.render_cell(c) + "\n")
-        print(rejudge.render_totals(result["totals"], len(judged), len(args.real)))
-        print(describe_per_step(result["per_step"]))
+    stored.check_profile(cells, profile, args.pr_path)
+    judge = Judge.of(profile, profile_source.describe(args.pr_path, profile))
+    judgement = judge.report([judge.cell(c, {}) for c in cells], stored.same_work_apart(cells))
+    text = to_json(judgement.as_dict())
+    print(text if args.format == "json" else render.render_stored(judgement, len(args.real)))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "rejudged.json").write_text(to_json(result) + "\n")
+        (out / "rejudged.json").write_text(text + "\n")
         print(f"results written to {out}/rejudged.json", file=sys.stderr)
     return 0

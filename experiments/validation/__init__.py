@@ -1,13 +1,18 @@
-"""Validation: the same workload served by the real backend and by the simulator (with a
-calibrated profile) under the same scheduler, and how far apart the two runs are.
+"""Validation: a calibrated profile judged on real runs of a workload, whatever their
+source, by simulating the identical request list under the same scheduler settings.
 
-compare.py     the metrics table (latency statistics, throughput) and the error targets
-steps.py       step compositions, step-by-step matching, per-step duration error
-divergence.py  why the runs differ: step counts, first divergence, preemptions, overhead
-overhead.py    time outside forward passes, measured in the real run
-variants.py    the simulated variants' cost models (headline: the profile alone)
-pair.py        running both worlds on one request list
-validate.py    one validation: real run, simulated variants, the comparison
-text.py, plot.py, output.py   what `batchlab validate` prints, plots and writes
-study.py, study_report.py     the validation study (benchmarks/validation_study.py)
+sources.py          a source yields the real runs of one request list (RealSide): served
+                    here (serve_here, with pair.py), endpoint.py (one replay), stored.py
+                    (runs an earlier validation wrote)
+judge.py            the one judgement: the headline and normalised simulations, every
+                    judged number, the diagnostics the source allows
+records.py          the judgement, typed (what comparison.json and rejudged.json hold)
+render.py           the one renderer of what `batchlab validate` prints
+metrics.py, verdicts.py, stat_tests.py, distributions.py    the judged numbers, their
+                    errors and verdicts, spread, KS and TOST
+steps.py, divergence.py, per_step.py, step_kinds.py, normalised.py    step matching, why
+                    schedules part, issue 14's per-step test, the mispriced step kinds,
+                    the profile at a run's machine speed
+output.py, figures.py     --out: run folders, comparison.json, CDF figures as data
+profile_source.py   where the judged profile comes from (--profile, or a calibration)
 """

@@ -1,6 +1,5 @@
-"""Why a simulated run differs from the real one: how many steps each took, where the
-two schedules first part, preemptions in each, and the real run's time outside forward
-passes.
+"""Why a simulated run differs from the real one: where the two schedules first part,
+and what ran there in each.
 
 Both runs use the same deterministic scheduler on the same requests, so while the steps
 coincide the scheduler state is identical except for the clock. A divergence therefore
@@ -12,6 +11,7 @@ from __future__ import annotations
 from typing import Hashable
 
 from batchlab.core.result import RunResult
+from batchlab.experiments.validation.records import Divergence
 
 
 def _is_composition(key: Hashable) -> bool:
@@ -27,22 +27,17 @@ def _describe_batch(key: Hashable) -> str:
     return text + (f" preempting {list(pre)}" if pre else "")
 
 
-def preemptions(run: RunResult) -> dict[str, int]:
-    return {"preemptions": int(run.steps["num_preempted"].sum()),
-            "requests_preempted": int((run.requests["preemptions"] > 0).sum())}
-
-
 def explain(real: RunResult, sim: RunResult, real_keys: list[Hashable],
-            sim_keys: list[Hashable], first: int | None) -> dict:
+            sim_keys: list[Hashable], first: int | None) -> Divergence:
     """The first divergence, described: step index, both step start times, what ran in
     each, the arrivals that fell between the two step boundaries, and a one-line reason."""
     if first is None:
-        return {"step": None, "reason": "the schedules coincide step for step"}
+        return Divergence(step=None, reason="the schedules coincide step for step")
     n_r, n_s = len(real_keys), len(sim_keys)
     if first >= min(n_r, n_s):
         short, long_ = ("real", "sim") if n_r < n_s else ("sim", "real")
-        return {"step": first, "reason": f"identical for {first} steps, then the {short} run ended; "
-                                         f"the {long_} run took {abs(n_r - n_s)} more"}
+        return Divergence(step=first, reason=f"identical for {first} steps, then the {short} run ended; "
+                                             f"the {long_} run took {abs(n_r - n_s)} more")
     t_r = float(real.steps["start_s"][first])
     t_s = float(sim.steps["start_s"][first])
     lo, hi = min(t_r, t_s), max(t_r, t_s)
@@ -67,11 +62,11 @@ def explain(real: RunResult, sim: RunResult, real_keys: list[Hashable],
             later = "sim" if t_s > t_r else "real"
             out["reason"] = (f"{who} arrived between the two runs' step boundaries (real step at "
                              f"{t_r:.4f} s, sim at {t_s:.4f} s): only the {later} step saw it; {drift}")
-            return out
+            return Divergence(**out)
         if kr[1] != ks[1]:
             out["reason"] = f"preemption differs: real {list(kr[1])}, sim {list(ks[1])}; {drift}"
-            return out
+            return Divergence(**out)
     out["reason"] = (f"the batches differ (real {out['real_batch']}, sim {out['sim_batch']}); {drift}"
                      + (f"; arrivals in between: {out['arrivals_between'][:5]}" if between.size else ""))
-    return out
+    return Divergence(**out)
 

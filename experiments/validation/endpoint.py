@@ -1,25 +1,21 @@
-"""`batchlab validate --endpoint URL`: the real run is a replay against a server (any
-OpenAI-compatible one), the simulated run is the identical request list priced by a
-calibration profile, under the scheduler settings given (they should be the server's:
-seats, token budget, KV blocks; KV blocks default to the profile's pool).
+"""The endpoint source of a validation (sources.py): `batchlab validate --endpoint URL`
+replays the workload against a server (any OpenAI-compatible one) once, and the judgement
+simulates the identical request list priced by a calibration profile under the scheduler
+settings given (they should be the server's: seats, token budget, KV blocks; KV blocks
+default to the profile's pool).
 
-A client sees requests, not steps: the report is the metrics table of `batchlab
-validate` (TTFT, TPOT, ITL, E2E latency, throughput; queueing delay is not observable
-from outside), without the step matching, divergence and overhead sections that need
-the server's step table."""
+A client sees requests, not steps: the judgement has the headline's numbers only, no
+machine speed (so no normalised variant), step matching or per-step test; queueing delay
+is not observable from outside, nor when the server scheduled a request (so the replay is
+not labelled stable or overloaded)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from batchlab.core.workload import Workload
 from batchlab.experiments.errors import UserError, warn
-from batchlab.experiments.output import to_json
 from batchlab.experiments.replay.results import failure_summary
-from batchlab.experiments.validation import compare
-from batchlab.experiments.validation.pair import run_sim
-from batchlab.experiments.validation.text import metrics_table
-from batchlab.experiments.validation.validate import HEADLINE
+from batchlab.experiments.validation.sources import RealRun, RealSide
 
 NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul")
 
@@ -34,25 +30,8 @@ def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
                         "from here (see docs/serve.md for what request timings can fit)")
 
 
-def comparison(real, sim, policy: str, profile_info: dict, endpoint: str) -> dict:
-    cells = compare.compare_summaries(real.summary(), sim.summary())
-    metrics = [c.as_dict() for c in cells]
-    return {"policy": policy, "headline": HEADLINE, "endpoint": endpoint,
-            "workload": real.meta.workload, "profile": profile_info,
-            "failed": real.meta.failed, "metrics": metrics,
-            "misses": [f"{c.metric} {c.stat}" for c in compare.misses(cells)],
-            "worst_error": compare.worst(cells), "variants": {HEADLINE: {"metrics": metrics}}}
-
-
-def render(comp: dict) -> str:
-    head = (f"[{comp['policy']}] {comp['endpoint']} vs simulated ({HEADLINE}: "
-            f"{comp['profile'].get('describe', 'profile')}); {compare.target_legend()}")
-    note = ("from an endpoint only request timings are seen: no step matching, divergence or "
-            "overhead (those need the server's step table); queueing delay is not observable")
-    return "\n".join([head, "", metrics_table(comp), "", note])
-
-
-def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile, info: dict) -> int:
+def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> tuple[RealSide, str]:
+    """The one replay as a cell, and what failed in it ('' where nothing did)."""
     from batchlab.experiments.replay.measure import measure
 
     schedulers = cfg.schedulers(profile.model.max_context)
@@ -66,17 +45,5 @@ def validate_endpoint(args: argparse.Namespace, cfg, workload: Workload, profile
     failures = failure_summary(rep)
     if failures:
         warn(f"{failures}; the comparison counts finished requests only")
-    sim = run_sim(workload, sched, profile.simulation_cost(), {"cost_model": HEADLINE, **info}).result
-    comp = comparison(real, sim, policy, info, target.url)
-    if args.out:
-        from batchlab.core.run_folder import REQUESTS, write_table
-        from batchlab.experiments.output import make_out_dir
-        d = make_out_dir(args.out, cfg.model_dump())
-        for name, result in (("real", real), ("sim", sim)):
-            (d / name).mkdir(exist_ok=True)
-            write_table(d / name / REQUESTS, result.requests)
-        (d / "comparison.json").write_text(to_json({policy: comp}) + "\n")
-    print(to_json({policy: comp}) if args.format == "json" else render(comp))
-    if args.out and args.format != "json":
-        print(f"results written to {args.out}/", file=sys.stderr)
-    return 1 if failures else 0
+    run = RealRun(target.url, real.meta, real.summary(), None, real)
+    return RealSide(target.url, workload, sched, [run]), failures

@@ -1,9 +1,9 @@
-"""How validation's tables write an error and a measured value."""
+"""How validation's reports write an error, a measured value, and each run's machine speed."""
 from __future__ import annotations
 
 import math
 
-from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.markdown import fmt
 
 
 def pct(x: float | None, signed: bool = True) -> str:
@@ -12,16 +12,17 @@ def pct(x: float | None, signed: bool = True) -> str:
     return f"{x * 100:+.1f}%" if signed else f"{x * 100:.1f}%"
 
 
-def num(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "-"
-    return f"{x:,.2f}" if abs(x) < 100 else f"{x:,.0f}" if abs(x) >= 10000 else f"{x:,.1f}"
+def speeds(memory: list[float | None], compute: list[float | None] | None, digits: int = 3) -> str:
+    """Each run's measured machine speed, memory side / compute side ('-': not
+    measured; no compute list: records from before the compute side was measured)."""
+    spec = f"{{:.{digits}f}}"
+    pairs = zip(memory, compute or [None] * len(memory))
+    return ", ".join(f"{fmt(k, spec)}/{fmt(c, spec)}" for k, c in pairs)
 
 
-def drift_text(ms: dict) -> str:
-    """How far a run's machine speed moved within it (experiments.machine_speed.drift), as a clause."""
-    if ms.get("drift") is None:
+def drifts(values: list[float | None] | None) -> str:
+    """How far each run's level moved within it (experiments.machine_speed.drift): '12%, -, 30%';
+    '' where no run has the figure."""
+    if not values or all(d is None for d in values):
         return ""
-    lo, hi = ms["drift_range"]
-    return (f", moving {lo:.2f}-{hi:.2f} within the run (p10-p90 of {ms['drift_windows']} "
-            f"windows of {DRIFT_WINDOW_S:g} s: {ms['drift'] * 100:.0f}% of the mean)")
+    return ", ".join("-" if d is None else f"{d * 100:.0f}%" for d in values)

@@ -1,52 +1,75 @@
-"""--out DIR of `batchlab validate`: per policy, both runs' tables (real/, real_2/ ... with
---repeats; sim/ for the headline variant; sim_normalised/, sim_overhead/, sim_scaled/,
-sim_selffit/ for the others) and CDF plots (cdf_band.png: sim against the real runs' band);
-at the top, comparison.json keyed by policy (rewritten after each policy), config.json."""
+"""--out DIR of `batchlab validate`: per policy, the run folder of every real run (real/,
+real_2/ ... with --repeats) and simulation (sim/ the headline, sim_normalised/,
+sim_normalised_2/ ... one per real run), and its figures (cdf.png; with repeats
+cdf_band.png, sim against the real runs' band); at the top, comparison.json (the
+judgement so far, records.py Validation, rewritten after each policy) and config.json.
+With --endpoint: real/ and sim/ request tables beside comparison.json."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from batchlab.core import run_folder
-from batchlab.core.run_folder import to_json
+from batchlab.core.result import RunResult
+from batchlab.core.run_folder import REQUESTS, to_json, write_table
+from batchlab.experiments import figures as fg
 from batchlab.experiments.output import make_out_dir
-from batchlab.experiments.validation.pair import Run
-from batchlab.experiments.validation.plot import cdf_overlay
-from batchlab.experiments.validation.validate import HEADLINE, Validation
-
-FOLDERS = {HEADLINE: "sim", "normalised": "sim_normalised", "profile+overhead": "sim_overhead",
-           "speed-scaled": "sim_scaled", "self-fit": "sim_selffit"}
+from batchlab.experiments.validation.figures import cdf_band, cdf_overlay
+from batchlab.experiments.validation.judge import Judged
+from batchlab.experiments.validation.records import Validation
 
 
-def write_run(d: Path, run: Run) -> list[Path]:
+def write_run(d: Path, result: RunResult) -> list[Path]:
     """A run's folder (core/run_folder.py): its request and step tables, its metadata and
     its summary with its stable/overloaded verdict."""
-    stability = run.result.meta.stability
-    summary = {**run.result.summary(), "stability": stability and stability.verdict}
-    return run_folder.write_run(d, run.result, summary)
+    stability = result.meta.stability
+    summary = {**result.summary(), "stability": stability and stability.verdict}
+    return run_folder.write_run(d, result, summary)
+
+
+def figures(j: Judged, prefix: str = "") -> list[fg.Figure]:
+    """The cell's figures, their files under prefix + POLICY/."""
+    policy, reals = j.cell.policy, [r.result for r in j.side.reals]
+    normalised = j.normalised[0].result if j.normalised else None
+    runs = {"real": reals[0], "profile": j.headline.result, **({"normalised": normalised} if normalised else {})}
+    out = [cdf_overlay(f"{prefix}{policy}/cdf.png", f"{policy}: real vs simulated TTFT and E2E latency", runs)]
+    if len(reals) > 1:
+        out.append(cdf_band(f"{prefix}{policy}/cdf_band.png", f"{policy}: simulated vs the band of "
+                            f"{len(reals)} real runs", reals, j.headline.result, normalised))
+    return out
 
 
 class ValidationWriter:
     def __init__(self, out_dir: str | Path, config: dict) -> None:
         self.dir = make_out_dir(out_dir, config, clear=False)  # its layout is its own
-        self.comparisons: dict[str, dict] = {}
 
-    def add(self, v: Validation, comparison: dict) -> list[Path]:
-        base = self.dir / v.policy
-        runs = {"real": v.real, **{f"real_{i}": r for i, r in enumerate(v.again, 2)},
-                **{FOLDERS.get(k, k): r for k, r in v.sims.items()},
-                **{f"sim_normalised_{i}": r for i, r in enumerate(v.again_sims, 2)}}
+    def add(self, j: Judged, judgement: Validation) -> list[Path]:
+        """One judged cell's runs; comparison.json rewritten with the judgement so far."""
+        base = self.dir / j.cell.policy
+        runs = {"real": j.side.reals[0].result, **{f"real_{i}": r.result for i, r in enumerate(j.side.reals[1:], 2)},
+                "sim": j.headline.result,
+                **{("sim_normalised" if i == 1 else f"sim_normalised_{i}"): n.result
+                   for i, n in enumerate(j.normalised, 1)}}
         written = []
-        for folder, run in runs.items():
-            written += write_run(base / folder, run)
-        title = f"{v.policy}: real vs simulated TTFT and E2E latency"
-        written.append(cdf_overlay(base / "cdf.png", title,
-                                   {"real": v.real.result, **{k: r.result for k, r in v.sims.items()}}))
-        if v.again:
-            from batchlab.experiments.validation.plot import cdf_band
-            written.append(cdf_band(base / "cdf_band.png", f"{v.policy}: simulated vs the band of "
-                                    f"{len(v.reals)} real runs",
-                                    [r.result for r in v.reals], v.sims[HEADLINE].result,
-                                    v.sims["normalised"].result))
-        self.comparisons[v.policy] = comparison
-        (self.dir / "comparison.json").write_text(to_json(self.comparisons) + "\n")
+        for folder, result in runs.items():
+            written += write_run(base / folder, result)
+        self.write_judgement(judgement)
         return written
+
+    def draw(self, j: Judged) -> list[Path]:
+        """The cell's figures drawn into its folder (matplotlib loads here)."""
+        from batchlab.experiments.plots import draw
+        return [draw(f, self.dir) for f in figures(j)]
+
+    def write_judgement(self, judgement: Validation) -> Path:
+        path = self.dir / "comparison.json"
+        path.write_text(to_json(judgement.as_dict()) + "\n")
+        return path
+
+
+def write_endpoint(out_dir: str | Path, config: dict, j: Judged, judgement: Validation) -> None:
+    """--endpoint: the replay's and the simulation's request tables, and the judgement."""
+    d = make_out_dir(out_dir, config)
+    for name, result in (("real", j.side.reals[0].result), ("sim", j.headline.result)):
+        (d / name).mkdir(exist_ok=True)
+        write_table(d / name / REQUESTS, result.requests)
+    (d / "comparison.json").write_text(to_json(judgement.as_dict()) + "\n")

@@ -13,6 +13,7 @@ from batchlab.core.cost import CostForm
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.features import FEATURE_NAMES
 from batchlab.experiments.markdown import fmt
+from batchlab.experiments.validation.records import PerStep
 from batchlab.experiments.validation.step_kinds import normalised_ratios, ratios
 from batchlab.experiments.validation.steps import match_steps
 
@@ -28,7 +29,7 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
 
 
 def per_step(cells: list[list[tuple[dict[str, np.ndarray], MachineSpeed | None]]], cost: CostForm,
-             apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = ()) -> dict:
+             apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = ()) -> PerStep:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
     median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as
     the normalised simulation prices each step), the share predicted faster, and the
@@ -53,11 +54,11 @@ def per_step(cells: list[list[tuple[dict[str, np.ndarray], MachineSpeed | None]]
     def ape(x: np.ndarray) -> float:
         return float(np.median(np.abs(1 / x - 1))) if x.size else math.nan
     model, floor = ape(r), float(np.median(s)) if s.size else math.nan
-    return {"steps": int(r.size), "median_ape": model, "median_ape_normalised": ape(n),
-            "faster_share": float(np.mean(r > 1)) if r.size else math.nan,
-            "real_vs_real": floor, "pairs": int(s.size),
-            "met": bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None,
-            **one_level(d, r), **_apart(apart)}
+    return PerStep(steps=int(r.size), median_ape=model, median_ape_normalised=ape(n),
+                   faster_share=float(np.mean(r > 1)) if r.size else math.nan,
+                   real_vs_real=floor, pairs=int(s.size),
+                   met=bool(model <= floor) if math.isfinite(model) and math.isfinite(floor) else None,
+                   **one_level(d, r), **_apart(apart))
 
 
 def _apart(pairs: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]) -> dict:
@@ -85,36 +86,36 @@ def one_level(took: np.ndarray, ratio: np.ndarray) -> dict:
             "median_ape_at_total": ape_at(total), "median_ape_at_median": ape_at(median)}
 
 
-def describe(p: dict | None) -> str:
+def describe(p: PerStep | None) -> str:
     """Issue 14's per-step test: the profile's error on every real step against the real
     runs' own spread on identical work, as a sentence."""
     if not p:
         return ""
-    verdict = {True: "at or below it", False: "above it", None: "not decidable (too few runs)"}[p["met"]]
-    return (f"Per step: the profile's median |error| over the {p['steps']} real steps is "
-            f"{_pct(p['median_ape'])}% ({_pct(p['median_ape_normalised'])}% "
-            f"at each run's machine speed; predicted faster in {_pct(p['faster_share'], '{:.0f}')}% "
+    verdict = {True: "at or below it", False: "above it", None: "not decidable (too few runs)"}[p.met]
+    return (f"Per step: the profile's median |error| over the {p.steps} real steps is "
+            f"{_pct(p.median_ape)}% ({_pct(p.median_ape_normalised)}% "
+            f"at each run's machine speed; predicted faster in {_pct(p.faster_share, '{:.0f}')}% "
             f"of the steps), against the real runs' own spread on identical work of "
-            f"{_pct(p['real_vs_real'])}% ({p['pairs']} pairs of steps with equal "
+            f"{_pct(p.real_vs_real)}% ({p.pairs} pairs of steps with equal "
             f"features, first two runs of each cell): {verdict}." + _apart_text(p) + _levels(p))
 
 
-def _apart_text(p: dict) -> str:
-    if not p.get("pairs_apart"):
+def _apart_text(p: PerStep) -> str:
+    if not p.pairs_apart:
         return ""
     return (f" Between first runs of the same work stored by different validations (served at "
-            f"other times): {_pct(p['real_vs_real_apart'])}% ({p['pairs_apart']} pairs).")
+            f"other times): {_pct(p.real_vs_real_apart)}% ({p.pairs_apart} pairs).")
 
 
-def _levels(p: dict) -> str:
-    if "level_total" not in p:  # stored before the split was computed
+def _levels(p: PerStep) -> str:
+    if p.level_total is None:  # no step timed above 0
         return ""
-    short = (p["level_median"] / p["level_total"] - 1) * 100
-    return (f" At one level for all these runs: the price x{p['level_total']:.2f}, where their step "
-            f"times add up, errs by a median {_pct(p['median_ape_at_total'])}% a step; "
-            f"x{p['level_median']:.2f}, their median step, by {_pct(p['median_ape_at_median'])}%, "
+    short = (p.level_median / p.level_total - 1) * 100
+    return (f" At one level for all these runs: the price x{p.level_total:.2f}, where their step "
+            f"times add up, errs by a median {_pct(p.median_ape_at_total)}% a step; "
+            f"x{p.level_median:.2f}, their median step, by {_pct(p.median_ape_at_median)}%, "
             f"with totals {short:+.0f}%.")
 
 
-def _pct(x: float, spec: str = "{:.1f}") -> str:
-    return fmt(x * 100, spec)  # '-' where not measured
+def _pct(x: float | None, spec: str = "{:.1f}") -> str:
+    return fmt(None if x is None else x * 100, spec)  # '-' where not measured (NaN, or null read back)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.validation.records import ProfileInfo
 
 
 def _shape(spec) -> dict:
@@ -127,16 +128,16 @@ def calibrate_here(runtime, out_dir: Path | None):
     return profile
 
 
-def resolve(path: str | None, runtime, out_dir: Path | None) -> tuple[object, dict]:
+def resolve(path: str | None, runtime, out_dir: Path | None) -> tuple[object, ProfileInfo]:
     """(profile, description for the report)."""
     profile = load(path) if path else calibrate_here(runtime, out_dir)
     warnings = check_profile(profile, runtime)
     for w in warnings:
         warn(f"{path or 'profile'}: {w}")
-    return profile, {**describe(path, profile), "warnings": warnings}
+    return profile, describe(path, profile).model_copy(update={"warnings": warnings})
 
 
-def describe(path: str | None, profile) -> dict:
+def describe(path: str | None, profile) -> ProfileInfo:
     """Where a profile came from, for a report."""
-    return {"source": path or "calibrated for this run", "describe": profile.describe(),
-            "created": profile.created, "heldout_median_ape_pct": profile.fit.heldout.median_ape}
+    return ProfileInfo(source=path or "calibrated for this run", describe=profile.describe(),
+                       created=profile.created, heldout_median_ape_pct=profile.fit.heldout.median_ape)

@@ -1,6 +1,6 @@
 """Which kinds of step the profile misprices: every real step put in one kind (first
 match wins), and per kind the measured time over the profile's price, raw and over the
-price at the run's machine speed (experiments/machine_speed.py; variants.normalised_cost, as the
+price at the run's machine speed (experiments/machine_speed.py; normalised.py, as the
 normalised simulation prices it: a fitted profile's memory side at the level of the 2 s
 window the step starts in, where the run measured its drift, and its FLOP terms at the
 run's compute factor), so a kind's figure says how much more or less it costs than the
@@ -15,7 +15,8 @@ from batchlab.core.cost import CostForm, CostModel
 from batchlab.core.features import IDLE_GAP_S
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.step_table import price, step_features
-from batchlab.experiments.validation.variants import normalised_cost
+from batchlab.experiments.validation.normalised import normalised_cost
+from batchlab.experiments.validation.records import KindRow
 
 SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (issue 14)
 KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",
@@ -53,7 +54,7 @@ def _over_price(steps: dict[str, np.ndarray], predicted: np.ndarray) -> np.ndarr
         return np.where(predicted > 0, measured / predicted, np.nan)
 
 
-def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], cost: CostForm) -> list[dict]:
+def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], cost: CostForm) -> list[KindRow]:
     """runs: (step table, its meta's machine_speed) of each real run. Per kind: steps,
     median measured/price, the same over the price at the run's speed, and the median
     |error| of the profile's price before and after normalising by the speed."""
@@ -68,7 +69,7 @@ def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], co
         m = (k == i) & np.isfinite(raw)
         n = int(m.sum())
         med = (lambda x: float(np.median(x)) if n else math.nan)
-        rows.append({"kind": name, "steps": n, "ratio": med(raw[m]), "ratio_normalised": med(norm[m]),
-                     "ape": med(np.abs(1 / raw[m] - 1)) if n else math.nan,
-                     "ape_normalised": med(np.abs(1 / norm[m] - 1)) if n else math.nan})
+        rows.append(KindRow(kind=name, steps=n, ratio=med(raw[m]), ratio_normalised=med(norm[m]),
+                            ape=med(np.abs(1 / raw[m] - 1)) if n else math.nan,
+                            ape_normalised=med(np.abs(1 / norm[m] - 1)) if n else math.nan))
     return rows

@@ -5,7 +5,8 @@ A composition is the exact work of a step: for every sequence, (request id, firs
 position, tokens), plus the ids preempted while forming it. Two steps with equal
 compositions did identical work, so their durations are directly comparable, wherever
 they fall in their runs. Without recorded compositions (e.g. tables read back from CSV)
-the step table's feature columns stand in: equal features, very probably equal work."""
+the step table's feature columns stand in: equal features, very probably equal work
+(per_step.py)."""
 from __future__ import annotations
 
 import math
@@ -16,8 +17,8 @@ import numpy as np
 
 from batchlab.core.batch import Batch
 from batchlab.core.cost import CostModel
-from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
 from batchlab.core.step_table import price
+from batchlab.experiments.validation.records import DurationError, StepMatch
 
 Composition = tuple[tuple[tuple[int, int, int], ...], tuple[int, ...]]
 
@@ -54,13 +55,7 @@ def match_steps(a: list[Hashable], b: list[Hashable]) -> tuple[np.ndarray, np.nd
     return np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
 
 
-def predicted_durations(steps: dict[str, np.ndarray], cost: CostModel) -> np.ndarray:
-    """The cost model's price of every step of a table, from the step's own features
-    (a table without the context features, after_prefill / after_idle: 0)."""
-    return price(steps, cost)
-
-
-def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+def duration_error(measured: np.ndarray, predicted: np.ndarray) -> DurationError:
     """Absolute percentage error of predicted vs measured step times (median, p90), the
     signed error of the total (what accumulates into latency) and the median ratio
     measured / predicted (the bias of a typical step)."""
@@ -68,47 +63,27 @@ def duration_error(measured: np.ndarray, predicted: np.ndarray) -> dict[str, flo
     n = int(measured.size)
     ok = (measured > 0) & (predicted > 0)
     if not ok.any():
-        return {"steps": n, "median_ape": math.nan, "p90_ape": math.nan, "total_error": math.nan,
-                "median_ratio": math.nan}
+        return DurationError(steps=n, median_ape=math.nan, p90_ape=math.nan, total_error=math.nan,
+                             median_ratio=math.nan)
     ape = np.abs(predicted[ok] - measured[ok]) / measured[ok]
     total = float(measured.sum())
-    return {"steps": n, "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90)),
-            "total_error": float(predicted.sum() - total) / total if total > 0 else math.nan,
-            "median_ratio": float(np.median(measured[ok] / predicted[ok]))}
+    return DurationError(steps=n, median_ape=float(np.median(ape)), p90_ape=float(np.percentile(ape, 90)),
+                         total_error=float(predicted.sum() - total) / total if total > 0 else math.nan,
+                         median_ratio=float(np.median(measured[ok] / predicted[ok])))
 
 
-def after_idle(steps: dict[str, np.ndarray]) -> np.ndarray:
-    """Steps that followed an idle gap (the first step included)."""
-    start, dur = steps["start_s"], steps["duration_s"]
-    gap = np.concatenate(([np.inf], start[1:] - (start[:-1] + dur[:-1])))
-    return gap > IDLE_GAP_S
+def step_error(steps: dict[str, np.ndarray], cost: CostModel) -> DurationError:
+    """`cost`'s price of every step of a real run's table, from the step's own features
+    (the profile, without any correction), against the measured durations."""
+    return duration_error(steps["duration_s"], price(steps, cost))
 
 
-def step_match(real_keys: list[Hashable], sim_keys: list[Hashable],
-               real_steps: dict[str, np.ndarray], cost: CostModel) -> dict:
-    """The schedules side by side and the per-step duration error of `cost` (the profile,
-    without any correction) against the real measured durations: over the steps both
-    runs executed identically (matched), and over every real step priced from its own
-    features (all_real)."""
+def step_match(real_keys: list[Hashable], sim_keys: list[Hashable]) -> StepMatch:
+    """The schedules side by side: how long they coincide, and how many steps did
+    identical work in both, wherever they fall."""
     first = first_divergence(real_keys, sim_keys)
-    ia, ib = match_steps(real_keys, sim_keys)
-    measured = real_steps["duration_s"]
-    predicted = predicted_durations(real_steps, cost)
-    decode = real_steps["prefill_tokens"] == 0
-    idle = after_idle(real_steps)
+    ia, _ = match_steps(real_keys, sim_keys)
     n_real = len(real_keys)
-    return {
-        "real_steps": n_real, "sim_steps": len(sim_keys),
-        "identical": first is None,
-        "first_divergence": first,
-        "coincide_prefix": n_real if first is None else first,
-        "matched": int(ia.size),
-        "matched_fraction": ia.size / n_real if n_real else math.nan,
-        "matched_in_order": bool(np.all(np.diff(ib) > 0)) if ib.size > 1 else True,
-        "duration_error": {"matched": duration_error(measured[ia], predicted[ia]),
-                           "all_real": duration_error(measured, predicted),
-                           "decode_only": duration_error(measured[decode], predicted[decode]),
-                           "with_prefill": duration_error(measured[~decode], predicted[~decode]),
-                           "after_idle": duration_error(measured[idle], predicted[idle]),
-                           "busy": duration_error(measured[~idle], predicted[~idle])},
-    }
+    return StepMatch(real_steps=n_real, sim_steps=len(sim_keys), identical=first is None,
+                     first_divergence=first, coincide_prefix=n_real if first is None else first,
+                     matched=int(ia.size), matched_fraction=ia.size / n_real if n_real else math.nan)

@@ -1,45 +1,29 @@
-"""Real runs read back from what `batchlab validate --out` (and the fidelity study's
-cells/WORKLOAD folders, which it writes the same way) stored: DIR/config.json with the
-workload, DIR/POLICY/real, real_2, ... each with meta.json (the scheduler settings among
-them), summary.json and steps.csv, run folders read by core/run_folder.py (through
-calibration/served_runs.py, which keeps the real ones with their step tables). What
-`validate --real` needs to simulate the identical request list again with another
-profile. Every problem is a UserError of one line naming the file and what is missing."""
+"""The stored source of a validation (sources.py): real runs read back from what `batchlab
+validate --out` (and the fidelity study's cells/WORKLOAD folders, which it writes the same
+way) stored: DIR/config.json with the workload, DIR/POLICY/real, real_2, ... each with
+meta.json (the scheduler settings among them), summary.json and steps.csv, run folders
+read by core/run_folder.py (through calibration/served_runs.py, which keeps the real ones
+with their step tables). What `validate --real` needs to simulate the identical request
+list again with another profile; folders of the simulated runs beside them (sim/,
+sim_normalised/, and the sim_overhead/, sim_scaled/, sim_selffit/ of older versions) are
+not read. Every problem is a UserError of one line naming the file and what is missing."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
 from pathlib import Path
 from typing import Callable, TypeVar
 
-import numpy as np
 from pydantic import ValidationError
 
 from batchlab.calibration.served_runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.run_folder import RunFolder, read_object
-from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
-from batchlab.experiments.errors import UserError, describe_validation_error
+from batchlab.experiments.errors import UserError, describe_validation_error, warn
+from batchlab.experiments.validation.sources import RealRun, RealSide
 
 
 T = TypeVar("T")
-
-
-@dataclass
-class StoredRun:
-    where: Path
-    meta: RunMeta
-    summary: dict
-    steps: dict[str, np.ndarray]
-
-
-@dataclass
-class StoredCell:
-    """One policy's real runs of one validation, and what they served."""
-    where: Path  # DIR/POLICY
-    workload: Workload
-    scheduler: SchedulerConfig  # with the real runs' KV pool
-    reals: list[StoredRun]
 
 
 def _user(read: Callable[[], T]) -> T:
@@ -67,12 +51,12 @@ def _workload(directory: Path) -> Workload:
         raise UserError(describe_validation_error(e, f"{path}: workload")) from None
 
 
-def _stored(run: ServedRun) -> StoredRun:
+def _stored(run: ServedRun) -> RealRun:
     """A served run (calibration/served_runs.py) with the summary stored beside it."""
-    return StoredRun(Path(run.where), run.meta, _user(run.source.summary), run.steps)
+    return RealRun(str(run.where), run.meta, _user(run.source.summary), run.steps)
 
 
-def _scheduler(run: StoredRun) -> SchedulerConfig:
+def _scheduler(run: RealRun) -> SchedulerConfig:
     settings = run.meta.scheduler
     if not isinstance(settings, dict):
         raise UserError(f"{run.where}/meta.json records no scheduler settings (a run stored "
@@ -85,7 +69,7 @@ def _scheduler(run: StoredRun) -> SchedulerConfig:
         raise UserError(describe_validation_error(e, f"{run.where}/meta.json: scheduler")) from None
 
 
-def _count(run: StoredRun, name: str) -> int:
+def _count(run: RealRun, name: str) -> int:
     """A whole-number field of the run's meta.json (the KV pool it served with), or a
     one-line error naming it."""
     value = getattr(run.meta, name)
@@ -95,21 +79,37 @@ def _count(run: StoredRun, name: str) -> int:
     return value
 
 
-def _by_policy(d: Path) -> dict[Path, list[StoredRun]]:
+def _by_policy(d: Path) -> dict[Path, list[RealRun]]:
     """The real runs of each policy folder (real, real_2, ...), policies in the order
     validate ran them (comparison.json's)."""
     if not any(d.glob("*/real/meta.json")):
         raise UserError(f"{d}: no POLICY/real/meta.json; expected what batchlab validate --out wrote")
     runs = _user(lambda: read_runs(d))  # POLICY/real* of validate, each a real run with its steps
-    groups: dict[Path, list[StoredRun]] = {}
+    groups: dict[Path, list[RealRun]] = {}
     for r in runs:
         run = _stored(r)
-        groups.setdefault(run.where.parent, []).append(run)
-    ran = list(_object(d / "comparison.json", d)) if (d / "comparison.json").is_file() else []
+        groups.setdefault(Path(run.where).parent, []).append(run)
+    ran = _policies_ran(d)
     return dict(sorted(groups.items(), key=lambda g: ran.index(g[0].name) if g[0].name in ran else len(ran)))
 
 
-def read_cells(directory: str | Path) -> list[StoredCell]:
+def _policies_ran(d: Path) -> list[str]:
+    """The policies in the order validate ran them: its comparison.json's cells (records.py
+    Validation), or the keys of one written before the judgement was one (keyed by policy)."""
+    path = d / "comparison.json"
+    if not path.is_file():
+        return []
+    written = _object(path, d)
+    if "cells" not in written:
+        return list(written)
+    from batchlab.experiments.validation.records import Validation
+    try:
+        return [c.policy for c in Validation.model_validate(written).cells]
+    except ValidationError as e:
+        raise UserError(describe_validation_error(e, str(path))) from None
+
+
+def read_cells(directory: str | Path) -> list[RealSide]:
     """Every policy folder of a stored validation, its real runs in order."""
     d = Path(directory)
     if not d.is_dir():
@@ -128,5 +128,35 @@ def read_cells(directory: str | Path) -> list[StoredCell]:
             if sched != schedulers[0]:
                 raise UserError(f"{r.where}/meta.json: scheduler settings differ from "
                                 f"{reals[0].where}'s; the runs of one policy serve one setting")
-        cells.append(StoredCell(policy_dir, workload, schedulers[0], reals))
+        cells.append(RealSide(str(policy_dir), workload, schedulers[0], reals))
     return cells
+
+
+def check_profile(cells: list[RealSide], profile, where: str) -> None:
+    """The stored runs served the profile's model (else an error); another device, thread
+    count or dtype is a warning, as validate warns."""
+    from batchlab.calibration.from_run import model_mismatch, setting_mismatches
+
+    warned = set()
+    for c in cells:
+        for r in c.reals:
+            wrong = model_mismatch(r, profile, where)
+            if wrong:
+                raise UserError(wrong)
+            for why in (w.split(": ", 1)[-1] for w in setting_mismatches(r, profile, where)):
+                if why not in warned:
+                    warned.add(why)
+                    warn(f"{r.where} (and any other like it): {why}")
+
+
+def same_work_apart(cells: list[RealSide]) -> list[tuple[dict, dict]]:
+    """The first real runs of every two stored validations (each directory once) that
+    served the identical request list with the same scheduler settings: the per-step
+    test's spread between validations served at other times (per_step.py)."""
+    groups: dict[tuple, dict[Path, dict]] = {}
+    for c in cells:
+        w = c.workload
+        key = (w.arrival.tobytes(), w.prompt_len.tobytes(), w.output_len.tobytes(), w.max_concurrency,
+               w.think_time_s, c.scheduler.model_dump_json())
+        groups.setdefault(key, {}).setdefault(Path(c.where).resolve(), c.reals[0].steps)
+    return [pair for g in groups.values() for pair in itertools.combinations(g.values(), 2)]

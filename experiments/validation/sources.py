@@ -1,0 +1,84 @@
+"""Where a validation's real runs come from. Every source yields a RealSide: the real runs
+of one request list under one scheduler setting and KV pool, which judge.py judges the
+same way whatever their source.
+
+- served here (`serve_here`, below): the list served N times on the backend, each run
+  with its step table and each step's composition (pair.py);
+- an endpoint (endpoint.py): one replay against a server, request timings only;
+- stored runs (stored.py): N runs an earlier validation wrote, read back with their
+  summaries and step tables, no compositions."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostModel
+from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
+from batchlab.core.workload import Workload
+from batchlab.experiments import run_labels
+from batchlab.experiments.validation.pair import Run, run_real, sim_scheduler
+from batchlab.experiments.validation.steps import Composition
+
+SERVED_HERE = "served here"
+
+
+@dataclass
+class RealRun:
+    where: str
+    meta: RunMeta
+    summary: dict  # the run's summary; a stored one carries its stability verdict
+    steps: dict[str, np.ndarray] | None  # None: the source sees no steps (an endpoint)
+    result: RunResult | None = None  # a live run (served here, an endpoint): its tables
+    keys: list[Composition] | None = None  # each step's composition (served here)
+
+    @property
+    def verdict(self) -> str | None:
+        """Its stable/overloaded verdict (judged once, kept in its meta), None where it
+        cannot be judged: a client of an endpoint cannot see when a request was scheduled."""
+        known = self.summary.get("stability") or (self.meta.stability and self.meta.stability.verdict)
+        if known or self.result is None or "first_scheduled_s" in self.meta.unobserved:
+            return known
+        return run_labels.stability(self.result).verdict
+
+
+@dataclass
+class RealSide:
+    """One request list under one scheduler setting, served for real (once or more)."""
+    where: str  # the runs' folder, "served here", or the endpoint
+    workload: Workload
+    scheduler: SchedulerConfig  # with the real runs' KV pool (num_kv_blocks, block_size)
+    reals: list[RealRun]
+
+    @property
+    def live(self) -> bool:
+        """Runs in memory (not read back from a folder): every diagnostic their source allows."""
+        return all(r.result is not None for r in self.reals)
+
+    @property
+    def with_steps(self) -> bool:
+        return all(r.steps is not None for r in self.reals)
+
+
+def live_run(run: Run, where: str) -> RealRun:
+    res = run.result
+    return RealRun(where, res.meta, res.summary(), res.steps, res, run.keys)
+
+
+def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, source: str, *,
+               repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE) -> RealSide:
+    """Serve `workload` with `scheduler` `repeats` times, each run labelled in its meta with
+    the machine's speed as `cost` (described by `source`) prices its steps, and its
+    stability. Ctrl-C during a run: KeyboardInterrupt (a partial run has nothing to judge)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    runs = []
+    for _ in range(repeats):
+        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress)
+        if run.result.meta.interrupted:
+            raise KeyboardInterrupt
+        run_labels.label_real(run.result, cost, source)
+        runs.append(run)
+    return RealSide(where, workload, sim_scheduler(scheduler, runs[0].result), [live_run(r, where) for r in runs])

@@ -1,0 +1,98 @@
+"""Every judged number of a cell: the real runs' values and spread, the simulated value,
+its error raw and normalised, and its verdict. A number whose real runs spread wider
+than its target cannot be judged to that target on this hardware: undecidable. Then the
+counts over many rows, as the fidelity study gives them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from batchlab.experiments.validation.metrics import LATENCY_SUFFIX, numbers, rel_error
+from batchlab.experiments.validation.records import Counts, MetricRow, Totals
+from batchlab.experiments.validation.stat_tests import inside, spread
+
+VERDICTS = ("ok", "miss", "undecidable", "overloaded")
+
+
+def verdict(err: float, target: float | None, noise: float, flagged: bool) -> str:
+    """ok / miss against the target; undecidable where the real runs spread wider than
+    it; overloaded (not judged); '' where the number has no target."""
+    if target is None:
+        return ""
+    if flagged:
+        return "overloaded"
+    if not math.isfinite(noise) or noise > target:
+        return "undecidable"
+    return "ok" if math.isfinite(err) and abs(err) <= target else "miss"
+
+
+def metric_rows(real_sums: list[dict], sim_sum: dict, norm_sums: list[dict] | None,
+                flagged: bool) -> list[MetricRow]:
+    """Per number of the summaries: the real runs' values and spread, the simulated
+    value, its median error over the real runs raw and normalised (norm_sums[i]: the
+    simulation at real run i's machine speed; None: no run had steps to measure it), and
+    the verdicts. flagged: some run is overloaded (latencies not judged)."""
+    rows = []
+    for n in numbers():
+        overloaded = flagged and n.latency
+        sim = float(sim_sum.get(n.key, math.nan))
+        values = [s.get(n.key, math.nan) for s in real_sums]
+        sp = spread(values)
+        raw_med = _median([rel_error(v, sim) for v in values])
+        norm_med = (math.nan if norm_sums is None else
+                    _median([rel_error(v, s.get(n.key, math.nan)) for v, s in zip(values, norm_sums)]))
+        rows.append(MetricRow(
+            key=n.key, metric=n.metric, stat=n.stat, real=values, sim=sim, spread=sp,
+            sim_inside=inside(sim, sp), error=raw_med, error_normalised=norm_med, target=n.target,
+            overloaded=overloaded, verdict=verdict(raw_med, n.target, sp.range, overloaded),
+            verdict_normalised=None if norm_sums is None else verdict(norm_med, n.target, sp.range, overloaded)))
+    return rows
+
+
+def _median(xs: list[float]) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.median(xs)) if xs else math.nan
+
+
+def counts(rows: list[MetricRow], normalised: bool = False) -> Counts:
+    """How many judged rows (those with a target) got each verdict."""
+    got = [m.verdict_normalised if normalised else m.verdict for m in rows if m.target is not None]
+    return Counts(**{v: sum(g == v for g in got) for v in VERDICTS})
+
+
+def within(rows: list[MetricRow], normalised: bool = False) -> tuple[int, int]:
+    """(rows within target, judged rows of stable runs with a finite error), whatever
+    the noise floor says."""
+    pairs = [(_error(m, normalised), m.target) for m in rows
+             if m.target is not None and _verdict(m, normalised) != "overloaded"]
+    judged = [(e, t) for e, t in pairs if math.isfinite(e)]
+    return sum(abs(e) <= t for e, t in judged), len(judged)
+
+
+def faster(rows: list[MetricRow], normalised: bool = False) -> tuple[int, int]:
+    """(latency rows the simulation predicts faster, judged latency rows of stable runs
+    with a finite error): the one-sided count."""
+    errs = [_error(m, normalised) for m in rows
+            if m.target is not None and m.key.endswith(LATENCY_SUFFIX) and not m.overloaded]
+    errs = [e for e in errs if math.isfinite(e)]
+    return sum(e < 0 for e in errs), len(errs)
+
+
+def _error(m: MetricRow, normalised: bool) -> float:
+    e = m.error_normalised if normalised else m.error
+    return math.nan if e is None else e
+
+
+def _verdict(m: MetricRow, normalised: bool) -> str | None:
+    return m.verdict_normalised if normalised else m.verdict
+
+
+def totals(rows: list[MetricRow]) -> Totals:
+    """Over metric rows: within target raw and normalised, how many latency numbers the
+    simulation predicts faster, and the verdicts."""
+    (w, n), (wn, nn) = within(rows), within(rows, True)
+    (f, lat), (fn, latn) = faster(rows), faster(rows, True)
+    return Totals(within=w, judged=n, within_normalised=wn, judged_normalised=nn, faster=f, latency=lat,
+                  faster_normalised=fn, latency_normalised=latn, verdicts=counts(rows),
+                  verdicts_normalised=counts(rows, True))
