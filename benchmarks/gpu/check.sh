@@ -37,7 +37,7 @@ run_validate() {  # NAME, workload args...: size the load, then serve and judge 
   timeout 150 python3 -m batchlab validate "$@" --num-requests "$N" --rate "$rate" "${common[@]}" \
     --out "$OUT/work/$name" 2>&1 | tee "$OUT/validate_$name.txt"
   python3 -m batchlab validate --real "$OUT/work/$name" --profile "$OUT/profile.json" \
-    2>&1 | tail -4 | tee -a "$OUT/validate_$name.txt"
+    2>&1 | sed -n '/^over /,$p' | tee -a "$OUT/validate_$name.txt"
 }
 run_validate chat --workload chat --max-output-len 256
 run_validate code --workload azure_code --window-start 180

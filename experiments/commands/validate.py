@@ -102,7 +102,7 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
     judge = Judge.of(profile, info)
     table = args.format == "table"
     if table:
-        print(render.fit(render.profile_line(info), render.WIDTH) + "\n")
+        print(render.fit(render.profile_line(info)) + "\n")
     judged = []
     for sched in schedulers.values():
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE
@@ -143,7 +143,7 @@ def judge_endpoint(args: argparse.Namespace, cfg, workload, profile, path: str) 
     if args.format == "json":
         print(to_json(judgement.as_dict()))
     else:
-        print("\n\n".join([render.fit(render.profile_line(info), render.WIDTH), render.render_cell(judged.cell),
+        print("\n\n".join([render.fit(render.profile_line(info)), render.render_cell(judged.cell),
                            render.render_end(judgement, f"1 policy replayed at {side.where}")]))
         if args.out:
             print(f"results written to {args.out}/", file=sys.stderr)

@@ -6,9 +6,7 @@ runs' median and spread, sim, error raw and normalised, verdicts raw / normalise
 the diagnostic lines its source allows. After every cell: the totals over them, the
 per-step test, and the step kinds (live runs).
 
-Lines fit in WIDTH columns (a longer one wraps, indented), except in the report of stored
-runs (`validate --real`): its lines stay exactly as it has always printed them, for the
-scripts that read them and the byte-for-byte check of stored fidelity runs."""
+Every line fits in WIDTH columns: a longer one wraps, its continuation indented."""
 from __future__ import annotations
 
 import math
@@ -25,9 +23,9 @@ WIDTH = 120
 TABLE_HEAD = f"{'metric':<22}{'real (median)':>14}{'spread':>9}{'sim':>11}{'error':>9}{'normalised':>12}  verdict"
 
 
-def fit(line: str, width: int | None) -> str:
-    """The line wrapped to width columns (None: as it is), continuation lines indented."""
-    if width is None or len(line) <= width:
+def fit(line: str, width: int = WIDTH) -> str:
+    """The line wrapped to width columns, continuation lines indented."""
+    if len(line) <= width:
         return line
     return textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
 
@@ -55,7 +53,7 @@ def table(c: JudgedCell) -> list[str]:
     return lines
 
 
-def render_cell(c: JudgedCell, width: int | None = WIDTH) -> str:
+def render_cell(c: JudgedCell, width: int = WIDTH) -> str:
     return "\n".join(fit(line, width) for line in [heading(c), *table(c), *diagnostic_lines(c)])
 
 
@@ -175,7 +173,7 @@ def profile_line(p: ProfileInfo) -> str:
     return f"profile judged: {p.describe} ({p.source}; held-out median APE of its fit {held})"
 
 
-def render_end(v: Validation, scope: str, width: int | None = WIDTH) -> str:
+def render_end(v: Validation, scope: str, width: int = WIDTH) -> str:
     """After the cells of a live source: the totals, the per-step test, the step kinds."""
     normalised = any(m.verdict_normalised is not None for c in v.cells for m in c.metrics)
     lines = [totals_line(v.totals, scope, normalised)]
@@ -187,7 +185,6 @@ def render_end(v: Validation, scope: str, width: int | None = WIDTH) -> str:
 
 
 def render_stored(v: Validation, directories: int) -> str:
-    """`validate --real`: every cell, the totals and the per-step test, as always printed."""
-    cells = "\n\n".join(render_cell(c, None) for c in v.cells)
-    scope = f"{len(v.cells)} policies of {directories} stored validation(s)"
-    return f"{cells}\n\n{totals_line(v.totals, scope)}\n{describe_per_step(v.per_step)}"
+    """`validate --real`: every cell, then the totals and the per-step test."""
+    cells = "\n\n".join(render_cell(c) for c in v.cells)
+    return f"{cells}\n\n{render_end(v, f'{len(v.cells)} policies of {directories} stored validation(s)')}"
