@@ -61,3 +61,29 @@ def hf_runtime(tiny):
     """A runtime serving `tiny` itself, so its outputs can be checked against generate()."""
     from batchlab.backend.runtime import Runtime
     return Runtime(loaded=tiny, keep_hf=True, kv_memory="64MiB", threads=1)
+
+
+# -- a calibrated profile and a stored validation, made once (read only: copy to change) --
+
+@pytest.fixture(scope="session")
+def profile_file(tmp_path_factory):
+    """A real calibration of the tiny model on the tests' tiny grid (seconds)."""
+    from batchlab.calibration import calibrate
+    from batchlab.calibration.grid import tiny_grid
+
+    path = tmp_path_factory.mktemp("profile") / "tiny.json"
+    calibrate("batchlab-tiny", "cpu", threads=1, out=path, grid=tiny_grid(), progress=False,
+              log=lambda _m: None)
+    return path
+
+
+@pytest.fixture(scope="session")
+def validated(tmp_path_factory, profile_file):
+    """`batchlab validate --out` of both policies with that profile: (the folder, the report)."""
+    from tests.helpers import SMALL_VALIDATE, cli
+
+    out = tmp_path_factory.mktemp("validate")
+    code, text, err = cli(["validate", *SMALL_VALIDATE, "--policy", "continuous,chunked",
+                           "--profile", str(profile_file), "--out", str(out)])
+    assert code == 0, err
+    return out, text

@@ -1,9 +1,19 @@
 """Plain helpers the tests share (fixtures, which set something up, are in conftest.py)."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
+
 from batchlab.core.workload import traces_dir
 from batchlab.experiments.cli import main
+
+# A few short requests: seconds on the tiny model (`batchlab run`; `batchlab validate`).
+SMALL_RUN = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
+             "--kv-memory", "16MiB", "--no-progress"]
+SMALL_VALIDATE = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max-output-len", "8",
+                  "--kv-memory", "16MiB", "--threads", "1", "--no-progress"]
 
 
 def run_cli(args, capsys):
@@ -11,6 +21,14 @@ def run_cli(args, capsys):
     code = main(args)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def cli(args: list[str]) -> tuple[int, str, str]:
+    """The CLI in-process without capsys (usable in module fixtures): (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return code, out.getvalue(), err.getvalue()
 
 
 def one_line_error(code, err, *words):

@@ -3,16 +3,10 @@ model of known terms and the step tables it prices."""
 from __future__ import annotations
 
 import numpy as np
+
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.profile import (
-    CostParams,
-    DeviceInfo,
-    Effective,
-    FitQuality,
-    Profile,
-    RegionError,
-)
+from batchlab.core.profile import CostParams, DeviceInfo, Effective, FitQuality, Profile, RegionError
 from batchlab.core.specs import MODELS
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
 from batchlab.core.cost import LinearCostModel, roofline
 from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.loop_time import Overhead

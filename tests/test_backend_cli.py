@@ -7,18 +7,13 @@ import pytest
 
 from batchlab.experiments.cli import main
 from tests.checkpoints import tiny_checkpoint
-from tests.helpers import run_cli
+from tests.helpers import SMALL_RUN, run_cli
 
 pytestmark = pytest.mark.backend  # `batchlab run` serves on the torch backend
 
-# A few short requests, all at once: seconds on the tiny model.
-SMALL = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "--max-output-len", "8",
-         "--kv-memory", "16MiB", "--no-progress"]
-
-
 def test_json_summary_matches_simulate_keys(capsys):
     slo = ["--slo-ttft-ms", "2000"]
-    code, out, _ = run_cli(["run", *SMALL, *slo, "--policy", "continuous,chunked", "--format", "json"],
+    code, out, _ = run_cli(["run", *SMALL_RUN, *slo, "--policy", "continuous,chunked", "--format", "json"],
                            capsys)
     assert code == 0
     real = json.loads(out)
@@ -31,7 +26,7 @@ def test_json_summary_matches_simulate_keys(capsys):
 
 
 def test_out_dir_has_the_simulators_tables(tmp_path, capsys):
-    code, out, err = run_cli(["run", *SMALL, "--out", str(tmp_path), "--threads", "1"], capsys)
+    code, out, err = run_cli(["run", *SMALL_RUN, "--out", str(tmp_path), "--threads", "1"], capsys)
     assert code == 0
     assert "output tokens/s" in out and "batchlab-tiny" in out
     assert json.loads((tmp_path / "summary.json").read_text())["continuous"]["completed"] == 6
@@ -71,7 +66,7 @@ def test_config_file(tmp_path, capsys):
     (["--router", "least_loaded"], "--router does not apply to batchlab run"),
 ])
 def test_bad_input_is_one_line_exit_2(args, msg, capsys):
-    code, _, err = run_cli(["run", *SMALL, *args], capsys)
+    code, _, err = run_cli(["run", *SMALL_RUN, *args], capsys)
     assert code == 2
     lines = [ln for ln in err.strip().splitlines() if ln.startswith("batchlab: error")]
     assert len(lines) == 1 and msg in lines[0], err
@@ -83,7 +78,7 @@ def test_bad_input_is_one_line_exit_2(args, msg, capsys):
 def test_a_config_table_the_command_cannot_honour_is_an_error(tmp_path, capsys, command, table):
     cfg = tmp_path / "c.toml"
     cfg.write_text(table + "\n")
-    code, _, err = run_cli([command, "--config", str(cfg), *SMALL], capsys)
+    code, _, err = run_cli([command, "--config", str(cfg), *SMALL_RUN], capsys)
     assert code == 2 and f"does not apply to batchlab {command}" in err, err
     assert err.startswith("batchlab: error: [") and len(err.strip().splitlines()) == 1
 
@@ -92,13 +87,13 @@ def test_cuda_without_gpu_is_refused(capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    code, _, err = run_cli(["run", *SMALL, "--device", "cuda"], capsys)
+    code, _, err = run_cli(["run", *SMALL_RUN, "--device", "cuda"], capsys)
     assert code == 2 and "no CUDA GPU" in err
 
 
 def test_unsupported_checkpoint_is_refused(tmp_path, capsys):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
-    code, _, err = run_cli(["run", *SMALL, "--model", str(tmp_path)], capsys)
+    code, _, err = run_cli(["run", *SMALL_RUN, "--model", str(tmp_path)], capsys)
     assert code == 2 and "unsupported architecture 'gpt2'" in err
 
 
@@ -118,9 +113,9 @@ def test_backend_settings_from_toml(tmp_path, capsys):
 
 @pytest.mark.parametrize("damage", ["truncated safetensors", "junk pytorch_model.bin"])
 @pytest.mark.parametrize("command", [
-    ["run", *SMALL],
+    ["run", *SMALL_RUN],
     ["calibrate", "--grid", "quick", "--no-progress"],
-    ["validate", *SMALL, "--profile", "default"],
+    ["validate", *SMALL_RUN, "--profile", "default"],
 ])
 def test_corrupt_weights_are_one_line_exit_2(tmp_path, capsys, damage, command):
     ckpt = tmp_path / "ckpt"

@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from batchlab.experiments.cli import main  # noqa: E402
 from batchlab.experiments.studies.fidelity import POLICIES, SHAPES  # noqa: E402
 from batchlab.experiments.validation.step_kinds import KINDS  # noqa: E402
-from tests.test_validate_cli import cli, profile_file  # noqa: E402,F401  (the fixture)
+from tests.helpers import cli  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 # Excerpts of the shared traces kept in tests/data (their provenance is in its README).

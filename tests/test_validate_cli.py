@@ -4,9 +4,7 @@ columns, bad inputs give one-line errors (exit 2). The accuracy targets belong t
 study (docs/validation.md), not here."""
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import math
 
@@ -14,40 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from batchlab.experiments.cli import main  # noqa: E402
-
-# A few short requests: seconds on the tiny model.
-SMALL = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max-output-len", "8",
-         "--kv-memory", "16MiB", "--threads", "1", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def profile_file(tmp_path_factory):
-    """A real calibration of the tiny model on the tests' tiny grid (seconds)."""
-    from batchlab.calibration import calibrate
-    from batchlab.calibration.grid import tiny_grid
-
-    path = tmp_path_factory.mktemp("profile") / "tiny.json"
-    calibrate("batchlab-tiny", "cpu", threads=1, out=path, grid=tiny_grid(), progress=False,
-              log=lambda _m: None)
-    return path
-
-
-def cli(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(args)
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture(scope="module")
-def validated(tmp_path_factory, profile_file):
-    out = tmp_path_factory.mktemp("validate")
-    code, text, err = cli(["validate", *SMALL, "--policy", "continuous,chunked",
-                           "--profile", str(profile_file), "--out", str(out)])
-    assert code == 0, err
-    return out, text
-
+from tests.helpers import SMALL_VALIDATE, cli  # noqa: E402
 
 def read_csv(path) -> list[dict]:
     with open(path, newline="") as f:
@@ -128,7 +93,7 @@ def test_a_real_run_against_itself_has_zero_error(profile_file):
 
 
 def test_json_format(profile_file):
-    code, out, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--profile", str(profile_file),
+    code, out, err = cli(["validate", *SMALL_VALIDATE[:1], "3", *SMALL_VALIDATE[2:], "--profile", str(profile_file),
                           "--format", "json"])
     assert code == 0
     # the fixture's profile is a quick-grid one: a smoke test, flagged when used
@@ -147,7 +112,7 @@ def test_json_format(profile_file):
     (["--profile", "default", "--slo-tpot-ms", "50"], "--slo-tpot-ms does not apply"),
 ])
 def test_bad_inputs_are_one_line_errors(args, message):
-    code, _, err = cli(["validate", *SMALL, *args])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, *args])
     assert code == 2 and message in err and err.strip().count("\n") == 0
 
 
@@ -155,10 +120,10 @@ def test_out_at_a_file_and_a_max_model_len_beyond_the_context_fail_first(tmp_pat
     """Both before anything is run or calibrated (no --profile: a calibration first)."""
     afile = tmp_path / "afile"
     afile.write_text("mine")
-    code, _, err = cli(["validate", *SMALL, "--profile", "default", "--out", str(afile)])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, "--profile", "default", "--out", str(afile)])
     assert code == 2 and "is a file" in err and err.strip().count("\n") == 0
     assert afile.read_text() == "mine"
-    code, _, err = cli(["validate", *SMALL, "--max-model-len", "9000", "--out", str(tmp_path / "o")])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, "--max-model-len", "9000", "--out", str(tmp_path / "o")])
     assert code == 2 and "exceeds the model's context length of 8192" in err
     assert not (tmp_path / "o").exists()
 
@@ -166,7 +131,7 @@ def test_out_at_a_file_and_a_max_model_len_beyond_the_context_fail_first(tmp_pat
 def test_not_a_profile_is_a_one_line_error(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"hello": 1}')
-    code, _, err = cli(["validate", *SMALL, "--profile", str(bad)])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, "--profile", str(bad)])
     assert code == 2 and "not a batchlab profile" in err and err.strip().count("\n") == 0
 
 
@@ -177,7 +142,7 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
     p = load_profile(profile_file).model_copy(update={"model": MODELS["batchlab-small"]})
     other = tmp_path / "small.json"
     p.save(other)
-    code, _, err = cli(["validate", *SMALL, "--profile", str(other)])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, "--profile", str(other)])
     assert code == 2 and "different model" in err and err.strip().count("\n") == 0
 
 
@@ -186,7 +151,7 @@ def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
     from batchlab.experiments.validation import profile_source
 
     monkeypatch.setattr(profile_source, "CALIBRATION_GRID", tiny_grid())
-    code, _, err = cli(["validate", *SMALL[:1], "3", *SMALL[2:], "--out", str(tmp_path)])
+    code, _, err = cli(["validate", *SMALL_VALIDATE[:1], "3", *SMALL_VALIDATE[2:], "--out", str(tmp_path)])
     assert code == 0, err
     assert (tmp_path / "profile.json").is_file() and "calibrating" in err
     comp = json.loads((tmp_path / "comparison.json").read_text())
@@ -196,9 +161,9 @@ def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
 def test_the_model_comes_from_the_profile_unless_given(profile_file):
     """--profile default (the shipped batchlab-small CPU profile) and no --model: the
     profile's model is served; an explicit --model that differs is refused."""
-    code, out, err = cli(["validate", *SMALL[:1], "2", *SMALL[2:], "--max-output-len", "3",
+    code, out, err = cli(["validate", *SMALL_VALIDATE[:1], "2", *SMALL_VALIDATE[2:], "--max-output-len", "3",
                           "--profile", "default", "--format", "json"])
     assert code == 0, err
     assert cells(json.loads(out))["continuous"]["diagnostics"]["runs"][0]["model"] == "batchlab-small"
-    code, _, err = cli(["validate", *SMALL, "--profile", "default", "--model", "batchlab-tiny"])
+    code, _, err = cli(["validate", *SMALL_VALIDATE, "--profile", "default", "--model", "batchlab-tiny"])
     assert code == 2 and "different model" in err

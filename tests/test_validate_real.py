@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.test_validate_cli import cli, profile_file, validated  # noqa: E402,F401 (fixtures)
+from tests.helpers import cli  # noqa: E402
 
 
 def rejudged(args: list[str]) -> dict:

@@ -19,6 +19,7 @@ from batchlab.experiments.validation.records import ProfileInfo
 from batchlab.experiments.validation.sources import RealSide, live_run
 from batchlab.experiments.validation.stat_tests import inside, ks, spread, tost
 from batchlab.experiments.validation.verdicts import verdict
+from tests.helpers import SMALL_RUN, SMALL_VALIDATE, cli
 
 COST = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=8, block_size=8, num_kv_blocks=4000)
@@ -147,18 +148,18 @@ def test_repeats_judged_on_simulated_runs():
     assert sum(c.totals.verdicts.as_dict().values()) == len([m for m in c.metrics if m.target is not None])
 
 
-torch = pytest.importorskip("torch")
-from tests.test_validate_cli import SMALL, cli, profile_file  # noqa: E402,F401  (the fixture)
 
 
+@pytest.mark.backend
 def test_repeats_zero_is_a_one_line_error():
     for bad in ("0", "-2"):
-        code, _, err = cli(["validate", *SMALL, "--profile", "default", "--repeats", bad])
+        code, _, err = cli(["validate", *SMALL_VALIDATE, "--profile", "default", "--repeats", bad])
         assert code == 2 and "--repeats must be" in err and err.strip().count("\n") == 0
 
 
-def test_validate_repeats_end_to_end(profile_file, tmp_path):  # noqa: F811
-    code, text, err = cli(["validate", *SMALL, "--profile", str(profile_file), "--repeats", "2",
+@pytest.mark.backend
+def test_validate_repeats_end_to_end(profile_file, tmp_path):
+    code, text, err = cli(["validate", *SMALL_VALIDATE, "--profile", str(profile_file), "--repeats", "2",
                            "--out", str(tmp_path)])
     assert code == 0, err
     assert "TOST" in text and "KS D" in text and "real-real" in text
@@ -185,36 +186,42 @@ def test_validate_repeats_end_to_end(profile_file, tmp_path):  # noqa: F811
     assert (tmp_path / "continuous" / "cdf_band.png").stat().st_size > 0
 
 
-def test_batchlab_run_records_speed_and_stability(profile_file, tmp_path):  # noqa: F811
-    from tests.test_backend_cli import SMALL as RUN_SMALL
-    code, text, err = cli(["run", *RUN_SMALL, "--profile", str(profile_file), "--out", str(tmp_path)])
+@pytest.mark.backend
+def test_batchlab_run_records_speed_and_stability(profile_file, tmp_path):
+    code, text, err = cli(["run", *SMALL_RUN, "--profile", str(profile_file), "--out", str(tmp_path)])
     assert code == 0, err
     meta = json.loads((tmp_path / "meta.json").read_text())["continuous"]
     assert meta["machine_speed"]["factor"] > 0 and meta["machine_speed"]["steps"] > 0
     summary = json.loads((tmp_path / "summary.json").read_text())["continuous"]
     assert summary["stability"] == meta["stability"]["verdict"] == "stable"
     assert "machine speed: continuous: steady decode steps" in text
-    code, text, _ = cli(["run", *RUN_SMALL, "--format", "json"])
+    code, text, _ = cli(["run", *SMALL_RUN, "--format", "json"])
     assert code == 0 and json.loads(text)["continuous"]["stability"] == "stable"
 
 
+@pytest.mark.backend
 def test_batchlab_run_without_profile_uses_the_shipped_profile_of_its_setup(tmp_path):
     """batchlab-tiny on cpu with 1 thread has a shipped profile: the run prices its
     steady decode steps with it, and says which profile it used."""
-    from tests.test_backend_cli import SMALL as RUN_SMALL
-    code, text, err = cli(["run", *RUN_SMALL, "--max-output-len", "24", "--out", str(tmp_path)])
+    code, text, err = cli(["run", *SMALL_RUN, "--max-output-len", "24", "--out", str(tmp_path)])
     assert code == 0, err
     speed = json.loads((tmp_path / "meta.json").read_text())["continuous"]["machine_speed"]
-    assert speed["factor"] > 0 and speed["steps"] > 0
     assert speed["profile"].startswith("shipped batchlab-tiny-cpu")
-    assert "x the price of shipped batchlab-tiny-cpu" in text
+    # The shipped profile was made on another machine: where this one runs more than twice
+    # as slow (a loaded CI machine), every step is over the contention bound, and the run
+    # says so instead of a factor. Either way it names the profile that priced the steps.
+    if speed["factor"] is None:
+        assert "contended" in speed["why"] and "continuous: not measured (" in text
+    else:
+        assert speed["factor"] > 0 and speed["steps"] > 0
+        assert "x the price of shipped batchlab-tiny-cpu" in text
 
 
+@pytest.mark.backend
 def test_batchlab_run_with_no_profile_of_its_setup_records_a_reference_probe(tmp_path):
     """Two threads: no shipped profile describes the setup, so the factor stays null
     and the reference probe's figures, timed before and after the run, are recorded."""
-    from tests.test_backend_cli import SMALL as RUN_SMALL
-    code, text, err = cli(["run", *RUN_SMALL, "--threads", "2", "--out", str(tmp_path)])
+    code, text, err = cli(["run", *SMALL_RUN, "--threads", "2", "--out", str(tmp_path)])
     assert code == 0, err
     speed = json.loads((tmp_path / "meta.json").read_text())["continuous"]["machine_speed"]
     assert speed["factor"] is None and "reference probe" in speed["method"]
