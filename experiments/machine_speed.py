@@ -7,32 +7,26 @@ kernel than the model's, only while the engine idles (a saturated run has no idl
 moment, and the machine's speed while busy is what its latencies carry), and a probe
 that overruns delays the next arrival, changing the run it measures. The run's steady
 decode steps are measured during the run, on the model's own kernels, and cost nothing
-extra; decode-only shapes are the ones a profile prices right (within 4% once a run's
-speed is factored out, docs/validation.md), so their measured/priced ratio is the
-machine's speed level, not the profile's shape error. Steady: decode-only, no
+extra; decode-only shapes are the ones a profile prices right once a run's speed is
+factored out, so their measured/priced ratio is the machine's speed level, not the
+profile's shape error. Steady: decode-only, no
 preemption, after another decode-only step (the step right after a prefill costs more)
 and back to back with it (the first step after an idle gap costs more).
 
-The two sides drift apart on a shared VM (measured on batchlab-tiny, three study passes
-of 24 runs: steady decodes 0.83-1.25 of a profile's price, compute-bound steps at the
-memory side's speed 0.95-1.33, in one pass 0.84-1.08 against 1.00), so one factor
-cannot carry both. Compute side: the steps whose price a fitted profile puts mostly in
+The two sides drift apart on a shared VM, so one factor cannot carry both. Compute side: the steps whose price a fitted profile puts mostly in
 its FLOP terms (a share of COMPUTE_SHARE or more: prefill chunks of a few hundred
 tokens), their measured time less their memory side at the measured factor, over their
 FLOP terms' price.
 
 Both factors are ratios of sums (the mean step), not medians of ratios, because that is
 how calibration levels a profile (calibration/serve_fit.py: latencies add steps up, so it
-prices the mean served step, and served steps are skewed slow): a median factor read a run
-at its calibration's speed as 2-3% fast, and the normalised simulation came out faster in
-58-76 of 96 latency numbers. Steps over CONTENDED x their price (a neighbour took the
-core) are left out, as calibration leaves them out. Re-simulating five study passes'
-stored runs with their own profiles: 88-98 of 104 numbers within target, the simulation
-faster in 43-58 of 96 (medians: 85-93, faster in 58-76; the memory side alone: 45-79).
+prices the mean served step, and served steps are skewed slow): a median factor reads a
+run at its calibration's speed as fast, and the normalised simulation then leans fast.
+Steps over CONTENDED x their price (a neighbour took the core) are left out, as
+calibration leaves them out.
 
-A run's one factor is its mean level; on a shared VM the level also moves within a run
-(measured on batchlab-tiny: one decode shape 2.9-6.3 ms a step over 3 minutes in one
-process, in swings of 30-60 s). `drift` says how much: the same ratio over each
+A run's one factor is its mean level; on a shared VM the level also moves within a run,
+in swings of tens of seconds. `drift` says how much: the same ratio over each
 DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
 window's level, which the normalised simulation follows on the memory side
 (experiments/validation/normalised.py, core/cost_at_speed.py).
@@ -41,7 +35,8 @@ This is an observation of a run, so it lives with the code that judges runs: `ba
 run` and `serve` label a run's meta with it (run_labels.py), validation normalises by it.
 Its result is core.run_meta.MachineSpeed, what meta.json records.
 
-factor > 1: the machine ran slower than when the profile was measured."""
+factor > 1: the machine ran slower than when the profile was measured. The measurements
+behind these choices: docs/results/2026-12-01-speed-normalisation.md."""
 from __future__ import annotations
 
 import math
