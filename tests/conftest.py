@@ -4,8 +4,9 @@
   BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
 - The `backend` marker: a test that serves on the torch backend (torch, transformers, the
   HTTP stack: the `backend` extra) is skipped where that extra is not installed, so that
-  `pip install -e ".[test]"` runs the simulation half green. Modules that import torch at
-  their top skip themselves with pytest.importorskip("torch")."""
+  `pip install -e ".[test]"` runs the simulation half green. A test using one of the
+  torch fixtures below (BACKEND_FIXTURES) is skipped the same way, marked or not. Modules
+  that import torch at their top skip themselves with pytest.importorskip("torch")."""
 from __future__ import annotations
 
 import importlib.util
@@ -29,12 +30,17 @@ def pytest_configure(config) -> None:
         os.environ["BATCHLAB_TEST_POLICY"] = config.getoption("--policy")
 
 
+# Fixtures that load a model on torch: a test using one needs the backend, marked or not.
+BACKEND_FIXTURES = {"runtime", "tiny", "hf_runtime", "profile_file", "validated"}
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     if HAVE_BACKEND:
         return
     skip = pytest.mark.skip(reason="needs the backend extra: pip install -e '.[backend]'")
     for item in items:
-        if item.get_closest_marker("backend"):
+        uses_torch = BACKEND_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("backend") or uses_torch:
             item.add_marker(skip)
 
 

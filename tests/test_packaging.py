@@ -21,7 +21,12 @@ def test_every_subpackage_is_listed_under_batchlab():
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / folder)
             found.add(".".join([name, *rel.parts]))
-    assert found == set(st["packages"])
+    data = set(st["package-data"])  # folders shipped for their files, not their code
+    assert found | data == set(st["packages"])
+    for name in data:
+        rel = name.removeprefix("batchlab.").split(".")
+        folder = ROOT / folders["batchlab." + rel[0]] / Path(*rel[1:])
+        assert folder.is_dir() and not list(folder.glob("*.py")), name
     assert all(p == "batchlab" or p.startswith("batchlab.") for p in st["packages"])
 
 
