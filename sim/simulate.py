@@ -10,7 +10,7 @@ from batchlab.core.cost import CostModel
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence
 from batchlab.core.result import RunResult
-from batchlab.core.run_meta import RunMeta
+from batchlab.core.run_meta import Record, RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
@@ -21,7 +21,7 @@ from batchlab.sim.router import make_router
 
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
-             meta: dict | None = None, observer: StepObserver | None = None,
+             meta: dict | Record | None = None, observer: StepObserver | None = None,
              fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None,
              keep_on_interrupt: bool = False) -> RunResult:
@@ -33,7 +33,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     replay of millions of requests holds little more than their rows.
     keep_on_interrupt: on Ctrl-C, return what was simulated, with meta.interrupted
     (rows for the requests that arrived; those still running or waiting say so),
-    instead of raising."""
+    instead of raising. meta: what the caller adds to the run's meta (the setup's
+    assumptions), after the simulator's own keys."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
@@ -72,5 +73,6 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
-            "interrupted": interrupted, "simulated_s": env.now, **(meta or {})}
+            "interrupted": interrupted, "simulated_s": env.now,
+            **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
     return RunResult.from_recorder(rec, RunMeta(**info))

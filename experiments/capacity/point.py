@@ -24,7 +24,7 @@ METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttf
            "p99_ttft_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
            "p90_e2el_ms", "p99_e2el_ms", "p99_queueing_delay_ms", "slo_attainment",
            "request_goodput", "preemptions", "rejected", "slot_utilization", "kv_utilization")
-# What a point's answer assumed (setup meta keys), carried in its row.
+# What a point's answer assumed (SetupMeta fields, None where its setup has none), in its row.
 ASSUMED = ("cost_model", "mem_efficiency", "compute_efficiency", "step_overhead_s",
            "weights_dtype", "kv_cache_dtype", "allreduce_latency_s", "num_kv_blocks")
 _LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "E2E latency"}
@@ -104,7 +104,7 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
         rates.append(mean_rate(w))
     failing = [f for s, v in zip(summaries, verdicts)
                for f in ([] if v == "stable" else ["queue overloaded"]) + criteria.failures(s)]
-    row = {"policy": policy, "model": setup.meta["model"], "hardware": setup.meta["hardware"],
+    row = {"policy": policy, "model": setup.meta.model, "hardware": setup.meta.hardware,
            "tp": cfg.hardware.tensor_parallel, "replicas": cfg.run.replicas,
            "gpus": cfg.run.replicas * cfg.hardware.tensor_parallel, "router": cfg.run.router,
            "max_num_seqs": scheduler.max_num_seqs,
@@ -118,5 +118,5 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
     for k in METRICS:
         vals = [s.get(k, math.nan) for s in summaries]
         row[k] = float(np.mean(vals)) if vals else math.nan
-    row.update({k: setup.meta.get(k) for k in ASSUMED})
+    row.update({k: getattr(setup.meta, k) for k in ASSUMED})
     return row

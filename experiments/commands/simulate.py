@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
         check_run_size(len(workloads[seeds[0]]), cfg.run.replicas, setup.blocks)
     except ValueError as e:
         raise UserError(f"{e} (--replicas, --num-kv-blocks, --num-requests)") from None
-    ran = {"model.dtype": setup.meta.get("weights_dtype", setup.meta.get("dtype")),
-           "model.kv_cache_dtype": setup.meta.get("kv_cache_dtype", setup.meta.get("dtype"))}
+    weights, kv = setup.meta.served_dtypes
+    ran = {"model.dtype": weights, "model.kv_cache_dtype": kv}
     if args.plot:
         from batchlab.experiments.run_plots import check_plot_dir
         check_plot_dir(args.plot, args.step_table)
@@ -132,9 +132,9 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
 
 def _print_header(workload, setup, cfg) -> None:
     meta = setup.meta
-    seats = sorted(set(meta["max_num_seqs"].values()))
+    seats = sorted(set(meta.max_num_seqs.values()))
     print(f"workload: {workload.describe()}")
-    print(f"model {meta['model']} on {cfg.hardware.tensor_parallel} x {meta['hardware']}, "
+    print(f"model {meta.model} on {cfg.hardware.tensor_parallel} x {meta.hardware}, "
           f"{setup.blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
           f"{'/'.join(map(str, seats))} seats, {cfg.run.replicas} replica(s)")
     print("\n".join(setup.assumptions()) + "\n")

@@ -7,6 +7,7 @@ from pathlib import Path
 from batchlab.core.specs import MODELS
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.setup.meta import SetupMeta
 
 
 def _same_model(name: str, profile) -> bool:
@@ -19,7 +20,8 @@ def _same_model(name: str, profile) -> bool:
     return name in MODELS and MODELS[name].model_dump(exclude={"name"}) == shape
 
 
-def profile_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: bool = False) -> tuple:
+def profile_setup(cfg: ExperimentConfig, model_named: bool = False,
+                  hardware_named: bool = False) -> tuple[object, int, SetupMeta]:
     """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
     fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
     --num-kv-blocks is given) and its model. A model or hardware the user named
@@ -54,13 +56,13 @@ def profile_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_nam
         warn(f"{where}: {warning}")
     cfg.model.name = profile.model_source or profile.model.name  # what is simulated
     cfg.hardware.name = measured_on
-    meta = {"model": profile.model.name, "hardware": measured_on, "tensor_parallel": 1,
-            "dtype": profile.device.dtype, "dtype_bytes": profile.model.dtype_bytes,
-            "max_context": profile.model.max_context,
-            "cost_model": f"profile ({profile.cost.combine} form)", "profile": where,
-            "profile_heldout_median_ape": profile.fit.heldout.median_ape}
+    meta = SetupMeta(model=profile.model.name, hardware=measured_on, tensor_parallel=1,
+                     dtype=profile.device.dtype, dtype_bytes=profile.model.dtype_bytes,
+                     max_context=profile.model.max_context,
+                     cost_model=f"profile ({profile.cost.combine} form)", profile=where,
+                     profile_heldout_median_ape=profile.fit.heldout.median_ape)
     if warning:
-        meta["profile_warning"] = warning
+        meta.profile_warning = warning
     if profile.loop:
-        meta["loop_ms_per_step"] = round(profile.loop.per_step_s * 1e3, 4)
+        meta.loop_ms_per_step = round(profile.loop.per_step_s * 1e3, 4)
     return profile.simulation_cost(), blocks, meta

@@ -9,11 +9,12 @@ from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.dtypes import served_model
+from batchlab.experiments.setup.meta import SetupMeta
 
 log = logging.getLogger("batchlab")
 
 
-def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
+def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
     """Roofline cost model and KV capacity from the model and hardware presets, served
     in the config's dtypes."""
     try:
@@ -30,13 +31,13 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, dict]:
     if cfg.scheduler.num_kv_blocks:
         _warn_if_kv_cannot_fit(cfg, model, hw)
     latency = hw.allreduce_latency_s if h.allreduce_latency_s is None else h.allreduce_latency_s
-    meta = {"model": model.name, "hardware": hw.name, "tensor_parallel": h.tensor_parallel,
-            "cost_model": "roofline", "max_context": model.max_context,
-            "mem_efficiency": h.mem_efficiency, "compute_efficiency": h.compute_efficiency,
-            "step_overhead_s": h.step_overhead_s, "weights_dtype": weights, "kv_cache_dtype": kv,
-            "allreduces_per_step": allreduces_per_step(model, h.tensor_parallel),
-            "allreduce_latency_s": latency, "interconnect": hw.interconnect,
-            "interconnect_bandwidth": hw.interconnect_bandwidth}
+    meta = SetupMeta(model=model.name, hardware=hw.name, tensor_parallel=h.tensor_parallel,
+                     cost_model="roofline", max_context=model.max_context,
+                     mem_efficiency=h.mem_efficiency, compute_efficiency=h.compute_efficiency,
+                     step_overhead_s=h.step_overhead_s, weights_dtype=weights, kv_cache_dtype=kv,
+                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel),
+                     allreduce_latency_s=latency, interconnect=hw.interconnect,
+                     interconnect_bandwidth=hw.interconnect_bandwidth)
     return cost, blocks, meta
 
 

@@ -10,6 +10,7 @@ from batchlab.core.cost import CostModel
 from batchlab.core.specs import lookup_hardware
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults
+from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
 
@@ -18,7 +19,7 @@ from batchlab.experiments.setup.roofline import roofline_setup
 class SimSetup:
     cost: CostModel
     blocks: int
-    meta: dict
+    meta: SetupMeta
     schedulers: dict[str, SchedulerConfig]
 
     def assumptions(self) -> list[str]:
@@ -36,37 +37,38 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
     for name, p, admission in cfg.runs():
-        sc = cfg.scheduler_for(p, meta["max_context"], admission)
+        sc = cfg.scheduler_for(p, meta.max_context, admission)
         if hw is not None:
             d = engine_defaults(hw)
             sc, done = apply_engine_defaults(sc, given, d)
             applied.update(f"{a} ({p})" if "tokens" in a else a for a in done)
         schedulers[name] = sc
     if hw is not None and applied:
-        meta["scheduler_defaults"] = f"{engine_defaults(hw).why}: {', '.join(sorted(applied))}"
+        meta.scheduler_defaults = f"{engine_defaults(hw).why}: {', '.join(sorted(applied))}"
     else:
-        meta["scheduler_defaults"] = "as given" if hw is not None else "batchlab's (profiled device)"
-    meta["max_num_seqs"] = {p: s.max_num_seqs for p, s in schedulers.items()}
-    meta["block_size"] = cfg.scheduler.block_size
-    meta["num_kv_blocks"] = blocks
+        meta.scheduler_defaults = "as given" if hw is not None else "batchlab's (profiled device)"
+    meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
+    meta.block_size = cfg.scheduler.block_size
+    meta.num_kv_blocks = blocks
     return SimSetup(cost, blocks, meta, schedulers)
 
 
-def assumption_lines(meta: dict) -> list[str]:
+def assumption_lines(meta: SetupMeta) -> list[str]:
     """What the answer rests on, in words: printed with every table."""
-    if meta["cost_model"] == "roofline":
-        w = meta["weights_dtype"]
-        cost = (f"roofline: {meta['mem_efficiency']:.0%} of datasheet memory bandwidth, "
-                f"{meta['compute_efficiency']:.0%} of {w} FLOP/s, step overhead "
-                f"{meta['step_overhead_s'] * 1e3:.2f} ms; weights {w}, KV cache {meta['kv_cache_dtype']}")
-        n = meta["allreduces_per_step"]
-        comm = (f"TP {meta['tensor_parallel']}: {n} all-reduces a step, "
-                f"{meta['allreduce_latency_s'] * 1e6:.0f} us each plus bytes over "
-                f"{meta['interconnect']} at {meta['interconnect_bandwidth'] / 1e9:.0f} GB/s"
+    m = meta
+    if m.cost_model == "roofline":
+        w = m.weights_dtype
+        cost = (f"roofline: {m.mem_efficiency:.0%} of datasheet memory bandwidth, "
+                f"{m.compute_efficiency:.0%} of {w} FLOP/s, step overhead "
+                f"{m.step_overhead_s * 1e3:.2f} ms; weights {w}, KV cache {m.kv_cache_dtype}")
+        n = m.allreduces_per_step
+        comm = (f"TP {m.tensor_parallel}: {n} all-reduces a step, "
+                f"{m.allreduce_latency_s * 1e6:.0f} us each plus bytes over "
+                f"{m.interconnect} at {m.interconnect_bandwidth / 1e9:.0f} GB/s"
                 if n else "TP 1: no all-reduce")
     else:
-        cost = f"{meta['cost_model']} from {meta.get('profile')} (its fitted step overhead and dtype)"
+        cost = f"{m.cost_model} from {m.profile} (its fitted step overhead and dtype)"
         comm = "one device as profiled"
     return [f"assumptions: {cost}",
-            f"  {comm}; {meta['num_kv_blocks']} KV blocks of {meta['block_size']} tokens per replica",
-            f"  scheduler defaults: {meta['scheduler_defaults']}"]
+            f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
+            f"  scheduler defaults: {m.scheduler_defaults}"]

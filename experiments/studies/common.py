@@ -14,6 +14,7 @@ from batchlab.core.cost import CostModel
 from batchlab.core.specs import ModelSpec, lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import roofline_setup
+from batchlab.experiments.setup.meta import SetupMeta
 
 
 class Progress:
@@ -67,7 +68,7 @@ def _cell(v: Any) -> Any:
 
 
 def preset(model: str, hardware: str, tensor_parallel: int = 1, block_size: int = 16,
-           num_kv_blocks: int | None = None) -> tuple[CostModel, int, dict, ModelSpec]:
+           num_kv_blocks: int | None = None) -> tuple[CostModel, int, SetupMeta, ModelSpec]:
     """Roofline cost model and KV blocks for a preset pairing, with the efficiencies and
     overhead defaults of every other command (ExperimentConfig's [hardware] defaults)."""
     cfg = ExperimentConfig.model_validate({
@@ -77,21 +78,20 @@ def preset(model: str, hardware: str, tensor_parallel: int = 1, block_size: int 
     })
     cost, blocks, meta = roofline_setup(cfg)
     h = cfg.hardware
-    meta = {**meta, "mem_efficiency": h.mem_efficiency, "compute_efficiency": h.compute_efficiency,
-            "step_overhead_s": h.step_overhead_s, "gpu_memory_utilization": h.gpu_memory_utilization,
-            "block_size": block_size, "num_kv_blocks": blocks}
+    meta = meta.model_copy(update={"gpu_memory_utilization": h.gpu_memory_utilization,
+                                   "block_size": block_size, "num_kv_blocks": blocks})
     return cost, blocks, meta, lookup_model(model)
 
 
-def setup_line(meta: dict) -> str:
+def setup_line(meta: SetupMeta) -> str:
     """The hardware sentence every report opens with."""
-    tp = meta.get("tensor_parallel", 1)
-    gpus = f"{tp} x {meta['hardware']}" if tp > 1 else meta["hardware"]
-    return (f"{meta['model']} on {gpus}, roofline cost model at {meta['mem_efficiency']:.0%} of "
-            f"datasheet bandwidth and {meta['compute_efficiency']:.0%} of peak FLOP/s, "
-            f"{meta['step_overhead_s'] * 1000:g} ms per-step overhead; KV cache "
-            f"{meta['num_kv_blocks']} blocks of {meta['block_size']} tokens "
-            f"({meta['num_kv_blocks'] * meta['block_size']:,} tokens)")
+    m = meta
+    gpus = f"{m.tensor_parallel} x {m.hardware}" if m.tensor_parallel > 1 else m.hardware
+    return (f"{m.model} on {gpus}, roofline cost model at {m.mem_efficiency:.0%} of "
+            f"datasheet bandwidth and {m.compute_efficiency:.0%} of peak FLOP/s, "
+            f"{m.step_overhead_s * 1000:g} ms per-step overhead; KV cache "
+            f"{m.num_kv_blocks} blocks of {m.block_size} tokens "
+            f"({m.num_kv_blocks * m.block_size:,} tokens)")
 
 
 def pick(params: dict[str, dict], size: str) -> dict:

@@ -248,7 +248,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
     study = StudyRun(NAME, out_dir, size, backend, quiet)
     cost, blocks, meta, _ = preset(MODEL, HARDWARE)
     mean_prompt, mean_out = (PROMPT[0] + PROMPT[1]) / 2, (OUTPUT[0] + OUTPUT[1]) / 2
-    kv_users = blocks // blocks_for(math.ceil(mean_prompt + mean_out - 1), meta["block_size"])
+    kv_users = blocks // blocks_for(math.ceil(mean_prompt + mean_out - 1), meta.block_size)
     # Compute ceiling: every request's prompt and reply tokens each cost flops_per_token.
     compute_ceiling = cost.peak_flops / (cost.flops_per_token * (mean_prompt + mean_out)) * mean_out
     by_policy: dict[str, list[dict]] = {}
@@ -267,7 +267,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
               "workload": closed_loop(1, p["rounds"]).description[0].split(",", 1)[1].strip(),
               "rounds": p["rounds"], "kv_users_estimate": kv_users,
               "compute_ceiling_tokens_per_s": compute_ceiling,
-              "compute_efficiency": meta["compute_efficiency"],
+              "compute_efficiency": meta.compute_efficiency,
               "landmarks": {pol: landmarks(rows) for pol, rows in by_policy.items()},
               "sweep": by_policy, "files": ["sweep.csv", figures[0].filename]}
     if backend:

@@ -1,0 +1,43 @@
+"""What a simulation rests on, typed: the model and device, the cost model and what it
+assumes, the KV pool and the scheduler defaults. The setup builds it, the assumption lines
+and the capacity rows read it, and a simulated run's meta.json begins with it (in the
+order the setup gave the keys: a Record writes back exactly what it was given)."""
+from __future__ import annotations
+
+from batchlab.core.run_meta import Number, Record
+
+
+class SetupMeta(Record):
+    model: str
+    hardware: str
+    tensor_parallel: int = 1
+    cost_model: str  # "roofline", or "profile (FORM form)"
+    max_context: int
+    # the roofline's assumptions (None with a profile)
+    mem_efficiency: Number | None = None
+    compute_efficiency: Number | None = None
+    step_overhead_s: Number | None = None
+    gpu_memory_utilization: Number | None = None
+    weights_dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    allreduces_per_step: int | None = None
+    allreduce_latency_s: Number | None = None
+    interconnect: str | None = None
+    interconnect_bandwidth: Number | None = None
+    # a profile's (None on the roofline)
+    dtype: str | None = None  # weights and KV cache alike
+    dtype_bytes: int | None = None
+    profile: str | None = None  # the profile's path, as given
+    profile_heldout_median_ape: Number | None = None
+    profile_warning: str | None = None
+    loop_ms_per_step: Number | None = None
+    # the pool and the schedulers, once sim_setup has made them
+    scheduler_defaults: str | None = None
+    max_num_seqs: dict[str, int] | None = None  # per run (policy)
+    block_size: int | None = None
+    num_kv_blocks: int | None = None
+
+    @property
+    def served_dtypes(self) -> tuple[str | None, str | None]:
+        """(weights, KV cache) dtypes as simulated, whichever setup made them."""
+        return self.weights_dtype or self.dtype, self.kv_cache_dtype or self.dtype
