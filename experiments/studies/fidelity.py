@@ -128,7 +128,7 @@ COLUMNS = [(f"{s}_{m}_ms", f"{lab} {st}") for m, lab in (("ttft", "TTFT"), ("tpo
            for s, st in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))]
 COLUMNS.append(("request_throughput", "thr."))
 DRIFT_NOTED = 0.10  # a run whose speed moved more than this within it is counted in the summary
-LEAN_LIMIT = 0.60  # issue 14: the simulation faster in no more than this share of the numbers
+LEAN_LIMIT = 0.60  # an unbiased profile is faster in about half the numbers: flag a lean past this
 HEAD = ["workload", "policy", *(lab for _, lab in COLUMNS)]
 
 
