@@ -6,7 +6,6 @@ on a machine without one, an unknown dtype, a budget that is not a size)."""
 from __future__ import annotations
 
 import os
-import re
 
 import torch
 

@@ -169,7 +169,7 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         "num_kv_blocks": kv.num_blocks, "block_size": kv.block_size, "workload": workload.describe(),
         # every setting, so that a stored run can be simulated again (validate --real)
         "scheduler": scheduler.model_dump(mode="json"),
-        **runtime.meta(), "kv_pool_bytes": engine.cache.nbytes, "time_scale": time_scale,
+        **runtime.meta().as_dict(), "kv_pool_bytes": engine.cache.nbytes, "time_scale": time_scale,
         "temperature": temperature, "seed": seed, "warmup_s": round(warmup_s, 4),
         "wall_s": round(wall, 4), "steps": steps, "engine_prepare_s": round(st.prepare_s, 4),
         "engine_forward_s": round(st.forward_s, 4), "idle_s": round(idle_s, 4),

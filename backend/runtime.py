@@ -14,6 +14,7 @@ from batchlab.backend.engine import Engine
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from batchlab.backend.model_runner import ModelRunner
 from batchlab.backend.models import LoadedModel, load_model
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.sizes import gib
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
@@ -105,8 +106,9 @@ class Runtime:
         return Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
                       seed=seed, prompt_seed=seed)
 
-    def meta(self) -> dict:
-        """What ran, for the run's metadata."""
+    def meta(self) -> RunMeta:
+        """What ran (model, dtype, device, machine), the part of a real run's meta the
+        runtime knows."""
         import transformers
         spec = self.spec
         info = {
@@ -123,4 +125,4 @@ class Runtime:
             info["weights_seed"] = self.model.seed
         if self.device.type == "cuda":
             info["gpu"] = torch.cuda.get_device_name(self.device)
-        return info
+        return RunMeta(**info)

@@ -21,7 +21,6 @@ from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_pat
 from batchlab.calibration.timing import ReferenceKernel, measure_roofline
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import GridInfo, LoopTime, Profile
-from batchlab.core.run_meta import RunMeta
 
 if TYPE_CHECKING:
     from batchlab.backend.runtime import Runtime
@@ -54,16 +53,16 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
                             kv_memory=kv_memory, seed=seed)
     rt.pool_blocks(None, block_size)  # a budget that holds no block fails now, not after the sweep
     meta = rt.meta()
-    say(f"calibrate: {meta['model']} ({params_label(rt.spec.params)} params, {meta['dtype']}) on "
-        f"{meta['device']} ({meta.get('gpu') or meta['cpu']}, {meta['threads']} thread(s)), "
+    say(f"calibrate: {meta.model} ({params_label(rt.spec.params)} params, {meta.dtype}) on "
+        f"{meta.device} ({meta.gpu or meta.cpu}, {meta.threads} thread(s)), "
         f"loaded in {rt.load_s:.1f} s")
     longest = max_context(widest_points(grid))
     if rt.spec.max_context is not None and longest > rt.spec.max_context:
         say(f"calibrate: warning: the grid builds sequences of up to {longest} tokens, beyond "
-            f"{meta['model']}'s context limit of {rt.spec.max_context}: the fit covers contexts "
+            f"{meta.model}'s context limit of {rt.spec.max_context}: the fit covers contexts "
             f"this model cannot serve")
-    ident = {"model": meta["model"], "device": meta["device"], "threads": meta["threads"],
-             "dtype": meta["dtype"], "matmul": meta["matmul"], "block_size": block_size}
+    ident = {"model": meta.model, "device": meta.device, "threads": meta.threads,
+             "dtype": meta.dtype, "matmul": meta.matmul, "block_size": block_size}
     path = measurements_path(out) if out else Path(tempfile.mkdtemp()) / "measurements.jsonl"
 
     roof = measure_roofline(rt.device)
@@ -118,7 +117,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
                   f"fit quality above is the sweep's fit on the sweep's points)")
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        model=rt.spec, model_source=meta["model"], device=device_info(RunMeta(**meta)),
+        model=rt.spec, model_source=meta.model, device=device_info(meta),
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
         cost=cost_params(m), fit=result.quality, effective=effective(m, roof),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,

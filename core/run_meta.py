@@ -129,6 +129,10 @@ class RunMeta(Record):
     simulated_s: Number | None = None
     # A real run: the model and the machine it ran on (backend Runtime.meta()).
     model: str | None = None
+    model_source: str | None = None  # preset, checkpoint, or a loaded model
+    model_params: Number | None = None
+    weight_bytes_per_step: Number | None = None
+    kv_bytes_per_token: Number | None = None
     dtype: str | None = None
     device: str | None = None
     threads: int | None = None

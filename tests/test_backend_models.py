@@ -83,7 +83,7 @@ def test_checkpoint_directory_matches_transformers(kind, tmp_path):
     _save_checkpoint(kind, tmp_path)
     assert any(tmp_path.glob("*.safetensors"))
     rt = Runtime(model=str(tmp_path), kv_memory="16MiB", keep_hf=True, threads=1)
-    assert rt.meta()["model_source"] == "checkpoint"
+    assert rt.meta().model_source == "checkpoint"
     w = Workload(arrival=np.zeros(4), prompt_len=[3, 20, 9, 14], output_len=[12, 6, 15, 9])
     outputs: dict[int, list[int]] = {}
     run_workload(rt, w, SchedulerConfig(policy="chunked", block_size=4, max_num_batched_tokens=8),

@@ -258,7 +258,7 @@ class EngineLoop:
         info = {
             "world": "real", "source": "serve", "policy": self.config.policy, "replicas": 1,
             "router": "round_robin", "num_kv_blocks": kv.num_blocks, "block_size": kv.block_size,
-            "workload": "HTTP requests to batchlab serve", **self.runtime.meta(),
+            "workload": "HTTP requests to batchlab serve", **self.runtime.meta().as_dict(),
             "kv_pool_bytes": self.engine.cache.nbytes, "temperature": self.temperature,
             "seed": self.seed, "warmup_s": round(self.warmup_s, 4), "wall_s": round(wall, 4),
             "steps": self.steps, "engine_prepare_s": round(st.prepare_s, 4),

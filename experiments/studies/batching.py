@@ -17,6 +17,7 @@ import numpy as np
 from batchlab.core.batch import StepFeatures
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import blocks_for
+from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import table_of
@@ -177,14 +178,14 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.
             "prompt": PROMPT, "threads": THREADS, "rounds": p["rounds"]}, [figure]
 
 
-def _summarise(name: str, rows: list[dict], meta: dict) -> dict:
+def _summarise(name: str, rows: list[dict], meta: RunMeta) -> dict:
     by_b = {r["batch"]: r for r in rows}
     b, t = np.array(list(by_b)), np.array([r["step_ms"] for r in rows])
     per_seq, fixed = np.polyfit(b, t, 1)  # step ms ~ fixed + per_seq * batch
-    weights = meta.get("weight_bytes_per_step") or 0
-    elem = {"float32": 4, "bfloat16": 2, "float16": 2}.get(meta.get("dtype"), 4)
-    out = {"model": name, "cpu": meta.get("cpu", ""), "threads": meta.get("threads"),
-           "dtype": meta.get("dtype"), "params": meta.get("model_params"),
+    weights = meta.weight_bytes_per_step or 0
+    elem = {"float32": 4, "bfloat16": 2, "float16": 2}.get(meta.dtype, 4)
+    out = {"model": name, "cpu": meta.cpu or "", "threads": meta.threads,
+           "dtype": meta.dtype, "params": meta.model_params,
            "fixed_ms": float(fixed), "per_seq_ms": float(per_seq),
            "bend_batch": float(fixed / per_seq) if per_seq > 0 else None, "rows": rows,
            # Implied rates: weights streamed by a 1-sequence step; each extra sequence's

@@ -44,8 +44,8 @@ def decode_step_ms(steps: dict[str, np.ndarray]) -> float:
 def machine(rt: Runtime | None = None) -> str:
     """'batchlab-tiny (21M parameters), float32, 1 torch thread on <CPU>'."""
     m = (rt or runtime()).meta()
-    return (f"{m['model']} ({m['model_params'] / 1e6:.0f}M parameters, seeded random weights), "
-            f"{m['dtype']}, {m['threads']} torch thread on {m['cpu']}")
+    return (f"{m.model} ({m.model_params / 1e6:.0f}M parameters, seeded random weights), "
+            f"{m.dtype}, {m.threads} torch thread on {m.cpu}")
 
 
 def speed_reference(seats: int, prompt: int = 100, steps_each: int = 6, rounds: int = 2) -> dict[int, float]:

@@ -115,7 +115,7 @@ def _serve(study: StudyRun, size: str, profile: str | None, sources: dict[str, s
                            + speeds([s.factor for s in c.machine_speed], [s.compute_factor for s in c.machine_speed]))
     v = judge.report(judged)
     return {"requests": p["requests"], "repeats": p["repeats"], "profile": info.as_dict(),
-            "machine": rt.meta().get("cpu"),
+            "machine": rt.meta().cpu,
             "shapes": {s.name: {"what": s.what, "options": s.options, "workload": workloads[s.name].describe()}
                        for s in SHAPES},
             "cells": [{"workload": s, **j.cell.as_dict()} for s, j in zip(shape_of, judged)],

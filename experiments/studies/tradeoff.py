@@ -168,7 +168,7 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.
     figure = _figure(by_policy, title, limit_ms, "backend_tradeoff.png")
     return {"size": size, "model": REAL_MODEL, "machine": machine(), "rounds": p["rounds"],
             "prompt": BACKEND_PROMPT, "output": BACKEND_OUTPUT, "kv_blocks": KV_BLOCKS,
-            "block_size": BACKEND_BLOCK, "kv_mib": KV_BLOCKS * BACKEND_BLOCK * m["kv_bytes_per_token"] / 2**20,
+            "block_size": BACKEND_BLOCK, "kv_mib": KV_BLOCKS * BACKEND_BLOCK * m.kv_bytes_per_token / 2**20,
             "tpot_limit_ms": limit_ms, "sweep": by_policy,
             "landmarks": {pol: _backend_landmarks(rows, limit_ms) for pol, rows in by_policy.items()},
             "files": ["backend_sweep.csv", figure.filename]}, [figure]
