@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from batchlab.core.specs import MODELS
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.setup.meta import SetupMeta
+
+if TYPE_CHECKING:
+    from batchlab.core.cost import CostModel
 
 
 def _same_model(name: str, profile) -> bool:
@@ -21,7 +25,7 @@ def _same_model(name: str, profile) -> bool:
 
 
 def profile_setup(cfg: ExperimentConfig, model_named: bool = False,
-                  hardware_named: bool = False) -> tuple[object, int, SetupMeta]:
+                  hardware_named: bool = False) -> tuple[CostModel, int, SetupMeta]:
     """simulate's (cost model, KV blocks, meta) from cfg.profile.path: the profile's
     fitted cost model, its KV capacity (in tokens, re-cut into cfg's block size unless
     --num-kv-blocks is given) and its model. A model or hardware the user named
