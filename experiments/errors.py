@@ -27,7 +27,8 @@ def describe_validation_error(err: ValidationError, where: str = "") -> str:
     given = first.get("input")
     value = "" if isinstance(given, dict) or given is None else f" (got {shown(given)})"
     if value and first["type"].endswith("_type"):  # strict: say what type was given
-        value = f" (got {shown(given)}, a {_TYPE_NAMES.get(type(given), type(given).__name__)})"
+        kind = _TYPE_NAMES.get(type(given), type(given).__name__)
+        value = f" (got {shown(given)}, {'an' if kind[0] in 'aeiou' else 'a'} {kind})"
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
     prefix = f"{where}: " if where else ""
     return f"{prefix}{loc}{msg}{value}{more}"

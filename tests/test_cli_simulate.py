@@ -145,6 +145,7 @@ def test_wrong_type_in_toml_names_the_field(tmp_path):
                                          "integer (got True, a boolean)"),
     ("workload", "num_requests = true", "workload.num_requests: Input should be a valid integer"),
     ("workload", 'rate = "20"', "workload.rate: Input should be a valid number (got '20', a string)"),
+    ("model", "name = 3", "model.name: Input should be a valid string (got 3, an integer)"),
     ("hardware", 'tensor_parallel = "2"', "hardware.tensor_parallel: Input should be a valid integer"),
     ("workload", "seed = -1", "workload.seed: expected a whole number from 0 to 2**63-1"),
     ("workload.output", 'dist = "fixed"\nvalue = 2.5', "workload.output.value: Input should be a "
