@@ -9,14 +9,14 @@ that overruns delays the next arrival, changing the run it measures. The run's s
 decode steps are measured during the run, on the model's own kernels, and cost nothing
 extra; decode-only shapes are the ones a profile prices right once a run's speed is
 factored out, so their measured/priced ratio is the machine's speed level, not the
-profile's shape error. Steady: decode-only, no
-preemption, after another decode-only step (the step right after a prefill costs more)
-and back to back with it (the first step after an idle gap costs more).
+profile's shape error. Steady: decode-only, no preemption, after another decode-only
+step (the step right after a prefill costs more) and back to back with it (the first
+step after an idle gap costs more).
 
-The two sides drift apart on a shared VM, so one factor cannot carry both. Compute side: the steps whose price a fitted profile puts mostly in
-its FLOP terms (a share of COMPUTE_SHARE or more: prefill chunks of a few hundred
-tokens), their measured time less their memory side at the measured factor, over their
-FLOP terms' price.
+The two sides drift apart on a shared VM, so one factor cannot carry both. Compute
+side: the steps whose price a fitted profile puts mostly in its FLOP terms (a share of
+COMPUTE_SHARE or more: prefill chunks of a few hundred tokens), their measured time less
+their memory side at the measured factor, over their FLOP terms' price.
 
 Both factors are ratios of sums (the mean step), not medians of ratios, because that is
 how calibration levels a profile (calibration/serve_fit.py: latencies add steps up, so it

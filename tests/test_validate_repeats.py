@@ -148,8 +148,6 @@ def test_repeats_judged_on_simulated_runs():
     assert sum(c.totals.verdicts.as_dict().values()) == len([m for m in c.metrics if m.target is not None])
 
 
-
-
 @pytest.mark.backend
 def test_repeats_zero_is_a_one_line_error():
     for bad in ("0", "-2"):

@@ -11,8 +11,8 @@ render.py           the one renderer of what `batchlab validate` prints
 metrics.py, verdicts.py, stat_tests.py, distributions.py    the judged numbers, their
                     errors and verdicts, spread, KS and TOST
 steps.py, divergence.py, per_step.py, step_kinds.py, normalised.py    step matching, why
-                    schedules part, the per-step test against the runs' own spread, the mispriced step kinds,
-                    the profile at a run's machine speed
+                    schedules part, the per-step test against the runs' own spread,
+                    the mispriced step kinds, the profile at a run's machine speed
 output.py, figures.py     --out: run folders, comparison.json, CDF figures as data
 profile_source.py   where the judged profile comes from (--profile, or a calibration)
 """

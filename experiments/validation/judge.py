@@ -14,8 +14,9 @@ run's step matching, first divergence and per-step duration error (with each ste
 composition: served here), every run's machine speed with its drift and its contention,
 KS and TOST per latency distribution (two real runs or more), and, over every cell,
 the step-kind table. Runs with step tables (served here, stored) get the per-step test
-(against the real runs' own spread) over every cell. Stored runs are judged on what they keep, their summaries and step
-tables: the numbers and the per-step test, as `validate --real` has always judged them.
+(against the real runs' own spread) over every cell. Stored runs are judged on what they
+keep, their summaries and step tables: the numbers and the per-step test, as `validate
+--real` has always judged them.
 
 Why these diagnostics and no others: they are what the fidelity study reports (errors
 raw and normalised, spread, verdicts, KS/TOST, step kinds, the per-step test, each run's

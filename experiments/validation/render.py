@@ -23,11 +23,11 @@ WIDTH = 120
 TABLE_HEAD = f"{'metric':<22}{'real (median)':>14}{'spread':>9}{'sim':>11}{'error':>9}{'normalised':>12}  verdict"
 
 
-def fit(line: str, width: int = WIDTH) -> str:
-    """The line wrapped to width columns, continuation lines indented."""
-    if len(line) <= width:
+def fit(line: str) -> str:
+    """The line wrapped to WIDTH columns, continuation lines indented."""
+    if len(line) <= WIDTH:
         return line
-    return textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(line, WIDTH, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
 
 
 def heading(c: JudgedCell) -> str:
@@ -53,8 +53,8 @@ def table(c: JudgedCell) -> list[str]:
     return lines
 
 
-def render_cell(c: JudgedCell, width: int = WIDTH) -> str:
-    return "\n".join(fit(line, width) for line in [heading(c), *table(c), *diagnostic_lines(c)])
+def render_cell(c: JudgedCell) -> str:
+    return "\n".join(fit(line) for line in [heading(c), *table(c), *diagnostic_lines(c)])
 
 
 def diagnostic_lines(c: JudgedCell) -> list[str]:
@@ -173,7 +173,7 @@ def profile_line(p: ProfileInfo) -> str:
     return f"profile judged: {p.describe} ({p.source}; held-out median APE of its fit {held})"
 
 
-def render_end(v: Validation, scope: str, width: int = WIDTH) -> str:
+def render_end(v: Validation, scope: str) -> str:
     """After the cells of a live source: the totals, the per-step test, the step kinds."""
     normalised = any(m.verdict_normalised is not None for c in v.cells for m in c.metrics)
     lines = [totals_line(v.totals, scope, normalised)]
@@ -181,7 +181,7 @@ def render_end(v: Validation, scope: str, width: int = WIDTH) -> str:
         lines.append(describe_per_step(v.per_step))
     if v.step_kinds:
         lines += ["", *kinds_lines(v.step_kinds)]
-    return "\n".join(fit(line, width) for line in lines)
+    return "\n".join(fit(line) for line in lines)
 
 
 def render_stored(v: Validation, directories: int) -> str:

@@ -18,7 +18,8 @@ from batchlab.core.step_table import price, step_features
 from batchlab.experiments.validation.normalised import normalised_cost
 from batchlab.experiments.validation.records import KindRow
 
-SMALL_CHUNK = 128  # tokens: prefill chunks up to this size were the worst priced (docs/results/2026-12-02-fidelity.md)
+# tokens: prefill chunks up to this size were the worst priced (docs/results/2026-12-02-fidelity.md)
+SMALL_CHUNK = 128
 KINDS = ("after idle gap", "prefill only, <= 128 tokens", "prefill only, > 128 tokens",
          "mixed, chunk <= 128", "mixed, chunk > 128", "decode after a prefill", "steady decode")
 
