@@ -46,6 +46,7 @@ class Status(Enum):
     FINISHED = "finished"
     REJECTED = "rejected"
     ABORTED = "aborted"  # its client left before it finished (batchlab serve)
+    FAILED = "failed"  # an error ended it alone; reject_reason says which (serve, replay)
 
 
 @dataclass(slots=True, eq=False)

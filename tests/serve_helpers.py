@@ -3,6 +3,7 @@ bounded wait on /health, and a stop by its process id (SIGINT, then kill)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,8 +31,9 @@ def batchlab(*args: str, env: dict | None = None, timeout: float = 300) -> subpr
 
 
 class ServeProcess:
-    def __init__(self, *args: str, out: Path, env: dict | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, *args: str, out: Path, env: dict | None = None, port: int | None = None) -> None:
+        """port 0: the server picks one and says which (read from its log when ready)."""
+        self.port = free_port() if port is None else port
         self.base = f"http://127.0.0.1:{self.port}"
         self.out, self.log = out, out.parent / f"{out.name}.log"
         cmd = [sys.executable, "-m", "batchlab", "serve", "--host", "127.0.0.1",
@@ -46,6 +48,13 @@ class ServeProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"batchlab serve exited ({self.proc.returncode}): {self.log.read_text()}")
+            if self.port == 0:  # the address it printed, once it has
+                found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", self.log.read_text())
+                if not found:
+                    time.sleep(0.3)
+                    continue
+                self.port = int(found.group(1))
+                self.base = f"http://127.0.0.1:{self.port}"
             try:
                 if httpx.get(f"{self.base}/health", timeout=2).status_code == 200:
                     return

@@ -119,7 +119,7 @@ def test_models_health_and_api_key(server, client):
     (b'{"model": "batchlab-tiny", "prompt": [-1]}', 400, "out of vocabulary"),
     (b'{"model": "batchlab-tiny", "prompt": [], "max_tokens": 3}', 400, "empty"),
     (b'{"model": "batchlab-tiny", "prompt": "hi", "max_tokens": 0}', 400, "max_tokens"),
-    (b'{"model": "batchlab-tiny", "prompt": "hi", "n": 2}', 400, "one choice"),
+    (b'{"model": "batchlab-tiny", "prompt": "hi", "n": 2}', 400, "n=2"),
     (b'{"model": "batchlab-tiny", "prompt": ["a", "b"]}', 400, "one per request"),
     (b'{"model": "batchlab-tiny", "prompt": "hi", "max_tokens": 4, "min_tokens": 5}', 400, "min_tokens"),
     (b'{"model": "batchlab-tiny", "messages": []}', 400, "messages"),

@@ -22,6 +22,7 @@ from batchlab.backend.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from batchlab.backend.server.protocol import (APIError, ChatRequest, CompletionRequest, Limits, check_lengths,
                                      parse, single_prompt)
 from batchlab.backend.server.responses import DONE, Reply, sse
+from batchlab.backend.server.stops import StopMatcher
 from batchlab.backend.server.text import TextCodec
 
 log = logging.getLogger(__name__)
@@ -89,9 +90,33 @@ async def read_json(request: Request, limit: int):
         if len(buf) > limit:
             raise APIError(413, f"request body exceeds the limit of {limit} bytes")
     try:
-        return json.loads(buf)
+        body = json.loads(buf, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:
         raise APIError(400, f"malformed JSON body: {e}") from None
+    check_text(body)
+    return body
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def check_text(value, where: str = "body", depth: int = 0) -> None:
+    """A 400 naming the field that holds a string UTF-8 cannot encode (a lone surrogate,
+    which JSON's \\uD800 escapes can carry): no text the engine sees can fail later."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise APIError(400, f"{where}: text is not valid Unicode ({e.reason} at character "
+                           f"{e.start})", param=where) from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k, where, depth + 1)
+            check_text(v, k if depth == 0 else f"{where}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_text(v, f"{where}[{i}]", depth + 1)
 
 
 def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limits,
@@ -153,6 +178,7 @@ def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limi
 
     async def generate(request: Request, req, ids: list[int], max_tokens: int | None, chat: bool,
                        arrival: float) -> Response:
+        params = req.sampling(loop.temperature)
         max_tokens = check_lengths(ids, max_tokens, req.min_tokens, limits)
         if loop.error or not loop.running:
             raise APIError(503, loop.error or "the engine is not running", "server_error")
@@ -171,7 +197,9 @@ def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limi
             except RuntimeError:  # the event loop has closed: nobody is listening
                 pass
 
-        loop.submit(r, emit, req.temperature)
+        stops = req.stop_strings
+        matcher = StopMatcher(stops, codec.decode_token, req.min_tokens) if stops else None
+        loop.submit(r, emit, params, matcher)
         reply = Reply(r.id, model_name, chat, len(ids))
         if req.stream:
             return StreamingResponse(_stream(r.id, reply, events, req.include_usage),
@@ -186,8 +214,9 @@ def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limi
                 if ev.error:  # mid-stream: an error event, then the end of the stream
                     yield sse(APIError(ev.status, ev.error, "server_error").body())
                     break
-                text = codec.decode_token(ev.token)
+                text = codec.decode_token(ev.token) if ev.text is None else ev.text
                 reply.texts.append(text)
+                reply.finish_reason = ev.finish_reason
                 yield reply.chunk(text, ev.index == 0, ev.finished)
                 if ev.finished:
                     done = True
@@ -212,7 +241,8 @@ def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limi
                 if ev.error:
                     raise APIError(ev.status, ev.error, "server_error" if ev.status >= 500
                                    else "invalid_request_error")
-                reply.texts.append(codec.decode_token(ev.token))
+                reply.texts.append(codec.decode_token(ev.token) if ev.text is None else ev.text)
+                reply.finish_reason = ev.finish_reason
                 if ev.finished:
                     return JSONResponse(reply.full())
         except asyncio.CancelledError:

@@ -6,20 +6,28 @@ handlers (another thread) hand requests and aborts over a queue; the loop takes 
 at the next step boundary, so the step in flight is never disturbed. Each sampled token
 goes back to its request's `emit` callback, stamped with the step's end on the same
 clock as the request table. torch releases the GIL inside a forward pass, so the HTTP
-thread keeps serving while a step runs."""
+thread keeps serving while a step runs.
+
+One request cannot take the server down: a request whose sampling fails fails alone
+(its row says `failed` and why, its client gets the error), and a step that fails
+fails the requests in it and the loop goes on; only MAX_FAILED_STEPS failed steps in a
+row (a broken engine, not a bad request) stop it."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from batchlab.backend.engine import Engine
 from batchlab.backend.runtime import Runtime
+from batchlab.backend.server.sampling import SamplingParams, sample_row
+from batchlab.backend.server.stops import StopMatcher
 from batchlab.backend.step import run_step
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import StepHistory
@@ -31,6 +39,7 @@ from batchlab.core.schedulers import make_scheduler
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05  # an idle loop re-checks its stop flag this often
+MAX_FAILED_STEPS = 3  # failed steps in a row that mean the engine itself is broken
 
 
 @dataclass(frozen=True)
@@ -42,29 +51,38 @@ class TokenEvent:
     finished: bool
     error: str = ""
     status: int = 500  # the HTTP status an error maps to
+    text: str | None = None  # the text to send (None: the token's own); set with stop strings
+    finish_reason: str = "length"  # with finished: "length" or "stop"
 
 
 class PerRequestEngine(Engine):
-    """Samples each row at its own request's temperature (the server's default when the
-    request gives none): greedy rows take the argmax, the others draw from the seeded
-    generator, in row order, so a run is repeatable."""
+    """Samples each row with its own request's SamplingParams (the server's temperature
+    when the request gives none): greedy rows take the argmax; the others draw from
+    their request's seeded generator, or else the server's, in row order, so a run is
+    repeatable. A row whose sampling fails gets a placeholder token and its reason in
+    `failed`: the loop fails that request alone."""
 
     def __init__(self, runtime: Runtime, num_blocks: int, block_size: int, temperature: float,
-                 seed: int, temperatures: dict[int, float]) -> None:
+                 seed: int, params: dict[int, SamplingParams]) -> None:
         # As Runtime.engine makes one for `batchlab run`.
         super().__init__(runtime.runner, runtime.cache(num_blocks, block_size),
                          temperature=temperature, seed=seed, prompt_seed=seed)
-        self.temperatures = temperatures
+        self.params = params
+        self.generators: dict[int, torch.Generator] = {}
+        self.failed: dict[int, str] = {}
+        self.default = SamplingParams(temperature=temperature)
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence] | None = None) -> torch.Tensor:
-        temps = [self.temperatures.get(s.id, self.temperature) for s in seqs or []]
-        if not any(temps):
-            return logits.argmax(dim=-1)
+        params = [self.params.get(s.id, self.default) for s in seqs or []]
         out = logits.argmax(dim=-1)
-        for row, t in enumerate(temps):
-            if t > 0:
-                probs = torch.softmax(logits[row] / t, dim=-1)
-                out[row] = torch.multinomial(probs, 1, generator=self.generator)[0]
+        for row, (seq, p) in enumerate(zip(seqs or [], params)):
+            if p.greedy:
+                continue
+            try:
+                gen = self.generators.get(seq.id, self.generator)
+                out[row] = sample_row(logits[row], p, gen)
+            except Exception as e:  # noqa: BLE001 -- this request fails, not the step
+                self.failed[seq.id] = f"sampling failed: {type(e).__name__}: {e}"
         return out
 
 
@@ -89,9 +107,10 @@ class EngineLoop:
         self.runtime, self.config = runtime, scheduler
         num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
         self.sched = make_scheduler(scheduler, num_blocks)
-        self._temps: dict[int, float] = {}
+        self._params: dict[int, SamplingParams] = {}
+        self._stops: dict[int, StopMatcher] = {}
         self.engine = PerRequestEngine(runtime, self.sched.kv.num_blocks, scheduler.block_size,
-                                       temperature, seed, self._temps)
+                                       temperature, seed, self._params)
         self.temperature, self.seed = temperature, seed
         self.observer = observer or StepObserver()
         self.observer.watch(self.sched)
@@ -103,8 +122,9 @@ class EngineLoop:
         self._ids = 0
         self._id_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self.error = ""  # set if a step failed: the loop stops, /health reports it
+        self.error = ""  # set if the engine broke: the loop stops, /health reports it
         self.steps = 0
+        self.failed_steps = 0  # in a row
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.idle_s = 0.0
         self.flush: Callable[[], None] | None = None  # see _step; set by the HTTP side
@@ -129,8 +149,9 @@ class EngineLoop:
         """Why the scheduler would refuse it ('' if it can run): read-only, thread-safe."""
         return self.sched.reject_reason(request)
 
-    def submit(self, request: Request, emit: Emit, temperature: float | None = None) -> None:
-        self._inbox.put(("add", request, emit, temperature))
+    def submit(self, request: Request, emit: Emit, params: SamplingParams | None = None,
+               stop: StopMatcher | None = None) -> None:
+        self._inbox.put(("add", request, emit, (params, stop)))
         self._wake.set()
 
     def abort(self, request_id: int) -> None:
@@ -163,9 +184,9 @@ class EngineLoop:
                     self._wake.wait(_IDLE_WAIT_S)
                     self._wake.clear()
                     self.idle_s += time.perf_counter() - t
-        except Exception as e:  # noqa: BLE001: a failed step ends the server, said once
-            log.exception("engine step failed")
-            self.error = f"engine step failed: {type(e).__name__}: {e}"
+        except Exception as e:  # a broken engine ends the server, said once
+            log.exception("engine loop failed")
+            self.error = f"engine loop failed: {type(e).__name__}: {e}"
         finally:
             self._close_live(self.error or "the server is shutting down", 500 if self.error else 503)
 
@@ -173,7 +194,7 @@ class EngineLoop:
         now = self.clock()
         while True:
             try:
-                kind, item, emit, temp = self._inbox.get_nowait()
+                kind, item, emit, extra = self._inbox.get_nowait()
             except queue.Empty:
                 return
             if kind == "add":
@@ -183,8 +204,14 @@ class EngineLoop:
                     emit(TokenEvent(-1, -1, now, True, seq.reject_reason, 400))
                     continue
                 self._live[item.id] = (seq, emit)
-                if temp is not None:
-                    self._temps[item.id] = temp
+                params, stop = extra
+                if params is not None:
+                    self._params[item.id] = params
+                    gen = params.generator(self.engine.runner.device)
+                    if gen is not None:
+                        self.engine.generators[item.id] = gen
+                if stop is not None:
+                    self._stops[item.id] = stop
             elif item in self._live:  # abort: the client left
                 seq, _ = self._live.pop(item)
                 if self.sched.abort(seq, now):
@@ -194,7 +221,28 @@ class EngineLoop:
 
     def _forget(self, seq: Sequence) -> None:
         self.engine.forget(seq)
-        self._temps.pop(seq.id, None)
+        self._params.pop(seq.id, None)
+        self._stops.pop(seq.id, None)
+        self.engine.generators.pop(seq.id, None)
+        self.engine.failed.pop(seq.id, None)
+
+    def _fail(self, seq: Sequence, reason: str, now: float) -> None:
+        """End one request with an error: its row says `failed` and why, its client gets
+        a 500, its KV blocks are freed; the others go on."""
+        self.sched.abort(seq, now)  # no-op if complete() already finished it
+        seq.status, seq.reject_reason, seq.finish = Status.FAILED, reason, now
+        entry = self._live.pop(seq.id, None)
+        if entry is not None:
+            entry[1](TokenEvent(-1, -1, now, True, reason, 500))
+        self.rec.record_requests([seq], 0)
+        self.observer.on_done(seq)
+        self._forget(seq)
+
+    def _end_at_stop(self, seq: Sequence, now: float) -> None:
+        """A stop string ended it before max_tokens: finished, with the tokens it made."""
+        self.sched.abort(seq, now)
+        seq.status, seq.finish = Status.FINISHED, now
+        seq.request = dataclasses.replace(seq.request, output_len=seq.num_generated)
 
     def _step(self) -> bool:
         """One engine step if there is work; False when idle."""
@@ -212,30 +260,61 @@ class EngineLoop:
                 return True
             return False
         last = [s.last_token for s in batch.seqs]  # before record_step stamps this step's
-        _, end, finished = run_step(sched, self.engine, batch, self.history, self.rec, self.clock)
+        try:
+            _, end, finished = run_step(sched, self.engine, batch, self.history, self.rec, self.clock)
+        except Exception as e:  # the step's requests fail, the server goes on
+            self.failed_steps += 1
+            log.exception("engine step failed")
+            reason = f"engine step failed: {type(e).__name__}: {e}"
+            if self.failed_steps >= MAX_FAILED_STEPS:
+                raise
+            for seq in list(batch.seqs):
+                self._fail(seq, reason, self.clock())
+            return True
+        self.failed_steps = 0
         kv = sched.kv
         self.steps += 1
         self.observer.on_step(sched, batch, kv.num_used / kv.num_blocks)
         emitted = False
+        failed = self.engine.failed
+        ended = []  # by a stop string
         for i, seq in enumerate(batch.seqs):
-            if batch.sampled[i]:
+            if batch.sampled[i] and seq.id not in failed:
                 gap = end - last[i] if seq.num_generated > 1 else None
                 self.observer.on_token(seq, gap)
-                entry = self._live.get(seq.id)
-                if entry is not None:
-                    entry[1](TokenEvent(seq.output_token_ids[-1], seq.num_generated - 1, end,
-                                        seq.status is Status.FINISHED))
-                    emitted = True
+                emitted |= self._emit_token(seq, end, ended)
         if emitted and self.flush is not None:
             # Let the HTTP side send this step's tokens before the next forward pass
             # takes the GIL and the core: a client then sees a token when it was made.
             self.flush()
-        if finished:
-            self.rec.record_requests(finished, 0)
-            for seq in finished:
+        for seq in [s for s in batch.seqs if s.id in failed]:
+            self._fail(seq, failed[seq.id], end)
+        for seq in ended:
+            self._end_at_stop(seq, end)
+        done = [s for s in (*finished, *ended) if s.status is Status.FINISHED]
+        if done:
+            self.rec.record_requests(done, 0)
+            for seq in done:
                 self.observer.on_done(seq)
                 self._live.pop(seq.id, None)
                 self._forget(seq)
+        return True
+
+    def _emit_token(self, seq: Sequence, end: float, ended: list[Sequence]) -> bool:
+        """Send a sequence's new token to its client; True if it had one."""
+        entry = self._live.get(seq.id)
+        if entry is None:
+            return False
+        last = seq.status is Status.FINISHED
+        token, text, reason = seq.output_token_ids[-1], None, "length"
+        stop = self._stops.get(seq.id)
+        if stop is not None:
+            text = stop.feed(token, last)
+            if stop.stopped:
+                last, reason = True, "stop"
+                if seq.status is not Status.FINISHED:
+                    ended.append(seq)
+        entry[1](TokenEvent(token, seq.num_generated - 1, end, last, text=text, finish_reason=reason))
         return True
 
     def _close_live(self, reason: str, status: int) -> None:

@@ -1,17 +1,23 @@
 """Request bodies of the OpenAI completions and chat APIs, as far as a batchlab engine
 can honour them, and the errors it answers in OpenAI's shape.
 
-Fields this engine cannot honour (n > 1, logprobs, echo, tools, ...) are refused with a
-400, never silently ignored; fields that only steer other servers' features are
-ignored as vLLM ignores them. Generation always runs to max_tokens: EOS is ignored,
-as in `batchlab run` (the embedded models have no EOS token at all), so `ignore_eos`
-is accepted and `min_tokens` only checked against max_tokens."""
+Every field is either implemented (temperature, top_p, top_k, seed, stop, max_tokens,
+min_tokens, stream) or refused with a 400 naming it: a field that would change the
+answer (logit_bias, penalties, logprobs, n > 1, tools, ...) at anything but its neutral
+value, and any field this server does not know. Only fields that change nothing in the
+answer (user, metadata, ...) are accepted and ignored. Types are strict: `true` is not a
+number, "5" is not an integer. EOS is ignored, as in `batchlab run` (the embedded models
+have no EOS token at all), so `ignore_eos` is accepted."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from batchlab.backend.server.sampling import SEED_RANGE, SamplingParams
+
+MAX_STOPS, MAX_STOP_CHARS = 16, 1000
 
 
 class APIError(Exception):
@@ -28,34 +34,81 @@ class APIError(Exception):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # continuous_usage_stats: no answer change
     include_usage: bool = False
 
 
+# Fields that change the answer, not implemented: refused unless at their neutral value.
+NEUTRAL: dict[str, tuple] = {
+    "n": (1,), "best_of": (None, 1), "echo": (None, False), "logprobs": (None, False),
+    "top_logprobs": (None, 0), "prompt_logprobs": (None,), "logit_bias": (None, {}),
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0), "length_penalty": (None, 1, 1.0), "min_p": (None, 0, 0.0),
+    "suffix": (None, ""), "stop_token_ids": (None, []), "bad_words": (None, []),
+    "allowed_token_ids": (None,), "include_stop_str_in_output": (None, False),
+    "use_beam_search": (None, False), "tools": (None, []), "tool_choice": (None, "none"),
+    "functions": (None, []), "function_call": (None, "none"), "response_format": (None,),
+    "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,),
+    "guided_grammar": (None,), "structured_outputs": (None,), "truncate_prompt_tokens": (None,),
+    "priority": (None, 0),
+}
+# Fields that change nothing in the answer: accepted, ignored.
+IGNORED = {"user", "metadata", "store", "service_tier", "request_id", "parallel_tool_calls",
+           "skip_special_tokens", "spaces_between_special_tokens", "add_special_tokens",
+           "add_generation_prompt", "continue_final_message", "chat_template_kwargs"}
+
+
+def refuse_unknown(body: dict, known: set[str]) -> None:
+    """A 400 naming the first field that is not implemented (or not neutral)."""
+    for name, value in body.items():
+        if name in known or name in IGNORED:
+            continue
+        if name in NEUTRAL:
+            if any(value == v and type(value) is type(v) or value is v for v in NEUTRAL[name]):
+                continue
+            raise APIError(400, f"{name}={_short(value)}: batchlab serve does not implement "
+                           f"{name}; send it only at its neutral value", param=name)
+        raise APIError(400, f"{name}: batchlab serve does not know this field; remove it",
+                       param=name)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 class _Common(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # unknown fields: refuse_unknown
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0, le=100)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)  # -1 and 0: all tokens (vLLM uses -1, SGLang 0)
+    seed: int | None = Field(None, ge=SEED_RANGE[0], lt=SEED_RANGE[1])
+    stop: str | list[str] | None = None
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0)
-    n: int = 1
-    logprobs: Any = None
-    # Known OpenAI fields that would change the answer and are not implemented.
-    best_of: int | None = None
-    echo: bool = False
-    tools: Any = None
-    response_format: Any = None
 
     def refuse_unsupported(self) -> None:
-        if self.n != 1:
-            raise APIError(400, f"n={self.n}: batchlab serve returns one choice per request", param="n")
-        if self.best_of not in (None, 1):
-            raise APIError(400, "best_of is not supported", param="best_of")
-        for name in ("echo", "logprobs", "tools", "response_format"):
-            if getattr(self, name) not in (None, False):
-                raise APIError(400, f"{name} is not supported by batchlab serve", param=name)
+        for s in self.stop_strings:
+            if not s:
+                raise APIError(400, "stop: a stop string must not be empty", param="stop")
+        if len(self.stop_strings) > MAX_STOPS:
+            raise APIError(400, f"stop: {len(self.stop_strings)} stop strings; at most {MAX_STOPS}",
+                           param="stop")
+        if any(len(s) > MAX_STOP_CHARS for s in self.stop_strings):
+            raise APIError(400, f"stop: a stop string longer than {MAX_STOP_CHARS} characters",
+                           param="stop")
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def sampling(self, default_temperature: float) -> SamplingParams:
+        t = default_temperature if self.temperature is None else self.temperature
+        return SamplingParams(temperature=t, top_p=self.top_p, top_k=max(self.top_k, 0),
+                              seed=self.seed)
 
     @property
     def include_usage(self) -> bool:
@@ -68,7 +121,7 @@ class CompletionRequest(_Common):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # name: no answer change here
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
@@ -93,6 +146,7 @@ def parse(model: type[BaseModel], body: Any) -> Any:
     """A validated request, or a 400 naming the first bad field."""
     if not isinstance(body, dict):
         raise APIError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+    refuse_unknown(body, set(model.model_fields))
     try:
         req = model.model_validate(body)
     except ValidationError as e:

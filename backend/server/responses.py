@@ -14,7 +14,8 @@ class Reply:
     chat: bool
     prompt_tokens: int
     created: int = field(default_factory=lambda: int(time.time()))
-    texts: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # one per token ('' while held back)
+    finish_reason: str = "length"
 
     @property
     def id(self) -> str:
@@ -36,15 +37,15 @@ class Reply:
         text = "".join(self.texts)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": "length"}
+                      "logprobs": None, "finish_reason": self.finish_reason}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
         return {**self._head(self.object), "choices": [choice], "usage": self.usage()}
 
     def chunk(self, text: str, first: bool, last: bool) -> str:
         """The SSE event of one token. A chat stream's first chunk carries the role with
         the first token (never a chunk of its own: each chunk is one token)."""
-        reason = "length" if last else None
+        reason = self.finish_reason if last else None
         if self.chat:
             delta = {"role": "assistant", "content": text} if first else {"content": text}
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}

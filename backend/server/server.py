@@ -19,16 +19,25 @@ from batchlab.core.result import RunResult
 SWITCH_INTERVAL_S = 0.0005
 
 
-def check_port(host: str, port: int) -> None:
-    """ValueError, in one line, if host:port cannot be bound (before the model loads)."""
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now (before the model loads), so that the port it
+    prints is the one it listens on (port 0: one the system picks); ValueError, in one
+    line, if host:port cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-    except OSError as e:
-        why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+    except (OSError, OverflowError) as e:
+        s.close()
+        why = ("is in use" if getattr(e, "errno", None) == errno.EADDRINUSE
+               else f"cannot be bound ({getattr(e, 'strerror', None) or e})")
         raise ValueError(f"{host}:{port} {why}") from None
+    return s
+
+
+def bound_port(sock: socket.socket) -> int:
+    return sock.getsockname()[1]
 
 
 class Server:
@@ -44,21 +53,22 @@ class Server:
                              vocab_size=runtime.runner.vocab_size, max_body_bytes=max_body_bytes)
         self.app = create_app(self.loop, self.codec, model_name, self.limits, self.metrics, api_key)
 
-    def run(self, host: str, port: int, grace_s: float = 5.0) -> None:
-        """Serve until Ctrl-C / SIGTERM, then stop the engine loop."""
+    def run(self, sock: socket.socket, grace_s: float = 5.0) -> None:
+        """Serve on `sock` (see bind) until Ctrl-C / SIGTERM, then stop the engine loop."""
         import uvicorn
-        config = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+        config = uvicorn.Config(self.app, log_level="warning",
                                 access_log=False, timeout_graceful_shutdown=grace_s, lifespan="off")
         # The engine thread holds the GIL between torch kernels; a shorter switch
         # interval (default 5 ms) lets the HTTP thread send a step's tokens sooner.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.loop.start()
         try:
-            uvicorn.Server(config).run()
+            uvicorn.Server(config).run(sockets=[sock])
         except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it handled: done
             pass
         finally:
             self.loop.stop()
+            sock.close()
 
     def result(self, meta: dict | None = None) -> RunResult:
         return self.loop.result(meta)

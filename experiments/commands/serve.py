@@ -36,7 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from batchlab.backend.models import params_label
-    from batchlab.backend.server.server import Server, check_port
+    from batchlab.backend.server.server import Server, bind, bound_port
     from batchlab.experiments.output import ResultWriter, check_out_dir
     from batchlab.experiments.run_labels import label_real
     from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
@@ -65,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
-    check_port(args.host, args.port)
+    try:
+        sock = bind(args.host, args.port)
+    except ValueError as e:
+        raise UserError(f"--host/--port: {e}") from None
+    port = bound_port(sock)
     if args.out:
         check_out_dir(args.out)
     t0 = time.perf_counter()
@@ -79,12 +83,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"batchlab serve: {name} ({params_label(rt.spec.params)} params, {rt.device}, "
           f"{rt.threads} thread(s), loaded in {time.perf_counter() - t0:.1f} s), {policy}, "
           f"{server.loop.sched.kv.num_blocks} KV blocks, max_model_len {server.limits.max_model_len}, "
-          f"text via {server.codec.name}; http://{args.host}:{args.port}/v1 (Ctrl-C stops)",
+          f"text via {server.codec.name}; http://{args.host}:{port}/v1 (Ctrl-C stops)",
           file=sys.stderr, flush=True)
     speed_cost, speed_source = profile_source.speed_pricing(None, None, rt)
     with profile_source.probe_around(rt.device, speed_cost is None) as probe:
-        server.run(args.host, args.port)
-    result = server.result({"host": args.host, "port": args.port, "served_model_name": name})
+        server.run(sock)
+    result = server.result({"host": args.host, "port": port, "served_model_name": name})
     label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
     summary = result.summary(cfg.run.slo)
     m = result.meta
