@@ -151,6 +151,7 @@ class RunMeta(Record):
     requests_received: int | None = None  # batchlab serve
     error: str | None = None  # batchlab serve: why it stopped, if not asked to
     failed: int = 0  # batchlab replay: requests that failed
+    invalid: int = 0  # batchlab replay: replies whose server's claims disagree with the stream
     max_concurrency: int | None = None  # batchlab replay: closed-loop users, if any
     unobserved: list[str] = []  # request times a client cannot see (replay)
     # ... what else ran on the machine (experiments/validation/pair.py)

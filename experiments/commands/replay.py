@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     result, rep, target = measure(args, workload, args.model, cfg.workload.seed)
     summary = result.summary(cfg.run.slo)
     summary["failed"] = result.meta.failed
+    summary["invalid"] = result.meta.invalid  # replies whose server's claims did not hold
     failures = failure_summary(rep)
     if args.out:
         writer = ResultWriter(args.out, cfg.model_dump())

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from batchlab.experiments.replay.claims import check_claims
+
 
 @dataclass
 class Outcome:
@@ -22,19 +24,24 @@ class Outcome:
     first: float = -1.0
     end: float = -1.0
     token_times: list[float] = field(default_factory=list)  # one per chunk with a choice
-    usage_tokens: int | None = None
-    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if given
+    usage_tokens: object = None  # usage.completion_tokens as the server sent it (claims.py checks it)
+    usage_prompt_tokens: object = None  # usage.prompt_tokens, as sent
+    cached_tokens: object = None  # usage.prompt_tokens_details.cached_tokens, if given
     text: str = ""
     response_id: str = ""
-    error: str = ""
+    error: str = ""  # it failed: no complete reply
+    invalid: str = ""  # a complete reply whose server's claims disagree with what came (claims.py)
 
     @property
     def ok(self) -> bool:
-        return not self.error
+        """A complete reply whose claims hold: the only kind averaged in."""
+        return not self.error and not self.invalid
 
     @property
     def output_tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens is not None else len(self.token_times)
+        """What the server generated: its usage count once checked, else the chunks."""
+        n = self.usage_tokens
+        return n if self.ok and isinstance(n, int) else len(self.token_times)
 
 
 def _error_message(status: int, body: bytes) -> str:
@@ -70,11 +77,14 @@ def _take(out: Outcome, data: str) -> bool:
         c = choices[0]
         out.text += c.get("text") or (c.get("delta") or {}).get("content") or ""
     usage = obj.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        out.usage_tokens = usage["completion_tokens"]
+    if usage is not None:  # kept as sent: claims.py judges it
+        if not isinstance(usage, dict):
+            raise ValueError(f"usage is not a JSON object: {str(usage)[:80]!r}")  # noqa: TRY004 (send() reports ValueErrors)
+        out.usage_tokens = usage.get("completion_tokens")
+        out.usage_prompt_tokens = usage.get("prompt_tokens")
         details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-            out.cached_tokens = details["cached_tokens"]
+        if isinstance(details, dict):
+            out.cached_tokens = details.get("cached_tokens")
     return False
 
 
@@ -110,4 +120,6 @@ async def send(client: httpx.AsyncClient, url: str, body: dict, out: Outcome,
         out.error = f"the stream ended without [DONE] after {len(out.token_times)} tokens"
     if not out.error and not out.token_times:
         out.error = "the stream carried no tokens"
+    if not out.error:
+        out.invalid = check_claims(out)
     return out

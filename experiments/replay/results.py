@@ -6,7 +6,9 @@ start on the client's clock: arrival_s is when the request was sent, first_token
 finish_s when its first chunk and the end of its stream came. A client cannot see
 scheduling, so first_scheduled_s is empty (queueing delay: none) and there is no step
 table. output_len is what the server generated (its usage count, else the chunks); a
-failed request has status `failed` and its reason in reject_reason."""
+failed request has status `failed` and its reason in reject_reason; a reply whose
+server's claims disagree with what came (claims.py) has status `invalid` and its reason
+there: neither is averaged in (only `finished` rows are)."""
 from __future__ import annotations
 
 import datetime
@@ -31,23 +33,27 @@ def request_table(rep: Replay) -> dict[str, np.ndarray]:
     t0, nan = rep.t0, math.nan
 
     def rel(o: Outcome, t: float) -> float:
-        return t - t0 if o.ok and t >= 0 else nan
+        return t - t0 if not o.error and t >= 0 else nan
 
     cols = {
         "request_id": [o.index for o in rows], "replica": [0] * len(rows),
         "arrival_s": [o.start - t0 for o in rows], "prompt_len": [o.prompt_len for o in rows],
-        "output_len": [o.output_tokens if o.ok else o.requested for o in rows],
+        "output_len": [o.requested if o.error else o.output_tokens for o in rows],
         "priority": [0] * len(rows), "first_scheduled_s": [nan] * len(rows),
         "first_token_s": [rel(o, o.first) for o in rows], "finish_s": [rel(o, o.end) for o in rows],
-        "preemptions": [0] * len(rows), "status": ["finished" if o.ok else "failed" for o in rows],
-        "reject_reason": [o.error for o in rows],
+        "preemptions": [0] * len(rows), "status": [_status(o) for o in rows],
+        "reject_reason": [o.error or o.invalid for o in rows],
     }
     if any(o.cached_tokens is not None for o in rows):
-        cols["cached_tokens"] = [o.cached_tokens or 0 for o in rows]
+        cols["cached_tokens"] = [o.cached_tokens if o.ok and o.cached_tokens else 0 for o in rows]
     text = {"status", "reject_reason"}
     floats = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s"}
     return {c: np.array(cols[c], dtype=object if c in text else float if c in floats else np.int64)
             for c in REQUEST_COLUMNS if c in cols}
+
+
+def _status(o: Outcome) -> str:
+    return "finished" if o.ok else "failed" if o.error else "invalid"
 
 
 def itl_gaps(rep: Replay) -> np.ndarray:
@@ -60,23 +66,26 @@ def run_result(rep: Replay, meta: dict) -> RunResult:
     info = {"world": "real", "source": "replay", "replicas": 1, "interrupted": rep.interrupted,
             "unobserved": ["first_scheduled_s"],  # a client cannot see scheduling
             "requests_sent": len(rep.outcomes),
-            "failed": sum(not o.ok for o in rep.outcomes.values()), **meta}
+            "failed": sum(bool(o.error) for o in rep.outcomes.values()),
+            "invalid": sum(bool(o.invalid) for o in rep.outcomes.values()), **meta}
     return RunResult(request_table(rep), None, gaps, np.ones(len(gaps), np.int64), RunMeta(**info), dict(NO_STEPS))
 
 
 def failure_summary(rep: Replay) -> str:
-    """'' when every request finished, else one line: how many failed, and why (the most
-    common reasons first)."""
-    reasons: dict[str, int] = {}
-    for o in rep.outcomes.values():
-        if not o.ok:
-            key = o.error.split(" (")[0][:120]
-            reasons[key] = reasons.get(key, 0) + 1
-    if not reasons:
-        return ""
-    top = sorted(reasons.items(), key=lambda kv: -kv[1])
-    shown = "; ".join(f"{n} x {r}" for r, n in top[:3]) + ("; ..." if len(top) > 3 else "")
-    return f"{sum(reasons.values())} of {len(rep.outcomes)} requests failed: {shown}"
+    """'' when every request finished with a valid reply, else one line: how many failed
+    and how many were invalid, and why (the most common reasons first)."""
+    parts = []
+    for kind, why in (("failed", lambda o: o.error), ("invalid", lambda o: o.invalid)):
+        reasons: dict[str, int] = {}
+        for o in rep.outcomes.values():
+            if why(o):
+                key = why(o).split(" (")[0][:120]
+                reasons[key] = reasons.get(key, 0) + 1
+        if reasons:
+            top = sorted(reasons.items(), key=lambda kv: -kv[1])
+            shown = "; ".join(f"{n} x {r}" for r, n in top[:3]) + ("; ..." if len(top) > 3 else "")
+            parts.append(f"{sum(reasons.values())} of {len(rep.outcomes)} requests {kind}: {shown}")
+    return "; ".join(parts)
 
 
 def vllm_bench_json(rep: Replay, summary: dict, meta: RunMeta, request_rate: float | str,
@@ -97,7 +106,8 @@ def vllm_bench_json(rep: Replay, summary: dict, meta: RunMeta, request_rate: flo
         "model_id": meta.model, "tokenizer_id": None,
         "num_prompts": len(rows), "request_rate": request_rate,
         "burstiness": burstiness, "max_concurrency": meta.max_concurrency,
-        "duration": summary["duration"], "completed": len(ok), "failed": len(rows) - len(ok),
+        "duration": summary["duration"], "completed": len(ok),
+        "failed": sum(bool(o.error) for o in rows), "invalid": sum(bool(o.invalid) for o in rows),
         "total_input_tokens": summary["total_input_tokens"],
         "total_output_tokens": summary["total_output_tokens"],
         "request_throughput": summary["request_throughput"],
