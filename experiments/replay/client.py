@@ -79,7 +79,7 @@ def _take(out: Outcome, data: str) -> bool:
     usage = obj.get("usage")
     if usage is not None:  # kept as sent: claims.py judges it
         if not isinstance(usage, dict):
-            raise ValueError(f"usage is not a JSON object: {str(usage)[:80]!r}")  # noqa: TRY004 (send() reports ValueErrors)
+            raise ValueError(f"usage is not a JSON object: {str(usage)[:80]!r}")
         out.usage_tokens = usage.get("completion_tokens")
         out.usage_prompt_tokens = usage.get("prompt_tokens")
         details = usage.get("prompt_tokens_details")
