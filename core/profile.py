@@ -19,6 +19,7 @@ from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.loop_time import Overhead
 from batchlab.core.specs import MODELS, ModelSpec
+from batchlab.core import atomic
 
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
@@ -222,7 +223,7 @@ class Profile(BaseModel):
         return f"profile {reason}: its fitted rates are not reliable; for use, calibrate with --grid default"
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.model_dump_json(indent=1) + "\n")
+        atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
 
 
 def shipped_dir() -> Path | None:

@@ -30,6 +30,7 @@ from batchlab.core.checks import shown
 from batchlab.core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
+from batchlab.core import atomic
 
 REQUESTS, STEPS, META, SUMMARY = "requests.csv", "steps.csv", "meta.json", "summary.json"
 TABLES = (REQUESTS, STEPS)
@@ -55,7 +56,7 @@ def to_json(obj: Any) -> str:
 
 def write_table(path: Path, table: dict[str, np.ndarray]) -> None:
     cols = list(table)
-    with open(path, "w", newline="") as f:
+    with atomic.atomic_open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         w.writerows(zip(*(table[c].tolist() for c in cols)))
@@ -91,8 +92,8 @@ def write_tables(folder: Path, result: RunResult, latencies: bool = True) -> lis
 def write_run(folder: Path, result: RunResult, summary: dict, latencies: bool = False) -> list[Path]:
     """One run folder: its tables, meta.json and summary.json; the tables' paths."""
     written = write_tables(folder, result, latencies)
-    (folder / META).write_text(to_json(result.meta.as_dict()) + "\n")
-    (folder / SUMMARY).write_text(to_json(summary) + "\n")
+    atomic.write_text(folder / META, to_json(result.meta.as_dict()) + "\n")
+    atomic.write_text(folder / SUMMARY, to_json(summary) + "\n")
     return written
 
 
@@ -110,8 +111,8 @@ class RunSet:
         write_tables(self.dir / name, result)
         self.summaries[name] = summary
         self.metas[name] = result.meta
-        (self.dir / SUMMARY).write_text(to_json(self.summaries) + "\n")
-        (self.dir / META).write_text(to_json({k: m.as_dict() for k, m in self.metas.items()}) + "\n")
+        atomic.write_text(self.dir / SUMMARY, to_json(self.summaries) + "\n")
+        atomic.write_text(self.dir / META, to_json({k: m.as_dict() for k, m in self.metas.items()}) + "\n")
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -10,6 +11,10 @@ import sys
 from batchlab.experiments.commands import COMMANDS
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import FLAGS
+
+
+# Writes that fail for the disk's sake (full, quota, read-only): one line, not a traceback.
+_DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the flush at exit does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        if e.errno not in _DISK_ERRORS:  # a bug or the system's: its traceback helps
+            raise
+        # A write outside core/atomic.py's (whose WriteError is a ValueError above).
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"batchlab: error: cannot write {where}{os.strerror(e.errno)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

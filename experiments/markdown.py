@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
+from batchlab.core import atomic
 
 
 def fmt(value: Any, spec: str = "{:.1f}") -> str:
@@ -77,5 +78,5 @@ class Report:
 
     def write(self, path: str | Path) -> Path:
         p = Path(path)
-        p.write_text(self.text())
+        atomic.write_text(p, self.text())
         return p

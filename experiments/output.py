@@ -13,6 +13,7 @@ from batchlab.core.result import RunResult
 # The JSON and table writers are the run folder's; commands import them from here too.
 from batchlab.core.run_folder import TABLES, RunSet, to_json, with_latencies, write_table  # noqa: F401
 from batchlab.experiments.errors import UserError
+from batchlab.core import atomic
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -30,7 +31,7 @@ def make_out_dir(out_dir: str | Path, config: dict[str, Any], clear: bool = True
         d.mkdir(parents=True, exist_ok=True)
         if clear:
             remove_earlier_results(d)
-        (d / "config.json").write_text(to_json(config) + "\n")
+        atomic.write_text(d / "config.json", to_json(config) + "\n")
     except OSError as e:
         raise UserError(f"--out {out_dir}: cannot write there: {e.strerror} ({e.filename})") from None
     return d

@@ -18,6 +18,7 @@ from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from batchlab.experiments import figures as fg  # noqa: E402
 from batchlab.experiments.figures import POLICY_COLORS, color  # noqa: E402,F401  (one palette)
+from batchlab.core import atomic
 
 LONG_COLOR = "#5a0000"
 # Short replies cycle through these (no reds: red is the long reply).
@@ -37,7 +38,7 @@ def figure(nrows: int = 1, ncols: int = 1, title: str | None = None, width: floa
 def save(fig: plt.Figure, path: str | Path) -> Path:
     p = Path(path)
     fig.tight_layout()
-    fig.savefig(p, dpi=110)
+    atomic.write_with(p, lambda tmp: fig.savefig(tmp, dpi=110, format=p.suffix[1:] or "png"))
     plt.close(fig)
     return p
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from batchlab.core.workload.errors import WorkloadError
 from batchlab.core.workload.workload import Workload
+from batchlab.core import atomic
 
 SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 
@@ -44,7 +45,7 @@ def write_trace(w: Workload, path: str | Path, kind: str | None = None) -> None:
         cols["hash_block_size"] = [w.hash_block_size] * len(w)
     rows = zip(*cols.values())
     try:
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
+        with atomic.atomic_open(path, "w", encoding="utf-8", newline="\n") as f:
             if kind == "csv":
                 f.write("# batchlab trace\n")
                 f.writelines(f"# {step}\n" for step in w.description)

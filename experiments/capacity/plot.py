@@ -6,6 +6,7 @@ from pathlib import Path
 
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.search import Answer
+from batchlab.core import atomic
 
 
 def plot_answers(path: Path, answers: list[Answer], criteria: Criteria, title: str) -> str:
@@ -33,6 +34,6 @@ def plot_answers(path: Path, answers: list[Answer], criteria: Criteria, title: s
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic.write_with(path, lambda tmp: fig.savefig(tmp, dpi=110, format=Path(path).suffix[1:] or "png"))
     plt.close(fig)
     return path.name

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from batchlab.core import atomic
 
 
 def columns(rows: list[dict]) -> list[str]:
@@ -20,13 +21,13 @@ def columns(rows: list[dict]) -> list[str]:
 def write_rows(stem: Path, rows: list[dict]) -> list[str]:
     """stem.csv and stem.parquet; the file names written."""
     cols = columns(rows)
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
+    with atomic.atomic_open(stem.with_suffix(".csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
         for r in rows:
             w.writerow(["" if _missing(r.get(c)) else r.get(c) for c in cols])
     table = pa.table({c: [None if _missing(r.get(c)) else r.get(c) for r in rows] for c in cols})
-    pq.write_table(table, stem.with_suffix(".parquet"))
+    atomic.write_with(stem.with_suffix(".parquet"), lambda tmp: pq.write_table(table, tmp))
     return [stem.with_suffix(".csv").name, stem.with_suffix(".parquet").name]
 
 

@@ -9,6 +9,7 @@ from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import add_executor_options
 from batchlab.experiments.options import add_common_options, load_experiment
 from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.core import atomic
 
 # max-rate's description: what capacity.search.search_max_rate does (not imported here:
 # the search machinery loads when the command runs).
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     text = report.render(kind, main, sens, criteria, cfg, setups, samples, args.gpu_hour_price, where)
     if out:
         files = report.write(out, main, sens, criteria, cfg, args.gpu_hour_price)
-        (out / "capacity.json").write_text(to_json(report.as_json(main, sens, args.gpu_hour_price)) + "\n")
+        atomic.write_text(out / "capacity.json", to_json(report.as_json(main, sens, args.gpu_hour_price)) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files)})"
     if args.format == "json":
         print(to_json(report.as_json(main, sens, args.gpu_hour_price)))

@@ -11,6 +11,7 @@ from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import load_experiment, reject_unused_tables
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.workload_options import add_workload_options
+from batchlab.core import atomic
 
 NAME = "replay"  # the results' folder and summary key
 
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         rate = cfg.workload.rate
         bench = vllm_bench_json(rep, summary, result.meta, "inf" if rate == float("inf") else rate,
                                 cfg.workload.burstiness)
-        (writer.dir / "result.json").write_text(to_json(bench) + "\n")
+        atomic.write_text(writer.dir / "result.json", to_json(bench) + "\n")
     if args.format == "json":
         print(to_json({NAME: summary}))
     else:

@@ -9,6 +9,7 @@ from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
                                           reject_unused_fields)
 from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.core import atomic
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -155,7 +156,7 @@ def _report_repeats(runs, seeds, workload, setup, cfg, args, writer) -> int:
     names = list(runs)
     out = repeats_summary(runs, seeds)
     if writer:
-        (writer.dir / "repeats.json").write_text(to_json(out) + "\n")
+        atomic.write_text(writer.dir / "repeats.json", to_json(out) + "\n")
     if args.format == "json":
         print(to_json(out))
         return 0

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from batchlab.experiments.capacity.options import positive_price
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import add_executor_options
+from batchlab.core import atomic
 
 if TYPE_CHECKING:  # the sweep machinery loads when the command runs
     from batchlab.experiments.sweep.grid import Sweep
@@ -97,7 +98,7 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     files.append(plot_pareto(out, rows, front, metric))
     summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
                "pareto": front}
-    (out / "sweep.json").write_text(to_json(summary) + "\n")
+    atomic.write_text(out / "sweep.json", to_json(summary) + "\n")
     if args.format == "json":
         print(to_json({"results": rows, "pareto": front}))
         return 0

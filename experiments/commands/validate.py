@@ -18,6 +18,7 @@ from batchlab.experiments.options import (add_backend_options, add_common_option
                                           reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
+from batchlab.core import atomic
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -182,6 +183,6 @@ def judge_stored(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "rejudged.json").write_text(text + "\n")
+        atomic.write_text(out / "rejudged.json", text + "\n")
         print(f"results written to {out}/rejudged.json", file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from batchlab.core import atomic
 from batchlab.core.cost import CostModel
 from batchlab.core.specs import ModelSpec, lookup_model
 from batchlab.experiments.config import ExperimentConfig
@@ -34,25 +35,28 @@ class Progress:
 
 
 class RowLog:
-    """A CSV table appended and flushed one row at a time."""
+    """A CSV table written again, atomically (core/atomic.py), after each row: an
+    interrupt keeps every row that finished and never a row cut in half."""
 
     def __init__(self, path: Path, columns: Iterable[str]) -> None:
         self.path = path
         self.columns = list(columns)
         self.rows: list[dict[str, Any]] = []
-        self._f = open(path, "w", newline="")
-        self._w = csv.DictWriter(self._f, self.columns, extrasaction="ignore")
-        self._w.writeheader()
-        self._f.flush()
+        self._write()
 
     def add(self, row: dict[str, Any]) -> dict[str, Any]:
         self.rows.append(row)
-        self._w.writerow({k: _cell(row.get(k)) for k in self.columns})
-        self._f.flush()
+        self._write()
         return row
 
+    def _write(self) -> None:
+        with atomic.atomic_open(self.path, "w", newline="") as f:
+            w = csv.DictWriter(f, self.columns, extrasaction="ignore")
+            w.writeheader()
+            w.writerows({k: _cell(r.get(k)) for k in self.columns} for r in self.rows)
+
     def close(self) -> None:
-        self._f.close()
+        pass  # every row is on disk already
 
     def __enter__(self) -> "RowLog":
         return self

@@ -17,6 +17,7 @@ import numpy as np
 from batchlab.experiments.figures import Figure
 from batchlab.experiments.output import to_json
 from batchlab.experiments.studies.common import Progress, command_line
+from batchlab.core import atomic
 
 ReportFn = Callable[[dict], str]
 
@@ -38,9 +39,9 @@ class StudyRun:
                 draw(f, self.out_dir)
         result["elapsed_s"] = self.progress.elapsed
         result["provenance"] = provenance(command_line(self.name, self.size, self.backend))
-        (self.out_dir / "report.md").write_text(report(result))
+        atomic.write_text(self.out_dir / "report.md", report(result))
         result["files"] += ["report.md", "study.json"]
-        (self.out_dir / "study.json").write_text(to_json(result) + "\n")
+        atomic.write_text(self.out_dir / "study.json", to_json(result) + "\n")
         return result
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from batchlab.experiments.studies.registry import get_study
 from batchlab.experiments.studies.templates import template
+from batchlab.core import atomic
 
 _IMAGE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<file>[^)]+)\)$", re.M)
 
@@ -51,5 +52,5 @@ def write_page(study_dir: Path, docs: Path) -> Path:
     page = results_page(result, str(source))
     docs.mkdir(parents=True, exist_ok=True)
     out = docs / f"{result['name']}.md"
-    out.write_text(page)
+    atomic.write_text(out, page)
     return out

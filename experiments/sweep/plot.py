@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from batchlab.experiments.sweep.pareto import cost_key  # noqa: E402
+from batchlab.core import atomic
 
 
 def plot_pareto(out: Path, rows: list[dict], front: list[dict], metric: str) -> str:
@@ -26,6 +27,6 @@ def plot_pareto(out: Path, rows: list[dict], front: list[dict], metric: str) -> 
     ax.set_ylabel(metric)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "pareto.png", dpi=110)
+    atomic.write_with(out / "pareto.png", lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return "pareto.png"

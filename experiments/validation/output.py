@@ -16,6 +16,7 @@ from batchlab.experiments.output import make_out_dir
 from batchlab.experiments.validation.figures import cdf_band, cdf_overlay
 from batchlab.experiments.validation.judge import Judged
 from batchlab.experiments.validation.records import Validation
+from batchlab.core import atomic
 
 
 def write_run(d: Path, result: RunResult) -> list[Path]:
@@ -62,7 +63,7 @@ class ValidationWriter:
 
     def write_judgement(self, judgement: Validation) -> Path:
         path = self.dir / "comparison.json"
-        path.write_text(to_json(judgement.as_dict()) + "\n")
+        atomic.write_text(path, to_json(judgement.as_dict()) + "\n")
         return path
 
 
@@ -72,4 +73,4 @@ def write_endpoint(out_dir: str | Path, config: dict, j: Judged, judgement: Vali
     for name, result in (("real", j.side.reals[0].result), ("sim", j.headline.result)):
         (d / name).mkdir(exist_ok=True)
         write_table(d / name / REQUESTS, result.requests)
-    (d / "comparison.json").write_text(to_json(judgement.as_dict()) + "\n")
+    atomic.write_text(d / "comparison.json", to_json(judgement.as_dict()) + "\n")
