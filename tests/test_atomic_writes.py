@@ -20,10 +20,9 @@ SMALL = ["--workload", "uniform", "--num-requests", "30", "--rate", "20", "--pol
 def test_a_failed_write_keeps_the_previous_file(tmp_path):
     path = tmp_path / "t.csv"
     atomic.write_text(path, "a,b\n1,2\n")
-    with pytest.raises(RuntimeError):
-        with atomic.atomic_open(path) as f:
-            f.write("a,b\n3,")
-            raise RuntimeError("killed mid-row")
+    with pytest.raises(RuntimeError), atomic.atomic_open(path) as f:
+        f.write("a,b\n3,")
+        raise RuntimeError("killed mid-row")
     assert path.read_text() == "a,b\n1,2\n" and [p.name for p in tmp_path.iterdir()] == ["t.csv"]
     with pytest.raises(atomic.WriteError, match=r"cannot write .*missing/t.csv: "):
         atomic.write_text(tmp_path / "missing" / "t.csv", "x")
