@@ -6,7 +6,9 @@ one more branch in make_executor returning a concurrent.futures.Executor.
 
 Results do not depend on the executor: every task is a pure function of its arguments
 (seeded workloads, deterministic schedulers), and callers order results by task, never
-by completion."""
+by completion. Every executor hands each result over as it finishes (a serial run too),
+so that a caller can write it at once; a local pool's workers end with their parent,
+even one killed with kill -9."""
 from __future__ import annotations
 
 import argparse
@@ -64,8 +66,34 @@ def make_executor(workers: int | None = None, dask: str | None = None) -> Iterat
         return
     from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
 
-    with ProcessPoolExecutor(max_workers=n) as pool:
+    with ProcessPoolExecutor(max_workers=n, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         yield pool, f"process pool ({n} workers)"
+
+
+_PARENT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """In a pool worker: end this process when `parent` ends, however it ends. Linux
+    sends SIGKILL at the parent's death (prctl PR_SET_PDEATHSIG); everywhere, a thread
+    also checks the parent is still ours (a parent gone before prctl, other systems)."""
+    import signal
+    import threading
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(_PARENT_POLL_S)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 @contextmanager
@@ -95,8 +123,16 @@ def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
 
 
 def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[int, Any], None] | None = None) -> list:
-    """fn(task) for every task; results in task order; on_done(i, result) as each ends."""
+    """fn(task) for every task; results in task order; on_done(i, result) as each ends
+    (in a serial run, before the next one starts)."""
     from concurrent.futures import as_completed
+    if isinstance(executor, SerialExecutor):
+        results = []
+        for i, t in enumerate(tasks):
+            results.append(executor.submit(fn, t).result())
+            if on_done is not None:
+                on_done(i, results[i])
+        return results
     futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
     results: list = [None] * len(tasks)
     for f in as_completed(futures):

@@ -60,7 +60,7 @@ def test_an_oserror_of_a_full_disk_outside_the_helper_is_one_line(capsys, monkey
 
 
 # Writes that are not whole files: append logs whose reader skips a cut last line.
-APPEND_LOGS = {"experiments/sweep/store.py", "calibration/sweep.py"}
+APPEND_LOGS = {"experiments/sweep/store.py", "calibration/sweep.py", "experiments/jsonl_log.py"}
 WRITES = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.savefig\(|\.to_csv\(|"
                     r"np\.save|json\.dump\(|pq\.write_table\(")
 

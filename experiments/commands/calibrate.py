@@ -77,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
                             block_size=args.block_size, kv_memory=args.kv_memory,
                             progress=not args.no_progress and sys.stderr.isatty())
     except KeyboardInterrupt:
-        print(f"batchlab: interrupted; timings so far are kept in {measurements_path(out)}: "
-              f"run the same command again to resume", file=sys.stderr)
+        kept = measurements_path(out)
+        if kept.is_file() and kept.stat().st_size:
+            print(f"batchlab: interrupted; timings so far are kept in {kept}: "
+                  f"run the same command again to resume", file=sys.stderr)
+        else:  # stopped before its first timing: name no file that is not there
+            print("batchlab: interrupted before any timing was taken; nothing was written",
+                  file=sys.stderr)
         return 130
     except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read, a full disk
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

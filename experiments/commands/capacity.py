@@ -3,6 +3,7 @@ within SLOs, or the fewest replicas (per model / TP / GPU preset) that carry a l
 from __future__ import annotations
 
 import argparse
+import sys
 
 from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
 from batchlab.experiments.errors import UserError
@@ -41,11 +42,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+SEARCHES = "searches.jsonl"  # one line per search as it finishes (kept if the run is killed)
+
+
 def run(args: argparse.Namespace) -> int:
     from batchlab.experiments.capacity import report
     from batchlab.experiments.capacity.point import sample_configs
     from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task, setup_or_none
     from batchlab.experiments.executor import make_executor, run_all
+    from batchlab.experiments.jsonl_log import JsonlLog
     from batchlab.experiments.output import make_out_dir, to_json
     from batchlab.experiments.progress import progress_bar
     from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
@@ -73,9 +78,25 @@ def run(args: argparse.Namespace) -> int:
             if "leaves no KV memory" not in str(e):
                 raise  # a model that does not fit is an answer (a row), not an error
     out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
-    with make_executor(args.workers, args.dask) as (ex, where), \
-            progress_bar(total=len(tasks), desc=kind, unit="search", leave=False) as bar:
-        answers = run_all(ex, run_task, tasks, lambda i, a: bar.update())
+    log = JsonlLog(out / SEARCHES) if out else None
+
+    def finished(i: int, a) -> None:  # each search on disk as it ends, at any worker count
+        if log is not None:
+            log.add({"task": i, "varied": list(tasks[i][0]) if tasks[i][0] is not None else None,
+                     **report.answer_row(a, args.gpu_hour_price), "points": a.points})
+        bar.update()
+
+    try:
+        with make_executor(args.workers, args.dask) as (ex, where), \
+                progress_bar(total=len(tasks), desc=kind, unit="search", leave=False) as bar:
+            answers = run_all(ex, run_task, tasks, finished)
+    except KeyboardInterrupt:
+        kept = f"; the searches that finished are in {log.path}" if log is not None else ""
+        print(f"batchlab: interrupted{kept}", file=sys.stderr)
+        return 130
+    finally:
+        if log is not None:
+            log.close()
     main = [a for t, a in zip(tasks, answers) if t[0] is None]
     sens = [(t[0], a) for t, a in zip(tasks, answers) if t[0] is not None]
     setups = {a.label: setup_or_none(t[2]) for t, a in zip(tasks, answers) if t[0] is None}

@@ -5,6 +5,7 @@ in grid order), DIR/pareto.csv|parquet and DIR/pareto.png."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
                     progress_bar(total=len(sweep.points), initial=resumed, desc="sweep", unit="point") as bar:
                 run_all(ex, run_point, [(p, sweep.settings) for p in todo],
                         lambda i, row: (store.add(row), bar.update()))
+    except KeyboardInterrupt:
+        print(f"batchlab: interrupted; {len(store.done)} of {len(sweep.points)} points are kept in "
+              f"{store.path}: run the same command again to resume", file=sys.stderr)
+        return 130
     finally:
         store.close()
     rows = [restore(store.done[p.key]) for p in sweep.points]

@@ -1,0 +1,122 @@
+"""Long runs lose nothing: every executor hands each result over as it finishes (a
+serial one before the next task starts), so sweep and capacity keep each finished point
+or search through an interrupt at any worker count, and what Ctrl-C names exists; a
+local pool's workers end with their parent, even one killed with kill -9."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from batchlab.experiments.cli import main
+from batchlab.experiments.executor import SerialExecutor, run_all
+from batchlab.experiments.jsonl_log import read_jsonl
+from tests.serve_helpers import ROOT
+
+GRID = """
+[workload]
+source = "chat"
+num_requests = 200
+rate = 10.0
+[run.slo]
+ttft_ms = 1000.0
+tpot_ms = 60.0
+[grid]
+"scheduler.max_num_seqs" = [2, 4, 8, 16, 32, 64]
+[sweep]
+gpu_hour_price = 2.0
+"""
+
+
+def test_a_serial_run_hands_each_result_over_before_the_next_task():
+    events = []
+
+    def task(i):
+        events.append(f"run {i}")
+        return i * i
+
+    out = run_all(SerialExecutor(), task, [1, 2, 3], lambda i, r: events.append(f"done {i}={r}"))
+    assert out == [1, 4, 9]
+    assert events == ["run 1", "done 0=1", "run 2", "done 1=4", "run 3", "done 2=9"]
+
+
+def _interrupt_after(monkeypatch, module, name: str, n: int) -> None:
+    real, calls = getattr(module, name), []
+
+    def counted(*a, **k):
+        calls.append(1)
+        if len(calls) > n:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, counted)
+
+
+def test_an_interrupted_serial_sweep_keeps_its_points_and_names_a_file_that_exists(
+        tmp_path, capsys, monkeypatch):
+    from batchlab.experiments.sweep import run
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    _interrupt_after(monkeypatch, run, "run_point", 3)
+    assert main(["sweep", "--config", str(grid), "--out", str(tmp_path / "o"), "--workers", "1"]) == 130
+    err = capsys.readouterr().err
+    kept = tmp_path / "o" / "points.jsonl"
+    assert f"3 of 6 points are kept in {kept}" in err and err.count("\n") == 1
+    assert len(kept.read_text().splitlines()) == 3
+
+
+def test_an_interrupted_capacity_run_keeps_each_finished_search(tmp_path, capsys, monkeypatch):
+    from batchlab.experiments.capacity import tasks
+    _interrupt_after(monkeypatch, tasks, "run_task", 1)
+    args = ["capacity", "replicas", "--workload", "chat", "--num-requests", "200", "--rate", "20",
+            "--policy", "chunked", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--workers", "1",
+            "--candidate", "llama-3-8b:1:a100-80gb,llama-3-8b:1:l4", "--out", str(tmp_path)]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    kept = tmp_path / "searches.jsonl"
+    assert str(kept) in err
+    rows = read_jsonl(kept)
+    assert len(rows) == 1 and rows[0]["label"] and rows[0]["points"] and rows[0]["task"] == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_pool_workers_end_when_the_sweep_is_killed(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID.replace("num_requests = 200", "num_requests = 20000"))
+    proc = subprocess.Popen([sys.executable, "-m", "batchlab", "sweep", "--config", str(grid), "--out",
+                             str(tmp_path / "o"), "--workers", "2"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        workers: list[int] = []
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True,
+                                 check=False).stdout
+            workers = [int(p) for p in out.split()]
+        assert len(workers) == 2, "the pool's workers never started"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    deadline = time.monotonic() + 30
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [w for w in workers if _alive(w)]
+    for w in left:  # clean up before failing
+        os.kill(w, signal.SIGKILL)
+    assert left == []
