@@ -118,17 +118,35 @@ def _region(f) -> str:
 
 
 def _quality(train: dict, held: dict | None) -> FitQuality:
-    def region(e: dict) -> RegionError:
+    """Held-out figures only from held-out steps: with none (--holdout-every 0), n = 0
+    and no error, never the training error under the held-out name."""
+    def region(e: dict | None) -> RegionError:
+        if e is None:
+            return RegionError(n=0, median_ape=None, max_ape=None)
         return RegionError(n=e["n"], median_ape=e["median_ape"], max_ape=None)
-    src = held or train
-    return FitQuality(heldout=region(src["all"]), train=region(train["all"]),
-                      regions={k: region(src[k]) for k in ("decode", "prefill", "mixed")})
+    return FitQuality(heldout=region(held["all"] if held else None), train=region(train["all"]),
+                      regions={k: region(held[k] if held else None) for k in ("decode", "prefill", "mixed")})
+
+
+def check_distinct(runs: list[ServedRun]) -> None:
+    """No run given twice (the same folder, or a copy: the same step table): a held-out
+    copy of a training run would report training error as held-out."""
+    seen: dict[tuple, ServedRun] = {}
+    for r in runs:
+        t = r.steps
+        key = (len(r), t["start_s"].tobytes(), t["duration_s"].tobytes())
+        if key in seen:
+            raise ValueError(f"{r.where}: the same run as {seen[key].where} (the same step table); "
+                             f"give each run once: a copy held out would judge the fit on its "
+                             f"own training steps")
+        seen[key] = r
 
 
 def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: str = "",
               holdout_every: int = 3) -> FromRunResult:
     runs = [r for d in dirs for r in read_runs(d)]
     check_same(runs)
+    check_distinct(runs)
     if profile is not None:
         check_profile(runs, profile, profile_where)
     train_t, held_t, fitted_on, judged_on = split(runs, holdout_every)

@@ -19,7 +19,7 @@ from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.loop_time import Overhead
 from batchlab.core.specs import MODELS, ModelSpec
-from batchlab.core import atomic
+from batchlab.core import atomic, text_input
 
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
@@ -268,9 +268,11 @@ def _fill_max_context(data: dict) -> None:
 
 def parse_profile(text: str, where: str = "profile") -> Profile:
     try:
-        data = json.loads(text)
+        data = text_input.loads(text_input.normalise(text))
     except json.JSONDecodeError as e:
         raise ProfileError(f"{where}: not a JSON document ({e.msg} at line {e.lineno})") from None
+    except text_input.DuplicateKey as e:
+        raise ProfileError(f"{where}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
         raise ProfileError(f"{where}: not a batchlab profile (no \"format\": \"{PROFILE_FORMAT}\")")
     if data.get("version") not in READABLE_VERSIONS:

@@ -17,6 +17,7 @@ Every problem reading one is a ValueError of one line naming the folder or file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from batchlab.core.checks import shown
 from batchlab.core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
-from batchlab.core import atomic
+from batchlab.core import atomic, text_input
 
 REQUESTS, STEPS, META, SUMMARY = "requests.csv", "steps.csv", "meta.json", "summary.json"
 TABLES = (REQUESTS, STEPS)
@@ -120,11 +121,13 @@ def read_object(path: Path, where: str) -> dict:
     """A JSON file holding one object (a run's meta.json, summary.json, config.json): a
     ValueError of one line naming `where` and the file where it cannot be read or is not."""
     try:
-        data = json.loads(path.read_text())
+        data = text_input.loads(text_input.read_text(path))
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{where}: cannot read {path.name} ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{where}: {path.name} is not JSON ({e.msg} at line {e.lineno})") from None
+    except text_input.DuplicateKey as e:
+        raise ValueError(f"{where}: {path.name}: {e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where}: {path.name} is not a batchlab run's (expected an object)")
     return data
@@ -149,13 +152,15 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
     from the gap before the step (>= IDLE_GAP_S; the first step counts), masked_pairs
     from the prefill tokens (core.features.masked_pairs_estimate)."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+        rows = list(csv.reader(io.StringIO(text_input.read_text(path))))
     except OSError as e:
         raise ValueError(f"{where}: cannot read {path.name}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: {path.name} is not UTF-8 text; expected a batchlab step table") from None
     if not rows:
         raise ValueError(f"{where}: {path.name} is empty; expected a batchlab step table")
     header = rows[0]
+    text_input.check_header(header, f"{where}: {path.name}")
     missing = [c for c in STEP_COLUMNS if c not in header]
     if missing:
         raise ValueError(f"{where}: {path.name} is not a batchlab step table (no column {missing[0]})")
@@ -166,6 +171,16 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
         except (ValueError, IndexError):
             bad = next(i for i, r in enumerate(rows[1:], 2) if len(r) <= j or not _is_float(r[j]))
             raise ValueError(f"{where}: {path.name} row {bad}: column {name} is not a number") from None
+        bad_at = np.flatnonzero(~np.isfinite(cols[name]))
+        if bad_at.size:  # NaN or inf: no step has it; a table that does was not measured
+            row = int(bad_at[0]) + 2
+            raise ValueError(f"{where}: {path.name} row {row}: column {name} is "
+                             f"{rows[row - 1][j]!r}; expected a finite number")
+    neg = np.flatnonzero(cols["duration_s"] < 0)
+    if neg.size:
+        row = int(neg[0]) + 2
+        raise ValueError(f"{where}: {path.name} row {row}: duration_s is {rows[row - 1][header.index('duration_s')]}; "
+                         f"expected a duration >= 0")
     if "replica" in cols and cols["replica"].size and np.any(cols["replica"] != cols["replica"][0]):
         raise ValueError(f"{where}: {path.name} has steps of several replicas; expected one engine")
     if "after_prefill" not in cols:
@@ -208,10 +223,13 @@ class RunFolder:
         """(prompt_len, output_len) of every request of its requests.csv, by request id."""
         path = self.folder / REQUESTS
         try:
-            with open(path, newline="") as f:
-                rows = sorted(csv.DictReader(f), key=lambda r: int(r["request_id"]))
+            reader = csv.DictReader(io.StringIO(text_input.read_text(path)))
+            text_input.check_header(reader.fieldnames or [], str(path))
+            rows = sorted(reader, key=lambda r: int(r["request_id"]))
             return [int(r["prompt_len"]) for r in rows], [int(r["output_len"]) for r in rows]
         except (OSError, KeyError, ValueError) as e:
+            if str(e).startswith(str(path)):
+                raise
             raise ValueError(f"{path}: cannot read its request_id, prompt_len, output_len ({e})") from None
 
     def summary(self) -> dict:

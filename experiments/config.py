@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from batchlab.core import text_input
 from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
@@ -194,9 +195,8 @@ class ExperimentConfig(BaseModel):
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+    try:  # a byte-order mark and CR-only line endings read as any other config
+        return tomllib.loads(text_input.read_text(path))
     except FileNotFoundError:
         raise UserError(f"{path}: config file not found") from None
     except tomllib.TOMLDecodeError as e:

@@ -231,6 +231,37 @@ CASES: list[tuple[str, list[str], str]] = [
     ("validate-rate-nan", ["validate", "--profile", "default", *VAL, "--rate", "nan"], "workload.rate"),
     # -- flags: experiment -----------------------------------------------------------------
     ("experiment-unknown", ["experiment", "no-such-study"], "no-such-study"),
+    # -- read one way, never two (issue 32) -------------------------------------------------
+    ("batchlab-duplicate-column", _sim("batchlab/dup_column.csv"),
+     "dup_column.csv:1: column 'prompt_len' appears twice in the header (columns 2 and 4)"),
+    ("mooncake-duplicate-key", _sim("mooncake/dup_key.jsonl"),
+     "dup_key.jsonl:2: key 'input_length' appears twice"),
+    ("profile-duplicate-key", ["simulate", "--profile", "{bad}/profile/dup_key.json", *N],
+     "dup_key.json: key 'version' appears twice"),
+    ("from-run-duplicate-column", ["calibrate", "--from-run", "{bad}/runs/dup_column"],
+     "dup_column (p0): steps.csv: column 'duration_s' appears twice"),
+    ("from-run-negative-duration", ["calibrate", "--from-run", "{bad}/runs/negative_duration"],
+     "negative_duration (p0): steps.csv row 5: duration_s is -0.002"),
+    ("from-run-nan-duration", ["calibrate", "--from-run", "{bad}/runs/nan_duration"],
+     "nan_duration (p0): steps.csv row 4: column duration_s is 'nan'"),
+    ("from-run-inf-start", ["calibrate", "--from-run", "{bad}/runs/inf_start"],
+     "inf_start (p0): steps.csv row 3: column start_s is 'inf'"),
+    ("from-run-same-run-twice", ["calibrate", "--from-run", "{bad}/runs/once",
+                                 "--from-run", "{bad}/runs/once"], "runs/once (p0): the same run as"),
+    ("from-run-a-copy-of-a-run", ["calibrate", "--from-run", "{bad}/runs/once",
+                                  "--from-run", "{bad}/runs/copy_of_once"],
+     "copy_of_once (p0): the same run as"),
+    # -- sizes refused up front, --out that is a file (issue 32) -----------------------------
+    ("sweep-grid-1000x1000", ["sweep", "--config", "{bad}/toml/grid_1000x1000.toml"],
+     "grid_1000x1000.toml: [grid] makes 1,000,000 points (1,000 x 1,000)"),
+    ("sweep-seeds-5000", ["sweep", "--config", "{bad}/toml/sweep_seeds_5000.toml"],
+     "sweep_seeds_5000.toml: [sweep] seeds = 5000, windows = 1: 5,000 runs"),
+    ("simulate-seeds-1e6", ["simulate", "--seeds", "1000000", *N], "--seeds 1000000: 1,000,000 runs"),
+    ("capacity-seeds-1e6", ["capacity", "max-rate", "--seeds", "1000000", "--slo-ttft-ms", "100"],
+     "--seeds 1000000: 1,000,000 runs"),
+    ("experiment-out-is-a-file", ["experiment", "batching", "--small", "--out", "{bad}/files/not_a_dir"],
+     "--out {bad}/files/not_a_dir: is a file"),
+    ("simulate-out-is-a-file", ["simulate", *N, "--out", "{bad}/files/not_a_dir"], "--out {bad}/files/not_a_dir: is a file"),
 ]
 
 

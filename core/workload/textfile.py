@@ -6,7 +6,9 @@ Both readers yield `(line_numbers, values)` chunks: `values` maps a column (CSV)
 (JSON lines) to the raw values of that chunk, and `line_numbers` lets a later check name
 the exact line of a bad value. Blank lines and lines starting with `#` are skipped
 anywhere (a provenance comment can head any trace). Fields are comma-separated without
-quoting: none of the supported formats needs a comma inside a field.
+quoting: none of the supported formats needs a comma inside a field. Read one way: a
+byte-order mark is dropped, CR-LF and CR-only line endings read as LF, and a column or
+a JSON key given twice is refused with its line.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from batchlab.core.sizes import BYTES_PER_TRACE_ROW, require_memory
+from batchlab.core.text_input import DuplicateKey, duplicate, loads
 from batchlab.core.workload.errors import WorkloadError
 
 CHUNK_BYTES = 1 << 20  # ~40k lines: a chunk of parsed text stays near 20 MB
@@ -43,8 +46,14 @@ def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
         start, rest, first = 1, b"", True
         while True:
             block = f.read(CHUNK_BYTES)
-            raw = (rest + block).split(b"\n")
-            rest = raw.pop() if block else b""  # an unfinished last line waits for more
+            data = rest + block
+            if block and data.endswith(b"\r"):  # maybe a CR-LF cut in two: decide next time
+                data, cr = data[:-1], b"\r"
+            else:
+                cr = b""
+            # CR-LF and CR-only line endings read as LF (one way, whatever wrote the file)
+            raw = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+            rest = raw.pop() + cr if block else b""  # an unfinished last line waits for more
             if len(rest) > MAX_LINE_BYTES:
                 raise WorkloadError(path, start + len(raw), f"a line longer than "
                                     f"{MAX_LINE_BYTES // 2**20} MiB; expected a CSV or JSON "
@@ -105,6 +114,11 @@ def csv_chunks(path: str | Path, columns: list[str], optional: list[str], what: 
     for nos, texts in line_chunks(path):
         if names is None:
             head_no, names = nos[0], split_header(texts[0])
+            dup = duplicate(names)
+            if dup:
+                raise WorkloadError(path, head_no, f"column {dup[0]!r} appears twice in the header "
+                                                   f"(columns {dup[1]} and {dup[2]}); expected each "
+                                                   f"column once")
             missing = [c for c in columns if c not in names]
             if missing:
                 raise WorkloadError(path, head_no, f"missing column {missing[0]!r}; expected a "
@@ -135,13 +149,15 @@ def jsonl_chunks(path: str | Path, keys: list[str], optional: list[str], what: s
     seen = 0
     for nos, texts in line_chunks(path):
         try:
-            objs = [json.loads(t) for t in texts]
-        except json.JSONDecodeError:
+            objs = [loads(t) for t in texts]
+        except ValueError:  # not JSON, or a key twice in one object: find the line
             for no, t in zip(nos, texts):
                 try:
-                    json.loads(t)
+                    loads(t)
                 except json.JSONDecodeError as e:
                     raise json_error(path, no, e) from None
+                except DuplicateKey as e:
+                    raise WorkloadError(path, no, str(e)) from None
             raise
         for no, obj in zip(nos, objs):
             if type(obj) is not dict:

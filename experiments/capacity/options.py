@@ -54,3 +54,6 @@ def check_samples(seeds: int, windows: int) -> None:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
     if windows < 1:
         raise UserError(f"--windows must be >= 1, got {windows}")
+    from batchlab.experiments.limits import check_samples as check_runs
+    check_runs(f"--seeds {seeds} x --windows {windows}" if windows > 1 else f"--seeds {seeds}",
+               seeds * windows)

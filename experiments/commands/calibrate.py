@@ -35,7 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: fit quality and effective rates on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--from-run", nargs="+", metavar="DIR",
+    p.add_argument("--from-run", nargs="+", action="extend", metavar="DIR",  # repeated: all of them
                    help="fit from served runs instead of sweeping: the --out directories of "
                    "batchlab run / validate (see docs/calibration.md)")
     p.add_argument("--profile", metavar="FILE|NAME",

@@ -51,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
             if not STUDIES[n].backend:
                 with_backend = ", ".join(s.name for s in STUDIES.values() if s.backend)
                 raise UserError(f"experiment {n} has no --backend variant (studies with one: {with_backend})")
+    from batchlab.experiments.output import check_out_dir
+    for n in names:  # before any study runs: an --out that is a file is one line
+        if args.out is not None:
+            check_out_dir(args.out)
+        check_out_dir(_out_dir(args.out, n, several=len(names) > 1))
     results = {}
     for n in names:
         study = STUDIES[n]

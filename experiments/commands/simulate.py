@@ -10,6 +10,7 @@ from batchlab.experiments.options import (add_common_options, add_plot_option, l
                                           reject_unused_fields)
 from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.core import atomic
+from batchlab.experiments.limits import check_samples
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -61,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     if cfg.profile.path:
         reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
+    check_samples(f"--seeds {args.seeds}", args.seeds)
     seeds = [cfg.workload.seed + i for i in range(args.seeds)]
-    workloads = {s: build_workload(cfg.workload.model_copy(update={"seed": s})) for s in seeds}
+    first = build_workload(cfg.workload.model_copy(update={"seed": seeds[0]}))
+    if len(seeds) > 1:  # every seed's workload is held: refuse what cannot fit, up front
+        check_samples(f"--seeds {args.seeds}", args.seeds, len(first))
+    workloads = {s: first if s == seeds[0] else build_workload(cfg.workload.model_copy(update={"seed": s}))
+                 for s in seeds}
     # Every setting is checked before an earlier run's results in --out are cleared.
     setup = sim_setup(cfg, named(args, "model"), named(args, "hardware"))
     try:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
 from batchlab.experiments.errors import UserError, describe_validation_error
+from batchlab.experiments.limits import check_grid, check_samples
 from batchlab.experiments.options import merge
 
 ALIASES = {"policy": "scheduler.policy", "max_num_seqs": "scheduler.max_num_seqs",
@@ -76,6 +77,9 @@ def load_sweep(path: str) -> Sweep:
     if not isinstance(grid, dict) or not grid:
         raise UserError(f"{path}: needs a [grid] table of lists, e.g. policy = [\"continuous\", \"chunked\"]")
     axes = _axes(path, grid)
+    check_grid(path, [len(v) for v in axes.values()])  # before a single point is built
+    check_samples(f"{path}: [sweep] seeds = {settings.seeds}, windows = {settings.windows}",
+                  settings.seeds * settings.windows)
     fields = list(axes)
     build_config(copy.deepcopy(data), where=path)  # the base alone must be valid
     points = []
