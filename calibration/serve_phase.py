@@ -35,6 +35,7 @@ MAX_OUTPUT = 32
 MIN_REQUESTS = 12
 BIG_CHUNK_BUDGET = 512  # ... and a common serving budget: big chunks beside decodes
 BURST, BURST_OUTPUT = 8, 96
+MIN_STEP_S = 1e-4  # the least a step is priced at when sizing the phase
 # (policy, token budget (None: the policy's default), requests arriving together, longest reply).
 # Served runs are mostly big chunks beside decodes and whole long prompts: a phase of
 # small chunks only leaves their compute level unfitted, and without bursts decodes of one
@@ -53,8 +54,15 @@ def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int 
     pool = np.unique(np.round(np.exp(rng.uniform(np.log(2), np.log(hi), 4 * hi))).astype(np.int64))
     rng.shuffle(pool)
     out = rng.integers(1, max_output + 1, len(pool))
-    service = np.array([model.step_time(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
-                        + (o - 1) * model.step_time(StepFeatures(1, 0, 0, 1, int(p), int(p)))
+    # A sweep fitted on a busy machine can price a step at <= 0 (a negative fitted term):
+    # no step takes less than MIN_STEP_S, so the rate stays finite and positive (a
+    # negative mean once made the arrivals' exponential fail: "scale < 0").
+    def price(f: StepFeatures) -> float:
+        t = model.step_time(f)
+        return t if t >= MIN_STEP_S else MIN_STEP_S  # NaN too
+
+    service = np.array([price(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
+                        + (o - 1) * price(StepFeatures(1, 0, 0, 1, int(p), int(p)))
                         for p, o in zip(pool, out)])
     rate = LOAD / float(service.mean())
     n = int(min(len(pool), max(MIN_REQUESTS, round(rate * seconds))))

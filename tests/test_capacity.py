@@ -100,7 +100,9 @@ def test_an_slo_no_point_meets_says_so_with_the_best_point(capsys):
     ([*CHAT, *SLO, "--seeds", "0"], "--seeds must be >= 1"),
     ([*CHAT, *SLO, "--dask", "tcp://127.0.0.1:9"], "no Dask scheduler answered within"),
 ])
-def test_bad_input_is_a_one_line_error(args, message, capsys):
+def test_bad_input_is_a_one_line_error(args, message, capsys, monkeypatch):
+    from batchlab.experiments import executor
+    monkeypatch.setattr(executor, "DASK_TIMEOUT_S", 1)  # no scheduler there: a short wait says so
     try:
         code = main(["capacity", "max-rate", *args, "--workers", "1"])
     except SystemExit as e:  # argparse's own check (a type), also one line and exit 2

@@ -138,3 +138,16 @@ def test_serving_phase_bursts_arrive_together_with_longer_replies():
     assert (sizes[:-1] == BURST).all() and 1 <= sizes[-1] <= BURST and len(sizes) >= 2
     assert w.output_len.max() > MAX_OUTPUT and w.output_len.max() <= BURST_OUTPUT
     assert ("continuous", None, BURST, BURST_OUTPUT) in POLICIES
+
+
+@pytest.mark.parametrize("fixed", [-1.0, float("nan")])
+def test_serving_phase_workload_survives_a_sweep_fit_that_prices_steps_below_zero(fixed):
+    """A sweep timed on a loaded machine can fit a negative term: the phase is still
+    sized (it failed with numpy's "scale < 0"), with positive, increasing arrivals."""
+    from dataclasses import replace as with_
+
+    from batchlab.calibration.serve_phase import workload
+    bad = with_(BASE, overhead_s=fixed)
+    assert not BASE.step_time(StepFeatures(1, 0, 0, 1, 8, 8)) + fixed > 0
+    w = workload(bad, 512, 5.0, seed=1, max_context=256)
+    assert len(w) >= 12 and np.isfinite(w.arrival).all() and (np.diff(w.arrival) >= 0).all()

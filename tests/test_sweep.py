@@ -132,11 +132,13 @@ def test_bad_grids_are_one_line_errors(grid, message, tmp_path, capsys):
     assert message in err and err.count("\n") == 1
 
 
-def test_a_dask_address_that_does_not_answer_is_a_one_line_error(tmp_path, capsys):
+def test_a_dask_address_that_does_not_answer_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    from batchlab.experiments import executor
+    monkeypatch.setattr(executor, "DASK_TIMEOUT_S", 1)  # the wait is the test's cost: keep it short
     grid = write(tmp_path, BASE + "[grid]\npolicy = [\"chunked\"]\n")
     _, err = sweep(["--config", grid, "--out", str(tmp_path / "o"), "--dask", "tcp://127.0.0.1:9"],
                    capsys, code=2)
-    assert "--dask tcp://127.0.0.1:9: no Dask scheduler answered within 10 s" in err
+    assert "--dask tcp://127.0.0.1:9: no Dask scheduler answered within 1 s" in err
     assert err.count("\n") == 1
 
 

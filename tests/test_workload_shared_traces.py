@@ -2,6 +2,8 @@
 Skipped, with the reason, where the traces are not present."""
 from __future__ import annotations
 
+import csv
+
 import time
 
 import pytest
@@ -33,12 +35,30 @@ def test_full_trace_matches_its_readme(name):
     assert s["output_mean"] == pytest.approx(output, abs=1)
 
 
-def test_full_conv_trace_loads_well_under_a_second():
+def _best_of(n: int, fn) -> float:
+    """The least of n timings: the run the machine's other work disturbed least."""
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def test_full_conv_trace_loads_at_the_speed_of_reading_it():
+    """Loading (parsing, checking, building columns) costs a few times what merely
+    reading the file's rows with the csv module costs, timed in the same run: a ratio,
+    so a slow or loaded machine does not fail it (it had a fixed 0.5 s bound)."""
     path = shared("azure2023_conv.csv")
-    load_trace(path)  # warm the page cache
-    t0 = time.perf_counter()
-    assert len(load_trace(path)) == 19366
-    assert time.perf_counter() - t0 < 0.5
+    assert len(load_trace(path)) == 19366  # also warms the page cache
+
+    def baseline() -> None:
+        with open(path, newline="") as f:
+            for row in csv.reader(f):
+                int(row[1]) if row[1].isdigit() else None
+
+    ratio = _best_of(3, lambda: load_trace(path)) / _best_of(3, baseline)
+    assert ratio < 25, f"loading took {ratio:.1f}x reading the rows"
 
 
 def test_code_trace_is_as_bursty_as_described():
