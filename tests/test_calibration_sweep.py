@@ -83,6 +83,7 @@ def test_cheap_points_get_more_rounds(engine, tmp_path):
     assert Sweep(engine, grid, tmp_path / "m.jsonl", IDENT).run() == 0
 
 
+@pytest.mark.slow  # a real calibration or a full study: tens of seconds
 def test_calibrate_saves_a_loadable_profile(tmp_path):
     out = tmp_path / "tiny.json"
     p = calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB", progress=False,
@@ -104,6 +105,7 @@ def test_calibrate_saves_a_loadable_profile(tmp_path):
     assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
 
 
+@pytest.mark.slow  # a real calibration or a full study: tens of seconds
 def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
     """The quick grid reaches 84 tokens (its prefill points timed a few tokens longer, in
     fresh shapes); a checkpoint limited to 64 is told so."""

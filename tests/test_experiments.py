@@ -109,6 +109,7 @@ def test_tradeoff_tpot_rises_throughput_saturates_kv_runs_out(tmp_path):
     assert all(x["preemptions"] == 0 for x in rows[:-1])
 
 
+@pytest.mark.slow  # a real calibration or a full study: tens of seconds
 def test_latency_vs_load_max_rate_ordering(tmp_path):
     r, _ = run_small("latency-vs-load", tmp_path)
     lim = {p: v["max_rate"] for p, v in r["max_rate"].items()}

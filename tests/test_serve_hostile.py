@@ -86,6 +86,9 @@ HOSTILE_400 = [  # (body, the words the error must hold)
     (b'{"model": "batchlab-tiny", "prompt": [true]}', "prompt"),
     (b'{"model": "batchlab-tiny", "prompt": "\xff\xfe"}', "malformed JSON"),
     (b'{"model": "batchlab-tiny", "prompt": ' + b"[" * 100000 + b"]" * 100000 + b"}", "JSON"),
+    (b'{"model": "batchlab-tiny", "prompt": ' + b"[" * 900 + b"]" * 900 + b"}", "prompt"),
+    (b'{"model": "batchlab-tiny", "prompt": "hi", "user": {"a": ' + b"[" * 900 + b'"\\ud800"'
+     + b"]" * 900 + b"}}", "user.a"),
 ]
 
 

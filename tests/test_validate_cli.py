@@ -146,6 +146,7 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
     assert code == 2 and "different model" in err and err.strip().count("\n") == 0
 
 
+@pytest.mark.slow  # a real calibration or a full study: tens of seconds
 def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
     from batchlab.calibration.grid import tiny_grid
     from batchlab.experiments.validation import profile_source

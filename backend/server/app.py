@@ -101,22 +101,25 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def check_text(value, where: str = "body", depth: int = 0) -> None:
+def check_text(body) -> None:
     """A 400 naming the field that holds a string UTF-8 cannot encode (a lone surrogate,
-    which JSON's \\uD800 escapes can carry): no text the engine sees can fail later."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise APIError(400, f"{where}: text is not valid Unicode ({e.reason} at character "
-                           f"{e.start})", param=where) from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            check_text(k, where, depth + 1)
-            check_text(v, k if depth == 0 else f"{where}.{k}", depth + 1)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            check_text(v, f"{where}[{i}]", depth + 1)
+    which JSON's \\uD800 escapes can carry): no text the engine sees can fail later.
+    Iterative: a body nested as deep as the JSON parser allows is walked too."""
+    todo = [(body, "body", 0)]
+    while todo:
+        value, where, depth = todo.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise APIError(400, f"{where}: text is not valid Unicode ({e.reason} at character "
+                               f"{e.start})", param=where) from None
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                todo.append((k, where, depth + 1))
+                todo.append((v, k if depth == 0 else f"{where}.{k}", depth + 1))
+        elif isinstance(value, list):
+            todo.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value))
 
 
 def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limits,
