@@ -257,6 +257,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sweep-seeds-5000", ["sweep", "--config", "{bad}/toml/sweep_seeds_5000.toml"],
      "sweep_seeds_5000.toml: [sweep] seeds = 5000, windows = 1: 5,000 runs"),
     ("simulate-seeds-1e6", ["simulate", "--seeds", "1000000", *N], "--seeds 1000000: 1,000,000 runs"),
+    ("validate-repeats-1e6", ["validate", "--repeats", "1000000", *VAL], "--repeats 1000000: 1,000,000 runs"),
     ("capacity-seeds-1e6", ["capacity", "max-rate", "--seeds", "1000000", "--slo-ttft-ms", "100"],
      "--seeds 1000000: 1,000,000 runs"),
     ("experiment-out-is-a-file", ["experiment", "batching", "--small", "--out", "{bad}/files/not_a_dir"],

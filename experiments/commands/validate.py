@@ -19,6 +19,7 @@ from batchlab.experiments.options import (add_backend_options, add_common_option
 from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.core import atomic
+from batchlab.experiments.limits import check_samples
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                      "slo_ttft_ms": no_slo, "slo_tpot_ms": no_slo, "slo_e2el_ms": no_slo})
     if args.repeats < 1:
         raise UserError(f"--repeats must be a whole number >= 1, got {args.repeats}")
+    check_samples(f"--repeats {args.repeats}", args.repeats)  # each one a real run
     cfg = load_experiment(args, RUN_EXPERIMENT)
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
