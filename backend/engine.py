@@ -19,6 +19,7 @@ from batchlab.backend.attention import build_metadata
 from batchlab.backend.device import synchronize
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.model_runner import ModelRunner
+from batchlab.backend.sampling import sample_rows
 from batchlab.backend.prompt_ids import request_prompt, synthetic_prompt  # noqa: F401 (re-exported)
 from batchlab.core.batch import Batch
 from batchlab.core.request import Request, Sequence
@@ -119,10 +120,7 @@ class Engine:
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence] | None = None) -> torch.Tensor:
         """One token per row; seqs[i] owns row i (a server samples per request)."""
-        if self.temperature == 0:
-            return logits.argmax(dim=-1)
-        probs = torch.softmax(logits / self.temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        return sample_rows(logits, self.temperature, self.generator)
 
     def warmup(self, tokens: int = 32) -> None:
         """One prefill and one decode on scratch blocks, so one-time costs (thread pools,

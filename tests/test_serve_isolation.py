@@ -52,7 +52,7 @@ def serve(runtime, jobs, waves: int = 1):
 
 def test_a_failing_request_fails_alone(runtime, monkeypatch):
     from batchlab.backend.server import engine_loop
-    from batchlab.backend.server.sampling import SamplingParams
+    from batchlab.backend.sampling import SamplingParams
     clean, _ = serve(runtime, [(p, 6, None) for p in PROMPTS])
     real = engine_loop.sample_row
 

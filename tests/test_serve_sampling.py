@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from batchlab.backend.server.protocol import APIError, ChatRequest, CompletionRequest, parse
-from batchlab.backend.server.sampling import SamplingParams, probabilities, sample_row
+from batchlab.backend.sampling import SamplingParams, probabilities, sample_row
 from batchlab.backend.server.stops import StopMatcher
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=32)
@@ -138,3 +138,13 @@ def test_neutral_and_harmless_fields_are_accepted():
     assert (p.temperature, p.top_p, p.top_k, p.seed) == (0, 0.9, 0, -3) and p.greedy
     chat = parse(ChatRequest, {"model": "m", "messages": [{"role": "user", "content": "x", "name": "a"}]})
     assert chat.sampling(0.7).temperature == 0.7
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.lists(finite, min_size=3, max_size=3), min_size=1, max_size=4),
+       temperature=st.floats(min_value=0, max_value=1e6, allow_nan=False))
+def test_a_batch_at_one_temperature_samples_a_token_per_row(rows, temperature):
+    """batchlab run's Engine.sample: no finite temperature fails (1e-310 made inf/nan)."""
+    from batchlab.backend.sampling import sample_rows
+    out = sample_rows(torch.tensor(rows), temperature, torch.Generator().manual_seed(0))
+    assert out.shape == (len(rows),) and ((0 <= out) & (out < 3)).all()

@@ -26,7 +26,7 @@ import torch
 
 from batchlab.backend.engine import Engine
 from batchlab.backend.runtime import Runtime
-from batchlab.backend.server.sampling import SamplingParams, sample_row
+from batchlab.backend.sampling import SamplingParams, sample_row
 from batchlab.backend.server.stops import StopMatcher
 from batchlab.backend.step import run_step
 from batchlab.core.config import SchedulerConfig

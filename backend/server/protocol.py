@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from batchlab.backend.server.sampling import SEED_RANGE, SamplingParams
+from batchlab.backend.sampling import SEED_RANGE, SamplingParams
 
 MAX_STOPS, MAX_STOP_CHARS = 16, 1000
 

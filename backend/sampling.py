@@ -1,4 +1,5 @@
-"""How one request's next token is drawn: its own temperature, top-k, top-p and seed.
+"""How a next token is drawn: a request's own temperature, top-k, top-p and seed
+(batchlab serve), or one temperature for every row (batchlab run's Engine.sample).
 
 Computed so that no finite setting makes a probability non-finite: the logits are
 shifted by their maximum before dividing by the temperature (every scaled logit is then
@@ -55,3 +56,13 @@ def sample_row(logits: torch.Tensor, p: SamplingParams, generator: torch.Generat
     if p.greedy:
         return int(logits.argmax())
     return int(torch.multinomial(probabilities(logits, p), 1, generator=generator)[0])
+
+
+def sample_rows(logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """One token per row at one temperature, as probabilities() computes them (every
+    row's best logit shifted to 0 before dividing): finite for any finite temperature."""
+    if temperature < GREEDY_BELOW:
+        return logits.argmax(dim=-1)
+    x = logits.double()
+    x = (x - x.max(dim=-1, keepdim=True).values) / temperature
+    return torch.multinomial(torch.softmax(x, dim=-1), 1, generator=generator).squeeze(1)
