@@ -2,8 +2,12 @@
 
 engine_loop.py  the engine thread: the scheduler and engine of `batchlab run`, fed by HTTP
 text.py         prompt text <-> token ids (the checkpoint's tokenizer, or a byte codec)
-protocol.py     request bodies (OpenAI completions and chat), limits, error bodies
+protocol.py     request bodies (OpenAI completions and chat), limits, error bodies; every
+                field implemented or refused by name
+stops.py        stop strings: where a reply ends, and what a stream holds back
 responses.py    response and stream-chunk bodies
 metrics.py      /metrics: Prometheus, with vLLM's metric names
 app.py          the FastAPI application and its routes
+server.py       the bound socket, uvicorn, and the engine thread's start and stop
+(sampling per request: backend/sampling.py)
 Imports backend and core, nothing above them."""
