@@ -13,7 +13,7 @@ from tests.bad_cases import BAD, CASES, SERVES, generate
 from batchlab.experiments.cli import main
 
 OUT_FLAG = {"simulate": "--out", "run": "--out", "validate": "--out", "calibrate": "--out",
-            "experiment": "--out", "sweep": "--out", "capacity": "--out"}
+            "experiment": "--out", "sweep": "--out", "capacity": "--out", "serve": "--out"}
 
 
 def _argv(argv: list[str], tmp, out) -> list[str]:

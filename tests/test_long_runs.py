@@ -120,3 +120,25 @@ def test_pool_workers_end_when_the_sweep_is_killed(tmp_path):
     for w in left:  # clean up before failing
         os.kill(w, signal.SIGKILL)
     assert left == []
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("timed", [False, True])
+def test_ctrl_c_in_calibrate_names_only_a_timings_file_that_exists(timed, tmp_path, capsys, monkeypatch):
+    from batchlab.calibration import run as calibration_run
+    from batchlab.calibration.sweep import measurements_path
+    out = tmp_path / "p.json"
+
+    def interrupted(*a, **k):
+        if timed:
+            measurements_path(out).write_text('{"key": "a", "round": 0, "t": 0.001}\n')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibration_run, "calibrate", interrupted)
+    assert main(["calibrate", "--model", "batchlab-tiny", "--out", str(out), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    if timed:
+        assert f"timings so far are kept in {measurements_path(out)}" in err
+    else:
+        assert "before any timing was taken; nothing was written" in err
+        assert not measurements_path(out).exists() and str(measurements_path(out)) not in err
