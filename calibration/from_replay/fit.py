@@ -1,0 +1,163 @@
+"""The fit: the parameters of a cost form (space.py) that make the simulated request list
+match the observed per-request timings, and what those timings can tell about each.
+
+Objective: per request log(simulated / observed) of TTFT and of TPOT (the mean inter-token
+gap), in units of NOISE, the request-level spread of served timings, plus a weak log-normal
+prior on each parameter around the prior's value (sd PRIOR_SD). Solved with
+scipy.optimize.least_squares (trust-region reflective): the residuals are many and the
+parameters few, it takes the residual vector rather than a scalar, keeps the log-parameters
+within bounds, and its soft_l1 loss lets a request timed far off (a hiccup of the server)
+pull linearly rather than quadratically. Its Jacobian is sensitivity.py's, the schedule
+held: batch composition changes in jumps as the costs move, which finite differences would
+read as slopes; the residuals themselves always come from a full simulation.
+
+Identifiability (Laplace approximation at the fit): the Jacobian J of the data residuals
+gives the posterior precision J'J/s^2 + I/PRIOR_SD^2
+(s: the residuals' own scale, at least NOISE). A parameter whose posterior sd is more than
+SHRINK_MAX of its prior sd is one the data do not tell (a load, a prompt length, the data
+never varied): it is held at the prior's value and the others refitted, never invented.
+Pairs whose posterior correlation is beyond CORRELATED are told only together (their
+combination is fitted; the split follows the prior) and said so."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from batchlab.calibration.from_replay.predict import Case
+from batchlab.calibration.from_replay.sensitivity import frozen_jacobian
+from batchlab.calibration.from_replay.space import ParamSpace
+from batchlab.core.config import SchedulerConfig
+
+NOISE = 0.15  # log-ratio sd of one request's timing between served runs (docs/MEASURING: ~12-17%)
+PRIOR_SD = math.log(4.0)  # the prior is trusted to within ~4x either way
+BOUND = math.log(100.0)  # no parameter moves beyond 100x its prior
+MISSING = math.log(10.0)  # a request the simulator did not finish: as if 10x off
+SHRINK_MAX = 0.5  # posterior sd / prior sd above this: the data do not tell the parameter
+CORRELATED = 0.9
+MAX_NFEV = 60  # residual evaluations a pass (each simulates every replay once)
+
+
+@dataclass
+class Term:
+    name: str
+    prior: float
+    value: float
+    sd_factor: float  # the posterior's sd as a factor (1.3: +-30%)
+    shrink: float  # posterior sd / prior sd: 1 = the data say nothing
+    told: bool  # constrained by the data (else held at the prior)
+
+
+@dataclass
+class FitResult:
+    values: dict[str, float]  # every parameter of the space, fitted or held
+    terms: list[Term]
+    held: list[str]  # the form's parameters not fitted at all (space.held)
+    together: list[tuple[str, str, float]]  # (a, b, correlation): told only as a combination
+    residuals: int  # request timings fitted on
+    rms: float  # of the log ratios at the fit
+    nfev: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def untold(self) -> list[str]:
+        return [t.name for t in self.terms if not t.told]
+
+
+@dataclass
+class Problem:
+    cases: list[Case]
+    masks: list[np.ndarray]  # per case, the requests fitted on
+    sched: SchedulerConfig
+    space: ParamSpace
+    _memo: dict = field(default_factory=dict)
+
+    def values(self, z: np.ndarray) -> dict[str, float]:
+        return {n: p * math.exp(v) for n, p, v in zip(self.space.names, self.space.prior, z)}
+
+    def evaluate(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """log(simulated / observed) of each fitted request's TTFT and TPOT, and its
+        derivative in each log-parameter (sensitivity.py: the schedule held)."""
+        key = tuple(np.round(z, 12))
+        if key in self._memo:
+            return self._memo[key]
+        values = self.values(z)
+        rs, js = [], []
+        for case, mask in zip(self.cases, self.masks):
+            ttft, tpot, dttft, dtpot = frozen_jacobian(case, self.sched, self.space, values)
+            for sim, d, obs in ((ttft, dttft, case.ttft), (tpot, dtpot, case.tpot)):
+                use = mask & np.isfinite(obs)
+                ok = np.isfinite(sim[use]) & (sim[use] > 0)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = np.where(ok, np.log(sim[use] / obs[use]), MISSING)
+                    j = np.where(ok[:, None], d[use] / sim[use][:, None], 0.0)
+                rs.append(r)
+                js.append(j)
+        out = (np.concatenate(rs), np.concatenate(js))
+        self._memo = {key: out}  # the last point only: least_squares asks fun then jac there
+        return out
+
+    def data_residuals(self, z: np.ndarray) -> np.ndarray:
+        return self.evaluate(z)[0]
+
+
+def _solve(p: Problem, free: list[int], z0: np.ndarray) -> tuple[np.ndarray, int]:
+    def full(x: np.ndarray) -> np.ndarray:
+        z = z0.copy()
+        z[free] = x
+        return z
+
+    def res(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([p.evaluate(full(x))[0] / NOISE, x / PRIOR_SD])
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        J = p.evaluate(full(x))[1][:, free] / NOISE
+        return np.vstack([J, np.eye(len(free)) / PRIOR_SD])
+
+    if not free:
+        return z0, 0
+    sol = least_squares(res, z0[free], jac=jac, method="trf", loss="soft_l1", f_scale=1.0,
+                        bounds=(-BOUND, BOUND), max_nfev=MAX_NFEV, x_scale=1.0)
+    return full(sol.x), int(sol.nfev)
+
+
+def jacobian(p: Problem, z: np.ndarray) -> np.ndarray:
+    return p.evaluate(z)[1]
+
+
+def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """The Laplace posterior covariance of the log-parameters."""
+    s2 = max(NOISE ** 2, float(np.mean(r ** 2))) if r.size else NOISE ** 2
+    h = J.T @ J / s2 + np.eye(J.shape[1]) / PRIOR_SD ** 2
+    return np.linalg.inv(h)
+
+
+def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace) -> FitResult:
+    t0 = time.perf_counter()
+    p = Problem(cases, masks, sched, space)
+    k = len(space.names)
+    z, nfev = _solve(p, list(range(k)), np.zeros(k))
+    cov = posterior(jacobian(p, z), p.data_residuals(z))
+    sd = np.sqrt(np.diag(cov))
+    untold = [i for i in range(k) if sd[i] / PRIOR_SD > SHRINK_MAX]
+    notes = []
+    if untold:  # hold them at the prior, refit the rest
+        z[untold] = 0.0
+        z, more = _solve(p, [i for i in range(k) if i not in untold], z)
+        nfev += more
+        J = jacobian(p, z)
+        cov = posterior(J, p.data_residuals(z))
+        sd = np.sqrt(np.diag(cov))
+    r = p.data_residuals(z)
+    corr = cov / np.outer(sd, sd)
+    together = [(space.names[i], space.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
+                if i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
+    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(sd[i] / PRIOR_SD), i not in untold)
+             for i, (n, pv) in enumerate(zip(space.names, space.prior))]
+    return FitResult(p.values(z), terms, list(space.held), together, int(r.size),
+                     float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan, nfev,
+                     time.perf_counter() - t0, notes)
