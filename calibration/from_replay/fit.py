@@ -39,6 +39,11 @@ MISSING = math.log(10.0)  # a request the simulator did not finish: as if 10x of
 SHRINK_MAX = 0.5  # posterior sd / prior sd above this: the data do not tell the parameter
 CORRELATED = 0.9
 MAX_NFEV = 60  # residual evaluations a pass (each simulates every replay once)
+# What a client's TTFT holds beyond the engine's: HTTP, parsing, the first chunk's trip.
+# Not a step cost: a constant a request, fitted beside the form and kept out of the profile
+# (measured on batchlab serve: ~50 ms between the client's TTFT and the server's own).
+REQUEST_OVERHEAD = "request_overhead_s"
+REQUEST_OVERHEAD_PRIOR = 0.005
 
 
 @dataclass
@@ -76,8 +81,16 @@ class Problem:
     space: ParamSpace
     _memo: dict = field(default_factory=dict)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*self.space.names, REQUEST_OVERHEAD)
+
+    @property
+    def prior(self) -> tuple[float, ...]:
+        return (*self.space.prior, REQUEST_OVERHEAD_PRIOR)
+
     def values(self, z: np.ndarray) -> dict[str, float]:
-        return {n: p * math.exp(v) for n, p, v in zip(self.space.names, self.space.prior, z)}
+        return {n: p * math.exp(v) for n, p, v in zip(self.names, self.prior, z)}
 
     def evaluate(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """log(simulated / observed) of each fitted request's TTFT and TPOT, and its
@@ -86,9 +99,13 @@ class Problem:
         if key in self._memo:
             return self._memo[key]
         values = self.values(z)
+        ro = values.pop(REQUEST_OVERHEAD)
         rs, js = [], []
         for case, mask in zip(self.cases, self.masks):
             ttft, tpot, dttft, dtpot = frozen_jacobian(case, self.sched, self.space, values)
+            ttft = ttft + ro
+            dttft = np.hstack([dttft, np.full((len(case), 1), ro)])
+            dtpot = np.hstack([dtpot, np.zeros((len(case), 1))])
             for sim, d, obs in ((ttft, dttft, case.ttft), (tpot, dtpot, case.tpot)):
                 use = mask & np.isfinite(obs)
                 ok = np.isfinite(sim[use]) & (sim[use] > 0)
@@ -139,7 +156,7 @@ def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
 def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace) -> FitResult:
     t0 = time.perf_counter()
     p = Problem(cases, masks, sched, space)
-    k = len(space.names)
+    k = len(p.names)
     z, nfev = _solve(p, list(range(k)), np.zeros(k))
     cov = posterior(jacobian(p, z), p.data_residuals(z))
     sd = np.sqrt(np.diag(cov))
@@ -154,10 +171,10 @@ def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, spac
         sd = np.sqrt(np.diag(cov))
     r = p.data_residuals(z)
     corr = cov / np.outer(sd, sd)
-    together = [(space.names[i], space.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
+    together = [(p.names[i], p.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
                 if i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
     terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(sd[i] / PRIOR_SD), i not in untold)
-             for i, (n, pv) in enumerate(zip(space.names, space.prior))]
+             for i, (n, pv) in enumerate(zip(p.names, p.prior))]
     return FitResult(p.values(z), terms, list(space.held), together, int(r.size),
                      float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan, nfev,
                      time.perf_counter() - t0, notes)

@@ -24,6 +24,7 @@ from batchlab.core.workload.workload import Workload
 from batchlab.experiments.errors import UserError
 
 HELD = "load-b"
+PROBE_SEED = 2900  # probe k sends prompts seeded PROBE_SEED + k: none shares a prefix
 OUT_LEN = 32
 
 
@@ -64,17 +65,20 @@ def send_probes(args: argparse.Namespace, directory: Path, seats: int) -> list[P
     from batchlab.experiments.replay.sender import replay
     from batchlab.experiments.replay.target import make_target
 
-    target = make_target(args.endpoint, args.served_model_name, args.api_key, timeout_s=args.request_timeout,
-                         vocab_size=32000, seed=0)
     paths = []
-    for name, w in design(args.probe_max_prompt, seats):
+    for k, (name, w) in enumerate(design(args.probe_max_prompt, seats)):
+        # A probe of its own prompts: replay seeds prompt ids by (seed, index), and a server
+        # with prefix caching would serve a repeated prompt from cache, which the
+        # simulated request list (lengths only) cannot know.
+        target = make_target(args.endpoint, args.served_model_name, args.api_key,
+                             timeout_s=args.request_timeout, vocab_size=32000, seed=PROBE_SEED + k)
         print(f"probe {name}: {len(w)} requests to {target.url}", file=sys.stderr, flush=True)
         rep = replay(w, target)
         fails = failure_summary(rep)
         if fails:
             print(f"  {fails}", file=sys.stderr)
         meta = {"endpoint": target.url, "model": target.model, "workload": w.describe(), "time_scale": 1.0,
-                "seed": 0, "vocab_size": 32000, "max_concurrency": w.max_concurrency}
+                "seed": PROBE_SEED + k, "vocab_size": 32000, "max_concurrency": w.max_concurrency}
         result = run_result(rep, meta)
         summary = result.summary()
         d = directory / name

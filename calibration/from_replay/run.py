@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from batchlab.calibration.from_replay.fit import FitResult, fit
+from batchlab.calibration.from_replay.fit import REQUEST_OVERHEAD, FitResult, fit
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, predict
@@ -66,12 +66,15 @@ def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
 
 def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],
            settings: EngineSettings) -> Errors | None:
+    """The per-request error of `values` (a request overhead among them, else none)."""
+    values = dict(values)
+    ro = values.pop(REQUEST_OVERHEAD, 0.0)
     cost, sched = space.priced(values), settings.scheduler()
     parts = []
     for c, m in zip(cases, masks):
         if m.any():
             t, p = predict(c, sched, cost)
-            parts.append((t[m], p[m], c.ttft[m], c.tpot[m]))
+            parts.append((t[m] + ro, p[m], c.ttft[m], c.tpot[m]))
     return errors(parts)
 
 
@@ -90,7 +93,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     before = judged(space, {}, cases, judge_m, settings)
     train = judged(space, result.values, cases, fit_m, settings)
     floor, floor_from = noise_floor(cases)
-    model = replace(prior.cost_model(), **result.values)
+    model = replace(prior.cost_model(), **{k: v for k, v in result.values.items() if k in space.names})
     src = heldout or train
 
     def region(ape: float, n: int) -> RegionError:
@@ -101,7 +104,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                                   "tpot": region(src.tpot_median_pct, src.n)},
                          spread_median_pct=None if floor is None else
                          round((floor.ttft_median_pct + floor.tpot_median_pct) / 2, 2))
-    told = [t.name for t in result.terms if t.told]
+    told = [t.name for t in result.terms if t.told and t.name != REQUEST_OVERHEAD]
+    ro = result.values[REQUEST_OVERHEAD]
     profile = prior.model_copy(update=dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cost=cost_params(model), fit=quality, effective=effective(model, {}),
@@ -111,7 +115,9 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
         notes=(f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
                f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; held at the "
-               f"prior: {', '.join(result.untold + result.held) or 'none'}; engine: "
+               f"prior: {', '.join(result.untold + result.held) or 'none'}; a client's TTFT held "
+               f"{ro * 1e3:.1f} ms more than the engine's (HTTP and the first chunk's trip: not in "
+               f"the profile); engine: "
                f"{'; '.join(settings.lines())}")))
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
                      floor, floor_from)
