@@ -1,0 +1,131 @@
+"""calibrate --from-replay: the readers (counting what they cannot use), bad input as
+one-line errors, and the fit recovering a known truth from simulated request timings
+(no server, no wall clock: deterministic on any machine)."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from batchlab.calibration.from_replay.fit import fit
+from batchlab.calibration.from_replay.predict import Case, predict
+from batchlab.calibration.from_replay.read import read_all, read_one
+from batchlab.calibration.from_replay.settings import parse_metrics
+from batchlab.calibration.from_replay.space import fitted_form_space
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.profile import load_profile
+from tests.serve_helpers import batchlab
+
+SCHED = SchedulerConfig(policy="continuous", max_num_seqs=16, num_kv_blocks=2000)
+
+
+def vllm_result(n=30, seed=0, model="batchlab-tiny", **over) -> dict:
+    rng = np.random.default_rng(seed)
+    out = rng.integers(4, 20, n).tolist()
+    d = {"model_id": model, "backend": "vllm", "input_lens": rng.integers(16, 200, n).tolist(),
+         "output_lens": out, "ttfts": (rng.uniform(0.02, 0.1, n)).tolist(),
+         "itls": [[0.01] * (o - 1) for o in out], "start_times": np.cumsum(rng.uniform(0, 0.2, n)).tolist(),
+         "errors": [""] * n}
+    d.update(over)
+    return d
+
+
+def test_vllm_reader_counts_failed_and_unusable_rows(tmp_path):
+    d = vllm_result()
+    d["errors"][0] = "HTTP 500"
+    d["output_lens"][0] = 0
+    d["itls"][1] = [0.01, -0.5]  # a negative gap
+    d["ttfts"][2] = None
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    (r,) = read_one(p)
+    assert r.fmt == "vllm-bench" and r.model == "batchlab-tiny"
+    assert len(r.requests) == 27 and r.failed == 1 and r.unusable == 2
+    assert r.requests[0].send_s == 0.0  # relative to the first send
+    q = r.requests[-1]
+    assert q.e2e_s == pytest.approx(q.ttft_s + 0.01 * (q.output_len - 1))
+
+
+def test_sglang_reader_rebuilds_closed_loop_send_times(tmp_path):
+    d = {"backend": "sglang", "request_rate": float("inf"), "max_concurrency": 1,
+         "input_lens": [10, 20, 30], "output_lens": [3, 3, 3], "ttfts": [0.1, 0.2, 0.3],
+         "itls": [[0.05, 0.05]] * 3, "errors": ["", "", ""]}
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps(d).replace("Infinity", '"inf"') + "\n")
+    (r,) = read_one(p)
+    assert r.fmt == "sglang-bench"
+    assert [q.send_s for q in r.requests] == pytest.approx([0.0, 0.2, 0.5])  # one slot: each after the previous ends
+
+
+def test_sglang_poisson_without_start_times_is_refused(tmp_path):
+    d = {"backend": "sglang", "request_rate": 4.0, "max_concurrency": None, "input_lens": [1],
+         "output_lens": [1], "ttfts": [0.1], "itls": [[]], "errors": [""]}
+    p = tmp_path / "s.jsonl"
+    p.write_text(json.dumps(d) + "\n")
+    with pytest.raises(ValueError, match="request_rate 4.0 without start_times"):
+        read_one(p)
+
+
+def test_mixed_models_and_too_few_requests_are_refused(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(vllm_result()))
+    b.write_text(json.dumps(vllm_result(model="other")))
+    with pytest.raises(ValueError, match="must be of one model"):
+        read_all([str(a), str(b)])
+    b.write_text(json.dumps(vllm_result(n=5)))
+    c = tmp_path / "c.json"
+    c.write_text(json.dumps(vllm_result(n=5)))
+    with pytest.raises(ValueError, match="too few usable requests"):
+        read_all([str(b), str(c)])
+
+
+def test_metrics_settings_from_cache_config_info():
+    text = ('# HELP vllm:cache_config_info x\nvllm:cache_config_info{block_size="32",cache_dtype="auto",'
+            'enable_prefix_caching="False",num_gpu_blocks="4096"} 1.0\nvllm:num_requests_running 0\n')
+    assert parse_metrics(text) == {"block_size": 32, "prefix_caching": False, "num_kv_blocks": 4096}
+    assert parse_metrics("vllm:num_requests_running 0\n") == {}
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"ttfts": []}))
+    r = batchlab("calibrate", "--from-replay", str(p), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and str(p) in r.stderr
+
+
+def _observed(truth, rates, seed=0, noise=0.05):
+    """Cases whose 'observed' timings are the truth's simulation, with lognormal noise."""
+    rng = np.random.default_rng(seed)
+    space = fitted_form_space(truth, None)
+    cases = []
+    for rate, n in rates:
+        from batchlab.core.workload.workload import Workload
+        w = Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(16, 1024, n), rng.integers(4, 64, n))
+        t, tp = predict(Case("truth", w, np.zeros(n), np.zeros(n)), SCHED, space.priced({}))
+        cases.append(Case(f"rate {rate}", w, t * np.exp(rng.normal(0, noise, n)),
+                          tp * np.exp(rng.normal(0, noise, n))))
+    return cases
+
+
+def test_fit_recovers_what_the_data_tell_and_holds_the_rest():
+    """A truth 1.5x / 0.6x / 2x the prior on three terms: what the fit says it was told is
+    within its own stated uncertainty of the truth (2 sd), what it says it was not told
+    stays exactly at the prior, and the fit beats the prior on the timings."""
+    base = load_profile("batchlab-tiny-cpu").cost_model()
+    truth = replace(base, overhead_s=base.overhead_s * 1.5, s_per_flop=base.s_per_flop * 0.6,
+                    s_per_kv_byte=base.s_per_kv_byte * 2)
+    cases = _observed(truth, [(2, 50), (20, 50)])
+    masks = [np.ones(len(c), bool) for c in cases]
+    res = fit(cases, masks, SCHED, fitted_form_space(base, None))
+    for t in res.terms:
+        if t.name == "request_overhead_s":
+            continue  # the truth has none: its prior is all that holds it
+        if t.told:
+            ratio = t.value / getattr(truth, t.name)
+            assert abs(np.log(ratio)) <= 2 * np.log(t.sd_factor), (t.name, ratio, t.sd_factor)
+        else:
+            assert t.value == t.prior
+    assert any(t.told for t in res.terms) and res.rms < 0.15  # at the noise (0.05), not the prior's
