@@ -12,12 +12,17 @@ held: batch composition changes in jumps as the costs move, which finite differe
 read as slopes; the residuals themselves always come from a full simulation.
 
 Identifiability (Laplace approximation at the fit): the Jacobian J of the data residuals
-gives the posterior precision J'J/s^2 + I/PRIOR_SD^2
-(s: the residuals' own scale, at least NOISE). A parameter whose posterior sd is more than
-SHRINK_MAX of its prior sd is one the data do not tell (a load, a prompt length, the data
-never varied): it is held at the prior's value and the others refitted, never invented.
-Pairs whose posterior correlation is beyond CORRELATED are told only together (their
-combination is fitted; the split follows the prior) and said so."""
+gives the posterior precision J'J/s^2 + I/PRIOR_SD^2 (s: the residuals' own scale, at least
+NOISE). The fit is the posterior's mode, so along any combination the data do not reach
+the prior holds by construction: nothing is invented there. Each term is then reported as
+- told: its posterior sd at most SHRINK_MAX of the prior's (the data narrow it 2x or more);
+- together: narrowed less, yet part of a combination the data tell (two terms that both cost
+  a fixed time a step, say): the combination is fitted, its split follows the prior; the
+  terms it moves with are named;
+- untold: its posterior sd above UNTOLD of the prior's (one load, one prompt length: the data
+  never varied what it scales with): held exactly at the prior, the rest refitted, until
+  the terms held are the ones the refit finds untold (at most ROUNDS fits).
+"""
 from __future__ import annotations
 
 import math
@@ -36,8 +41,11 @@ NOISE = 0.15  # log-ratio sd of one request's timing between served runs (docs/M
 PRIOR_SD = math.log(4.0)  # the prior is trusted to within ~4x either way
 BOUND = math.log(100.0)  # no parameter moves beyond 100x its prior
 MISSING = math.log(10.0)  # a request the simulator did not finish: as if 10x off
-SHRINK_MAX = 0.5  # posterior sd / prior sd above this: the data do not tell the parameter
-CORRELATED = 0.9
+SHRINK_MAX = 0.5  # posterior sd / prior sd at most this: the data tell the parameter
+UNTOLD = 0.9  # above this the data say next to nothing of it: it stays exactly the prior's
+CORRELATED = 0.9  # pairs reported as told only together
+ROUNDS = 3  # refits at most, each holding the terms the last one found untold
+PARTNER = 0.5  # a term told only in combination names those it correlates with beyond this
 MAX_NFEV = 60  # residual evaluations a pass (each simulates every replay once)
 # What a client's TTFT holds beyond the engine's: HTTP, parsing, the first chunk's trip.
 # Not a step cost: a constant a request, fitted beside the form and kept out of the profile
@@ -53,7 +61,12 @@ class Term:
     value: float
     sd_factor: float  # the posterior's sd as a factor (1.3: +-30%)
     shrink: float  # posterior sd / prior sd: 1 = the data say nothing
-    told: bool  # constrained by the data (else held at the prior)
+    status: str  # told | together (only in combination with `partners`) | untold (the prior's)
+    partners: list[str] = field(default_factory=list)  # the terms it is most correlated with
+
+    @property
+    def told(self) -> bool:
+        return self.status == "told"
 
 
 @dataclass
@@ -66,11 +79,10 @@ class FitResult:
     rms: float  # of the log ratios at the fit
     nfev: int
     seconds: float
-    notes: list[str] = field(default_factory=list)
 
     @property
     def untold(self) -> list[str]:
-        return [t.name for t in self.terms if not t.told]
+        return [t.name for t in self.terms if t.status == "untold"]
 
 
 @dataclass
@@ -157,24 +169,34 @@ def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, spac
     t0 = time.perf_counter()
     p = Problem(cases, masks, sched, space)
     k = len(p.names)
-    z, nfev = _solve(p, list(range(k)), np.zeros(k))
-    cov = posterior(jacobian(p, z), p.data_residuals(z))
-    sd = np.sqrt(np.diag(cov))
-    untold = [i for i in range(k) if sd[i] / PRIOR_SD > SHRINK_MAX]
-    notes = []
-    if untold:  # hold them at the prior, refit the rest
-        z[untold] = 0.0
+    z, nfev, untold = np.zeros(k), 0, []
+    for _ in range(ROUNDS):  # until the terms held are those the data say nothing of
         z, more = _solve(p, [i for i in range(k) if i not in untold], z)
         nfev += more
-        J = jacobian(p, z)
-        cov = posterior(J, p.data_residuals(z))
+        cov = posterior(jacobian(p, z), p.data_residuals(z))
+        sd = np.sqrt(np.diag(cov))
+        now = [i for i in range(k) if sd[i] / PRIOR_SD > UNTOLD]
+        if now == untold:
+            break
+        untold = now
+        z[untold] = 0.0  # exactly the prior
+    else:  # not settled: the last set found untold stays held
+        z, more = _solve(p, [i for i in range(k) if i not in untold], z)
+        nfev += more
+        cov = posterior(jacobian(p, z), p.data_residuals(z))
         sd = np.sqrt(np.diag(cov))
     r = p.data_residuals(z)
     corr = cov / np.outer(sd, sd)
+    shrink = sd / PRIOR_SD
     together = [(p.names[i], p.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
                 if i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
-    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(sd[i] / PRIOR_SD), i not in untold)
+
+    def status(i: int) -> str:
+        return "untold" if i in untold else "told" if shrink[i] <= SHRINK_MAX else "together"
+    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(shrink[i]), status(i),
+                  [p.names[j] for j in np.argsort(-np.abs(corr[i])) if j != i and j not in untold
+                   and abs(corr[i, j]) > PARTNER][:3])
              for i, (n, pv) in enumerate(zip(p.names, p.prior))]
     return FitResult(p.values(z), terms, list(space.held), together, int(r.size),
                      float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan, nfev,
-                     time.perf_counter() - t0, notes)
+                     time.perf_counter() - t0)

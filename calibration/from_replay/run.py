@@ -105,6 +105,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                          spread_median_pct=None if floor is None else
                          round((floor.ttft_median_pct + floor.tpot_median_pct) / 2, 2))
     told = [t.name for t in result.terms if t.told and t.name != REQUEST_OVERHEAD]
+    together = [t.name for t in result.terms if t.status == "together"]
     ro = result.values[REQUEST_OVERHEAD]
     profile = prior.model_copy(update=dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -114,7 +115,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
         runs=fitted_on,
         notes=(f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
-               f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; held at the "
+               f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
+               f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
                f"prior: {', '.join(result.untold + result.held) or 'none'}; a client's TTFT held "
                f"{ro * 1e3:.1f} ms more than the engine's (HTTP and the first chunk's trip: not in "
                f"the profile); engine: "
