@@ -106,7 +106,7 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
           f"{', '.join(res.judged_on) or 'none (--holdout-every 0)'}\n")
     print(f"{'term':<18} {'prior':>11} {'fitted':>11} {'x prior':>8} {'+-':>6}  told by the data?")
     for t in f.terms:
-        told = {"told": "yes", "untold": "no: held at the prior",
+        told = {"told": "yes", "untold": "no: held at the prior", "weak": "weakly (see +-)",
                 "together": f"only with {', '.join(t.partners) or 'others'}"}[t.status]
         print(f"{t.name:<18} {t.prior:>11.4g} {t.value:>11.4g} {t.value / t.prior:>8.3f} "
               f"{'x' + format(t.sd_factor, '.2f'):>6}  {told}")

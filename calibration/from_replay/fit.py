@@ -19,6 +19,7 @@ the prior holds by construction: nothing is invented there. Each term is then re
 - together: narrowed less, yet part of a combination the data tell (two terms that both cost
   a fixed time a step, say): the combination is fitted, its split follows the prior; the
   terms it moves with are named;
+- weak: narrowed less, on its own: fitted, with the wide uncertainty it states;
 - untold: its posterior sd above UNTOLD of the prior's (one load, one prompt length: the data
   never varied what it scales with): held exactly at the prior, the rest refitted, until
   the terms held are the ones the refit finds untold (at most ROUNDS fits).
@@ -61,7 +62,7 @@ class Term:
     value: float
     sd_factor: float  # the posterior's sd as a factor (1.3: +-30%)
     shrink: float  # posterior sd / prior sd: 1 = the data say nothing
-    status: str  # told | together (only in combination with `partners`) | untold (the prior's)
+    status: str  # told | together (only in combination with `partners`) | weak | untold (the prior's)
     partners: list[str] = field(default_factory=list)  # the terms it is most correlated with
 
     @property
@@ -191,11 +192,17 @@ def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, spac
     together = [(p.names[i], p.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
                 if i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
 
+    def partners(i: int) -> list[str]:
+        return [p.names[j] for j in np.argsort(-np.abs(corr[i]))
+                if j != i and j not in untold and abs(corr[i, j]) > PARTNER][:3]
+
     def status(i: int) -> str:
-        return "untold" if i in untold else "told" if shrink[i] <= SHRINK_MAX else "together"
-    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(shrink[i]), status(i),
-                  [p.names[j] for j in np.argsort(-np.abs(corr[i])) if j != i and j not in untold
-                   and abs(corr[i, j]) > PARTNER][:3])
+        if i in untold:
+            return "untold"
+        if shrink[i] <= SHRINK_MAX:
+            return "told"
+        return "together" if partners(i) else "weak"
+    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(shrink[i]), status(i), partners(i))
              for i, (n, pv) in enumerate(zip(p.names, p.prior))]
     return FitResult(p.values(z), terms, list(space.held), together, int(r.size),
                      float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan, nfev,
