@@ -11,6 +11,9 @@ import numpy as np
 from batchlab.calibration.from_replay.predict import Case
 
 
+SEND_SLACK_S, SEND_SLACK = 0.05, 0.02
+
+
 @dataclass(frozen=True)
 class Errors:
     n: int  # requests judged
@@ -49,15 +52,17 @@ def errors(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -
 
 
 def repeats(cases: list[Case]) -> list[tuple[Case, Case]]:
-    """Pairs of cases that sent the same request list (lengths and send pattern within
-    10 ms): repeats of one workload."""
+    """Pairs of cases that sent the same request list (the same lengths in order, each sent
+    within SEND_SLACK_S or SEND_SLACK of the span of the other's send): repeats of one
+    workload. A client's schedule on a busy machine drifts by tens of ms."""
     out = []
     for i, a in enumerate(cases):
         for b in cases[i + 1:]:
             wa, wb = a.workload, b.workload
             if (len(wa) == len(wb) and np.array_equal(wa.prompt_len, wb.prompt_len)
                     and np.array_equal(wa.output_len, wb.output_len)
-                    and np.allclose(wa.arrival, wb.arrival, atol=0.01)):
+                    and np.allclose(wa.arrival, wb.arrival,
+                                    atol=max(SEND_SLACK_S, SEND_SLACK * float(wa.arrival[-1])))):
                 out.append((a, b))
     return out
 
