@@ -92,8 +92,8 @@ def test_held_out_mix_within_the_servers_own_spread(served):
     the held-out median error must stay within 1.5x the spread."""
     _, out, _ = served
     held, floor = out["heldout"], out["floor"]
-    assert out["judged_on"] and "load-b" in out["judged_on"][0]
-    assert floor is not None and held["n"] == 24
+    assert any("load-b" in j for j in out["judged_on"]) and any("load-fast" in j for j in out["judged_on"])
+    assert floor is not None and held["n"] == 48
     assert held["tpot_median_pct"] <= 1.5 * floor["tpot_median_pct"] + 5, (held, floor)
     assert held["ttft_median_pct"] <= 1.5 * floor["ttft_median_pct"] + 5, (held, floor)
     assert held["tpot_median_pct"] < out["heldout_prior"]["tpot_median_pct"]

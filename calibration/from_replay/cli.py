@@ -97,6 +97,8 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
                           "together": f.together, "heldout": res.heldout and res.heldout.as_dict(),
                           "heldout_prior": res.heldout_prior and res.heldout_prior.as_dict(),
                           "train": res.train.as_dict(), "floor": res.floor and res.floor.as_dict(),
+                          "heldout_by_replay": [{"replay": w, "fit": a.as_dict(), "prior": b.as_dict()}
+                                                for w, a, b in res.per_replay],
                           "fit_s": f.seconds, "evaluations": f.nfev}, indent=1))
         return 0
     for r in replays:
@@ -119,6 +121,9 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
     print(f"train:   {res.train.line()}")
     if res.heldout:
         print(f"held out: {res.heldout.line()}\n  prior:  {res.heldout_prior.line()}")
+    if len(res.per_replay) > 1:
+        for where, fitted, before in res.per_replay:
+            print(f"  {where}: {fitted.line()}\n    prior: {before.line()}")
     print(f"server's own spread: {res.floor.line() if res.floor else res.floor_from}")
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
     return 0

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from batchlab.calibration.from_replay.predict import Case
+from batchlab.calibration.from_replay.predict import Case, FrontEnd
 from batchlab.calibration.from_replay.sensitivity import frozen_jacobian
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.config import SchedulerConfig
@@ -48,11 +48,14 @@ CORRELATED = 0.9  # pairs reported as told only together
 ROUNDS = 3  # refits at most, each holding the terms the last one found untold
 PARTNER = 0.5  # a term told only in combination names those it correlates with beyond this
 MAX_NFEV = 60  # residual evaluations a pass (each simulates every replay once)
-# What a client's TTFT holds beyond the engine's: HTTP, parsing, the first chunk's trip.
-# Not a step cost: a constant a request, fitted beside the form and kept out of the profile
-# (measured on batchlab serve: ~50 ms between the client's TTFT and the server's own).
+# What a client's TTFT holds beyond the engine's (predict.py FrontEnd): a delay a request
+# and a serial handling time. Not step costs: fitted beside the form, kept out of the
+# profile (measured on batchlab serve: ~50 ms between the client's TTFT and the server's).
 REQUEST_OVERHEAD = "request_overhead_s"
 REQUEST_OVERHEAD_PRIOR = 0.005
+SERIAL = "frontend_serial_s"
+SERIAL_PRIOR = 0.001
+FRONT = (REQUEST_OVERHEAD, SERIAL)
 
 
 @dataclass
@@ -96,11 +99,11 @@ class Problem:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (*self.space.names, REQUEST_OVERHEAD)
+        return (*self.space.names, *FRONT)
 
     @property
     def prior(self) -> tuple[float, ...]:
-        return (*self.space.prior, REQUEST_OVERHEAD_PRIOR)
+        return (*self.space.prior, REQUEST_OVERHEAD_PRIOR, SERIAL_PRIOR)
 
     def values(self, z: np.ndarray) -> dict[str, float]:
         return {n: p * math.exp(v) for n, p, v in zip(self.names, self.prior, z)}
@@ -112,13 +115,13 @@ class Problem:
         if key in self._memo:
             return self._memo[key]
         values = self.values(z)
-        ro = values.pop(REQUEST_OVERHEAD)
+        front = FrontEnd(values.pop(REQUEST_OVERHEAD), values.pop(SERIAL))
         rs, js = [], []
         for case, mask in zip(self.cases, self.masks):
-            ttft, tpot, dttft, dtpot = frozen_jacobian(case, self.sched, self.space, values)
-            ttft = ttft + ro
-            dttft = np.hstack([dttft, np.full((len(case), 1), ro)])
-            dtpot = np.hstack([dtpot, np.zeros((len(case), 1))])
+            ttft, tpot, dttft, dtpot, links = frozen_jacobian(case, self.sched, self.space, values, front)
+            n = len(case)
+            dttft = np.hstack([dttft, np.full((n, 1), front.delay_s), (front.serial_s * links)[:, None]])
+            dtpot = np.hstack([dtpot, np.zeros((n, 2))])
             for sim, d, obs in ((ttft, dttft, case.ttft), (tpot, dtpot, case.tpot)):
                 use = mask & np.isfinite(obs)
                 ok = np.isfinite(sim[use]) & (sim[use] > 0)

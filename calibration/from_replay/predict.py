@@ -1,6 +1,13 @@
 """An observed request list simulated under a candidate price: the same requests, sent
 at the same times, through the engine settings given; per request its simulated TTFT and
-TPOT next to the observed ones."""
+TPOT next to the observed ones.
+
+Between a client's send and the engine's arrival lies the server's front end (HTTP,
+parsing, tokenising), which a client's TTFT holds and the engine's does not: `FrontEnd`
+models it as a fixed delay a request plus a serial handling time (a burst sent at once
+reaches the engine one by one: on batchlab serve on a busy machine, 16 requests sent
+together were scheduled over several steps). TTFT is then from the send, as the client
+measured it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +19,25 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
 from batchlab.core.workload.workload import Workload
 from batchlab.sim.simulate import simulate
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    delay_s: float = 0.0  # every request, send to engine arrival
+    serial_s: float = 0.0  # each request after the one before it, if that one is still in hand
+
+    def arrivals(self, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(engine arrival, serial links behind it) of each request, sends non-decreasing."""
+        arrival, links = np.empty(len(send)), np.zeros(len(send))
+        prev, chain = -np.inf, 0
+        for i, t in enumerate(send):
+            a = t + self.delay_s
+            if prev + self.serial_s > a:
+                a, chain = prev + self.serial_s, chain + 1
+            else:
+                chain = 0
+            arrival[i], links[i], prev = a, chain, a
+        return arrival, links
 
 
 @dataclass
@@ -34,18 +60,26 @@ class Case:
         return len(self.workload)
 
 
-def predict(case: Case, sched: SchedulerConfig, cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
-    """(TTFT, TPOT) of each request simulated, in the case's order; NaN where the simulator
-    did not finish it (rejected: longer than the engine takes)."""
-    res = simulate(case.workload, sched, cost, sched.num_kv_blocks, record_steps=False)
+def engine_workload(case: Case, front: FrontEnd) -> tuple[Workload, np.ndarray]:
+    """The case's workload as the engine receives it, and each request's serial links."""
+    arrival, links = front.arrivals(case.workload.arrival)
+    return case.workload.replace(arrival=arrival), links
+
+
+def predict(case: Case, sched: SchedulerConfig, cost: CostModel,
+            front: FrontEnd = FrontEnd()) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT from the send, TPOT) of each request simulated, in the case's order; NaN where
+    the simulator did not finish it (rejected: longer than the engine takes)."""
+    w, _ = engine_workload(case, front)
+    res = simulate(w, sched, cost, sched.num_kv_blocks, record_steps=False)
     q = res.requests
     n = len(case)
     ttft, tpot = np.full(n, np.nan), np.full(n, np.nan)
     done = q["status"] == "finished"
     ids = q["request_id"][done].astype(np.int64)
-    first, finish, arrival = q["first_token_s"][done], q["finish_s"][done], q["arrival_s"][done]
+    first, finish = q["first_token_s"][done], q["finish_s"][done]
     out = q["output_len"][done]
-    ttft[ids] = first - arrival
+    ttft[ids] = first - case.workload.arrival[ids]
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot[ids] = np.where(out > 1, (finish - first) / np.maximum(out - 1, 1), np.nan)
     return ttft, tpot

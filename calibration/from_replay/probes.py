@@ -10,8 +10,9 @@ The probes tell the cost terms apart (each varies one thing the others hold):
 - context: 4 requests at once with the longest prompt, 32 out: decode over a long KV ->
   the KV read term;
 - load-a, load-b: the same Poisson mix of lengths sent twice: load-a is fitted on, load-b
-  is judged (held out) and the pair gives the server's own run-to-run spread.
-All told: at most ~90 requests of at most --probe-max-prompt + 32 tokens."""
+  is judged (held out) and the pair gives the server's own run-to-run spread;
+- load-fast: another load and shape (twice the rate, replies twice as long), judged only.
+All told: about 110 requests, none longer than --probe-max-prompt + 128 tokens."""
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ import numpy as np
 from batchlab.core.workload.workload import Workload
 from batchlab.experiments.errors import UserError
 
-HELD = "load-b"
+HELD = ("load-b", "load-fast")
 PROBE_SEED = 2900  # probe k sends prompts seeded PROBE_SEED + k: none shares a prefix
 OUT_LEN = 32
 
@@ -47,8 +48,10 @@ def design(max_prompt: int, seats: int, seed: int = 0) -> list[tuple[str, Worklo
     arrival = np.cumsum(rng.exponential(0.25, n))
     prompt = rng.integers(16, max(lens) + 1, n)
     output = rng.integers(8, 2 * OUT_LEN + 1, n)
-    for name in ("load-a", HELD):
+    for name in ("load-a", "load-b"):
         wl(name, arrival - arrival[0], prompt, output)
+    fast = np.cumsum(rng.exponential(0.125, n))
+    wl("load-fast", fast - fast[0], rng.integers(16, max(lens) + 1, n), rng.integers(2 * OUT_LEN, 4 * OUT_LEN + 1, n))
     return out
 
 
@@ -111,6 +114,6 @@ def run_endpoint(args: argparse.Namespace) -> int:
         replays = read_all([str(p) for p in paths], args.model)
     except ValueError as e:
         raise UserError(str(e)) from None
-    held = [Path(r.where.split(" (")[0]).name == HELD for r in replays]
+    held = [Path(r.where.split(" (")[0]).name in HELD for r in replays]
     args.out = str(directory / "profile.json")
     return fit_and_report(args, replays, prior, where, settings, why, held=held)

@@ -4,14 +4,14 @@ profile it makes. Every problem is a one-line ValueError."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from batchlab.calibration.from_replay.fit import REQUEST_OVERHEAD, FitResult, fit
+from batchlab.calibration.from_replay.fit import FRONT, REQUEST_OVERHEAD, SERIAL, FitResult, fit
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.observed import ObservedReplay
-from batchlab.calibration.from_replay.predict import Case, predict
+from batchlab.calibration.from_replay.predict import Case, FrontEnd, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, fitted_form_space
 from batchlab.calibration.profile_parts import cost_params, effective
@@ -33,6 +33,7 @@ class ReplayFit:
     train: Errors
     floor: Errors | None  # the server's own spread
     floor_from: str
+    per_replay: list[tuple[str, Errors, Errors]] = field(default_factory=list)  # judged: (where, fit, prior)
 
 
 def model_matches(model: str | None, profile: Profile) -> bool:
@@ -68,13 +69,13 @@ def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.nd
            settings: EngineSettings) -> Errors | None:
     """The per-request error of `values` (a request overhead among them, else none)."""
     values = dict(values)
-    ro = values.pop(REQUEST_OVERHEAD, 0.0)
+    front = FrontEnd(values.pop(REQUEST_OVERHEAD, 0.0), values.pop(SERIAL, 0.0))
     cost, sched = space.priced(values), settings.scheduler()
     parts = []
     for c, m in zip(cases, masks):
         if m.any():
-            t, p = predict(c, sched, cost)
-            parts.append((t[m] + ro, p[m], c.ttft[m], c.tpot[m]))
+            t, p = predict(c, sched, cost, front)
+            parts.append((t[m], p[m], c.ttft[m], c.tpot[m]))
     return errors(parts)
 
 
@@ -93,6 +94,12 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     before = judged(space, {}, cases, judge_m, settings)
     train = judged(space, result.values, cases, fit_m, settings)
     floor, floor_from = noise_floor(cases)
+    per_replay = []
+    for c, m in zip(cases, judge_m):
+        if m.any():
+            one = [np.ones(len(c), bool) & m]
+            per_replay.append((c.where, judged(space, result.values, [c], one, settings),
+                               judged(space, {}, [c], one, settings)))
     model = replace(prior.cost_model(), **{k: v for k, v in result.values.items() if k in space.names})
     src = heldout or train
 
@@ -104,9 +111,9 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                                   "tpot": region(src.tpot_median_pct, src.n)},
                          spread_median_pct=None if floor is None else
                          round((floor.ttft_median_pct + floor.tpot_median_pct) / 2, 2))
-    told = [t.name for t in result.terms if t.told and t.name != REQUEST_OVERHEAD]
+    told = [t.name for t in result.terms if t.told and t.name not in FRONT]
     together = [t.name for t in result.terms if t.status == "together"]
-    ro = result.values[REQUEST_OVERHEAD]
+    ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
     profile = prior.model_copy(update=dict(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         cost=cost_params(model), fit=quality, effective=effective(model, {}),
@@ -117,9 +124,9 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
                f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
                f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
-               f"prior: {', '.join(result.untold + result.held) or 'none'}; a client's TTFT held "
-               f"{ro * 1e3:.1f} ms more than the engine's (HTTP and the first chunk's trip: not in "
-               f"the profile); engine: "
+               f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
+               f"(not in the profile): {ro * 1e3:.1f} ms a request from send to the engine, "
+               f"{serial * 1e3:.2f} ms more for each request of a burst; engine: "
                f"{'; '.join(settings.lines())}")))
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
-                     floor, floor_from)
+                     floor, floor_from, per_replay)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlab.calibration.from_replay.predict import Case
+from batchlab.calibration.from_replay.predict import Case, FrontEnd, engine_workload
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.step_table import step_features
@@ -34,11 +34,14 @@ def step_derivatives(steps: dict[str, np.ndarray], space: ParamSpace,
     return out
 
 
-def frozen_jacobian(case: Case, sched: SchedulerConfig, space: ParamSpace,
-                    values: dict[str, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(ttft, tpot, d ttft / d log p, d tpot / d log p) per request, schedule held."""
+def frozen_jacobian(case: Case, sched: SchedulerConfig, space: ParamSpace, values: dict[str, float],
+                    front: FrontEnd = FrontEnd()) -> tuple[np.ndarray, ...]:
+    """(ttft from the send, tpot, d ttft / d log p, d tpot / d log p, serial links) per
+    request, schedule held. The front end's own derivatives: d ttft / d log delay = delay,
+    d ttft / d log serial = serial x links (the caller adds them)."""
     cost = space.priced(values)
-    res = simulate(case.workload, sched, cost, sched.num_kv_blocks, record_steps=True)
+    w, links = engine_workload(case, front)
+    res = simulate(w, sched, cost, sched.num_kv_blocks, record_steps=True)
     steps, q = res.steps, res.requests
     end = steps["start_s"] + steps["duration_s"]
     order = np.argsort(end, kind="stable")
@@ -56,10 +59,10 @@ def frozen_jacobian(case: Case, sched: SchedulerConfig, space: ParamSpace,
     ids = q["request_id"][done].astype(np.int64)
     arr, first, fin = q["arrival_s"][done], q["first_token_s"][done], q["finish_s"][done]
     out = q["output_len"][done].astype(float)
-    ttft[ids] = first - arr
+    ttft[ids] = first - case.workload.arrival[ids]
     dttft[ids] = through(first) - through(arr)
     multi = out > 1
     den = np.maximum(out - 1, 1)
     tpot[ids] = np.where(multi, (fin - first) / den, np.nan)
     dtpot[ids] = np.where(multi[:, None], (through(fin) - through(first)) / den[:, None], 0.0)
-    return ttft, tpot, dttft, dtpot
+    return ttft, tpot, dttft, dtpot, links
