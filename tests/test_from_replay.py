@@ -48,6 +48,29 @@ def test_vllm_reader_counts_failed_and_unusable_rows(tmp_path):
     assert q.e2e_s == pytest.approx(q.ttft_s + 0.01 * (q.output_len - 1))
 
 
+def test_a_record_with_many_broken_rows_is_refused(tmp_path):
+    d = vllm_result(n=30)
+    for i in range(5):
+        d["ttfts"][i] = None  # 5 of 30: beyond 10%
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="5 of 30 rows have missing or out-of-order timings"):
+        read_all([str(p)])
+    d["ttfts"][1:5] = [0.05] * 4  # 1 of 30: counted, not fatal
+    p.write_text(json.dumps(d))
+    (r,) = read_all([str(p)])
+    assert r.unusable == 1 and len(r.requests) == 29
+
+
+def test_cli_replay_of_another_model_than_the_prior(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(vllm_result(model="batchlab-small")))
+    r = batchlab("calibrate", "--from-replay", str(p), "--profile", "batchlab-tiny-cpu", "--num-kv-blocks", "100",
+                 timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "model 'batchlab-small'" in r.stderr
+
+
 def test_sglang_reader_rebuilds_closed_loop_send_times(tmp_path):
     d = {"backend": "sglang", "request_rate": float("inf"), "max_concurrency": 1,
          "input_lens": [10, 20, 30], "output_lens": [3, 3, 3], "ttfts": [0.1, 0.2, 0.3],

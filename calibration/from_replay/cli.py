@@ -122,8 +122,8 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
     if res.heldout:
         print(f"held out: {res.heldout.line()}\n  prior:  {res.heldout_prior.line()}")
     if len(res.per_replay) > 1:
-        for where, fitted, before in res.per_replay:
-            print(f"  {where}: {fitted.line()}\n    prior: {before.line()}")
+        for name, fitted, before in res.per_replay:
+            print(f"  {name}: {fitted.line()}\n    prior: {before.line()}")
     print(f"server's own spread: {res.floor.line() if res.floor else res.floor_from}")
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
     return 0

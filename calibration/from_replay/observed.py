@@ -11,6 +11,9 @@ import numpy as np
 
 # Fewer usable requests than this in all replays together: nothing to fit.
 MIN_USABLE = 20
+# More than this share of a replay's rows with missing or out-of-order timings (failed
+# requests aside): the record itself is broken, not a row of it.
+MAX_UNUSABLE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +111,13 @@ def _finite(*xs) -> bool:
 
 
 def check_usable(replays: list[ObservedReplay]) -> None:
-    """The replays, together, hold enough usable requests: a one-line ValueError if not."""
+    """Each replay's timings mostly whole and in order, and enough usable requests in all:
+    a one-line ValueError if not."""
+    for r in replays:
+        rows = len(r.requests) + sum(r.dropped.values())
+        if r.unusable > max(1, MAX_UNUSABLE * rows):
+            raise ValueError(f"{r.where}: {r.unusable} of {rows} rows have missing or out-of-order "
+                             f"timings ({r.describe_dropped()}); expected a whole record")
     n = sum(len(r.requests) for r in replays)
     if n < MIN_USABLE:
         what = "; ".join(f"{r.where}: {len(r.requests)} usable, dropped {r.describe_dropped()}"

@@ -40,6 +40,9 @@ class FrontEnd:
         return arrival, links
 
 
+NO_FRONT_END = FrontEnd()
+
+
 @dataclass
 class Case:
     """One replay ready to simulate: its workload and observed per-request timings."""
@@ -67,7 +70,7 @@ def engine_workload(case: Case, front: FrontEnd) -> tuple[Workload, np.ndarray]:
 
 
 def predict(case: Case, sched: SchedulerConfig, cost: CostModel,
-            front: FrontEnd = FrontEnd()) -> tuple[np.ndarray, np.ndarray]:
+            front: FrontEnd = NO_FRONT_END) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT from the send, TPOT) of each request simulated, in the case's order; NaN where
     the simulator did not finish it (rejected: longer than the engine takes)."""
     w, _ = engine_workload(case, front)

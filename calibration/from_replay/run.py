@@ -114,19 +114,19 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     told = [t.name for t in result.terms if t.told and t.name not in FRONT]
     together = [t.name for t in result.terms if t.status == "together"]
     ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
-    profile = prior.model_copy(update=dict(
-        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        cost=cost_params(model), fit=quality, effective=effective(model, {}),
-        num_kv_blocks=int(settings.num_kv_blocks.value), block_size=int(settings.block_size.value),
-        measurements=None, measurements_path=None, serving=None, grid=None, sweep_s=None, total_s=None,
-        runs=fitted_on,
-        notes=(f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
+    profile = prior.model_copy(update={
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cost": cost_params(model), "fit": quality, "effective": effective(model, {}),
+        "num_kv_blocks": int(settings.num_kv_blocks.value), "block_size": int(settings.block_size.value),
+        "measurements": None, "measurements_path": None, "serving": None, "grid": None, "sweep_s": None, "total_s": None,
+        "runs": fitted_on,
+        "notes": (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
                f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
                f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
                f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
                f"(not in the profile): {ro * 1e3:.1f} ms a request from send to the engine, "
                f"{serial * 1e3:.2f} ms more for each request of a burst; engine: "
-               f"{'; '.join(settings.lines())}")))
+               f"{'; '.join(settings.lines())}")})
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
                      floor, floor_from, per_replay)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlab.calibration.from_replay.predict import Case, FrontEnd, engine_workload
+from batchlab.calibration.from_replay.predict import NO_FRONT_END, Case, FrontEnd, engine_workload
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.step_table import step_features
@@ -35,7 +35,7 @@ def step_derivatives(steps: dict[str, np.ndarray], space: ParamSpace,
 
 
 def frozen_jacobian(case: Case, sched: SchedulerConfig, space: ParamSpace, values: dict[str, float],
-                    front: FrontEnd = FrontEnd()) -> tuple[np.ndarray, ...]:
+                    front: FrontEnd = NO_FRONT_END) -> tuple[np.ndarray, ...]:
     """(ttft from the send, tpot, d ttft / d log p, d tpot / d log p, serial links) per
     request, schedule held. The front end's own derivatives: d ttft / d log delay = delay,
     d ttft / d log serial = serial x links (the caller adds them)."""
