@@ -54,7 +54,7 @@ MAX_NFEV = 60  # residual evaluations a pass (each simulates every replay once)
 REQUEST_OVERHEAD = "request_overhead_s"
 REQUEST_OVERHEAD_PRIOR = 0.005
 SERIAL = "frontend_serial_s"
-SERIAL_PRIOR = 0.001
+SERIAL_PRIOR = 0.002
 FRONT = (REQUEST_OVERHEAD, SERIAL)
 
 
@@ -120,7 +120,7 @@ class Problem:
         for case, mask in zip(self.cases, self.masks):
             ttft, tpot, dttft, dtpot, links = frozen_jacobian(case, self.sched, self.space, values, front)
             n = len(case)
-            dttft = np.hstack([dttft, np.full((n, 1), front.delay_s), (front.serial_s * links)[:, None]])
+            dttft = np.hstack([dttft, np.full((n, 1), front.delay_s), (front.serial_s * (1 + links))[:, None]])
             dtpot = np.hstack([dtpot, np.zeros((n, 2))])
             for sim, d, obs in ((ttft, dttft, case.ttft), (tpot, dtpot, case.tpot)):
                 use = mask & np.isfinite(obs)

@@ -4,9 +4,9 @@ TPOT next to the observed ones.
 
 Between a client's send and the engine's arrival lies the server's front end (HTTP,
 parsing, tokenising), which a client's TTFT holds and the engine's does not: `FrontEnd`
-models it as a fixed delay a request plus a serial handling time (a burst sent at once
-reaches the engine one by one: on batchlab serve on a busy machine, 16 requests sent
-together were scheduled over several steps). TTFT is then from the send, as the client
+models it as a fixed delay a request plus a single-server queue of its own handling time (a
+burst sent at once reaches the engine one by one: on batchlab serve on a busy machine, 16
+requests sent together were scheduled over several steps). TTFT is then from the send, as the client
 measured it."""
 from __future__ import annotations
 
@@ -23,21 +23,21 @@ from batchlab.sim.simulate import simulate
 
 @dataclass(frozen=True)
 class FrontEnd:
-    delay_s: float = 0.0  # every request, send to engine arrival
-    serial_s: float = 0.0  # each request after the one before it, if that one is still in hand
+    delay_s: float = 0.0  # every request, send to the front end's queue
+    serial_s: float = 0.0  # the front end's own work a request, one request at a time
 
     def arrivals(self, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(engine arrival, serial links behind it) of each request, sends non-decreasing."""
-        arrival, links = np.empty(len(send)), np.zeros(len(send))
+        """(engine arrival, requests queued ahead in the front end) of each request: a
+        single-server queue, exit_i = max(send_i + delay, exit_(i-1)) + serial (sends
+        non-decreasing). d arrival / d serial = 1 + queued ahead."""
+        arrival, ahead = np.empty(len(send)), np.zeros(len(send))
         prev, chain = -np.inf, 0
         for i, t in enumerate(send):
-            a = t + self.delay_s
-            if prev + self.serial_s > a:
-                a, chain = prev + self.serial_s, chain + 1
-            else:
-                chain = 0
-            arrival[i], links[i], prev = a, chain, a
-        return arrival, links
+            start = t + self.delay_s
+            chain = chain + 1 if prev > start else 0
+            prev = max(start, prev) + self.serial_s
+            arrival[i], ahead[i] = prev, chain
+        return arrival, ahead
 
 
 NO_FRONT_END = FrontEnd()

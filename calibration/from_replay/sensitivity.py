@@ -38,7 +38,7 @@ def frozen_jacobian(case: Case, sched: SchedulerConfig, space: ParamSpace, value
                     front: FrontEnd = NO_FRONT_END) -> tuple[np.ndarray, ...]:
     """(ttft from the send, tpot, d ttft / d log p, d tpot / d log p, serial links) per
     request, schedule held. The front end's own derivatives: d ttft / d log delay = delay,
-    d ttft / d log serial = serial x links (the caller adds them)."""
+    d ttft / d log serial = serial x (1 + links) (the caller adds them)."""
     cost = space.priced(values)
     w, links = engine_workload(case, front)
     res = simulate(w, sched, cost, sched.num_kv_blocks, record_steps=True)
