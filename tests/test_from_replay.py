@@ -176,3 +176,38 @@ def test_one_prompt_length_one_load_leaves_prompt_terms_untold():
     assert sum(status[q] == "told" for q in prefill) <= 1, status
     assert not (status["per_seq_s"] == "told" and status["overhead_s"] == "told"), status
     assert res.rms < 0.05  # it still fits the timings: the combination is told
+
+
+def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
+    """A vLLM record of a GPU server no profile was measured for: --model PRESET --hardware
+    NAME price the prior from the datasheet. The timings are simulated from that prior made
+    1.6x slower on every term; the fit must move toward it (held-out error below the
+    prior's) and write a profile of the preset's shape on that hardware."""
+    from batchlab.calibration.from_replay.prior import roofline_prior
+    from batchlab.core.specs import HARDWARE, MODELS
+    from batchlab.core.workload.workload import Workload
+    prior = roofline_prior(MODELS["llama-3.1-8b"], HARDWARE["h100-sxm"], 0.8, 0.6, 0.002)
+    base = prior.cost_model()
+    truth = replace(base, **{t: getattr(base, t) * 1.6 for t in ("overhead_s", "per_seq_s", "per_chunk_s",
+                    "s_per_weight_byte", "s_per_flop", "s_per_kv_byte", "s_per_attn_flop")})
+    sched = SchedulerConfig(max_num_seqs=64, num_kv_blocks=prior.num_kv_blocks)
+    rng = np.random.default_rng(3)
+    for k, rate in enumerate((4, 30, 60)):
+        n = 40
+        w = Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(64, 2048, n), rng.integers(8, 128, n))
+        t, tp = predict(Case("t", w, np.zeros(n), np.zeros(n)), sched, fitted_form_space(truth, None).priced({}))
+        out = w.output_len.tolist()
+        d = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "backend": "vllm",
+             "input_lens": w.prompt_len.tolist(), "output_lens": out, "ttfts": t.tolist(),
+             "itls": [[float(g)] * (o - 1) for g, o in zip(tp, out)], "start_times": w.arrival.tolist(),
+             "errors": [""] * n}
+        (tmp_path / f"r{k}.json").write_text(json.dumps(d))
+    r = batchlab("calibrate", "--from-replay", *(str(tmp_path / f"r{k}.json") for k in range(3)),
+                 "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--max-num-seqs", "64",
+                 "--out", str(tmp_path / "fit.json"), "--format", "json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["heldout"]["tpot_median_pct"] < out["heldout_prior"]["tpot_median_pct"]
+    assert out["settings"]["num_kv_blocks"]["source"] == "the prior profile"
+    fitted = load_profile(tmp_path / "fit.json")
+    assert fitted.model.name == "llama-3.1-8b" and fitted.device.name == "h100-sxm"

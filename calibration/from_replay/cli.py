@@ -27,6 +27,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-kv-blocks", type=int, metavar="N", help="the server's KV pool, in blocks")
     g.add_argument("--prefix-caching", dest="prefix_caching", action="store_const", const=True)
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const", const=False)
+    g.add_argument("--hardware", metavar="NAME",
+                   help="with a preset model no profile was measured for: price the prior from this "
+                   "hardware preset's datasheet (the roofline's efficiencies)")
     g.add_argument("--api-key", metavar="KEY", help="with --endpoint: Bearer token (default: $OPENAI_API_KEY)")
     g.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name (default: the first at /v1/models)")
@@ -36,19 +39,39 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def load_prior(args: argparse.Namespace, model: str | None):
-    """(the prior profile, where from): --profile, else the shipped profile of the model."""
+    """(the prior profile, where from): --profile; else with --hardware the roofline of the
+    preset model on it; else the model's shipped profile."""
     from batchlab.core.profile import ProfileError, load_profile, shipped_profiles
     name = args.profile
+    short = (model or "").rstrip("/").rsplit("/", 1)[-1]
+    if name and args.hardware:
+        raise UserError("give --profile or --hardware as the prior, not both")
+    if args.hardware:
+        return roofline_prior_for(short, args.hardware)
     if not name:
-        short = (model or "").rstrip("/").rsplit("/", 1)[-1]
         name = next((s for s in shipped_profiles() if short and s.startswith(short + "-")), None)
         if name is None:
             raise UserError(f"no prior for model {model!r}: give --profile (a calibration of this model "
-                            f"and device, or of a similar one) for the terms the timings cannot tell")
+                            f"and device, or of a similar one), or --model PRESET --hardware NAME (the "
+                            f"roofline) for the terms the timings cannot tell")
     try:
         return load_profile(name), str(name)
     except ProfileError as e:
         raise UserError(str(e)) from None
+
+
+def roofline_prior_for(model: str, hardware: str):
+    from batchlab.calibration.from_replay.prior import roofline_prior
+    from batchlab.core.specs import HARDWARE, MODELS
+    from batchlab.experiments.config import HardwareConfig
+    if model not in MODELS:
+        raise UserError(f"model {model!r} is not a preset, so its shape is unknown: give --model PRESET "
+                        f"(one of {', '.join(MODELS)}) or --profile")
+    if hardware not in HARDWARE:
+        raise UserError(f"--hardware {hardware!r}: expected one of {', '.join(HARDWARE)}")
+    d = HardwareConfig()
+    return (roofline_prior(MODELS[model], HARDWARE[hardware], d.mem_efficiency, d.compute_efficiency,
+                           d.step_overhead_s), f"roofline of {model} on {hardware}")
 
 
 def settings_for(args: argparse.Namespace, metrics_url: str | None, prior):
@@ -65,7 +88,8 @@ def settings_for(args: argparse.Namespace, metrics_url: str | None, prior):
 def run_from_replay(args: argparse.Namespace) -> int:
     from batchlab.calibration.from_replay.read import read_all
     try:
-        replays = read_all(args.from_replay, args.model)
+        # With --hardware, --model names the preset whose shape prices the server's model.
+        replays = read_all(args.from_replay, None if args.hardware else args.model)
     except ValueError as e:
         raise UserError(str(e)) from None
     prior, where = load_prior(args, args.model or replays[0].model)
@@ -81,7 +105,8 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
     out = profile_out_path(args) if args.out else None
     try:
-        res = from_replays(replays, prior, where, settings, args.holdout_every, held)
+        res = from_replays(replays, prior, where, settings, args.holdout_every, held,
+                           same_model=not args.hardware)
     except ValueError as e:
         raise UserError(str(e)) from None
     if out is None:

@@ -111,7 +111,7 @@ def run_endpoint(args: argparse.Namespace) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     paths = send_probes(args, directory, int(settings.max_num_seqs.value))
     try:
-        replays = read_all([str(p) for p in paths], args.model)
+        replays = read_all([str(p) for p in paths], None if args.hardware else args.model)
     except ValueError as e:
         raise UserError(str(e)) from None
     held = [Path(r.where.split(" (")[0]).name in HELD for r in replays]

@@ -80,9 +80,12 @@ def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.nd
 
 
 def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
-                 settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None) -> ReplayFit:
+                 settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
+                 same_model: bool = True) -> ReplayFit:
+    """same_model: the replays must name the prior's model (False: a roofline prior, whose
+    preset the user chose to stand for the server's model)."""
     for r in replays:
-        if not model_matches(r.model, prior):
+        if same_model and not model_matches(r.model, prior):
             raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
                              f"prices {prior.model_source or prior.model.name!r}")
     cases = [Case.of(r) for r in replays]
