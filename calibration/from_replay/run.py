@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from batchlab.calibration.from_replay.fit import FRONT, REQUEST_OVERHEAD, SERIAL, FitResult, fit
+from batchlab.calibration.from_replay.fit import (FRONT, REQUEST_OVERHEAD, REQUEST_OVERHEAD_PRIOR, SERIAL,
+                                                  SERIAL_PRIOR, FitResult, fit)
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, FrontEnd, predict
@@ -67,7 +68,7 @@ def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
 
 def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],
            settings: EngineSettings) -> Errors | None:
-    """The per-request error of `values` (a request overhead among them, else none)."""
+    """The per-request error of `values` (the front end's among them, else none)."""
     values = dict(values)
     front = FrontEnd(values.pop(REQUEST_OVERHEAD, 0.0), values.pop(SERIAL, 0.0))
     cost, sched = space.priced(values), settings.scheduler()
@@ -94,7 +95,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     sched = settings.scheduler()
     result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space)
     heldout = judged(space, result.values, cases, judge_m, settings)
-    before = judged(space, {}, cases, judge_m, settings)
+    prior_front = {REQUEST_OVERHEAD: REQUEST_OVERHEAD_PRIOR, SERIAL: SERIAL_PRIOR}
+    before = judged(space, prior_front, cases, judge_m, settings)
     train = judged(space, result.values, cases, fit_m, settings)
     floor, floor_from = noise_floor(cases)
     per_replay = []
@@ -102,7 +104,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
         if m.any():
             one = [np.ones(len(c), bool) & m]
             per_replay.append((c.where, judged(space, result.values, [c], one, settings),
-                               judged(space, {}, [c], one, settings)))
+                               judged(space, prior_front, [c], one, settings)))
     model = replace(prior.cost_model(), **{k: v for k, v in result.values.items() if k in space.names})
     src = heldout or train
 
