@@ -8,6 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batchlab.calibration.from_replay.fit import fit
 from batchlab.calibration.from_replay.predict import Case, predict
@@ -38,11 +40,13 @@ def test_vllm_reader_counts_failed_and_unusable_rows(tmp_path):
     d["output_lens"][0] = 0
     d["itls"][1] = [0.01, -0.5]  # a negative gap
     d["ttfts"][2] = None
+    d["itls"][3] = [0.01, None]  # a gap that is not a number
+    d["itls"][4] = d["itls"][4] + [0.02]  # one chunk more than tokens - 1: kept (its span counts)
     p = tmp_path / "r.json"
     p.write_text(json.dumps(d))
     (r,) = read_one(p)
     assert r.fmt == "vllm-bench" and r.model == "batchlab-tiny"
-    assert len(r.requests) == 27 and r.failed == 1 and r.unusable == 2
+    assert len(r.requests) == 26 and r.failed == 1 and r.unusable == 3
     assert r.requests[0].send_s == 0.0  # relative to the first send
     q = r.requests[-1]
     assert q.e2e_s == pytest.approx(q.ttft_s + 0.01 * (q.output_len - 1))
@@ -211,3 +215,36 @@ def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
     assert out["settings"]["num_kv_blocks"]["source"] == "the prior profile"
     fitted = load_profile(tmp_path / "fit.json")
     assert fitted.model.name == "llama-3.1-8b" and fitted.device.name == "h100-sxm"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 10), min_size=1, max_size=40), st.floats(0, 0.1), st.floats(0, 0.05))
+def test_front_end_queue_invariants(sends, delay, serial):
+    """Arrivals keep the send order, none before its send + delay + serial, and a request
+    queued behind another arrives exactly one handling time after it."""
+    from batchlab.calibration.from_replay.predict import FrontEnd
+    send = np.sort(np.array(sends))
+    arrival, ahead = FrontEnd(delay, serial).arrivals(send)
+    assert np.all(np.diff(arrival) >= 0)
+    assert np.all(arrival >= send + delay + serial - 1e-12)
+    queued = ahead[1:] > 0
+    assert np.allclose(arrival[1:][queued], arrival[:-1][queued] + serial)
+    assert np.allclose(arrival[~np.r_[False, queued]], (send + delay + serial)[~np.r_[False, queued]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.floats(-1, 5)), st.integers(0, 50),
+                          st.integers(0, 50), st.one_of(st.none(), st.floats(-1, 5)), st.booleans()),
+                min_size=1, max_size=30))
+def test_every_row_is_used_or_counted(rows):
+    """Whatever a record holds, each row ends either used or dropped with a reason; used
+    rows are ordered in time from 0."""
+    from batchlab.calibration.from_replay.observed import Builder
+    b = Builder("x", "test")
+    for send, plen, olen, ttft, failed in rows:
+        b.add(send, plen, olen, ttft, None, [0.01] * max(olen - 1, 0), "boom" if failed else "")
+    r = b.done(None)
+    assert len(r.requests) + sum(r.dropped.values()) == len(rows)
+    sends = [q.send_s for q in r.requests]
+    assert sends == sorted(sends) and (not sends or sends[0] == 0.0)
+    assert all(q.ttft_s > 0 and q.e2e_s >= q.ttft_s for q in r.requests)
