@@ -108,6 +108,14 @@ def test_mixed_models_and_too_few_requests_are_refused(tmp_path):
         read_all([str(b), str(c)])
 
 
+def test_cli_settings_that_cannot_serve_the_replay(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(vllm_result()))
+    r = batchlab("calibrate", "--from-replay", str(p), "--num-kv-blocks", "2", timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "cannot serve" in r.stderr and "num_kv_blocks 2 (given)" in r.stderr
+
+
 def test_metrics_settings_from_cache_config_info():
     text = ('# HELP vllm:cache_config_info x\nvllm:cache_config_info{block_size="32",cache_dtype="auto",'
             'enable_prefix_caching="False",num_gpu_blocks="4096"} 1.0\nvllm:num_requests_running 0\n')

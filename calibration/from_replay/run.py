@@ -80,6 +80,21 @@ def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.nd
     return errors(parts)
 
 
+def check_servable(cases: list[Case], settings: EngineSettings, prior: Profile) -> None:
+    """Every request the server served, the simulated engine serves too: else its settings
+    are not the server's (a KV pool too small for a prompt, say), a one-line ValueError."""
+    sched, cost = settings.scheduler(), prior.simulation_cost()
+    for c in cases:
+        ttft, _ = predict(c, sched, cost)
+        lost = np.flatnonzero(~np.isfinite(ttft))
+        if lost.size:
+            i = int(lost[0])
+            raise ValueError(
+                f"{c.where}: the engine settings ({'; '.join(settings.lines())}) cannot serve {lost.size} "
+                f"of its requests the server served (the first: a prompt of {c.workload.prompt_len[i]} and "
+                f"{c.workload.output_len[i]} out); give the server's --num-kv-blocks / --block-size")
+
+
 def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
                  settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
                  same_model: bool = True) -> ReplayFit:
@@ -90,6 +105,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
                              f"prices {prior.model_source or prior.model.name!r}")
     cases = [Case.of(r) for r in replays]
+    check_servable(cases, settings, prior)
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
     space = fitted_form_space(prior.cost_model(), prior.loop_overhead())
     sched = settings.scheduler()
