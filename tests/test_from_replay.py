@@ -256,3 +256,41 @@ def test_every_row_is_used_or_counted(rows):
     sends = [q.send_s for q in r.requests]
     assert sends == sorted(sends) and (not sends or sends[0] == 0.0)
     assert all(q.ttft_s > 0 and q.e2e_s >= q.ttft_s for q in r.requests)
+
+
+def _replay_folder(directory, with_gaps: bool):
+    """A batchlab replay --out folder, written by replay's own writers from made-up outcomes:
+    20 finished (5 tokens, 10 ms apart) and one failed."""
+    from batchlab.core.run_folder import to_json
+    from batchlab.experiments.output import ResultWriter
+    from batchlab.experiments.replay.client import Outcome
+    from batchlab.experiments.replay.results import run_result, vllm_bench_json
+    from batchlab.experiments.replay.sender import Replay
+    rep = Replay(t0=100.0)
+    for i in range(21):
+        o = Outcome(i, 30 + i, 5, start=100.0 + 0.1 * i)
+        if i == 7:
+            o.error, o.end = "HTTP 500: boom", o.start + 0.01
+        else:
+            o.first = o.start + 0.05
+            o.token_times = [o.first + 0.01 * k for k in range(5)]
+            o.end, o.usage_tokens = o.token_times[-1], 5
+        rep.outcomes[i] = o
+    meta = {"endpoint": "http://127.0.0.1:1/v1/completions", "model": "batchlab-tiny"}
+    result = run_result(rep, meta)
+    w = ResultWriter(directory, {})
+    w.add("replay", result, result.summary())
+    if with_gaps:
+        (directory / "result.json").write_text(to_json(vllm_bench_json(rep, result.summary(), result.meta, 1.0, 1.0)))
+
+
+@pytest.mark.parametrize("with_gaps", [True, False])
+def test_batchlab_replay_folder_read_back(tmp_path, with_gaps):
+    d = tmp_path / "rep"
+    _replay_folder(d, with_gaps)
+    (r,) = read_one(d)
+    assert r.fmt == "batchlab-replay" and r.model == "batchlab-tiny" and r.endpoint.endswith("/completions")
+    assert len(r.requests) == 20 and r.failed == 1 and r.unusable == 0
+    q = r.requests[0]
+    assert q.ttft_s == pytest.approx(0.05) and q.tpot_s == pytest.approx(0.01)
+    assert (q.gaps is not None) == with_gaps  # without result.json: the span only
