@@ -18,8 +18,9 @@ GRIDS = ("default", "quick")
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="time the backend, fit the cost model, save a profile",
                               description=__doc__)
-    p.add_argument("--model", default="batchlab-small", metavar="NAME|DIR",
-                   help="backend model: a batchlab-* size or a checkpoint dir (default batchlab-small)")
+    p.add_argument("--model", metavar="NAME|DIR",
+                   help="backend model: a batchlab-* size or a checkpoint dir (default batchlab-small); "
+                   "with --from-replay: the model the replays must be of")
     p.add_argument("--device", default="cpu", metavar="DEV", help="cpu (default) | cuda | cuda:N")
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="torch threads (default 1: steady timing on small shared CPUs)")
@@ -28,7 +29,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "timings go to the .jsonl next to it")
     p.add_argument("--grid", choices=GRIDS, default="default",
                    help="default: ~3-5 min on one CPU thread; quick: a smoke test (not for use)")
-    p.add_argument("--block-size", type=int, default=16, metavar="N", help="KV block size (default 16)")
+    p.add_argument("--block-size", type=int, metavar="N", help="KV block size (default 16)")
     p.add_argument("--kv-memory", metavar="BUDGET",
                    help="KV pool the profile's capacity is for (default: the backend's, 1GiB on cpu)")
     p.add_argument("--points", action="store_true", help="also print every grid point's error")
@@ -39,16 +40,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="fit from served runs instead of sweeping: the --out directories of "
                    "batchlab run / validate (see docs/calibration.md)")
     p.add_argument("--profile", metavar="FILE|NAME",
-                   help="with --from-run: refine this profile to serving (default: fit every term)")
+                   help="with --from-run: refine this profile to serving (default: fit every term); "
+                   "with --from-replay / --endpoint: the prior (default: the model's shipped profile)")
     p.add_argument("--holdout-every", type=int, default=3, metavar="K",
-                   help="with --from-run: judge on 1 in K runs, not fitted on (a single run: its "
-                   "last quarter); 0: fit on all (default 3)")
+                   help="with --from-run / --from-replay: judge on 1 in K runs, not fitted on (a single "
+                   "run: its last quarter); 0: fit on all (default 3)")
+    from batchlab.calibration.from_replay.cli import add_options
+    add_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.from_run:
         return run_from_runs(args)
+    if args.from_replay or args.endpoint:
+        from batchlab.calibration.from_replay.cli import run
+        return run(args)
+    if args.block_size is None:
+        args.block_size = 16
+    if args.model is None:
+        args.model = "batchlab-small"
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
     from batchlab.calibration.grid import default_grid, tiny_grid

@@ -1,0 +1,153 @@
+"""The whole fit from request timings: the replays read, their engine settings, the prior
+(a profile), the fit (fit.py) on some replays and the judgement on the others, and the
+profile it makes. Every problem is a one-line ValueError."""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from batchlab.calibration.from_replay.fit import (FRONT, REQUEST_OVERHEAD, REQUEST_OVERHEAD_PRIOR, SERIAL,
+                                                  SERIAL_PRIOR, FitResult, fit)
+from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
+from batchlab.calibration.from_replay.observed import ObservedReplay
+from batchlab.calibration.from_replay.predict import Case, FrontEnd, predict
+from batchlab.calibration.from_replay.settings import EngineSettings
+from batchlab.calibration.from_replay.space import ParamSpace, fitted_form_space
+from batchlab.calibration.profile_parts import cost_params, effective
+from batchlab.core.profile import FitQuality, Profile, RegionError
+
+HOLDOUT_SHARE = 0.25  # one replay only: the requests sent last are judged, not fitted
+
+
+@dataclass
+class ReplayFit:
+    profile: Profile
+    fit: FitResult
+    settings: EngineSettings
+    replays: list[ObservedReplay]
+    fitted_on: list[str]
+    judged_on: list[str]
+    heldout: Errors | None  # the fitted profile on the held-out requests
+    heldout_prior: Errors | None  # the prior on them
+    train: Errors
+    floor: Errors | None  # the server's own spread
+    floor_from: str
+    per_replay: list[tuple[str, Errors, Errors]] = field(default_factory=list)  # judged: (where, fit, prior)
+
+
+def model_matches(model: str | None, profile: Profile) -> bool:
+    if not model:
+        return True
+    names = {profile.model.name, profile.model_source, profile.model_source.rstrip("/").rsplit("/", 1)[-1]}
+    return model in names or model.rstrip("/").rsplit("/", 1)[-1] in names
+
+
+def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
+          ) -> tuple[list[np.ndarray], list[np.ndarray], list[str], list[str]]:
+    """(fit masks, judge masks, fitted on, judged on), per case; `held` names the cases
+    judged (else one in holdout_every)."""
+    n = len(cases)
+    if n == 1 and held is None:
+        c = cases[0]
+        k = len(c)
+        cut = k - max(1, round(k * HOLDOUT_SHARE)) if holdout_every else k
+        idx = np.arange(k)
+        return [idx < cut], [idx >= cut], [f"{c.where} (first {cut} requests)"], \
+            [f"{c.where} (last {k - cut} requests)"] if cut < k else []
+    if held is None:
+        held = [bool(holdout_every) and i % holdout_every == 1 for i in range(n)]
+    ones = [np.ones(len(c), bool) for c in cases]
+    zeros = [np.zeros(len(c), bool) for c in cases]
+    fit_m = [z if h else o for h, o, z in zip(held, ones, zeros)]
+    judge_m = [o if h else z for h, o, z in zip(held, ones, zeros)]
+    return fit_m, judge_m, [c.where for c, h in zip(cases, held) if not h], \
+        [c.where for c, h in zip(cases, held) if h]
+
+
+def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],
+           settings: EngineSettings) -> Errors | None:
+    """The per-request error of `values` (the front end's among them, else none)."""
+    values = dict(values)
+    front = FrontEnd(values.pop(REQUEST_OVERHEAD, 0.0), values.pop(SERIAL, 0.0))
+    cost, sched = space.priced(values), settings.scheduler()
+    parts = []
+    for c, m in zip(cases, masks):
+        if m.any():
+            t, p = predict(c, sched, cost, front)
+            parts.append((t[m], p[m], c.ttft[m], c.tpot[m]))
+    return errors(parts)
+
+
+def check_servable(cases: list[Case], settings: EngineSettings, prior: Profile) -> None:
+    """Every request the server served, the simulated engine serves too: else its settings
+    are not the server's (a KV pool too small for a prompt, say), a one-line ValueError."""
+    sched, cost = settings.scheduler(), prior.simulation_cost()
+    for c in cases:
+        ttft, _ = predict(c, sched, cost)
+        lost = np.flatnonzero(~np.isfinite(ttft))
+        if lost.size:
+            i = int(lost[0])
+            raise ValueError(
+                f"{c.where}: the engine settings ({'; '.join(settings.lines())}) cannot serve {lost.size} "
+                f"of its requests the server served (the first: a prompt of {c.workload.prompt_len[i]} and "
+                f"{c.workload.output_len[i]} out); give the server's --num-kv-blocks / --block-size")
+
+
+def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
+                 settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
+                 same_model: bool = True) -> ReplayFit:
+    """same_model: the replays must name the prior's model (False: a roofline prior, whose
+    preset the user chose to stand for the server's model)."""
+    for r in replays:
+        if same_model and not model_matches(r.model, prior):
+            raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
+                             f"prices {prior.model_source or prior.model.name!r}")
+    cases = [Case.of(r) for r in replays]
+    check_servable(cases, settings, prior)
+    fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
+    space = fitted_form_space(prior.cost_model(), prior.loop_overhead())
+    sched = settings.scheduler()
+    result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space)
+    heldout = judged(space, result.values, cases, judge_m, settings)
+    prior_front = {REQUEST_OVERHEAD: REQUEST_OVERHEAD_PRIOR, SERIAL: SERIAL_PRIOR}
+    before = judged(space, prior_front, cases, judge_m, settings)
+    train = judged(space, result.values, cases, fit_m, settings)
+    floor, floor_from = noise_floor(cases)
+    per_replay = []
+    for c, m in zip(cases, judge_m):
+        if m.any():
+            one = [np.ones(len(c), bool) & m]
+            per_replay.append((c.where, judged(space, result.values, [c], one, settings),
+                               judged(space, prior_front, [c], one, settings)))
+    model = replace(prior.cost_model(), **{k: v for k, v in result.values.items() if k in space.names})
+    src = heldout or train
+
+    def region(ape: float, n: int) -> RegionError:
+        return RegionError(n=n, median_ape=round(ape, 2), max_ape=None)
+    quality = FitQuality(heldout=region((src.ttft_median_pct + src.tpot_median_pct) / 2, src.n),
+                         train=region((train.ttft_median_pct + train.tpot_median_pct) / 2, train.n),
+                         regions={"ttft": region(src.ttft_median_pct, src.n),
+                                  "tpot": region(src.tpot_median_pct, src.n)},
+                         spread_median_pct=None if floor is None else
+                         round((floor.ttft_median_pct + floor.tpot_median_pct) / 2, 2))
+    told = [t.name for t in result.terms if t.told and t.name not in FRONT]
+    together = [t.name for t in result.terms if t.status == "together"]
+    ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
+    profile = prior.model_copy(update={
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cost": cost_params(model), "fit": quality, "effective": effective(model, {}),
+        "num_kv_blocks": int(settings.num_kv_blocks.value), "block_size": int(settings.block_size.value),
+        "measurements": None, "measurements_path": None, "serving": None, "grid": None, "sweep_s": None, "total_s": None,
+        "runs": fitted_on,
+        "notes": (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
+               f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
+               f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
+               f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
+               f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
+               f"(not in the profile): {ro * 1e3:.1f} ms a request from send to the engine, "
+               f"{serial * 1e3:.2f} ms more for each request of a burst; engine: "
+               f"{'; '.join(settings.lines())}")})
+    return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
+                     floor, floor_from, per_replay)
