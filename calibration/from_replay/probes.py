@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from batchlab.core import atomic
 from batchlab.core.workload.workload import Workload
 from batchlab.experiments.errors import UserError
 
@@ -87,7 +88,7 @@ def send_probes(args: argparse.Namespace, directory: Path, seats: int) -> list[P
         d = directory / name
         writer = ResultWriter(d, {"probe": name})
         writer.add("replay", result, summary)
-        (d / "result.json").write_text(to_json(vllm_bench_json(rep, summary, result.meta, "inf", 1.0)) + "\n")
+        atomic.write_text(d / "result.json", to_json(vllm_bench_json(rep, summary, result.meta, "inf", 1.0)) + "\n")
         paths.append(d)
     return paths
 
