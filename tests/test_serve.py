@@ -110,6 +110,17 @@ def test_models_health_and_api_key(server, client):
     assert httpx.get(f"{server.base}/metrics").status_code == 200
 
 
+def test_metrics_state_the_engine_settings(server):
+    """The settings a client calibrating from request timings reads (vLLM's cache config
+    gauge, batchlab's scheduler one) are the ones this server runs with."""
+    from batchlab.calibration.from_replay.settings import parse_metrics
+    found = parse_metrics(httpx.get(f"{server.base}/metrics", timeout=10).text)
+    assert found["num_kv_blocks"] == BLOCKS and found["max_num_seqs"] == 64
+    assert found["block_size"] == 16
+    assert found["prefix_caching"] is True  # the continuous policy's default, as vLLM's V1
+    assert found["max_num_batched_tokens"] > 0 and found["policy"] == "continuous"
+
+
 @pytest.mark.parametrize("body, status, words", [
     (b'{"model": "batchlab-tiny", "prompt": ', 400, "malformed JSON"),
     (b'[1, 2]', 400, "JSON object"),

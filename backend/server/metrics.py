@@ -44,10 +44,27 @@ class ServerMetrics:
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Generated tokens")
 
     def watch(self, sched) -> None:
-        """Gauges read the scheduler when scraped (plain reads of lengths and counts)."""
+        """Gauges read the scheduler when scraped (plain reads of lengths and counts);
+        the engine's settings are stated once, as vLLM states its cache config, so that a
+        client calibrating from request timings (calibrate --from-replay / --endpoint)
+        simulates the engine that served it."""
+        self._settings(sched)
         self.running.set_function(lambda: len(sched.running))
         self.waiting.set_function(lambda: sched.num_waiting)
         self.kv_usage.set_function(lambda: sched.kv.num_used / sched.kv.num_blocks)
+
+    def _settings(self, sched) -> None:
+        r = self.registry
+        # vLLM's gauge (vllm/v1/metrics/loggers.py): the cache config as labels, value 1.
+        cache = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                      ["block_size", "num_gpu_blocks", "enable_prefix_caching"], registry=r)
+        cache.labels(str(sched.kv.block_size), str(sched.kv.num_blocks),
+                     str(bool(sched.prefix_caching))).set(1)
+        # vLLM states no scheduler config; batchlab does, under its own prefix.
+        budget = sched.token_budget
+        sc = Gauge("batchlab:scheduler_config_info", "The engine's seats, token budget and policy",
+                   ["max_num_seqs", "max_num_batched_tokens", "policy"], registry=r)
+        sc.labels(str(sched.max_seqs), "" if budget is None else str(budget), sched.name).set(1)
 
     def on_step(self, sched, batch, kv_used_fraction: float) -> None:
         if batch.preempted:

@@ -1,7 +1,8 @@
 """The engine settings the observed requests are simulated under, each with where it came
 from: the server's /metrics (vLLM's `vllm:cache_config_info` gauge carries block_size,
 num_gpu_blocks and enable_prefix_caching as labels; any `*_config_info` gauge with
-max_num_seqs or max_num_batched_tokens counts too), the user's options, or batchlab's
+max_num_seqs, max_num_batched_tokens or a batchlab policy counts too: batchlab serve's
+batchlab:scheduler_config_info), the user's options, or batchlab's
 default. The user's option wins over /metrics; what neither gives is said to be a default."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ FROM_METRICS, FROM_USER, FROM_DEFAULT, FROM_PRIOR = "server /metrics", "given", 
 # Label names on a *_config_info gauge -> our setting.
 METRIC_LABELS = {"block_size": "block_size", "num_gpu_blocks": "num_kv_blocks",
                  "enable_prefix_caching": "prefix_caching", "max_num_seqs": "max_num_seqs",
-                 "max_num_batched_tokens": "max_num_batched_tokens"}
+                 "max_num_batched_tokens": "max_num_batched_tokens", "policy": "policy"}
 FIELDS = ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "prefix_caching")
 _INFO = re.compile(r'^([A-Za-z_:][\w:]*_config_info)\{(.*)\}\s+\S+', re.MULTILINE)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -62,7 +63,9 @@ def parse_metrics(text: str) -> dict[str, object]:
             ours = METRIC_LABELS.get(key)
             if ours is None or raw in ("", "None"):
                 continue
-            if ours == "prefix_caching":
+            if ours == "policy":
+                found[ours] = raw
+            elif ours == "prefix_caching":
                 found[ours] = raw.lower() == "true"
             elif raw.isdigit():
                 found[ours] = int(raw)
@@ -96,7 +99,7 @@ def resolve(given: dict[str, object], scraped: dict[str, object], prior_blocks: 
             return Setting(scraped[name], FROM_METRICS)
         return Setting(default, FROM_DEFAULT)
 
-    policy = Setting(given["policy"], FROM_USER) if given.get("policy") else Setting(d.policy, FROM_DEFAULT)
+    policy = pick("policy", d.policy)
     block = pick("block_size", d.block_size)
     blocks = pick("num_kv_blocks", None)
     if blocks.value is None and prior_blocks:

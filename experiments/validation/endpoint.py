@@ -26,8 +26,8 @@ def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
         raise UserError(f"--{given[0].replace('_', '-')} does not apply with --endpoint: "
                         f"the server there decides how it computes")
     if not profile_path:
-        raise UserError("--endpoint needs --profile: an external server cannot be calibrated "
-                        "from here (see docs/serve.md for what request timings can fit)")
+        raise UserError("--endpoint needs --profile: fit one to that server first with "
+                        "batchlab calibrate --endpoint URL --out DIR (docs/calibration.md)")
 
 
 def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> tuple[RealSide, str]:
