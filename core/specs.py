@@ -5,72 +5,17 @@ fp8 tensor-core peak). What a real engine achieves is lower: the roofline cost m
 scales them by efficiencies."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from batchlab.core.checks import Count, NonNegative, Positive, Seconds, Tokens, shown
+from batchlab.core.checks import NonNegative, Positive, Seconds, shown
+from batchlab.core.model_config import spec_from_file
+from batchlab.core.model_spec import ModelSpec
 
-
-
-class ModelSpec(BaseModel):
-    """A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU)."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    num_layers: Count
-    hidden_size: Count
-    num_heads: Count
-    num_kv_heads: Count
-    head_dim: Count
-    intermediate_size: Count
-    vocab_size: Count
-    max_context: Tokens | None = Field(
-        None, description="max_position_embeddings: longest prompt + output (None: unknown)")
-    tied_embeddings: bool = False
-    dtype_bytes: Count = Field(2, le=8, description="bytes per weight (and KV element, unless kv_dtype_bytes)")
-    kv_dtype_bytes: Count | None = Field(None, le=8, description="bytes per KV element; None: dtype_bytes")
-
-    @property
-    def layer_params(self) -> int:
-        h, hd = self.hidden_size, self.head_dim
-        attn = h * self.num_heads * hd * 2 + h * self.num_kv_heads * hd * 2  # q, o, k, v
-        return attn + 3 * h * self.intermediate_size + 2 * h  # SwiGLU + two norms
-
-    @property
-    def params(self) -> int:
-        embed = self.vocab_size * self.hidden_size
-        head = 0 if self.tied_embeddings else embed
-        return self.num_layers * self.layer_params + embed + head + self.hidden_size
-
-    @property
-    def params_read_per_step(self) -> int:
-        """Weights a forward pass streams: every layer and the LM head; the embedding
-        table is only gathered row by row (unless tied, when it is the LM head)."""
-        return self.num_layers * self.layer_params + self.vocab_size * self.hidden_size + self.hidden_size
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        kv = self.kv_dtype_bytes or self.dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv
-
-    @property
-    def activation_bytes(self) -> int:
-        """Bytes per activation element (what a TP all-reduce moves): fp8 weights still
-        compute and exchange activations in 16 bits."""
-        return max(self.dtype_bytes, 2)
-
-    @property
-    def flops_per_token(self) -> int:
-        """Matmul FLOPs of one token through all linear layers and the LM head."""
-        return 2 * self.params_read_per_step
-
-    @property
-    def attention_flops_per_pair(self) -> int:
-        """QK^T and PV for one (query, key) pair across all layers and heads."""
-        return 4 * self.num_layers * self.num_heads * self.head_dim
+__all__ = ["DTYPES", "HARDWARE", "MODELS", "HardwareSpec", "ModelSpec", "canonical_dtype",
+           "lookup_hardware", "lookup_model", "with_dtypes"]
 
 
 class HardwareSpec(BaseModel):
@@ -142,6 +87,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
     _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
 ]}
+# The presets shipped as config.json files (core/presets/models, sources in SOURCES.toml).
+PRESET_CONFIGS = Path(__file__).parent / "presets" / "models"
+MODELS.update((f.stem, spec_from_file(f, f.stem)) for f in sorted(PRESET_CONFIGS.glob("*.json")))
 
 # Memory is what nvidia-smi reports as the total (MiB): datasheets round it, in GB
 # or in GiB (an H200's "141 GB" is 140.4 GiB; an L4's "24 GB" is 22.5 GiB).
@@ -168,10 +116,21 @@ HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
 ]}
 
 
+def is_model_path(name: str) -> bool:
+    """A model given as a directory or a config.json file rather than a preset name."""
+    return name not in MODELS and (os.sep in name or name.startswith(".") or name.endswith(".json")
+                                   or os.path.exists(name))
+
+
 def lookup_model(name: str) -> ModelSpec:
-    if name not in MODELS:
-        raise ValueError(f"unknown model preset {shown(name)}; expected one of {', '.join(MODELS)}")
-    return MODELS[name]
+    """A preset by name, or any Hugging Face config.json: the file, or the directory
+    holding it (named after the directory)."""
+    if name in MODELS:
+        return MODELS[name]
+    if is_model_path(name):
+        return spec_from_file(name)
+    raise ValueError(f"unknown model preset {shown(name)}; expected one of {', '.join(MODELS)}, "
+                     f"or a directory holding a config.json (or the file)")
 
 
 def lookup_hardware(name: str) -> HardwareSpec:
