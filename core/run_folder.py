@@ -27,14 +27,16 @@ import numpy as np
 from pydantic import ValidationError
 
 from batchlab.core.checks import shown
-from batchlab.core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
+from batchlab.core.features import (
+    FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, WINDOW_FEATURES, masked_pairs_estimate)
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 
 REQUESTS, STEPS, META, SUMMARY = "requests.csv", "steps.csv", "meta.json", "summary.json"
 TABLES = (REQUESTS, STEPS)
 # What a step table must have to be priced again (the later features are derived).
-STEP_COLUMNS = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES if n not in LATER_FEATURES)
+STEP_COLUMNS = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES
+                                                  if n not in LATER_FEATURES + WINDOW_FEATURES)
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -173,6 +175,9 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
     if "masked_pairs" not in cols:  # a table written before the feature
         cols["masked_pairs"] = np.array([float(masked_pairs_estimate(int(c), int(n))) for c, n in
                                          zip(cols["prefill_tokens"], cols["num_prefill_seqs"])])
+    for windowed, full in zip(WINDOW_FEATURES, ("kv_tokens_read", "attention_pairs")):
+        if windowed not in cols:  # a table written before them: a window-free model's
+            cols[windowed] = cols[full].copy()
     if "after_idle" not in cols:
         start, dur = cols["start_s"], cols["duration_s"]
         gap = np.concatenate(([math.inf], start[1:] - (start[:-1] + dur[:-1])))[:start.size]
