@@ -97,6 +97,18 @@ class DeploymentRoofline(FormDefaults):
         return np.broadcast_to(t, (m,)).astype(float)
 
 
+def allreduces_per_step(model: ModelSpec, layout: Layout) -> float:
+    """TP all-reduces one GPU of the busiest stage runs a step: Megatron's one after
+    attention (none with DP attention) and one after each dense MLP and each MoE layer
+    whose experts are sliced over TP (spread experts combine by the all-to-all)."""
+    if layout.tp == 1:
+        return 0.0
+    stage = layout.share(model).stage
+    moe = model.moe_layers if model.is_moe else 0
+    return stage * ((0 if layout.dp_attention else model.num_layers) + model.dense_layers
+                    + (moe if layout.ep == 1 else 0))
+
+
 def deployment_roofline(model: ModelSpec, hw: HardwareSpec, layout: Layout,
                         mem_efficiency: float = 1.0, compute_efficiency: float = 1.0,
                         overhead_s: float = 0.0, allreduce_latency_s: float | None = None,
@@ -119,15 +131,11 @@ def deployment_roofline(model: ModelSpec, hw: HardwareSpec, layout: Layout,
     windowed = model.windowed_layers
     act = model.activation_bytes
     latency = hw.allreduce_latency_s if allreduce_latency_s is None else allreduce_latency_s
-    stage_layers = stage * L
     comm_bytes = comm_latency = a2a_bytes = a2a_latency = 0.0
     if tp > 1:
         if hw.interconnect_bandwidth <= 0:
             raise ValueError(f"hardware {hw.name!r} has no interconnect_bandwidth for {layout.describe()}")
-        # Megatron TP: an all-reduce after attention (none with DP attention) and after each
-        # MLP (none after a MoE layer whose experts are spread: the all-to-all combines).
-        per_layer = (0 if layout.dp_attention else 1) * stage_layers + stage * model.dense_layers \
-            + (moe_layers if layout.ep == 1 else 0)
+        per_layer = allreduces_per_step(model, layout)
         comm_bytes = per_layer * h * act * 2 * (tp - 1) / tp
         comm_latency = per_layer * latency
         if layout.ep > 1:
@@ -202,3 +210,26 @@ def deployment_kv_blocks(model: ModelSpec, hw: HardwareSpec, layout: Layout, blo
                          f"not fit in the {free / 2**30:.2f} GiB per GPU its weights leave on "
                          f"{layout.gpus} x {hw.name} ({layout.describe()}): give a smaller block size")
     return blocks
+
+
+def deployment_terms(model: ModelSpec, cost: DeploymentRoofline) -> str:
+    """What a MoE / MLA / windowed model's price rests on, in words (the assumptions)."""
+    parts = []
+    if model.is_moe:
+        shared = ", shared experts" if model.shared_expert_intermediate_size else ""
+        parts.append(f"MoE: {model.experts_per_token} of {model.num_experts} experts per token in "
+                     f"{model.moe_layers} layers; weights read = experts the step's tokens touch "
+                     f"(uniform routing) + attention{shared}, router")
+    if model.is_mla:
+        parts.append(f"MLA: {model.kv_lora_rank + model.qk_rope_head_dim}-wide latent KV, absorbed attention")
+    if model.layer_windows:
+        parts.append(f"{model.windowed_layers} of {model.num_layers} layers read at most "
+                     f"{model.window} tokens")
+    if model.quantization:
+        parts.append(f"declared {model.quantization} weights")
+    if cost.a2a_bytes_per_token:
+        parts.append("EP: an all-to-all dispatch and combine per MoE layer (latency as an all-reduce's)")
+    if cost.stages > 1:
+        parts.append(f"{cost.stages} stages priced as a pipeline round (micro-batches = "
+                     f"min(stages, sequences))")
+    return "; ".join(parts)

@@ -1,43 +1,18 @@
-"""Model architectures and accelerators, from their configs and datasheets.
-
-Figures are the vendors' (dense, no sparsity; bf16/fp16 and, where the GPU has them,
-fp8 tensor-core peak). What a real engine achieves is lower: the roofline cost model
-scales them by efficiencies."""
+"""Model and hardware presets by name: the dense Llama-family shapes below, the
+config.json files of core/presets/models (core/model_config.py reads them, and any other
+one given as a file or a directory), and the hardware catalogue (core/hardware.py)."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from batchlab.core.checks import NonNegative, Positive, Seconds, shown
+from batchlab.core.checks import shown
+from batchlab.core.hardware import ALLREDUCE_LATENCY_S, HARDWARE, MIB, HardwareSpec, fp8_hardware
 from batchlab.core.model_config import spec_from_file
 from batchlab.core.model_spec import ModelSpec
 
-__all__ = ["DTYPES", "HARDWARE", "MODELS", "HardwareSpec", "ModelSpec", "canonical_dtype",
-           "lookup_hardware", "lookup_model", "with_dtypes"]
-
-
-class HardwareSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    memory_bytes: Positive
-    mem_bandwidth: Positive = Field(description="bytes/s")
-    peak_flops: Positive = Field(description="dense bf16/fp16 tensor-core FLOP/s")
-    peak_flops_fp8: NonNegative = Field(0.0, description="dense fp8 tensor-core FLOP/s; 0 = no fp8")
-    interconnect_bandwidth: NonNegative = Field(0.0, description="bytes/s per GPU for all-reduce; 0 = none")
-    interconnect: str = Field("", description="what the all-reduces cross (NVLink, PCIe)")
-    allreduce_latency_s: Seconds = Field(0.0, description="fixed cost of one all-reduce")
-
-    def flops_for(self, dtype: str) -> float:
-        """Dense tensor-core FLOP/s for weights in `dtype` (a DTYPES key)."""
-        if dtype == "fp8":
-            if not self.peak_flops_fp8:
-                raise ValueError(f"hardware {self.name!r} has no fp8 tensor cores; use bf16 or fp16 "
-                                 f"weights (fp8 is priced on {', '.join(fp8_hardware())})")
-            return self.peak_flops_fp8
-        return self.peak_flops
+__all__ = ["ALLREDUCE_LATENCY_S", "DTYPES", "HARDWARE", "MIB", "MODELS", "HardwareSpec", "ModelSpec",
+           "canonical_dtype", "fp8_hardware", "lookup_hardware", "lookup_model", "with_dtypes"]
 
 
 # Serving dtypes the roofline prices: bytes per element. float32 is the backend's CPU
@@ -59,10 +34,6 @@ def canonical_dtype(name: str) -> str:
 def with_dtypes(model: ModelSpec, weights: str, kv: str) -> ModelSpec:
     """The model served with weights and KV cache in these dtypes (DTYPES keys)."""
     return model.model_copy(update={"dtype_bytes": DTYPES[weights], "kv_dtype_bytes": DTYPES[kv]})
-
-
-def fp8_hardware() -> list[str]:
-    return [h.name for h in HARDWARE.values() if h.peak_flops_fp8]
 
 
 def _llama(name, L, h, nh, nkv, inter, vocab, ctx, tied=False, hd=None) -> ModelSpec:
@@ -90,31 +61,6 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 # The presets shipped as config.json files (core/presets/models, sources in SOURCES.toml).
 PRESET_CONFIGS = Path(__file__).parent / "presets" / "models"
 MODELS.update((f.stem, spec_from_file(f, f.stem)) for f in sorted(PRESET_CONFIGS.glob("*.json")))
-
-# Memory is what nvidia-smi reports as the total (MiB): datasheets round it, in GB
-# or in GiB (an H200's "141 GB" is 140.4 GiB; an L4's "24 GB" is 22.5 GiB).
-MIB = 2**20
-# Interconnect: bytes/s one way per GPU (NVLink 3: 600 GB/s total, NVLink 4: 900; an L4
-# has PCIe Gen4 x16, 32 GB/s). All-reduce latency: what one collective costs however
-# small, 45 us, the low end of the 45-90 us of Vidur's profiled NCCL all-reduces on A100
-# (a launch, a handshake, a sync); the same figure is assumed on every preset, PCIe
-# included, for want of a measurement (--collective-latency-us sets it).
-ALLREDUCE_LATENCY_S = 45e-6
-HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
-    HardwareSpec(name="a100-80gb", memory_bytes=81_920 * MIB, mem_bandwidth=2.039e12,
-                 peak_flops=312e12, interconnect_bandwidth=300e9, interconnect="NVLink 3",
-                 allreduce_latency_s=ALLREDUCE_LATENCY_S),  # Ampere: no fp8 tensor cores
-    HardwareSpec(name="h100-sxm", memory_bytes=81_559 * MIB, mem_bandwidth=3.35e12,
-                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
-                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-    HardwareSpec(name="h200", memory_bytes=143_771 * MIB, mem_bandwidth=4.8e12,
-                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
-                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-    HardwareSpec(name="l4", memory_bytes=23_034 * MIB, mem_bandwidth=300e9,
-                 peak_flops=121e12, peak_flops_fp8=242e12, interconnect_bandwidth=32e9,
-                 interconnect="PCIe 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-]}
-
 
 def is_model_path(name: str) -> bool:
     """A model given as a directory or a config.json file rather than a preset name."""

@@ -134,7 +134,7 @@ def _print_header(workload, setup, cfg) -> None:
     meta = setup.meta
     seats = sorted(set(meta.max_num_seqs.values()))
     print(f"workload: {workload.describe()}")
-    print(f"model {meta.model} on {cfg.hardware.tensor_parallel} x {meta.hardware}, "
+    print(f"model {meta.model} on {cfg.hardware.gpus} x {meta.hardware}, "
           f"{setup.blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
           f"{'/'.join(map(str, seats))} seats, {cfg.run.replicas} replica(s)")
     print("\n".join(setup.assumptions()) + "\n")
