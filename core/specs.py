@@ -61,6 +61,9 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
 # The presets shipped as config.json files (core/presets/models, sources in SOURCES.toml).
 PRESET_CONFIGS = Path(__file__).parent / "presets" / "models"
 MODELS.update((f.stem, spec_from_file(f, f.stem)) for f in sorted(PRESET_CONFIGS.glob("*.json")))
+# The backend's embedded models among them run in float32 on CPU.
+MODELS.update((n, m.model_copy(update={"dtype_bytes": 4})) for n, m in MODELS.items()
+              if n.startswith("batchlab-") and m.architecture != "llama")
 
 def is_model_path(name: str) -> bool:
     """A model given as a directory or a config.json file rather than a preset name."""

@@ -1,0 +1,65 @@
+"""The backend runs a small mixture-of-experts model (batchlab-tiny-moe, Mixtral-shaped)
+and a small sliding-window model (batchlab-tiny-swa, Qwen2-shaped, a window of 32 on
+every other layer), built from their shipped config.json with seeded weights, under the
+shared scheduler with the paged KV cache: greedy tokens equal transformers' reference
+implementation of the same config, through batching, chunked prefills and preemption,
+and the steps it records carry the windowed features."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
+
+from tests.test_backend_oracle import _reference, _serve, _workload
+from batchlab.backend.models import build_preset
+from batchlab.backend.runtime import Runtime
+from batchlab.core.specs import MODELS
+
+# Contexts well past the 32-token window, some prompts longer than it.
+W = _workload([5, 45, 12, 70, 1, 33], [30, 12, 40, 9, 50, 20])
+
+
+@pytest.fixture(scope="module", params=["batchlab-tiny-moe", "batchlab-tiny-swa"])
+def model(request):
+    torch.set_num_threads(1)
+    return build_preset(request.param, seed=0)
+
+
+@pytest.fixture(scope="module")
+def runtime(model):
+    return Runtime(loaded=model, keep_hf=True, kv_memory="64MiB", threads=1)
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    return _reference(model.hf, model.spec.vocab_size, W)
+
+
+def test_the_shape_is_the_simulators(model):
+    assert model.spec == MODELS[model.name]
+    assert model.spec.is_moe or model.spec.layer_windows
+
+
+def test_continuous(runtime, reference):
+    out, res = _serve(runtime, W, policy="continuous", block_size=4)
+    assert out == reference
+    assert res.steps["num_seqs"].max() > 1
+
+
+def test_chunked_with_preemption(runtime, reference):
+    out, res = _serve(runtime, W, policy="chunked", block_size=4, num_kv_blocks=30,
+                      max_num_batched_tokens=16)
+    assert res.requests["preemptions"].sum() > 0
+    assert out == reference
+
+
+def test_recorded_steps_count_the_window(model, runtime):
+    _, res = _serve(runtime, W, policy="continuous", block_size=4)
+    s = res.steps
+    if model.spec.layer_windows:
+        assert (s["window_kv_tokens_read"] <= s["kv_tokens_read"]).all()
+        assert (s["window_kv_tokens_read"] < s["kv_tokens_read"]).any()
+        assert (s["window_kv_tokens_read"] <= s["num_seqs"] * 32 + s["prefill_tokens"]).all()
+    else:
+        assert np.array_equal(s["window_kv_tokens_read"], s["kv_tokens_read"])
