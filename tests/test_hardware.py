@@ -83,7 +83,7 @@ def test_fp8_weights_on_a_gpu_without_fp8_is_one_line(tmp_path):
 
 
 def test_layout_options_and_their_errors():
-    code, out, err = cli(["simulate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--tp", "4",
+    code, _, err = cli(["simulate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--tp", "4",
                           "--ep", "4", "--pp", "2", "--num-requests", "20", "--format", "json"])
     assert code == 0, err
     code, _, err = cli(["simulate", "--model", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--tp", "4",
