@@ -79,7 +79,10 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
         raise ValueError(f"{p}: no config.json in this directory (a model is a preset name, "
                          f"a directory holding a Hugging Face config.json, or that file)")
     if not f.is_file():
-        raise ValueError(f"{p}: no such file or directory")
+        hub = "" if p.is_absolute() or str(path).startswith(".") or str(path).count("/") != 1 else (
+            " (batchlab reads a local config.json and never the model hub: download the "
+            "repository's config.json and give its folder)")
+        raise ValueError(f"{p}: no such file or directory{hub}")
     try:
         raw = json.loads(f.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -134,3 +134,17 @@ def test_a_config_that_cannot_be_priced_names_the_field(patch, field, tmp_path):
 def test_a_missing_model_path_is_one_line(tmp_path):
     code, _, err = cli(["simulate", "--model", str(tmp_path / "nowhere"), "--num-requests", "4"])
     one_line_error(code, err, "nowhere")
+
+
+def test_a_hub_id_says_the_hub_is_not_read():
+    code, _, err = cli(["simulate", "--model", "Qwen/Qwen3-30B-A3B-nowhere", "--num-requests", "4"])
+    one_line_error(code, err, "never the model hub")
+
+
+def test_a_quantised_checkpoint_keeps_a_16_bit_kv_cache(tmp_path):
+    fp8 = tmp_path / "fp8"
+    code, _, err = cli(["simulate", "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8",
+                        "--num-requests", "4", "--out", str(fp8)])
+    assert code == 0, err
+    meta = next(iter(json.loads((fp8 / "meta.json").read_text()).values()))  # by policy
+    assert (meta["weights_dtype"], meta["kv_cache_dtype"]) == ("fp8", "bf16")
