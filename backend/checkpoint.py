@@ -9,6 +9,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from batchlab.core.checks import Count, Tokens, shown
+from batchlab.core.model_config import spec_from_config
 from batchlab.core.sizes import gib
 
 
@@ -45,8 +46,11 @@ def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device
         loc = ".".join(str(p) for p in first["loc"])
         got = "" if first["type"] == "missing" else f" (got {shown(first.get('input'))})"
         raise ValueError(f"{where}: {loc}: {first['msg'].removeprefix('Value error, ')}{got}") from None
-    need = shape.params() * torch.empty(0, dtype=dtype).element_size()
+    # Every expert of a MoE counts (core/model_config.py reads the experts; the Llama
+    # fields above would count one).
+    params = spec_from_config(raw, where.parent.name, str(where)).params
+    need = params * torch.empty(0, dtype=dtype).element_size()
     free = free_memory_bytes(torch.device(device))
     if need > free:
-        raise ValueError(f"{where}: a model of {shape.params():,} parameters would need "
+        raise ValueError(f"{where}: a model of {params:,} parameters would need "
                          f"{gib(need)} for its weights; {device} has {gib(free)} free")

@@ -63,3 +63,12 @@ def test_recorded_steps_count_the_window(model, runtime):
         assert (s["window_kv_tokens_read"] <= s["num_seqs"] * 32 + s["prefill_tokens"]).all()
     else:
         assert np.array_equal(s["window_kv_tokens_read"], s["kv_tokens_read"])
+
+
+def test_a_moe_checkpoint_too_large_counts_every_expert(tmp_path):
+    from batchlab.backend.models import load_model
+    from batchlab.core.specs import PRESET_CONFIGS
+    (tmp_path / "config.json").write_text((PRESET_CONFIGS / "mixtral-8x22b.json").read_text())
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"140,6\d\d,\d{3},\d{3} parameters"):
+        load_model(str(tmp_path))
