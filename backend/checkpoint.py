@@ -26,21 +26,13 @@ class CheckpointShape(BaseModel):
     max_position_embeddings: Tokens | None = None
     tie_word_embeddings: bool = False
 
-    def params(self) -> int:
-        h, heads = self.hidden_size, self.num_attention_heads
-        hd = self.head_dim or h // heads
-        kv = self.num_key_value_heads or heads
-        layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * self.intermediate_size
-        embed = self.vocab_size * h
-        return self.num_hidden_layers * layer + embed * (1 if self.tie_word_embeddings else 2)
-
 
 def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device | str) -> None:
     """ValueError (one line) for a shape field that is not a sensible count, or weights
     larger than the device's free memory."""
     from batchlab.backend.device import free_memory_bytes
     try:
-        shape = CheckpointShape.model_validate(raw, strict=True)
+        CheckpointShape.model_validate(raw, strict=True)  # the fields, as strict counts
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
