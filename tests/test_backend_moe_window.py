@@ -72,3 +72,30 @@ def test_a_moe_checkpoint_too_large_counts_every_expert(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match=r"140,6\d\d,\d{3},\d{3} parameters"):
         load_model(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["batchlab-tiny-moe", "batchlab-tiny-swa"])
+def test_calibrate_fits_and_validate_judges_the_new_models(name, tmp_path):
+    """End to end: the sweep records the windowed features, the profile's shape carries the
+    experts or the windows, and validate serves the model and judges the profile on it."""
+    import json
+
+    from tests.helpers import SMALL_VALIDATE, cli
+    from batchlab.calibration import calibrate
+    from batchlab.calibration.grid import tiny_grid
+    from batchlab.core.fitted_cost import Shape
+    from batchlab.core.profile import load_profile
+
+    path = tmp_path / "p.json"
+    calibrate(name, "cpu", threads=1, out=path, grid=tiny_grid(), progress=False, log=lambda _m: None)
+    profile = load_profile(path)
+    shape = Shape.of(profile.model)
+    assert shape.expert_weight_bytes > 0 or shape.window_kv_bytes_per_token > 0
+    raw = [json.loads(line) for line in path.with_suffix(".jsonl").read_text().splitlines()]
+    windowed = [r["features"] for r in raw if "features" in r]
+    assert all("window_kv_tokens_read" in f for f in windowed)
+    code, text, err = cli(["validate", *SMALL_VALIDATE, "--max-prompt-len", "80", "--profile", str(path),
+                           "--format", "json"])
+    assert code == 0, err
+    assert json.loads(text)
