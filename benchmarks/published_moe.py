@@ -1,9 +1,10 @@
 """batchlab's roofline predictions beside published serving figures of MoE models.
 
 The figures: GPUStack's performance lab (github.com/gpustack/gpustack, Apache-2.0),
-docs/performance-lab/gpt-oss-20b/h100.md and deepseek-r1/h200.md: `vllm bench serve`
-(random dataset, fixed input and output lengths, every request sent at once) against
-vLLM v0.11.0 with default settings (`vllm serve MODEL [-tp 8]`). Each case here is
+docs/performance-lab/gpt-oss-20b/h100.md, deepseek-r1/h200.md and qwen3-235b-a22b/h100.md:
+`vllm bench serve` (random dataset, fixed input and output lengths, every request sent at
+once) against vLLM v0.11.0 (`vllm serve MODEL [-tp N]`, and for Qwen3-235B also the FP8
+checkpoint on TP4 with --max-num-batched-tokens 16384). Each case here is
 simulated with the same lengths, count and arrival (rate inf), the chunked policy with
 the engine defaults batchlab applies for the GPU, and the roofline's default
 efficiencies. Prints a markdown table (docs/results/2026-12-02-moe-published.md).
@@ -36,10 +37,27 @@ CASES = [
     ("DeepSeek-R1, 8 x H200 TP8, 4000/200", "deepseek-r1", "h200", 8, 4000, 200, 500,
      (132.68, 15808.55, 63058.71, 164.23), R1),
 ]
+Q = "docs/performance-lab/qwen3-235b-a22b/h100.md (vLLM v0.11.0)"
+CASES += [
+    ("Qwen3-235B-A22B, 8 x H100 TP8, 32000/100", "qwen3-235b-a22b", "h100-sxm", 8, 32000, 100, 100,
+     (141.60, 22657.51, 70409.55, 132.10), Q),
+    ("Qwen3-235B-A22B, 8 x H100 TP8, 4000/200", "qwen3-235b-a22b", "h100-sxm", 8, 4000, 200, 500,
+     (98.99, 21113.53, 47811.58, 68.94), Q),
+    ("Qwen3-235B-A22B, 8 x H100 TP8, 2000/100", "qwen3-235b-a22b", "h100-sxm", 8, 2000, 100, 500,
+     (43.91, 23858.69, 21313.79, 101.08), Q),
+    ("Qwen3-235B-A22B FP8, 4 x H100 TP4, 32000/100", "qwen3-235b-a22b:fp8", "h100-sxm", 4, 32000, 100, 100,
+     (208.79, 15366.32, 103754.50, 194.60), Q),
+    ("Qwen3-235B-A22B FP8, 4 x H100 TP4, 4000/200", "qwen3-235b-a22b:fp8", "h100-sxm", 4, 4000, 200, 500,
+     (126.76, 16478.79, 60513.14, 89.52), Q),
+]
 KEYS = ("duration", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
 
 def predict(model: str, hardware: str, tp: int, prompt: int, output: int, n: int) -> tuple[float, ...]:
+    """model: a preset, or PRESET:fp8 for its FP8 checkpoint (fp8 weights, bf16 KV, the
+    optimised run's --max-num-batched-tokens 16384)."""
+    model, _, fp8 = model.partition(":")
+    extra = ('dtype = "fp8"\nkv_cache_dtype = "bf16"\n', "max_num_batched_tokens = 16384\n") if fp8 else ("", "")
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "case.toml"
         cfg.write_text(f"""[workload]
@@ -50,12 +68,12 @@ prompt = {{dist = "fixed", value = {prompt}}}
 output = {{dist = "fixed", value = {output}}}
 [model]
 name = "{model}"
-[hardware]
+{extra[0]}[hardware]
 name = "{hardware}"
 tensor_parallel = {tp}
 [scheduler]
 policy = "chunked"
-""")
+{extra[1]}""")
         out, err = Path(d) / "out.json", Path(d) / "err.txt"
         with open(out, "w") as o, open(err, "w") as e:
             stdout, stderr = sys.stdout, sys.stderr
