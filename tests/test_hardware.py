@@ -93,3 +93,8 @@ def test_layout_options_and_their_errors():
     one_line_error(code, err, "pipeline_parallel=64")
     code, _, err = cli(["run", "--model", "batchlab-tiny", "--pp", "2"])
     one_line_error(code, err, "--pp")
+
+
+def test_a_layout_or_gpu_figures_with_a_profile_are_refused():
+    code, _, err = cli(["simulate", "--profile", "default", "--pp", "2", "--num-requests", "4"])
+    one_line_error(code, err, "pipeline_parallel", "profile")
