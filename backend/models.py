@@ -128,8 +128,9 @@ def build_preset(name: str, dtype: torch.dtype = torch.float32,
 
 
 def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str = "cpu") -> LoadedModel:
-    """A local Hugging Face checkpoint directory (config.json + safetensors)."""
+                    device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
+    """A local Hugging Face checkpoint directory (config.json + safetensors); one holding
+    a config.json and no weights is built from it with seeded random weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     d = Path(path)
@@ -153,7 +154,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                          f"the backend runs {', '.join(SUPPORTED_TYPES)} checkpoints")
     check_shape(raw, d / "config.json", dtype, device)
     if not any(d.glob("*.safetensors")) and not any(d.glob("pytorch_model*.bin")):
-        raise ValueError(f"{str(path)!r} has no weights (*.safetensors)")
+        return build_from_config(d, dtype, device, seed)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub
     hf_logging.disable_progress_bar()  # a bar per load would clutter the command's output
     config = AutoConfig.from_pretrained(d, local_files_only=True)
@@ -170,11 +171,27 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
     return LoadedModel(hf, str(d.resolve()), "checkpoint", spec_from_config(d.name, config, dtype))
 
 
+def build_from_config(d: Path, dtype: torch.dtype, device: torch.device | str, seed: int) -> LoadedModel:
+    """A directory's config.json with weights drawn from a seeded generator, as the embedded
+    presets are built: timing does not depend on weight values (source "config")."""
+    from transformers import AutoModelForCausalLM
+    config = shipped_config(d / "config.json")
+    check_supported(config)
+    config._attn_implementation = "sdpa"
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        hf = AutoModelForCausalLM.from_config(config)
+    hf = hf.to(device=device, dtype=dtype).eval()
+    return LoadedModel(hf, str(d.resolve()), "config", spec_from_config(d.name, config, dtype), seed)
+
+
 def load_model(name_or_dir: str, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """A preset name, or a directory (anything with a path separator or that exists)."""
     if name_or_dir in MODELS and not os.path.isdir(name_or_dir):
         return build_preset(name_or_dir, dtype, device, seed)
     if os.sep in name_or_dir or os.path.exists(name_or_dir) or name_or_dir.startswith("."):
-        return load_checkpoint(name_or_dir, dtype, device)
+        return load_checkpoint(name_or_dir, dtype, device, seed)
     return build_preset(name_or_dir, dtype, device, seed)  # raises: unknown name

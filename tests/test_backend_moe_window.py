@@ -99,3 +99,19 @@ def test_calibrate_fits_and_validate_judges_the_new_models(name, tmp_path):
                            "--format", "json"])
     assert code == 0, err
     assert json.loads(text)
+
+
+def test_a_config_only_directory_runs_with_seeded_weights(tmp_path):
+    import json
+
+    from batchlab.backend.models import load_model
+    from batchlab.core.specs import PRESET_CONFIGS
+    cfg = json.loads((PRESET_CONFIGS / "batchlab-tiny-moe.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
+    a, b = load_model(str(tmp_path), seed=3), load_model(str(tmp_path), seed=3)
+    assert a.source == "config" and a.spec.is_moe and a.spec.num_layers == 2
+    assert all(torch.equal(x, y) for x, y in zip(a.hf.parameters(), b.hf.parameters()))
+    rt = Runtime(loaded=a, keep_hf=True, kv_memory="16MiB", threads=1)
+    w = _workload([7, 20], [6, 9])
+    out, _ = _serve(rt, w, policy="continuous", block_size=4)
+    assert out == _reference(a.hf, a.spec.vocab_size, w)
