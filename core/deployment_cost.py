@@ -16,7 +16,8 @@ One GPU of the busiest stage is priced; a step is a round of the pipeline:
   LM head) + the routed experts the micro-batch's T tokens are expected to touch,
   E_gpu * (1 - (1 - k/E)^T) per MoE layer (uniform routing) + KV: full-attention layers
   read every cached token, windowed layers at most their window (the windowed features).
-- FLOPs: the active parameters (k experts per token) and attention pairs (MLA: absorbed).
+- FLOPs: the active parameters (k experts per token) and attention pairs (MLA: decodes'
+  with the projections absorbed, prefill chunks' with them applied, as engines run them).
 - all-to-all (EP): dispatch and combine of each token's hidden state to its k experts,
   (ep - 1)/ep of them remote, each GPU sending its 1/ep of the tokens; latency as an
   all-reduce's. send/recv (PP): the micro-batch's hidden states across each boundary."""
@@ -56,8 +57,10 @@ class DeploymentRoofline(FormDefaults):
     hop_bytes_per_token: float = 0.0  # PP send/recv per boundary
     hop_latency_s: float = 0.0
     window: int = 0  # the model's sliding window (the simulator's windowed features)
+    # A prefill pair's FLOPs less a decode pair's (MLA: applied vs absorbed projections).
+    prefill_attention_extra_flops: float = 0.0
 
-    def _price(self, seqs, tokens, kv, pairs, w_kv, w_pairs):
+    def _price(self, seqs, tokens, kv, pairs, w_kv, w_pairs, p_pairs=0):
         """Works on numbers and on numpy arrays alike (decode_run_times)."""
         m = min(self.stages, seqs) if self.stages > 1 else 1
         t = tokens / m
@@ -66,6 +69,8 @@ class DeploymentRoofline(FormDefaults):
             mem = mem + self.expert_bytes * self.experts_here * (1 - (1 - self.touch) ** t)
         flops = self.flops_per_token * t + (self.attention_flops_per_pair * pairs
                                             + self.window_attention_flops_per_pair * w_pairs) / m
+        if self.prefill_attention_extra_flops:
+            flops = flops + self.prefill_attention_extra_flops * p_pairs / m
         stage = np.maximum(mem / self.mem_bandwidth, flops / self.peak_flops)
         if self.comm_bytes_per_token:
             stage = stage + self.comm_latency_s + self.comm_bytes_per_token * t / self.comm_bandwidth
@@ -79,7 +84,8 @@ class DeploymentRoofline(FormDefaults):
 
     def step_time(self, f: StepFeatures) -> float:
         return float(self._price(f.num_seqs, f.prefill_tokens + f.decode_tokens, f.kv_tokens_read,
-                                 f.attention_pairs, f.window_kv_tokens_read, f.window_attention_pairs))
+                                 f.attention_pairs, f.window_kv_tokens_read, f.window_attention_pairs,
+                                 f.prefill_attention_pairs))
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         """m steady decode steps: every KV read and pair count grows by num_seqs a step,
@@ -93,7 +99,8 @@ class DeploymentRoofline(FormDefaults):
             w_kv, w_pairs = np.minimum(w_kv, max(cap, f.window_kv_tokens_read)), \
                 np.minimum(w_pairs, max(cap, f.window_attention_pairs))
         tokens = f.prefill_tokens + f.decode_tokens
-        t = self._price(f.num_seqs, tokens, f.kv_tokens_read + grow, f.attention_pairs + grow, w_kv, w_pairs)
+        t = self._price(f.num_seqs, tokens, f.kv_tokens_read + grow, f.attention_pairs + grow, w_kv, w_pairs,
+                        f.prefill_attention_pairs)
         return np.broadcast_to(t, (m,)).astype(float)
 
 
@@ -128,6 +135,8 @@ def deployment_roofline(model: ModelSpec, hw: HardwareSpec, layout: Layout,
     kv_layer = model.kv_bytes_per_token_layer * share.kv_read
     # Attention runs at the 16-bit peak whatever the weights: scaled to the one peak used.
     attn_layer = model.attention_flops_per_pair_layer * share.attention_flops * peak / hw.peak_flops
+    prefill_extra = ((model.prefill_attention_flops_per_pair_layer - model.attention_flops_per_pair_layer)
+                     * share.attention_flops * peak / hw.peak_flops)
     windowed = model.windowed_layers
     act = model.activation_bytes
     latency = hw.allreduce_latency_s if allreduce_latency_s is None else allreduce_latency_s
@@ -158,7 +167,8 @@ def deployment_roofline(model: ModelSpec, hw: HardwareSpec, layout: Layout,
         overhead_s=overhead_s, comm_bytes_per_token=comm_bytes, comm_latency_s=comm_latency,
         a2a_bytes_per_token=a2a_bytes, a2a_latency_s=a2a_latency,
         comm_bandwidth=hw.interconnect_bandwidth or 1.0, stages=layout.pp,
-        hop_bytes_per_token=hop_bytes, hop_latency_s=hop_latency, window=model.window)
+        hop_bytes_per_token=hop_bytes, hop_latency_s=hop_latency, window=model.window,
+        prefill_attention_extra_flops=stage * model.num_layers * prefill_extra)
 
 
 def held_weight_bytes(model: ModelSpec, layout: Layout) -> float:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
                  "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs",
-                 "window_kv_tokens_read", "window_attention_pairs")
+                 "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs")
 # Features that describe the step's context rather than its batch: 0 in step tables
 # written before they existed.
 CONTEXT_FEATURES = ("after_prefill", "after_idle")
@@ -25,6 +25,10 @@ LATER_FEATURES = CONTEXT_FEATURES + ("masked_pairs",)
 # The windowed counterparts of kv_tokens_read and attention_pairs: equal to them for a
 # model without sliding windows (and in tables written before they existed).
 WINDOW_FEATURES = ("window_kv_tokens_read", "window_attention_pairs")
+# The pairs of the step's prefill chunks (of attention_pairs): engines run them with another
+# kernel than decodes' (MLA: projections applied, not absorbed). Tables written before it
+# get an estimate (core/run_folder.py).
+PREFILL_PAIRS = "prefill_attention_pairs"
 
 # An idle engine this long (no step running) prices its next step as after_idle. Below
 # it, the gap is the loop's own overhead between two steps (well under 1 ms).
@@ -43,7 +47,8 @@ class StepFeatures(NamedTuple):
     masked_pairs().
     window_kv_tokens_read, window_attention_pairs: the same two counts with every query
     attending at most the model's sliding window of keys (window_reads / window_pairs);
-    equal to kv_tokens_read and attention_pairs for a model without windows."""
+    equal to kv_tokens_read and attention_pairs for a model without windows.
+    prefill_attention_pairs: the part of attention_pairs that prefill chunks attend."""
 
     num_seqs: int = 0
     num_prefill_seqs: int = 0
@@ -56,6 +61,7 @@ class StepFeatures(NamedTuple):
     masked_pairs: int = 0
     window_kv_tokens_read: int = 0
     window_attention_pairs: int = 0
+    prefill_attention_pairs: int = 0
 
     @property
     def tokens(self) -> int:

@@ -218,6 +218,14 @@ class ModelSpec(BaseModel):
         return 4 * self.num_heads * self.head_dim
 
     @property
+    def prefill_attention_flops_per_pair_layer(self) -> int:
+        """The same for a prefill chunk's pairs: MLA prefills with the projections applied
+        (queries and keys head_dim wide, values v_head_dim), as engines run it."""
+        if self.is_mla:
+            return 2 * self.num_heads * (self.head_dim + (self.v_head_dim or self.head_dim))
+        return self.attention_flops_per_pair_layer
+
+    @property
     def attention_flops_per_pair(self) -> int:
         """attention_flops_per_pair_layer over all layers (as if none were windowed)."""
         return self.num_layers * self.attention_flops_per_pair_layer

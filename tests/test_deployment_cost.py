@@ -199,3 +199,48 @@ def test_a_pipeline_round_reads_every_weight_at_least_once(tp, pp, seqs):
     assert staged.step_time(f) - staged.overhead_s >= one.weight_bytes / one.mem_bandwidth * (1 - 1e-9)
     if pp > 1 and seqs == 1:  # one micro-batch: the round is pp stages one after another
         assert staged.step_time(f) >= one.step_time(f) - one.overhead_s - 1e-12
+
+
+def test_mla_prefill_pairs_are_priced_with_the_projections_applied():
+    m = MODELS["deepseek-v3"]
+    cost = roofline(m, FLOP_BOUND)
+    c = 4096
+    pairs = c * (c + 1) // 2
+    f = StepFeatures(1, 1, c, 0, c, pairs, 0, 0, 0, c, pairs, pairs)
+    absorbed, applied = 2 * 128 * (2 * 512 + 64), 2 * 128 * (192 + 128)
+    expect = 2 * m.active_params * c / H100.peak_flops_fp8 + m.num_layers * applied * pairs / H100.peak_flops
+    assert cost.step_time(f) == pytest.approx(expect, rel=1e-9)
+    assert applied < absorbed  # prefill is cheaper per pair than a decode's absorbed attention
+    # A dense model prices both kinds of pair alike.
+    dense = roofline(MODELS["qwen3-30b-a3b"], FLOP_BOUND)
+    assert dense.step_time(f) == dense.step_time(f._replace(prefill_attention_pairs=0))
+
+
+def test_step_features_count_the_prefill_chunks_pairs():
+    from batchlab.core.batch import Batch, step_features
+    from batchlab.core.request import Request, Sequence
+    batch = Batch()
+    chunk = Sequence(Request(0, 0.0, 100, 5))
+    chunk.num_computed = 40
+    batch.add(chunk, 30)  # a chunk of 30 after 40 cached
+    f = step_features(batch)
+    assert f.prefill_attention_pairs == f.attention_pairs == 30 * 40 + 30 * 31 // 2
+
+
+def test_a_table_before_the_prefill_pairs_gets_a_safe_estimate(tmp_path):
+    """Step tables written before prefill_attention_pairs: exact on decode-only steps and
+    steps whose chunks start at 0, never above the truth elsewhere."""
+    import numpy as np
+
+    from tests.profiles import BASE, served_table
+    from batchlab.core.run_folder import read_steps, write_table
+    steps = served_table(BASE, seed=3, n=30)
+    assert "prefill_attention_pairs" in steps
+    path = tmp_path / "steps.csv"
+    write_table(path, {k: v for k, v in steps.items() if k != "prefill_attention_pairs"})
+    got = read_steps(path, "old")["prefill_attention_pairs"]
+    true = np.asarray(steps["prefill_attention_pairs"], dtype=float)
+    decode_only = np.asarray(steps["num_prefill_seqs"]) == 0
+    assert decode_only.any() and (~decode_only).any()
+    assert np.array_equal(got[decode_only], true[decode_only])
+    assert (got <= true).all() and (got[~decode_only] > 0).any()
