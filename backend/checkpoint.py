@@ -9,6 +9,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from batchlab.core.checks import Count, Tokens, shown
+from batchlab.core.model_config import spec_from_config
 from batchlab.core.sizes import gib
 
 
@@ -25,28 +26,23 @@ class CheckpointShape(BaseModel):
     max_position_embeddings: Tokens | None = None
     tie_word_embeddings: bool = False
 
-    def params(self) -> int:
-        h, heads = self.hidden_size, self.num_attention_heads
-        hd = self.head_dim or h // heads
-        kv = self.num_key_value_heads or heads
-        layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * self.intermediate_size
-        embed = self.vocab_size * h
-        return self.num_hidden_layers * layer + embed * (1 if self.tie_word_embeddings else 2)
-
 
 def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device | str) -> None:
     """ValueError (one line) for a shape field that is not a sensible count, or weights
     larger than the device's free memory."""
     from batchlab.backend.device import free_memory_bytes
     try:
-        shape = CheckpointShape.model_validate(raw, strict=True)
+        CheckpointShape.model_validate(raw, strict=True)  # the fields, as strict counts
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         got = "" if first["type"] == "missing" else f" (got {shown(first.get('input'))})"
         raise ValueError(f"{where}: {loc}: {first['msg'].removeprefix('Value error, ')}{got}") from None
-    need = shape.params() * torch.empty(0, dtype=dtype).element_size()
+    # Every expert of a MoE counts (core/model_config.py reads the experts; the Llama
+    # fields above would count one).
+    params = spec_from_config(raw, where.parent.name, str(where)).params
+    need = params * torch.empty(0, dtype=dtype).element_size()
     free = free_memory_bytes(torch.device(device))
     if need > free:
-        raise ValueError(f"{where}: a model of {shape.params():,} parameters would need "
+        raise ValueError(f"{where}: a model of {params:,} parameters would need "
                          f"{gib(need)} for its weights; {device} has {gib(free)} free")

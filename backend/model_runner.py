@@ -1,7 +1,8 @@
-"""The Llama-family forward pass (Llama, Mistral, Qwen2): RMSNorm, rotary embeddings,
-grouped-query attention over the paged cache, SwiGLU MLP. It takes its weights from a
-transformers model and runs one step of many sequences as one flat [tokens, hidden]
-batch, without padding.
+"""The Llama-family forward pass (Llama, Mistral, Qwen2, Mixtral): RMSNorm, rotary
+embeddings, grouped-query attention over the paged cache (full or sliding-window, per
+layer), SwiGLU MLP or a mixture of SwiGLU experts (backend/moe.py). It takes its weights
+from a transformers model and runs one step of many sequences as one flat
+[tokens, hidden] batch, without padding.
 
 q/k/v and gate/up projections are fused into one matmul each (fewer, larger GEMMs:
 on CPU a thin model is dominated by per-call overhead), residual adds ride on the GEMM,
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from batchlab.backend.attention import AttentionMetadata, paged_attention
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.linear import Linear, resolve_matmul
+from batchlab.backend.moe import MoEWeights
 
 
 @dataclass
@@ -25,9 +27,10 @@ class LayerWeights:
     qkv: Linear  # fused q, k, v: [(heads + 2 kv_heads) * dim] outputs
     o: Linear
     ln2: torch.Tensor
-    gate_up: Linear  # fused gate, up: [2 * intermediate] outputs
-    down: Linear
+    gate_up: Linear | None  # fused gate, up: [2 * intermediate] outputs (None: experts)
+    down: Linear | None
     window: int | None  # sliding-window size of this layer, None = full attention
+    moe: MoEWeights | None = None  # a mixture-of-experts layer's router and experts
 
 
 def _bias(*linears) -> torch.Tensor | None:
@@ -44,7 +47,7 @@ def _windows(config) -> list[int | None]:
     types = getattr(config, "layer_types", None)
     if types:  # Qwen2 (and newer configs): per-layer attention type
         return [w if t == "sliding_attention" else None for t in types]
-    if config.model_type == "mistral":
+    if config.model_type in ("mistral", "mixtral"):
         return [w] * n
     return [None] * n
 
@@ -74,16 +77,19 @@ class ModelRunner:
         with torch.no_grad():
             for layer, window in zip(base.layers, _windows(cfg)):
                 at, mlp = layer.self_attn, layer.mlp
+                moe = MoEWeights.of(mlp, cfg) if hasattr(mlp, "experts") else None
                 self.layers.append(LayerWeights(
                     ln1=layer.input_layernorm.weight.detach(),
                     qkv=Linear(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight]),
                                _bias(at.q_proj, at.k_proj, at.v_proj), self.matmul),
                     o=Linear(at.o_proj.weight, at.o_proj.bias, self.matmul),
                     ln2=layer.post_attention_layernorm.weight.detach(),
-                    gate_up=Linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                                   _bias(mlp.gate_proj, mlp.up_proj), self.matmul),
-                    down=Linear(mlp.down_proj.weight, mlp.down_proj.bias, self.matmul),
-                    window=window))
+                    gate_up=None if moe else Linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                                                    _bias(mlp.gate_proj, mlp.up_proj), self.matmul),
+                    down=None if moe else Linear(mlp.down_proj.weight, mlp.down_proj.bias, self.matmul),
+                    window=window, moe=moe))
+        # The sliding window the step features count (the largest; 0: none).
+        self.window = max((lw.window or 0 for lw in self.layers), default=0)
         rot = base.rotary_emb
         self._inv_freq = rot.inv_freq.detach().to(device=self.device, dtype=torch.float32)
         self._rope_scale = float(getattr(rot, "attention_scaling", 1.0))
@@ -94,7 +100,8 @@ class ModelRunner:
         """Weight bytes one forward pass streams (all layers, final norm, LM head)."""
         total = self.lm_head.nbytes + self.norm.numel() * self.norm.element_size()
         for lw in self.layers:
-            total += lw.qkv.nbytes + lw.o.nbytes + lw.gate_up.nbytes + lw.down.nbytes
+            mlp = lw.moe.nbytes if lw.moe else lw.gate_up.nbytes + lw.down.nbytes  # all experts
+            total += lw.qkv.nbytes + lw.o.nbytes + mlp
             total += (lw.ln1.numel() + lw.ln2.numel()) * lw.ln1.element_size()
         return total
 
@@ -132,6 +139,9 @@ class ModelRunner:
             attn = paged_attention(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
             x = lw.o(attn, residual=x)
             h = F.rms_norm(x, hid, lw.ln2, self.eps)
+            if lw.moe is not None:
+                x = x + lw.moe(h)
+                continue
             gate, up = lw.gate_up(h).chunk(2, dim=-1)
             x = lw.down(F.silu(gate).mul_(up), residual=x)
         if sample_rows.numel() == 0:

@@ -1,8 +1,11 @@
 """Which model the backend runs: an embedded preset with seeded random weights, or a
-local Hugging Face checkpoint directory of a supported (Llama-family) architecture.
+local Hugging Face checkpoint directory of a supported (Llama-family, Mixtral)
+architecture.
 
 The embedded presets are core.specs.MODELS entries named batchlab-*, so the simulator
-prices exactly the shape the backend executes. Timing does not depend on weight values,
+prices exactly the shape the backend executes: Llama shapes (batchlab-tiny, -small), and
+the ones shipped as config.json (core/presets/models: batchlab-tiny-moe, a Mixtral;
+batchlab-tiny-swa, a Qwen2 with alternating sliding-window layers). Timing does not depend on weight values,
 which is why random weights are enough to measure; the oracle tests compare against
 transformers on the same weights."""
 from __future__ import annotations
@@ -16,10 +19,12 @@ import torch
 
 from batchlab.backend.checkpoint import check_shape
 from batchlab.core.checks import shown
-from batchlab.core.specs import MODELS, ModelSpec
+from batchlab.core.model_config import read_config_file
+from batchlab.core.model_config import spec_from_config as core_spec
+from batchlab.core.specs import MODELS, PRESET_CONFIGS, ModelSpec
 
 PRESET_PREFIX = "batchlab-"
-SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "mixtral")
 # RoPE variants whose frequencies change with the sequence length: not reproduced here.
 _UNSUPPORTED_ROPE = ("dynamic", "longrope")
 MAX_POSITIONS = 8192  # the embedded models' context limit
@@ -62,15 +67,11 @@ def check_supported(config) -> None:
 
 
 def spec_from_config(name: str, config, dtype: torch.dtype) -> ModelSpec:
-    h, nh = config.hidden_size, config.num_attention_heads
-    return ModelSpec(
-        name=name, num_layers=config.num_hidden_layers, hidden_size=h, num_heads=nh,
-        num_kv_heads=getattr(config, "num_key_value_heads", None) or nh,
-        head_dim=getattr(config, "head_dim", None) or h // nh,
-        intermediate_size=config.intermediate_size, vocab_size=config.vocab_size,
-        max_context=config.max_position_embeddings,
-        tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        dtype_bytes=torch.empty(0, dtype=dtype).element_size())
+    """The simulator's shape of a transformers config (core/model_config.py reads it, as
+    it reads any config.json), in the dtype the backend runs."""
+    spec = core_spec(config.to_dict(), name, f"{name} config")
+    return spec.model_copy(update={"dtype_bytes": torch.empty(0, dtype=dtype).element_size(),
+                                   "kv_dtype_bytes": None})
 
 
 def params_label(n: int) -> str:
@@ -95,27 +96,41 @@ def preset_config(spec: ModelSpec):
         pad_token_id=None)
 
 
+def shipped_config(path: Path):
+    """A transformers config from a shipped preset's config.json, without special tokens
+    (generation never stops early: EOS is ignored, as in the simulator)."""
+    from transformers import AutoConfig
+    raw, _ = read_config_file(path)
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures")}
+    return AutoConfig.for_model(raw["model_type"], **fields, bos_token_id=None, eos_token_id=None,
+                                pad_token_id=None)
+
+
 def build_preset(name: str, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """The embedded model `name` with weights drawn from a seeded generator."""
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
     if name not in MODELS or not name.startswith(PRESET_PREFIX):
         hint = (" (a simulator-only preset: its weights are not available here; pass "
                 "--model DIR for a local checkpoint)" if name in MODELS else "")
         raise ValueError(f"unknown backend model {shown(name)}{hint}; expected one of "
                          f"{', '.join(preset_names())} or a checkpoint directory")
-    config = preset_config(MODELS[name])
+    shipped = PRESET_CONFIGS / f"{name}.json"
+    config = shipped_config(shipped) if shipped.is_file() else preset_config(MODELS[name])
     config._attn_implementation = "sdpa"
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"  # the reference loop over experts
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        hf = LlamaForCausalLM(config)
+        hf = AutoModelForCausalLM.from_config(config) if shipped.is_file() else LlamaForCausalLM(config)
     hf = hf.to(device=device, dtype=dtype).eval()
     return LoadedModel(hf, name, "preset", spec_from_config(name, config, dtype), seed)
 
 
 def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str = "cpu") -> LoadedModel:
-    """A local Hugging Face checkpoint directory (config.json + safetensors)."""
+                    device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
+    """A local Hugging Face checkpoint directory (config.json + safetensors); one holding
+    a config.json and no weights is built from it with seeded random weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
     d = Path(path)
@@ -139,7 +154,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                          f"the backend runs {', '.join(SUPPORTED_TYPES)} checkpoints")
     check_shape(raw, d / "config.json", dtype, device)
     if not any(d.glob("*.safetensors")) and not any(d.glob("pytorch_model*.bin")):
-        raise ValueError(f"{str(path)!r} has no weights (*.safetensors)")
+        return build_from_config(d, dtype, device, seed)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for the hub
     hf_logging.disable_progress_bar()  # a bar per load would clutter the command's output
     config = AutoConfig.from_pretrained(d, local_files_only=True)
@@ -156,11 +171,27 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
     return LoadedModel(hf, str(d.resolve()), "checkpoint", spec_from_config(d.name, config, dtype))
 
 
+def build_from_config(d: Path, dtype: torch.dtype, device: torch.device | str, seed: int) -> LoadedModel:
+    """A directory's config.json with weights drawn from a seeded generator, as the embedded
+    presets are built: timing does not depend on weight values (source "config")."""
+    from transformers import AutoModelForCausalLM
+    config = shipped_config(d / "config.json")
+    check_supported(config)
+    config._attn_implementation = "sdpa"
+    if hasattr(config, "_experts_implementation"):
+        config._experts_implementation = "eager"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        hf = AutoModelForCausalLM.from_config(config)
+    hf = hf.to(device=device, dtype=dtype).eval()
+    return LoadedModel(hf, str(d.resolve()), "config", spec_from_config(d.name, config, dtype), seed)
+
+
 def load_model(name_or_dir: str, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """A preset name, or a directory (anything with a path separator or that exists)."""
     if name_or_dir in MODELS and not os.path.isdir(name_or_dir):
         return build_preset(name_or_dir, dtype, device, seed)
     if os.sep in name_or_dir or os.path.exists(name_or_dir) or name_or_dir.startswith("."):
-        return load_checkpoint(name_or_dir, dtype, device)
+        return load_checkpoint(name_or_dir, dtype, device, seed)
     return build_preset(name_or_dir, dtype, device, seed)  # raises: unknown name

@@ -18,7 +18,7 @@ def run_step(sched: Scheduler, engine: Engine, batch: Batch, history: StepHistor
              rec: MetricsRecorder, clock: Callable[[], float]) -> tuple[float, float, list[Sequence]]:
     """Execute `batch` and record it; returns (start, end, finished sequences)."""
     kv = sched.kv
-    features = step_features(batch, *history.context(clock()))
+    features = step_features(batch, *history.context(clock()), window=engine.runner.window)
     kv_used, cached = kv.num_used, kv.num_cached
     start = clock()
     engine.execute(batch)

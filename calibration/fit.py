@@ -55,8 +55,9 @@ def small_rows_present(feats: list[StepFeatures]) -> tuple[int, ...]:
 def design(shape: Shape, feats: list[StepFeatures], combine: str, crossover: float,
            present: tuple[int, ...] = ()) -> np.ndarray:
     """Columns in PARAM_NAMES order, then the small-row corrections of `present[:-1]`
-    (the last one is minus their sum). With combine="max", a GEMM group with fewer rows
-    than `crossover` is weight-read bound."""
+    (the last one is minus their sum). With combine="max", a GEMM group is weight-read
+    bound where its weights' read time exceeds its FLOPs' at s_per_weight_byte /
+    s_per_flop = `crossover` (for a dense model: below a row count)."""
     n = len(PARAM_NAMES)
     X = np.zeros((len(feats), n + max(0, len(present) - 1)))
     col = {r: n + i for i, r in enumerate(present[:-1])}
@@ -65,13 +66,20 @@ def design(shape: Shape, feats: list[StepFeatures], combine: str, crossover: flo
         if combine == "sum":
             mem_l = mem_h = comp_l = comp_h = 1.0
         else:
-            mem_l, mem_h = float(tokens < crossover), float(sampled < crossover)
+            # crossover: the ratio of weight-read to FLOP time (s_per_weight_byte /
+            # s_per_flop) a GEMM group turns compute-bound at: the LM head at a row count,
+            # the layers at another where a MoE's weights read grow with the experts touched.
+            mem_l = float(shape.layer_weights(tokens) * crossover > shape.layer_flops_per_token * tokens)
+            mem_h = float(shape.head_weight_bytes * crossover > shape.head_flops_per_row * sampled)
             comp_l, comp_h = 1.0 - mem_l, 1.0 - mem_h
         X[i, :n] = (
             1.0, f.num_seqs, f.num_prefill_seqs,
-            shape.layer_weight_bytes * mem_l + shape.head_weight_bytes * mem_h,
+            shape.layer_weights(tokens) * mem_l + shape.head_weight_bytes * mem_h,
             shape.layer_flops_per_token * tokens * comp_l + shape.head_flops_per_row * sampled * comp_h,
-            shape.kv_bytes_per_token * f.kv_tokens_read, shape.attn_flops_per_pair * f.attention_pairs,
+            shape.kv_bytes_per_token * f.kv_tokens_read
+            + shape.window_kv_bytes_per_token * f.window_kv_tokens_read,
+            shape.attn_flops_per_pair * f.attention_pairs
+            + shape.window_attn_flops_per_pair * f.window_attention_pairs,
             f.after_prefill, f.after_idle, shape.attn_flops_per_pair * f.masked_pairs)
         if tokens in col:
             X[i, col[tokens]] = 1.0
@@ -126,10 +134,13 @@ def _fit_form(shape: Shape, feats: list[StepFeatures], y: np.ndarray, combine: s
         fixed = {_W: weight_s_per_byte or 0.0}
         m = to_model(shape, _solve(design(shape, feats, "sum", 0, present), y, fixed), "sum", present)
         return m, float(ape(m, train).mean())
-    rows = sorted({r for f in feats for r in _rows(f)})
-    # No cut below the fewest rows: every GEMM compute-bound is the "sum" form with the
-    # weight read folded into the overhead, which that form fits (and identifies) already.
-    cuts = [(a + b) / 2 for a, b in zip(rows, rows[1:])] + [rows[-1] + 0.5]
+    # Where each GEMM group flips to compute-bound, as a ratio of weight-read to FLOP
+    # time; a cut between two neighbouring flips assigns every group a side. No cut below
+    # the lowest: every GEMM compute-bound is the "sum" form with the weight read folded
+    # into the overhead, which that form fits (and identifies) already.
+    flips = sorted({shape.layer_flops_per_token * t / shape.layer_weights(t) for t, _ in map(_rows, feats)}
+                   | {shape.head_flops_per_row * s / shape.head_weight_bytes for _, s in map(_rows, feats)})
+    cuts = [(a + b) / 2 for a, b in zip(flips, flips[1:])] + [flips[-1] * 1.01]
     if len(cuts) > MAX_CUTS:  # served steps: hundreds of row counts; a spread of them will do
         cuts = sorted({cuts[int(i)] for i in np.linspace(0, len(cuts) - 1, MAX_CUTS)})
     # Many rows (served steps): search the cut by plain least squares, refine the best.
@@ -145,7 +156,7 @@ def _fit_form(shape: Shape, feats: list[StepFeatures], y: np.ndarray, combine: s
             if best is None or err < best[1]:
                 best = (m, err, cut)
             w, fl = theta[_W], theta[_F]
-            implied = np.inf if fl <= 0 else (shape.layer_weight_bytes / shape.layer_flops_per_token) * w / fl
+            implied = np.inf if fl <= 0 else w / fl
             cut = next((c for c in cuts if c >= implied), cuts[-1])
     assert best is not None
     if not robust:

@@ -159,7 +159,7 @@ class Sweep:
         self.seen.add(point)
         batch = build_batch(point, self.kv)
         try:
-            features = step_features(batch)
+            features = step_features(batch, window=self.engine.runner.window)
             t = self.engine.execute(batch)
             reset_batch(batch)
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from batchlab.core.features import FEATURE_NAMES, StepFeatures, masked_pairs
+from batchlab.core.features import FEATURE_NAMES, StepFeatures, masked_pairs, window_pairs, window_reads
 from batchlab.core.request import Sequence
 
 __all__ = ["Batch", "FEATURE_NAMES", "StepFeatures", "StepObserver", "step_features"]
@@ -59,13 +59,15 @@ class Batch:
 StepObserver = Callable[[int, float, float, Batch], None]
 
 
-def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0) -> StepFeatures:
+def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
+                  window: int = 0) -> StepFeatures:
     """The batch's features; after_prefill and after_idle come from what ran before it
-    (core.features.StepHistory)."""
+    (core.features.StepHistory); window: the model's sliding window (0: none), which
+    sizes the windowed features (a windowed model's decodes are never grouped)."""
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
     kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
-    prefill_seqs = prefill = masked = 0
+    prefill_seqs = prefill = masked = prefill_pairs = 0
     decode = b + g
     for i in range(b, len(batch.seqs)):
         seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
@@ -78,5 +80,17 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0) -> 
         else:
             prefill_seqs += 1
             prefill += c
+            prefill_pairs += c * s + c * (c + 1) // 2
+    if not window:
+        return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
+                            after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs)
+    if g:
+        raise ValueError("a windowed model's decodes cannot be grouped (their window reads "
+                         "are per sequence): simulate it without fast-forward")
+    w_kv = w_pairs = sum(min(s + 1, window) for s in batch.starts[:b])
+    for i in range(b, len(batch.seqs)):
+        s, c = batch.starts[i], batch.num_tokens[i]
+        w_kv += window_reads(c, s, window)
+        w_pairs += window_pairs(c, s, window)
     return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                        after_prefill, after_idle, masked)
+                        after_prefill, after_idle, masked, w_kv, w_pairs, prefill_pairs)

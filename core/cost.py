@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.layout import Layout
 from batchlab.core.specs import HardwareSpec, ModelSpec
 
 
@@ -148,6 +149,18 @@ class RooflineCostModel(FormDefaults):
         return self.overhead_s + np.maximum(t_mem, t_flops) + t_comm
 
 
+def attention_window(cost: CostModel) -> int:
+    """The sliding window of the model `cost` prices (0: none), through any wrappers
+    (CostAtSpeed, Slowed: their `base`): the simulator computes the windowed step
+    features with it."""
+    while cost is not None:
+        window = getattr(cost, "window", 0)
+        if window:
+            return window
+        cost = getattr(cost, "base", None)
+    return 0
+
+
 def _growing(f: StepFeatures, m: int) -> tuple[np.ndarray, np.ndarray]:
     """kv_tokens_read and attention_pairs of m steady decode steps: each of the
     num_seqs sequences attends one more token per step."""
@@ -171,15 +184,31 @@ def allreduces_per_step(model: ModelSpec, tensor_parallel: int) -> int:
     return 2 * model.num_layers if tensor_parallel > 1 else 0
 
 
+def is_plain(model: ModelSpec, layout: Layout) -> bool:
+    """A dense model without windows or latent attention on TP alone: the form and KV
+    capacity batchlab has always priced (RooflineCostModel), unchanged."""
+    return layout.is_plain_tp and not (model.is_moe or model.is_mla or model.layer_windows)
+
+
 def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
              mem_efficiency: float = 1.0, compute_efficiency: float = 1.0,
-             overhead_s: float = 0.0, allreduce_latency_s: float | None = None) -> RooflineCostModel:
+             overhead_s: float = 0.0, allreduce_latency_s: float | None = None,
+             layout: Layout | None = None) -> CostForm:
     """The model's dtypes are its bytes (with_dtypes): weights of 1 byte are fp8 and run
     at the GPU's fp8 peak (an error where it has none); attention runs at the 16-bit
-    peak whatever the KV cache stores. allreduce_latency_s: None is the preset's."""
+    peak whatever the KV cache stores. allreduce_latency_s: None is the preset's.
+    layout: TP, PP, EP and DP attention (default: TP tensor_parallel alone); a MoE,
+    MLA or windowed model, or a layout beyond TP, is priced by core/deployment_cost.py."""
+    layout = layout or Layout(tp=tensor_parallel)
+    peak = hw.flops_for("fp8" if model.dtype_bytes == 1 else "bf16")
+    # mxfp4 experts (gpt-oss) are read at their 4.25 bits and multiplied at the weights'
+    # 16-bit peak, as engines dequantise them on GPUs without fp4 tensor cores.
+    if not is_plain(model, layout):
+        from batchlab.core.deployment_cost import deployment_roofline
+        return deployment_roofline(model, hw, layout, mem_efficiency, compute_efficiency,
+                                   overhead_s, allreduce_latency_s, peak)
     tp = tensor_parallel
     shards = kv_shards(model, tp)
-    peak = hw.flops_for("fp8" if model.dtype_bytes == 1 else "bf16")
     comm_bytes = comm_latency = 0.0
     if tp > 1:
         # Each all-reduce sums the hidden state of every token; a ring moves 2(tp-1)/tp of it.
@@ -205,9 +234,15 @@ def roofline(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int = 1,
 
 
 def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
-                       block_size: int, memory_utilization: float = 0.9) -> int:
+                       block_size: int, memory_utilization: float = 0.9,
+                       layout: Layout | None = None, max_num_seqs: int = 256) -> int:
     """KV blocks that fit in the memory left after weights (vLLM's
-    gpu_memory_utilization: the rest is headroom for activations and the runtime)."""
+    gpu_memory_utilization: the rest is headroom for activations and the runtime). A
+    MoE, MLA or windowed model, or a layout beyond TP: core/deployment_cost.py."""
+    layout = layout or Layout(tp=tensor_parallel)
+    if not is_plain(model, layout):
+        from batchlab.core.deployment_cost import deployment_kv_blocks
+        return deployment_kv_blocks(model, hw, layout, block_size, memory_utilization, max_num_seqs)
     free = hw.memory_bytes * tensor_parallel * memory_utilization - model.weight_bytes
     # Replicated KV heads (tp above the KV head count) store each token tp/shards times.
     per_token = model.kv_bytes_per_token * tensor_parallel / kv_shards(model, tensor_parallel)

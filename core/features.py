@@ -15,12 +15,20 @@ from __future__ import annotations
 from typing import NamedTuple
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
-                 "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs")
+                 "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs",
+                 "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs")
 # Features that describe the step's context rather than its batch: 0 in step tables
 # written before they existed.
 CONTEXT_FEATURES = ("after_prefill", "after_idle")
 # Features step tables written before them lack (readers derive them: served_runs).
 LATER_FEATURES = CONTEXT_FEATURES + ("masked_pairs",)
+# The windowed counterparts of kv_tokens_read and attention_pairs: equal to them for a
+# model without sliding windows (and in tables written before they existed).
+WINDOW_FEATURES = ("window_kv_tokens_read", "window_attention_pairs")
+# The pairs of the step's prefill chunks (of attention_pairs): engines run them with another
+# kernel than decodes' (MLA: projections applied, not absorbed). Tables written before it
+# get an estimate (core/run_folder.py).
+PREFILL_PAIRS = "prefill_attention_pairs"
 
 # An idle engine this long (no step running) prices its next step as after_idle. Below
 # it, the gap is the loop's own overhead between two steps (well under 1 ms).
@@ -36,7 +44,11 @@ class StepFeatures(NamedTuple):
     cached ones attends c*s + c(c+1)/2 pairs; a decode token attends s + 1.
     after_prefill, after_idle: 0 or 1, see the module docstring.
     masked_pairs: pairs an attention kernel computes and then masks out: see
-    masked_pairs()."""
+    masked_pairs().
+    window_kv_tokens_read, window_attention_pairs: the same two counts with every query
+    attending at most the model's sliding window of keys (window_reads / window_pairs);
+    equal to kv_tokens_read and attention_pairs for a model without windows.
+    prefill_attention_pairs: the part of attention_pairs that prefill chunks attend."""
 
     num_seqs: int = 0
     num_prefill_seqs: int = 0
@@ -47,6 +59,9 @@ class StepFeatures(NamedTuple):
     after_prefill: int = 0
     after_idle: int = 0
     masked_pairs: int = 0
+    window_kv_tokens_read: int = 0
+    window_attention_pairs: int = 0
+    prefill_attention_pairs: int = 0
 
     @property
     def tokens(self) -> int:
@@ -69,6 +84,22 @@ def masked_pairs(chunk: int, cached: int = 0) -> int:
         return chunk * (chunk - 1) // 2
     full, rest = divmod(chunk, MASK_TILE)
     return full * (MASK_TILE * (MASK_TILE - 1) // 2) + rest * (rest - 1) // 2
+
+
+def window_reads(chunk: int, cached: int, window: int) -> int:
+    """KV slots a chunk of `chunk` tokens after `cached` ones reads when each query sees
+    at most `window` keys (itself included): the last window - 1 cached ones and the chunk."""
+    return min(cached + chunk, window + chunk - 1)
+
+
+def window_pairs(chunk: int, cached: int, window: int) -> int:
+    """(query, key) pairs of that chunk: query i (0-based) attends min(cached + i + 1, window)."""
+    hi = cached + chunk
+    if hi <= window:
+        return chunk * cached + chunk * (chunk + 1) // 2
+    if cached >= window:
+        return chunk * window
+    return window * (window + 1) // 2 - cached * (cached + 1) // 2 + window * (hi - window)
 
 
 def masked_pairs_estimate(prefill_tokens: int, prefill_seqs: int) -> int:

@@ -62,15 +62,38 @@ class Shape:
     head_weight_bytes: float  # the LM head
     layer_flops_per_token: float
     head_flops_per_row: float
-    kv_bytes_per_token: float
+    kv_bytes_per_token: float  # full-attention layers
     attn_flops_per_pair: float
+    # A mixture of experts (core/deployment_cost.py): all routed experts' bytes, read as
+    # far as a step's tokens touch them (1 - (1 - touch)^tokens of them); layer_weight_bytes
+    # and layer_flops_per_token are then the rest and the active FLOPs.
+    expert_weight_bytes: float = 0.0
+    expert_touch: float = 0.0  # k / E
+    # Sliding-window layers, priced by the windowed step features.
+    window_kv_bytes_per_token: float = 0.0
+    window_attn_flops_per_pair: float = 0.0
 
     @classmethod
     def of(cls, spec: ModelSpec) -> "Shape":
         head = spec.vocab_size * spec.hidden_size
         layers = spec.params_read_per_step - head
-        return cls(layers * spec.dtype_bytes, head * spec.dtype_bytes, 2.0 * layers, 2.0 * head,
-                   float(spec.kv_bytes_per_token), float(spec.attention_flops_per_pair))
+        experts = touch = 0.0
+        flops = 2.0 * layers
+        if spec.is_moe:
+            layers = spec.non_expert_params
+            experts = spec.expert_params_total * spec.expert_bytes_per_weight
+            touch = spec.experts_per_token / spec.num_experts
+            flops = 2.0 * (spec.active_params - head)
+        kv, attn = spec.kv_bytes_per_token_layer, spec.attention_flops_per_pair_layer
+        return cls(layers * spec.dtype_bytes, head * spec.dtype_bytes, flops, 2.0 * head,
+                   float(spec.full_layers * kv), float(spec.full_layers * attn), experts, touch,
+                   float(spec.windowed_layers * kv), float(spec.windowed_layers * attn))
+
+    def layer_weights(self, tokens):
+        """Weight bytes the decoder layers read for a step of `tokens` tokens."""
+        if not self.expert_weight_bytes:
+            return self.layer_weight_bytes
+        return self.layer_weight_bytes + self.expert_weight_bytes * (1 - (1 - self.expert_touch) ** tokens)
 
 
 # The fitted parameters, in the order calibration/fit.py solves for them. All are
@@ -107,19 +130,22 @@ class FittedCostModel(FormDefaults):
         return tuple(getattr(self, n) for n in PARAM_NAMES)
 
     def _time(self, seqs, prefill_seqs, tokens, sampled, kv, pairs, after_prefill=0, after_idle=0,
-              masked=0, steady=False):
+              masked=0, steady=False, w_kv=0, w_pairs=0):
         """The one expression; kv and pairs may be numpy arrays (a decode run), the
         rest are scalars, and the operation order is the same either way."""
         sh = self.shape
         w = self.s_per_weight_byte
         join = max if self.combine == "max" else _add
-        layers = join(sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * self.s_per_flop)
+        layers = join(sh.layer_weights(tokens) * w, sh.layer_flops_per_token * tokens * self.s_per_flop)
         head = join(sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * self.s_per_flop)
         t = self.overhead_s + self.per_seq_s * seqs + self.per_chunk_s * prefill_seqs
         t = t + self.after_prefill_s * after_prefill + self.after_idle_s * after_idle
         t = t + layers + head
         t = t + sh.kv_bytes_per_token * kv * self.s_per_kv_byte
         t = t + sh.attn_flops_per_pair * pairs * self.s_per_attn_flop
+        if sh.window_kv_bytes_per_token:
+            t = t + sh.window_kv_bytes_per_token * w_kv * self.s_per_kv_byte
+            t = t + sh.window_attn_flops_per_pair * w_pairs * self.s_per_attn_flop
         if masked:
             t = t + sh.attn_flops_per_pair * masked * self.s_per_masked_flop
         if 0 < tokens <= len(self.small_rows):
@@ -135,7 +161,7 @@ class FittedCostModel(FormDefaults):
         return float(self._time(f.num_seqs, f.num_prefill_seqs, tokens,
                                 f.decode_tokens + f.num_prefill_seqs, f.kv_tokens_read,
                                 f.attention_pairs, f.after_prefill, f.after_idle, f.masked_pairs,
-                                is_steady(f)))
+                                is_steady(f), f.window_kv_tokens_read, f.window_attention_pairs))
 
     def parts(self, f: StepFeatures) -> tuple[float, float]:
         """step_time(f) without its context terms (after_prefill, after_idle, steady),
@@ -149,11 +175,13 @@ class FittedCostModel(FormDefaults):
         sampled = f.decode_tokens + f.num_prefill_seqs
         mem = self.overhead_s + self.per_seq_s * f.num_seqs + self.per_chunk_s * f.num_prefill_seqs
         mem += sh.kv_bytes_per_token * f.kv_tokens_read * self.s_per_kv_byte
+        mem += sh.window_kv_bytes_per_token * f.window_kv_tokens_read * self.s_per_kv_byte
         if 0 < tokens <= len(self.small_rows):
             mem += self.small_rows[tokens - 1]
         comp = sh.attn_flops_per_pair * f.attention_pairs * self.s_per_attn_flop
+        comp += sh.window_attn_flops_per_pair * f.window_attention_pairs * self.s_per_attn_flop
         comp += sh.attn_flops_per_pair * f.masked_pairs * self.s_per_masked_flop
-        for weights, flops in ((sh.layer_weight_bytes * w, sh.layer_flops_per_token * tokens * sf),
+        for weights, flops in ((sh.layer_weights(tokens) * w, sh.layer_flops_per_token * tokens * sf),
                                (sh.head_weight_bytes * w, sh.head_flops_per_row * sampled * sf)):
             if self.combine == "sum":
                 mem, comp = mem + weights, comp + flops
@@ -171,9 +199,12 @@ class FittedCostModel(FormDefaults):
             return np.zeros(m)
         grow = np.arange(m, dtype=np.int64) * f.num_seqs
         tokens = f.prefill_tokens + f.decode_tokens
+        # Windowed counts grow like the full ones (a windowed model is stepped, never
+        # fast-forwarded; a window-free shape does not read them).
         t = self._time(f.num_seqs, f.num_prefill_seqs, tokens, f.decode_tokens + f.num_prefill_seqs,
                        f.kv_tokens_read + grow, f.attention_pairs + grow, masked=f.masked_pairs,
-                       steady=True)
+                       steady=True, w_kv=f.window_kv_tokens_read + grow,
+                       w_pairs=f.window_attention_pairs + grow)
         t = np.array(t, dtype=float)
         if m and not is_steady(f):
             t[0] = self.step_time(f)

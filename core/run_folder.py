@@ -28,7 +28,8 @@ import numpy as np
 from pydantic import ValidationError
 
 from batchlab.core.checks import shown
-from batchlab.core.features import FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, masked_pairs_estimate
+from batchlab.core.features import (
+    FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, PREFILL_PAIRS, WINDOW_FEATURES, masked_pairs_estimate)
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core import atomic, text_input
@@ -36,7 +37,9 @@ from batchlab.core import atomic, text_input
 REQUESTS, STEPS, META, SUMMARY = "requests.csv", "steps.csv", "meta.json", "summary.json"
 TABLES = (REQUESTS, STEPS)
 # What a step table must have to be priced again (the later features are derived).
-STEP_COLUMNS = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES if n not in LATER_FEATURES)
+STEP_COLUMNS = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES
+                                                  if n not in LATER_FEATURES + WINDOW_FEATURES
+                                                  + (PREFILL_PAIRS,))
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -189,6 +192,14 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
     if "masked_pairs" not in cols:  # a table written before the feature
         cols["masked_pairs"] = np.array([float(masked_pairs_estimate(int(c), int(n))) for c, n in
                                          zip(cols["prefill_tokens"], cols["num_prefill_seqs"])])
+    for windowed, full in zip(WINDOW_FEATURES, ("kv_tokens_read", "attention_pairs")):
+        if windowed not in cols:  # a table written before them: a window-free model's
+            cols[windowed] = cols[full].copy()
+    if PREFILL_PAIRS not in cols:
+        # Decodes attend as many pairs as KV slots they read, chunks at least as many slots
+        # as their tokens: exact for decode-only steps and first chunks, else a lower bound.
+        cols[PREFILL_PAIRS] = np.maximum(
+            cols["attention_pairs"] - cols["kv_tokens_read"] + cols["prefill_tokens"], 0.0)
     if "after_idle" not in cols:
         start, dur = cols["start_s"], cols["duration_s"]
         gap = np.concatenate(([math.inf], start[1:] - (start[:-1] + dur[:-1])))[:start.size]

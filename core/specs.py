@@ -1,98 +1,18 @@
-"""Model architectures and accelerators, from their configs and datasheets.
-
-Figures are the vendors' (dense, no sparsity; bf16/fp16 and, where the GPU has them,
-fp8 tensor-core peak). What a real engine achieves is lower: the roofline cost model
-scales them by efficiencies."""
+"""Model and hardware presets by name: the dense Llama-family shapes below, the
+config.json files of core/presets/models (core/model_config.py reads them, and any other
+one given as a file or a directory), and the hardware catalogue (core/hardware.py)."""
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import os
+from pathlib import Path
 
-from batchlab.core.checks import Count, NonNegative, Positive, Seconds, Tokens, shown
+from batchlab.core.checks import shown
+from batchlab.core.hardware import ALLREDUCE_LATENCY_S, HARDWARE, MIB, HardwareSpec, fp8_hardware
+from batchlab.core.model_config import spec_from_file
+from batchlab.core.model_spec import ModelSpec
 
-
-
-class ModelSpec(BaseModel):
-    """A Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU)."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    num_layers: Count
-    hidden_size: Count
-    num_heads: Count
-    num_kv_heads: Count
-    head_dim: Count
-    intermediate_size: Count
-    vocab_size: Count
-    max_context: Tokens | None = Field(
-        None, description="max_position_embeddings: longest prompt + output (None: unknown)")
-    tied_embeddings: bool = False
-    dtype_bytes: Count = Field(2, le=8, description="bytes per weight (and KV element, unless kv_dtype_bytes)")
-    kv_dtype_bytes: Count | None = Field(None, le=8, description="bytes per KV element; None: dtype_bytes")
-
-    @property
-    def layer_params(self) -> int:
-        h, hd = self.hidden_size, self.head_dim
-        attn = h * self.num_heads * hd * 2 + h * self.num_kv_heads * hd * 2  # q, o, k, v
-        return attn + 3 * h * self.intermediate_size + 2 * h  # SwiGLU + two norms
-
-    @property
-    def params(self) -> int:
-        embed = self.vocab_size * self.hidden_size
-        head = 0 if self.tied_embeddings else embed
-        return self.num_layers * self.layer_params + embed + head + self.hidden_size
-
-    @property
-    def params_read_per_step(self) -> int:
-        """Weights a forward pass streams: every layer and the LM head; the embedding
-        table is only gathered row by row (unless tied, when it is the LM head)."""
-        return self.num_layers * self.layer_params + self.vocab_size * self.hidden_size + self.hidden_size
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        kv = self.kv_dtype_bytes or self.dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv
-
-    @property
-    def activation_bytes(self) -> int:
-        """Bytes per activation element (what a TP all-reduce moves): fp8 weights still
-        compute and exchange activations in 16 bits."""
-        return max(self.dtype_bytes, 2)
-
-    @property
-    def flops_per_token(self) -> int:
-        """Matmul FLOPs of one token through all linear layers and the LM head."""
-        return 2 * self.params_read_per_step
-
-    @property
-    def attention_flops_per_pair(self) -> int:
-        """QK^T and PV for one (query, key) pair across all layers and heads."""
-        return 4 * self.num_layers * self.num_heads * self.head_dim
-
-
-class HardwareSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    memory_bytes: Positive
-    mem_bandwidth: Positive = Field(description="bytes/s")
-    peak_flops: Positive = Field(description="dense bf16/fp16 tensor-core FLOP/s")
-    peak_flops_fp8: NonNegative = Field(0.0, description="dense fp8 tensor-core FLOP/s; 0 = no fp8")
-    interconnect_bandwidth: NonNegative = Field(0.0, description="bytes/s per GPU for all-reduce; 0 = none")
-    interconnect: str = Field("", description="what the all-reduces cross (NVLink, PCIe)")
-    allreduce_latency_s: Seconds = Field(0.0, description="fixed cost of one all-reduce")
-
-    def flops_for(self, dtype: str) -> float:
-        """Dense tensor-core FLOP/s for weights in `dtype` (a DTYPES key)."""
-        if dtype == "fp8":
-            if not self.peak_flops_fp8:
-                raise ValueError(f"hardware {self.name!r} has no fp8 tensor cores; use bf16 or fp16 "
-                                 f"weights (fp8 is priced on {', '.join(fp8_hardware())})")
-            return self.peak_flops_fp8
-        return self.peak_flops
+__all__ = ["ALLREDUCE_LATENCY_S", "DTYPES", "HARDWARE", "MIB", "MODELS", "HardwareSpec", "ModelSpec",
+           "canonical_dtype", "fp8_hardware", "lookup_hardware", "lookup_model", "with_dtypes"]
 
 
 # Serving dtypes the roofline prices: bytes per element. float32 is the backend's CPU
@@ -114,10 +34,6 @@ def canonical_dtype(name: str) -> str:
 def with_dtypes(model: ModelSpec, weights: str, kv: str) -> ModelSpec:
     """The model served with weights and KV cache in these dtypes (DTYPES keys)."""
     return model.model_copy(update={"dtype_bytes": DTYPES[weights], "kv_dtype_bytes": DTYPES[kv]})
-
-
-def fp8_hardware() -> list[str]:
-    return [h.name for h in HARDWARE.values() if h.peak_flops_fp8]
 
 
 def _llama(name, L, h, nh, nkv, inter, vocab, ctx, tied=False, hd=None) -> ModelSpec:
@@ -142,36 +58,28 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
     _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
 ]}
+# The presets shipped as config.json files (core/presets/models, sources in SOURCES.toml).
+PRESET_CONFIGS = Path(__file__).parent / "presets" / "models"
+MODELS.update((f.stem, spec_from_file(f, f.stem)) for f in sorted(PRESET_CONFIGS.glob("*.json")))
+# The backend's embedded models among them run in float32 on CPU.
+MODELS.update((n, m.model_copy(update={"dtype_bytes": 4})) for n, m in MODELS.items()
+              if n.startswith("batchlab-") and m.architecture != "llama")
 
-# Memory is what nvidia-smi reports as the total (MiB): datasheets round it, in GB
-# or in GiB (an H200's "141 GB" is 140.4 GiB; an L4's "24 GB" is 22.5 GiB).
-MIB = 2**20
-# Interconnect: bytes/s one way per GPU (NVLink 3: 600 GB/s total, NVLink 4: 900; an L4
-# has PCIe Gen4 x16, 32 GB/s). All-reduce latency: what one collective costs however
-# small, 45 us, the low end of the 45-90 us of Vidur's profiled NCCL all-reduces on A100
-# (a launch, a handshake, a sync); the same figure is assumed on every preset, PCIe
-# included, for want of a measurement (--collective-latency-us sets it).
-ALLREDUCE_LATENCY_S = 45e-6
-HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
-    HardwareSpec(name="a100-80gb", memory_bytes=81_920 * MIB, mem_bandwidth=2.039e12,
-                 peak_flops=312e12, interconnect_bandwidth=300e9, interconnect="NVLink 3",
-                 allreduce_latency_s=ALLREDUCE_LATENCY_S),  # Ampere: no fp8 tensor cores
-    HardwareSpec(name="h100-sxm", memory_bytes=81_559 * MIB, mem_bandwidth=3.35e12,
-                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
-                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-    HardwareSpec(name="h200", memory_bytes=143_771 * MIB, mem_bandwidth=4.8e12,
-                 peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
-                 interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-    HardwareSpec(name="l4", memory_bytes=23_034 * MIB, mem_bandwidth=300e9,
-                 peak_flops=121e12, peak_flops_fp8=242e12, interconnect_bandwidth=32e9,
-                 interconnect="PCIe 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
-]}
+def is_model_path(name: str) -> bool:
+    """A model given as a directory or a config.json file rather than a preset name."""
+    return name not in MODELS and (os.sep in name or name.startswith(".") or name.endswith(".json")
+                                   or os.path.exists(name))
 
 
 def lookup_model(name: str) -> ModelSpec:
-    if name not in MODELS:
-        raise ValueError(f"unknown model preset {shown(name)}; expected one of {', '.join(MODELS)}")
-    return MODELS[name]
+    """A preset by name, or any Hugging Face config.json: the file, or the directory
+    holding it (named after the directory)."""
+    if name in MODELS:
+        return MODELS[name]
+    if is_model_path(name):
+        return spec_from_file(name)
+    raise ValueError(f"unknown model preset {shown(name)}; expected one of {', '.join(MODELS)}, "
+                     f"or a directory holding a config.json (or the file)")
 
 
 def lookup_hardware(name: str) -> HardwareSpec:

@@ -9,12 +9,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from batchlab.core import text_input
-from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
+from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Positive, Seconds, shown
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from batchlab.core.params import validate_params
 from batchlab.core.schedulers import SCHEDULERS
-from batchlab.core.specs import HARDWARE
+from batchlab.core.hardware import HARDWARE, HardwareFigures, HardwareSpec
+from batchlab.core.layout import Layout
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
@@ -35,15 +36,56 @@ class ModelConfig(BaseModel):
 
 
 class HardwareConfig(BaseModel):
+    """The GPU (a catalogue name, or a name with its datasheet figures for one the
+    catalogue lacks: the same fields as core/presets/hardware.toml; figures given with a
+    catalogue name replace its own) and the layout of one replica over such GPUs."""
     model_config = ConfigDict(extra="forbid")
-    name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}")
+    name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}, or any name "
+                      "with the GPU's figures below")
     tensor_parallel: Count = Field(1, le=4096)
+    pipeline_parallel: Count = Field(1, le=4096, description="pipeline stages per replica")
+    expert_parallel: Count = Field(1, le=4096, description="GPUs the routed experts are spread "
+                                   "over (1, or tensor_parallel)")
+    data_parallel_attention: bool = Field(False, description="attention data-parallel over "
+                                          "the tensor-parallel GPUs (MLA engines)")
+    memory_gib: Positive | None = None
+    memory_mib: Positive | None = None
+    mem_bandwidth_gbs: Positive | None = None
+    bf16_tflops: Positive | None = None
+    fp8_tflops: NonNegative | None = None
+    fp4_tflops: NonNegative | None = None
+    interconnect: str | None = None
+    interconnect_gbs: NonNegative | None = None
     mem_efficiency: Efficiency = Field(0.8, description="achieved fraction of datasheet bandwidth")
     compute_efficiency: Efficiency = Field(0.6, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
     allreduce_latency_s: Seconds | None = Field(
         None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
     gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
+
+    def spec(self) -> HardwareSpec:
+        """The GPU: the catalogue's, or the one these figures describe (UserError, one
+        line naming the field, where they are incomplete or the name is unknown)."""
+        figures = HardwareFigures(**{k: getattr(self, k) for k in HardwareFigures.model_fields
+                                     if k != "source"})
+        base = HARDWARE.get(self.name)
+        if base is None and not figures.given():
+            raise UserError(f"unknown hardware preset {shown(self.name)}; expected one of "
+                            f"{', '.join(HARDWARE)}, or its figures in [hardware] (memory_gib, "
+                            f"mem_bandwidth_gbs, bf16_tflops, ...)")
+        try:
+            return figures.spec(self.name, base, where="[hardware] ") if figures.given() else base
+        except ValueError as e:
+            raise UserError(str(e)) from None
+
+    def layout(self) -> Layout:
+        return Layout(tp=self.tensor_parallel, pp=self.pipeline_parallel, ep=self.expert_parallel,
+                      dp_attention=self.data_parallel_attention)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.tensor_parallel * self.pipeline_parallel
 
 
 class ProfileConfig(BaseModel):

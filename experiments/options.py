@@ -48,7 +48,14 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and hardware")
     g.add_argument("--model", dest="mo_name", metavar="NAME|DIR")
     g.add_argument("--hardware", dest="hw_name", metavar="NAME")
-    g.add_argument("--tp", dest="hw_tensor_parallel", type=int, metavar="N", help="tensor parallel")
+    g.add_argument("--tp", "--tensor-parallel", dest="hw_tensor_parallel", type=int, metavar="N",
+                   help="tensor parallel")
+    g.add_argument("--pp", "--pipeline-parallel", dest="hw_pipeline_parallel", type=int, metavar="N",
+                   help="pipeline stages per replica")
+    g.add_argument("--ep", "--expert-parallel", dest="hw_expert_parallel", type=int, metavar="N",
+                   help="spread the routed experts over N GPUs (1, or the tensor parallel size)")
+    g.add_argument("--dp-attention", dest="hw_data_parallel_attention", action="store_const",
+                   const=True, help="attention data-parallel over the tensor-parallel GPUs")
     g.add_argument("--profile", dest="pr_path", metavar="FILE|NAME",
                    help="calibration profile (or 'default'): its cost model, KV capacity and model")
     g = parser.add_argument_group("run")
@@ -85,13 +92,20 @@ def add_backend_options(parser: argparse.ArgumentParser, threads_note: str = "")
     return g
 
 
+LAYOUT_DESTS = ("hw_pipeline_parallel", "hw_expert_parallel", "hw_data_parallel_attention")
+
+
 def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]) -> None:
     """A flag this command accepts (the options are shared) but cannot honour is an
     error, not silently ignored. unused: argparse dest -> why it does not apply."""
+    if "hw_tensor_parallel" in unused:  # a command on one device takes no layout at all
+        unused = {**unused, **{d: unused["hw_tensor_parallel"] for d in LAYOUT_DESTS}}
     for dest, why in unused.items():
         if getattr(args, dest, None) is not None:
             flag = "--" + {"hw_name": "hardware", "hw_tensor_parallel": "tp", "pr_path": "profile",
-                           "ru_router": "router"}.get(dest, dest.replace("_", "-"))
+                           "ru_router": "router", "hw_pipeline_parallel": "pp",
+                           "hw_expert_parallel": "ep", "hw_data_parallel_attention": "dp-attention",
+                           }.get(dest, dest.replace("_", "-"))
             raise UserError(f"{flag} does not apply to batchlab {command}: {why}")
 
 

@@ -28,15 +28,18 @@ class Replica:
                  cost: CostModel, recorder: MetricsRecorder,
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
-                 observer: StepObserver | None = None, closed_loop: bool = False) -> None:
+                 observer: StepObserver | None = None, closed_loop: bool = False,
+                 window: int = 0) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
         never); given, it enables fast-forward over steady decode runs. closed_loop: a
         finish brings its user's next request, so fast-forward stops at finishes and
         the next step waits for a request sent at the same instant (as a real server
-        sees it before forming that step)."""
+        sees it before forming that step). window: the model's sliding window (0: none),
+        for the windowed step features; a windowed model is never fast-forwarded."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
-        self.next_arrival = None if observer else next_arrival
+        self.next_arrival = None if observer or window else next_arrival
+        self.window = window
         if self.next_arrival is not None:
             scheduler.keep_decodes_in_group()
         self.observer = observer
@@ -81,7 +84,7 @@ class Replica:
                 self.history.ran(env.now, False)
                 sched.retire(finished, env.now)
             else:
-                features = step_features(batch, *context)
+                features = step_features(batch, *context, window=self.window)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = env.now
                 yield env.timeout(cost.step_time(features))

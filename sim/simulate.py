@@ -6,7 +6,7 @@ from typing import Callable
 import simpy
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel
+from batchlab.core.cost import CostModel, attention_window
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence
 from batchlab.core.result import RunResult
@@ -61,7 +61,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     for i in range(replicas):
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
                                on_done, next_arrival if fast_forward else None, observer,
-                               closed_loop=arrivals.closed_loop))
+                               closed_loop=arrivals.closed_loop, window=attention_window(cost)))
     interrupted = False
     try:
         env.run()

@@ -23,7 +23,9 @@ BACKEND_ONLY = {"model.device": _BACKEND, "model.threads": _BACKEND,
 _PROFILED = "a profile's fitted cost model prices the device and dtype it was measured on"
 PROFILE_REPLACES = {f"hardware.{f}": _PROFILED for f in (
     "mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s",
-    "gpu_memory_utilization")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
+    "gpu_memory_utilization", "pipeline_parallel", "expert_parallel", "data_parallel_attention",
+    "memory_gib", "memory_mib", "mem_bandwidth_gbs", "bf16_tflops", "fp8_tflops", "fp4_tflops",
+    "interconnect", "interconnect_gbs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -141,7 +143,7 @@ def _print_header(workload, setup, cfg) -> None:
     meta = setup.meta
     seats = sorted(set(meta.max_num_seqs.values()))
     print(f"workload: {workload.describe()}")
-    print(f"model {meta.model} on {cfg.hardware.tensor_parallel} x {meta.hardware}, "
+    print(f"model {meta.model} on {cfg.hardware.gpus} x {meta.hardware}, "
           f"{setup.blocks} KV blocks of {cfg.scheduler.block_size} tokens, "
           f"{'/'.join(map(str, seats))} seats, {cfg.run.replicas} replica(s)")
     print("\n".join(setup.assumptions()) + "\n")

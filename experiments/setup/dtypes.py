@@ -12,7 +12,10 @@ def served_dtypes(cfg: ExperimentConfig, preset: ModelSpec) -> tuple[str, str]:
     native = {1: "fp8", 2: "bf16", 4: "fp32"}[preset.dtype_bytes]
     try:
         weights = canonical_dtype(cfg.model.dtype) if "dtype" in cfg.model.model_fields_set else native
-        kv = weights if cfg.model.kv_cache_dtype == "auto" else canonical_dtype(cfg.model.kv_cache_dtype)
+        # auto: the model's own KV dtype where its config declares one (a quantised
+        # checkpoint's KV stays 16-bit, as vLLM's auto keeps the model dtype), else the weights'.
+        auto = {1: "fp8", 2: "bf16", 4: "fp32"}[preset.kv_dtype_bytes] if preset.kv_dtype_bytes else weights
+        kv = auto if cfg.model.kv_cache_dtype == "auto" else canonical_dtype(cfg.model.kv_cache_dtype)
     except ValueError as e:
         raise UserError(f"[model] dtype / kv_cache_dtype: {e}") from None
     for name, d in (("dtype", weights), ("kv_cache_dtype", kv)):

@@ -24,6 +24,11 @@ class SetupMeta(Record):
     allreduce_latency_s: Number | None = None
     interconnect: str | None = None
     interconnect_bandwidth: Number | None = None
+    # a layout beyond TP, and what a MoE / MLA / windowed model is priced by (words)
+    pipeline_parallel: int | None = None
+    expert_parallel: int | None = None
+    data_parallel_attention: bool | None = None
+    deployment: str | None = None
     # a profile's (None on the roofline)
     dtype: str | None = None  # weights and KV cache alike
     dtype_bytes: int | None = None

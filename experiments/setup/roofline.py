@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from batchlab.core.cost import CostModel, allreduces_per_step, kv_capacity_blocks, roofline
-from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_hardware, lookup_model
+from batchlab.core.cost import CostModel, allreduces_per_step, is_plain, kv_capacity_blocks, roofline
+from batchlab.core.deployment_cost import allreduces_per_step as deployment_allreduces
+from batchlab.core.deployment_cost import deployment_terms
+from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.dtypes import served_model
@@ -19,13 +21,15 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
     in the config's dtypes."""
     try:
         preset = lookup_model(cfg.model.name)
-        hw = lookup_hardware(cfg.hardware.name)
+        hw = cfg.hardware.spec()
         model, weights, kv = served_model(cfg, preset)
         h = cfg.hardware
+        layout = h.layout()
         cost = roofline(model, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
-                        h.step_overhead_s, h.allreduce_latency_s)
+                        h.step_overhead_s, h.allreduce_latency_s, layout=layout)
         blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
+            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization,
+            layout=layout, max_num_seqs=cfg.scheduler.max_num_seqs)
     except ValueError as e:
         raise UserError(str(e)) from None
     if cfg.scheduler.num_kv_blocks:
@@ -35,9 +39,15 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
                      cost_model="roofline", max_context=model.max_context,
                      mem_efficiency=h.mem_efficiency, compute_efficiency=h.compute_efficiency,
                      step_overhead_s=h.step_overhead_s, weights_dtype=weights, kv_cache_dtype=kv,
-                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel),
+                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel)
+                     if is_plain(model, layout) else round(deployment_allreduces(model, layout)),
                      allreduce_latency_s=latency, interconnect=hw.interconnect,
                      interconnect_bandwidth=hw.interconnect_bandwidth)
+    if not layout.is_plain_tp:
+        meta.pipeline_parallel, meta.expert_parallel = layout.pp, layout.ep
+        meta.data_parallel_attention = layout.dp_attention
+    if not is_plain(model, layout):
+        meta.deployment = deployment_terms(model, cost)
     return cost, blocks, meta
 
 
@@ -46,7 +56,8 @@ def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: Hardware
     the weights leave would price steps for memory the hardware does not have."""
     h, sc = cfg.hardware, cfg.scheduler
     try:
-        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0)
+        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0,
+                                  layout=h.layout(), max_num_seqs=sc.max_num_seqs)
     except ValueError:
         most = 0  # the weights alone fill the memory
     if sc.num_kv_blocks > most:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
-from batchlab.core.specs import lookup_hardware
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults
 from batchlab.experiments.setup.meta import SetupMeta
@@ -33,7 +32,7 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         hw = None  # a profiled device: the engine defaults key on a preset's memory
     else:
         cost, blocks, meta = roofline_setup(cfg)
-        hw = lookup_hardware(cfg.hardware.name)
+        hw = cfg.hardware.spec()
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
     for name, p, admission in cfg.runs():
@@ -66,9 +65,14 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
                 f"{m.allreduce_latency_s * 1e6:.0f} us each plus bytes over "
                 f"{m.interconnect} at {m.interconnect_bandwidth / 1e9:.0f} GB/s"
                 if n else "TP 1: no all-reduce")
+        if m.pipeline_parallel or m.expert_parallel or m.data_parallel_attention:
+            comm = (f"PP {m.pipeline_parallel}, EP {m.expert_parallel}"
+                    f"{', DP attention' if m.data_parallel_attention else ''}; {comm}")
+
     else:
         cost = f"{m.cost_model} from {m.profile} (its fitted step overhead and dtype)"
         comm = "one device as profiled"
     return [f"assumptions: {cost}",
+            *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
             f"  scheduler defaults: {m.scheduler_defaults}"]
