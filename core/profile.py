@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from batchlab.core.checks import Count, Finite, NonNegative, Tokens, shown
 from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.loop_time import Overhead
 from batchlab.core.specs import MODELS, ModelSpec
 from batchlab.core import atomic, text_input
@@ -26,9 +27,10 @@ PROFILE_FORMAT = "batchlab-profile"
 # after_prefill_s and after_idle_s (and `runs`: served runs fitted on). Versions 1 and 2
 # still load, their missing terms 0. Version 4 added s_per_masked_flop (the rate of the
 # pairs attention computes beyond causal) and steady_s (a steady decode's change);
-# versions before it price them at 0.
-PROFILE_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# versions before it price them at 0. Version 5 added `front_end` (a server's front end,
+# fitted from client timings); versions before it have none.
+PROFILE_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 # A fitted rate this many times the machine's measured one: its term fitted to ~0, the
 # grid did not resolve it (recorded as None, reported as such).
 UNRESOLVED_RATIO = 100.0
@@ -148,10 +150,22 @@ class LoopTime(BaseModel):
         return self.per_seq_s * 1e3
 
 
+class FrontEndParams(BaseModel):
+    """A server's front end before its engine (core/front_end.py), fitted from client
+    timings: a delay a request plus a queue of its own handling time a request."""
+    model_config = ConfigDict(extra="forbid")
+    delay_s: NonNegative
+    serial_s: NonNegative = 0.0
+    source: str = Field("", description="how it was measured")
+
+    def model(self) -> FrontEnd:
+        return FrontEnd(self.delay_s, self.serial_s)
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
-    version: Literal[1, 2, 3, 4] = PROFILE_VERSION
+    version: Literal[1, 2, 3, 4, 5] = PROFILE_VERSION
     created: str = ""
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
@@ -174,6 +188,9 @@ class Profile(BaseModel):
                                   "measured in the serving phase (absent: steps back to back)")
     runs: list[str] | None = Field(None, description="served runs fitted on (calibrate --from-run, "
                                    "or the calibration's own serving phase)")
+    front_end: FrontEndParams | None = Field(
+        None, description="the server's front end, where the profile was fitted from client "
+        "timings (calibrate --from-replay / --endpoint): simulated before the engine")
     notes: str = ""
 
     def cost_model(self, bandwidth: float = 1.0, flops: float = 1.0,

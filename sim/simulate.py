@@ -7,6 +7,7 @@ import simpy
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel, attention_window
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence
 from batchlab.core.result import RunResult
@@ -24,7 +25,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              meta: dict | Record | None = None, observer: StepObserver | None = None,
              fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None,
-             keep_on_interrupt: bool = False) -> RunResult:
+             keep_on_interrupt: bool = False, front_end: FrontEnd | None = None) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one event, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
@@ -34,7 +35,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     keep_on_interrupt: on Ctrl-C, return what was simulated, with meta.interrupted
     (rows for the requests that arrived; those still running or waiting say so),
     instead of raising. meta: what the caller adds to the run's meta (the setup's
-    assumptions), after the simulator's own keys."""
+    assumptions), after the simulator's own keys. front_end: a server's front end before
+    the engine (core/front_end.py); requests keep their send times as arrivals."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
@@ -53,7 +55,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         if progress is not None:
             progress(1)
 
-    arrivals = Arrivals(env, workload, submit)
+    arrivals = Arrivals(env, workload, submit, front_end)
     next_arrival = arrivals.next_time
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.

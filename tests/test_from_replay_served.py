@@ -112,7 +112,9 @@ def test_output_says_settings_sources_and_what_was_dropped(served):
     _, out, _ = served
     s = out["settings"]
     assert s["max_num_seqs"] == {"value": 16, "source": "given"}
-    assert s["block_size"]["source"] == "default"  # batchlab serve's /metrics states none
+    # batchlab serve states its settings on /metrics as vLLM does; the options given win
+    assert s["block_size"] == {"value": 16, "source": "server /metrics"}
+    assert s["policy"] == {"value": "continuous", "source": "server /metrics"}
     assert all(v == {} for v in out["dropped"].values())  # nothing failed against a healthy server
     assert {t["status"] for t in out["terms"]} <= {"told", "together", "weak", "untold"}
 

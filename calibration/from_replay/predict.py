@@ -6,8 +6,8 @@ Between a client's send and the engine's arrival lies the server's front end (HT
 parsing, tokenising), which a client's TTFT holds and the engine's does not: `FrontEnd`
 models it as a fixed delay a request plus a single-server queue of its own handling time (a
 burst sent at once reaches the engine one by one: on batchlab serve on a busy machine, 16
-requests sent together were scheduled over several steps). TTFT is then from the send, as the client
-measured it."""
+requests sent together were scheduled over several steps; core/front_end.py). TTFT is then
+from the send, as the client measured it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,27 +17,9 @@ import numpy as np
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.workload.workload import Workload
 from batchlab.sim.simulate import simulate
-
-
-@dataclass(frozen=True)
-class FrontEnd:
-    delay_s: float = 0.0  # every request, send to the front end's queue
-    serial_s: float = 0.0  # the front end's own work a request, one request at a time
-
-    def arrivals(self, send: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(engine arrival, requests queued ahead in the front end) of each request: a
-        single-server queue, exit_i = max(send_i + delay, exit_(i-1)) + serial (sends
-        non-decreasing). d arrival / d serial = 1 + queued ahead."""
-        arrival, ahead = np.empty(len(send)), np.zeros(len(send))
-        prev, chain = -np.inf, 0
-        for i, t in enumerate(send):
-            start = t + self.delay_s
-            chain = chain + 1 if prev > start else 0
-            prev = max(start, prev) + self.serial_s
-            arrival[i], ahead[i] = prev, chain
-        return arrival, ahead
 
 
 NO_FRONT_END = FrontEnd()

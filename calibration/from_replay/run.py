@@ -16,7 +16,7 @@ from batchlab.calibration.from_replay.predict import Case, FrontEnd, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, fitted_form_space
 from batchlab.calibration.profile_parts import cost_params, effective
-from batchlab.core.profile import FitQuality, Profile, RegionError
+from batchlab.core.profile import PROFILE_VERSION, FitQuality, FrontEndParams, Profile, RegionError
 
 HOLDOUT_SHARE = 0.25  # one replay only: the requests sent last are judged, not fitted
 
@@ -140,14 +140,17 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
         "cost": cost_params(model), "fit": quality, "effective": effective(model, {}),
         "num_kv_blocks": int(settings.num_kv_blocks.value), "block_size": int(settings.block_size.value),
         "measurements": None, "measurements_path": None, "serving": None, "grid": None, "sweep_s": None, "total_s": None,
-        "runs": fitted_on,
+        "runs": fitted_on, "version": PROFILE_VERSION,
+        "front_end": FrontEndParams(delay_s=ro, serial_s=serial, source=(
+            f"fitted from client timings of {', '.join(fitted_on)}: a delay a request from send to "
+            f"the engine, and a handling time a request of a burst")),
         "notes": (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
                f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
                f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
                f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
-               f"(not in the profile): {ro * 1e3:.1f} ms a request from send to the engine, "
-               f"{serial * 1e3:.2f} ms more for each request of a burst; engine: "
+               f"(front_end, simulated before the engine): {ro * 1e3:.1f} ms a request from send "
+               f"to the engine, {serial * 1e3:.2f} ms more for each request of a burst; engine: "
                f"{'; '.join(settings.lines())}")})
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
                      floor, floor_from, per_replay)

@@ -98,7 +98,8 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
     for wl in samples:
         w = _workload(wl.model_copy(update={"rate_scale": cfg.workload.rate_scale}).model_dump_json())
         result = simulate(w, scheduler, setup.cost, setup.blocks, replicas=cfg.run.replicas,
-                          router=cfg.run.router, meta=setup.meta, record_steps=False)
+                          router=cfg.run.router, meta=setup.meta, record_steps=False,
+                          front_end=setup.front_end)
         summaries.append(result.summary(criteria.slo))
         verdicts.append(queue_stability(result.requests).verdict)
         rates.append(mean_rate(w))

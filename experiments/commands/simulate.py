@@ -124,7 +124,7 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
         result = simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
-                          progress=bar.update, keep_on_interrupt=True)
+                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end)
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted

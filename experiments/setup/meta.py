@@ -4,6 +4,7 @@ and the capacity rows read it, and a simulated run's meta.json begins with it (i
 order the setup gave the keys: a Record writes back exactly what it was given)."""
 from __future__ import annotations
 
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.run_meta import Number, Record
 
 
@@ -36,11 +37,22 @@ class SetupMeta(Record):
     profile_heldout_median_ape: Number | None = None
     profile_warning: str | None = None
     loop_ms_per_step: Number | None = None
+    # a server's front end before the engine (a profile fitted on client timings)
+    front_end_delay_ms: Number | None = None
+    front_end_serial_ms: Number | None = None
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None
     max_num_seqs: dict[str, int] | None = None  # per run (policy)
     block_size: int | None = None
     num_kv_blocks: int | None = None
+
+    @property
+    def front_end(self) -> FrontEnd | None:
+        """The front end the simulation puts before the engine (None: requests reach it
+        when sent)."""
+        if self.front_end_delay_ms is None:
+            return None
+        return FrontEnd(self.front_end_delay_ms / 1e3, (self.front_end_serial_ms or 0.0) / 1e3)
 
     @property
     def served_dtypes(self) -> tuple[str | None, str | None]:

@@ -69,4 +69,7 @@ def profile_setup(cfg: ExperimentConfig, model_named: bool = False,
         meta.profile_warning = warning
     if profile.loop:
         meta.loop_ms_per_step = round(profile.loop.per_step_s * 1e3, 4)
+    if profile.front_end:
+        meta.front_end_delay_ms = profile.front_end.delay_s * 1e3
+        meta.front_end_serial_ms = profile.front_end.serial_s * 1e3
     return profile.simulation_cost(), blocks, meta

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
+from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults
 from batchlab.experiments.setup.meta import SetupMeta
@@ -23,6 +24,10 @@ class SimSetup:
 
     def assumptions(self) -> list[str]:
         return assumption_lines(self.meta)
+
+    @property
+    def front_end(self) -> FrontEnd | None:
+        return self.meta.front_end
 
 
 def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: bool = False) -> SimSetup:
@@ -72,6 +77,9 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
     else:
         cost = f"{m.cost_model} from {m.profile} (its fitted step overhead and dtype)"
         comm = "one device as profiled"
+        if m.front_end is not None:
+            comm += (f"; the server's front end before the engine: {m.front_end_delay_ms:.1f} ms a "
+                     f"request, {m.front_end_serial_ms:.2f} ms more a request of a burst")
     return [f"assumptions: {cost}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",

@@ -46,4 +46,4 @@ def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> t
     if failures:
         warn(f"{failures}; the comparison counts finished requests only")
     run = RealRun(target.url, real.meta, real.summary(), None, real)
-    return RealSide(target.url, workload, sched, [run]), failures
+    return RealSide(target.url, workload, sched, [run], client_timed=True), failures

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from batchlab.core.cost import CostForm
 from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.loop_time import Overhead
 from batchlab.core.run_meta import MachineSpeed, RunMeta
 from batchlab.experiments.machine_speed import machine_speed
@@ -67,18 +68,21 @@ class Judge:
     cost: CostForm
     loop: Overhead | None
     profile: ProfileInfo
+    front_end: FrontEnd | None = None  # simulated before the engine for client-timed runs
 
     @classmethod
     def of(cls, profile, info: ProfileInfo) -> "Judge":
-        return cls(profile.cost_model(), profile.loop_overhead(), info)
+        front = profile.front_end.model() if profile.front_end else None
+        return cls(profile.cost_model(), profile.loop_overhead(), info, front)
 
     def cell(self, side: RealSide, sim_meta: dict | None = None) -> Judged:
         """Judge one cell. sim_meta: what the simulations' meta.json records besides."""
+        front = self.front_end if side.client_timed else None
         sim = run_sim(side.workload, side.scheduler, CostAtSpeed(self.cost, loop=self.loop),
-                      {**(sim_meta or {}), "cost_model": HEADLINE})
+                      {**(sim_meta or {}), "cost_model": HEADLINE}, front)
         speeds = [machine_speed(r.steps, self.cost, self.profile.describe) for r in side.reals]
         normalised = [run_sim(side.workload, side.scheduler, normalised_cost(self.cost, s, self.loop),
-                              {**(sim_meta or {}), "cost_model": NORMALISED})
+                              {**(sim_meta or {}), "cost_model": NORMALISED}, front)
                       for s in speeds] if side.with_steps else []
         for run in normalised:
             stability(run.result)

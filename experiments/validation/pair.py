@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation.steps import Composition, composition
@@ -96,11 +97,12 @@ def sim_scheduler(scheduler: SchedulerConfig, real: RunResult) -> SchedulerConfi
 
 
 def run_sim(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
-            meta: dict | None = None) -> Run:
-    """Simulate `workload` with `scheduler`, whose num_kv_blocks must be set."""
+            meta: dict | None = None, front_end: FrontEnd | None = None) -> Run:
+    """Simulate `workload` with `scheduler`, whose num_kv_blocks must be set (front_end:
+    a server's front end before the engine, core/front_end.py)."""
     if scheduler.num_kv_blocks is None:
         raise ValueError("run_sim needs scheduler.num_kv_blocks (the real run's pool)")
     batches: list[Batch] = []
     res = simulate(workload, scheduler, cost, scheduler.num_kv_blocks, meta=meta,
-                   observer=lambda _r, _s, _d, batch: batches.append(batch))
+                   observer=lambda _r, _s, _d, batch: batches.append(batch), front_end=front_end)
     return Run(res, [composition(b) for b in batches])

@@ -51,6 +51,10 @@ class RealSide:
     workload: Workload
     scheduler: SchedulerConfig  # with the real runs' KV pool (num_kv_blocks, block_size)
     reals: list[RealRun]
+    # The runs' latencies are a client's (an endpoint replayed): from the send, through the
+    # server's front end, which the simulation then puts before the engine where the
+    # profile has one. False: the engine's own records (served here, stored runs).
+    client_timed: bool = False
 
     @property
     def live(self) -> bool:
