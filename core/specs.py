@@ -162,6 +162,12 @@ HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in [
     HardwareSpec(name="h200", memory_bytes=143_771 * MIB, mem_bandwidth=4.8e12,
                  peak_flops=989e12, peak_flops_fp8=1979e12, interconnect_bandwidth=450e9,
                  interconnect="NVLink 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
+    # NVIDIA A40 datasheet (PCIe, Ampere GA102): 48 GB GDDR6 with ECC (nvidia-smi reports
+    # 46,068 MiB with ECC on), 696 GB/s, 149.7 dense FP16/BF16 tensor TFLOP/s (299.4 with
+    # sparsity), no fp8; NVLink bridges join pairs only, so TP beyond 2 crosses PCIe Gen4 x16.
+    HardwareSpec(name="a40", memory_bytes=46_068 * MIB, mem_bandwidth=696e9,
+                 peak_flops=149.7e12, interconnect_bandwidth=32e9, interconnect="PCIe 4",
+                 allreduce_latency_s=ALLREDUCE_LATENCY_S),
     HardwareSpec(name="l4", memory_bytes=23_034 * MIB, mem_bandwidth=300e9,
                  peak_flops=121e12, peak_flops_fp8=242e12, interconnect_bandwidth=32e9,
                  interconnect="PCIe 4", allreduce_latency_s=ALLREDUCE_LATENCY_S),
