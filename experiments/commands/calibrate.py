@@ -43,10 +43,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout-every", type=int, default=3, metavar="K",
                    help="with --from-run: judge on 1 in K runs, not fitted on (a single run: its "
                    "last quarter); 0: fit on all (default 3)")
+    p.add_argument("--from-operators", metavar="DIR",
+                   help="fit a GPU profile on operator tables in Vidur's layout (DIR/compute/GPU/"
+                   "ORG/MODEL/mlp.csv, DIR/attention, DIR/network), e.g. ../shared/gpu-profiles/vidur")
+    p.add_argument("--gpu", metavar="PRESET", help="with --from-operators: the hardware preset to fit "
+                   "(a100-80gb | h100-sxm | a40)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_operators:
+        return run_from_operators(args)
+    if args.gpu:
+        raise UserError("--gpu applies to --from-operators only")
     if args.from_run:
         return run_from_runs(args)
     if args.profile:
@@ -153,4 +162,31 @@ def run_from_runs(args: argparse.Namespace) -> int:
     if result.after:
         print(table(result.after, result.before, "on the held-out runs"))
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
+    return 0
+
+
+def run_from_operators(args: argparse.Namespace) -> int:
+    """--from-operators DIR --gpu PRESET: a GPU profile (calibration/operators/)."""
+    from batchlab.calibration.operators.build import build_profile
+    from batchlab.calibration.operators.report import render
+    from batchlab.calibration.operators.tables import OperatorTableError
+
+    if not args.gpu:
+        raise UserError("--from-operators needs --gpu PRESET (a100-80gb | h100-sxm | a40)")
+    root = Path(args.from_operators)
+    if not root.is_dir():
+        raise UserError(f"--from-operators {root}: not a directory")
+    out = Path(args.out or f"{args.gpu}.json")
+    if not out.parent.is_dir() or out.is_dir():
+        raise UserError(f"--out {out}: give a file in an existing directory")
+    try:
+        built = build_profile(root, args.gpu)
+    except OperatorTableError as e:
+        raise UserError(str(e)) from None
+    built.profile.save(out)
+    if args.format == "json":
+        print(json.dumps({"profile": str(out), "heldout": built.profile.heldout.model_dump(),
+                          "fit_s": built.fit_s, "judge_s": built.judge_s}, indent=1))
+    else:
+        print(render(built, out))
     return 0

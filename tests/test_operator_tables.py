@@ -1,0 +1,140 @@
+"""calibrate --from-operators on tables the tests write: the fit finds the constants that
+made exact timings; every kind of bad table is one line naming file, line and column, exit 2."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from batchlab.calibration.operators.build import build_profile
+from batchlab.core.gpu_profile import load_gpu_profile
+from tests.helpers import cli, one_line_error
+from tests.operator_tables import TRUE, mlp_path, write_csv, write_tables
+
+
+def rows_of(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_the_fit_finds_the_constants_that_made_the_timings(tmp_path):
+    built = build_profile(write_tables(tmp_path), "a100-80gb")
+    p = built.profile
+    for name in ("mem_efficiency", "compute_efficiency", "gemm_fixed_s", "layer_fixed_s",
+                 "elementwise_efficiency", "elementwise_row_efficiency"):
+        assert p.params[name].value == pytest.approx(getattr(TRUE, name), rel=0.02), name
+    assert p.params["ridge_k"].value == pytest.approx(TRUE.ridge_k, rel=0.05)
+    assert p.heldout.overall.median < 0.01 and p.heldout.overall.n == 3 * 3 * 12
+    assert set(p.heldout.by_region) == {"decode", "ridge", "prefill"} and set(p.heldout.by_tp) == {"1", "2", "4"}
+    assert p.fitted_on.models == ["big", "mid", "small"] and p.fitted_on.tensor_parallel == [1, 2, 4]
+    assert p.params["step_s"].source.startswith("assumed")
+    assert "no attention table" in p.fitted_on.attention
+
+
+def test_the_command_writes_a_profile_that_prices_its_preset(tmp_path):
+    out = tmp_path / "a100.json"
+    code, text, err = cli(["calibrate", "--from-operators", str(write_tables(tmp_path / "t")),
+                           "--gpu", "a100-80gb", "--out", str(out)])
+    assert code == 0, err
+    assert "per-step |error| by region" in text and "by TP degree" in text and "fit " in text
+    p = load_gpu_profile(out)
+    assert p.gpu == "a100-80gb" and json.loads(out.read_text())["format"] == "batchlab-gpu-profile"
+    code, text, err = cli(["simulate", "--num-requests", "20", "--policy", "chunked",
+                           "--gpu-profile", str(out)])
+    assert code == 0, err
+    assert f"GPU profile {out}" in text and "held-out per-step error: median" in text
+
+
+def spoil(tmp_path, line: int, column: str, value: str):
+    """The tables with one cell of the small model's mlp.csv replaced (line: as in the file)."""
+    root = write_tables(tmp_path / "t")
+    path = mlp_path(root)
+    rows = rows_of(path)
+    rows[line - 2][column] = value
+    write_csv(path, rows)
+    return root
+
+
+def calibrate(root, gpu="a100-80gb"):
+    return cli(["calibrate", "--from-operators", str(root), "--gpu", gpu, "--out", str(root / "p.json")])
+
+
+@pytest.mark.parametrize("value, expected", [("0", "expected a positive time"), ("-0.01", "expected a positive time"),
+                                             ("nan", "expected a finite number"), ("inf", "expected a finite number"),
+                                             ("fast", "expected a number")])
+def test_a_bad_time_names_file_line_and_column(tmp_path, value, expected):
+    root = spoil(tmp_path, 5, "time_stats.mlp_up_proj.median", value)
+    code, _, err = calibrate(root)
+    one_line_error(code, err, str(mlp_path(root)), "line 5", "column time_stats.mlp_up_proj.median", expected)
+    assert not (root / "p.json").exists()
+
+
+def test_a_missing_column_is_named(tmp_path):
+    root = write_tables(tmp_path / "t")
+    path = mlp_path(root)
+    columns = [c for c in rows_of(path)[0] if c != "time_stats.attn_rope.median"]
+    write_csv(path, rows_of(path), columns)
+    code, _, err = calibrate(root)
+    one_line_error(code, err, str(path), "line 1", "missing column time_stats.attn_rope.median")
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("n_embd", "4095", "not a multiple of n_head"),
+    ("n_kv_head", "7", "do not divide n_head"),
+    ("num_tensor_parallel_workers", "3", "does not split"),
+    ("num_tokens", "0", "expected a whole number >= 1"),
+    ("num_tokens", "2.5", "expected a whole number >= 1"),
+    ("use_gated_mlp", "False", "gated (SwiGLU)"),
+])
+def test_a_shape_the_form_cannot_use_is_named(tmp_path, column, value, expected):
+    root = spoil(tmp_path, 3, column, value)
+    code, _, err = calibrate(root)
+    one_line_error(code, err, str(mlp_path(root)), "line 3", f"column {column}", expected)
+
+
+def test_conflicting_repeats_are_refused_and_close_ones_averaged(tmp_path):
+    root = write_tables(tmp_path / "t")
+    path = mlp_path(root)
+    rows = rows_of(path)
+    close = dict(rows[4])
+    close["time_stats.mlp_down_proj.median"] = repr(float(close["time_stats.mlp_down_proj.median"]) * 1.1)
+    write_csv(path, [*rows, close])
+    assert calibrate(root)[0] == 0  # a repeat within noise: averaged
+    far = dict(rows[4])
+    far["time_stats.mlp_down_proj.median"] = repr(float(far["time_stats.mlp_down_proj.median"]) * 3)
+    write_csv(path, [*rows, far])
+    code, _, err = calibrate(root)
+    one_line_error(code, err, str(path), f"line {len(rows) + 2}", "column time_stats.mlp_down_proj.median",
+                   "conflicts with", "line 6")
+
+
+@pytest.mark.parametrize("gpu, expected", [("b200", "unknown GPU 'b200'"), ("h200", "has no Vidur operator tables")])
+def test_an_unknown_or_unmeasured_gpu_is_refused(tmp_path, gpu, expected):
+    code, _, err = calibrate(write_tables(tmp_path / "t"), gpu)
+    one_line_error(code, err, expected)
+
+
+def test_a_gpu_without_tables_in_the_folder_is_refused(tmp_path):
+    code, _, err = calibrate(write_tables(tmp_path / "t"), "h100-sxm")
+    one_line_error(code, err, "compute/h100", "no ORG/MODEL/mlp.csv")
+
+
+def test_a_bad_network_table_names_its_line(tmp_path):
+    root = write_tables(tmp_path / "t")
+    net = root / "network" / "a100_dgx" / "all_reduce.csv"
+    cols = ["time_stats.all_reduce.median", "num_workers", "size", "devices_per_node"]
+    write_csv(net, [{"time_stats.all_reduce.median": "0.05", "num_workers": "2", "size": "2048",
+                     "devices_per_node": "2"},
+                    {"time_stats.all_reduce.median": "0.06", "num_workers": "2", "size": "-5",
+                     "devices_per_node": "2"}], cols)
+    code, _, err = calibrate(root)
+    one_line_error(code, err, str(net), "line 3", "column size")
+
+
+def test_gpu_needs_from_operators_and_from_operators_needs_gpu(tmp_path):
+    for args, expected in ((["--gpu", "a100-80gb"], "--gpu applies to --from-operators only"),
+                           (["--from-operators", str(tmp_path)], "needs --gpu"),
+                           (["--from-operators", str(tmp_path / "no"), "--gpu", "a40"], "not a directory")):
+        code, _, err = cli(["calibrate", *args])
+        one_line_error(code, err, expected)
