@@ -11,9 +11,9 @@ class SetupMeta(Record):
     model: str
     hardware: str
     tensor_parallel: int = 1
-    cost_model: str  # "roofline", or "profile (FORM form)"
+    cost_model: str  # "roofline", "gpu profile", or "profile (FORM form)"
     max_context: int
-    # the roofline's assumptions (None with a profile)
+    # the roofline's assumptions (a GPU profile's fitted efficiencies; None with a profile)
     mem_efficiency: Number | None = None
     compute_efficiency: Number | None = None
     step_overhead_s: Number | None = None
@@ -31,6 +31,12 @@ class SetupMeta(Record):
     profile_heldout_median_ape: Number | None = None
     profile_warning: str | None = None
     loop_ms_per_step: Number | None = None
+    # a GPU profile's (cost_model "gpu profile": experiments/setup/gpu.py)
+    gpu_profile: str | None = None  # "shipped a100-80gb", "shipped h100-sxm, scaled to h200", a path
+    gpu_profile_source: str | None = None
+    gpu_profile_heldout: str | None = None  # its per-step error on held-out models and TP degrees
+    gpu_profile_heldout_median: Number | None = None
+    gpu_profile_scaled_from: str | None = None
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None
     max_num_seqs: dict[str, int] | None = None  # per run (policy)
