@@ -3,11 +3,11 @@ one GPU's operator shapes, with constants fitted on measured operators (a GPU pr
 core/gpu_profile.py).
 
     t = c_step + c_seq * num_seqs
-        + layers * [ c_layer + sum over GEMMs smooth(W / B_mem + c_gemm, F * T / P ; k)
-                     + E_elem * T / (B_mem * e_elem)
-                     + a_seq * num_seqs + KV * kv_tokens_read / B_kv + A * pairs / P_attn
-                     + n_ar * allreduce(T * hidden * act_bytes, tp) ]
-        + smooth(head, rows) + c_gemm
+        + layers * [ c_layer + E_elem / B_row + E_elem * T / B_elem
+                     + sum over GEMMs (smooth(W / B_mem, F * rows(T) / P ; k) + c_gemm)
+                     + c_attn + a_seq * num_seqs + KV * kv_tokens_read / B_kv + A * pairs / P_attn
+                     + n_ar * s_ar * allreduce(T * hidden * act_bytes, tp) ]
+        + smooth(W_head / B_mem, F_head * rows(num_seqs) / P ; k) + c_gemm
     smooth(a, b; k) = (a^k + b^k)^(1/k)
 
 B_mem, B_elem, B_row, B_kv are the datasheet bandwidth times fitted efficiencies; P and
@@ -15,7 +15,9 @@ P_attn the datasheet peak times fitted efficiencies. E_elem / B_row is the eleme
 kernels' floor at few tokens: one thread block per token row walks the whole row, so a
 step of one token still costs in proportion to the row's bytes (Vidur's norms and SwiGLU
 at 1-64 tokens). c_gemm sits outside the ridge: a launch and a tail that every GEMM pays,
-memory- or compute-bound (measured small GEMMs fall short on both sides alike).
+memory- or compute-bound (measured small GEMMs fall short on both sides alike). rows(T) is
+T up to gemm_tile_tokens, whole tiles of it beyond (gemm_rows). s_ar scales the measured
+all-reduce table (1; sensitivity varies it).
 
 Only the attention terms change along a steady decode run (T and num_seqs stay), so the
 fast-forward's vectorised run is the same arithmetic as step_time, bit for bit."""
@@ -49,6 +51,7 @@ class GpuCostParams:
     step_s: float  # c_step: the engine's per-step cost (scheduling, sampling, launches)
     seq_s: float  # c_seq: its per-sequence cost
     allreduce_scale: float = 1.0  # the all-reduce table's times x this (sensitivity varies it)
+    gemm_tile_tokens: float = 128.0  # above this many rows a GEMM computes whole tiles of them
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -63,6 +66,17 @@ class GpuCostParams:
                        compute_efficiency=self.compute_efficiency / compute,
                        attn_pair_efficiency=self.attn_pair_efficiency / compute,
                        **{n: getattr(self, n) * memory for n in FIXED_COSTS})
+
+
+# cuBLAS's GEMM kernels for more than ~128 rows work on tiles of 128 rows: Vidur's timings
+# step up just past 128, 256, 512, 768, 1024 tokens and stay flat in between.
+GEMM_TILE_TOKENS = 128.0
+
+
+def gemm_rows(tokens: int, tile: float) -> float:
+    """The rows a GEMM computes for `tokens` tokens: all of them up to one tile (small-M
+    kernels), whole tiles beyond."""
+    return tokens if tokens <= tile else math.ceil(tokens / tile) * tile
 
 
 FIXED_COSTS = ("gemm_fixed_s", "layer_fixed_s", "attn_layer_s", "attn_seq_s", "step_s", "seq_s")
@@ -118,7 +132,8 @@ class GpuCostModel(FormDefaults):
     _pair_coef: float = 0.0  # layers x seconds per pair
 
     def _gemm(self, mem: float, flop_per_token: float, tokens: int) -> float:
-        return smooth(mem, flop_per_token * tokens, self.params.ridge_k) + self.params.gemm_fixed_s
+        rows = gemm_rows(tokens, self.params.gemm_tile_tokens)
+        return smooth(mem, flop_per_token * rows, self.params.ridge_k) + self.params.gemm_fixed_s
 
     def _elementwise(self, tokens: int) -> float:
         p, e = self.params, self.shapes.elementwise_bytes_per_token

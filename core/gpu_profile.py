@@ -145,7 +145,8 @@ class GpuProfile(_Strict):
         too narrow alone); an assumed one over its stated range."""
         widen = max(self.heldout.overall.median, 0.01)
         out = []
-        for name, p in self.params.items():
+        for name in GpuCostParams.names():  # in the form's order
+            p = self.params[name]
             if p.low is not None and p.high is not None:
                 low, high = p.low, p.high
             else:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from batchlab.calibration.operators.fit import LayerArrays, layer_prices
 from batchlab.calibration.operators.vidur import LayerTiming
 from batchlab.core.features import StepFeatures
-from batchlab.core.gpu_cost import AllReduce, GpuCostParams, gpu_cost, smooth
+from batchlab.core.gpu_cost import AllReduce, GpuCostParams, gemm_rows, gpu_cost, smooth
 from batchlab.core.operator_shapes import OperatorShapes
 from batchlab.core.specs import MODELS, lookup_hardware
 
@@ -142,3 +142,10 @@ def test_the_calibrations_vectorised_prices_are_the_forms():
         form = gpu_cost(r.shapes, PARAMS, h.mem_bandwidth, h.peak_flops, h.peak_flops, TABLE)
         assert priced == pytest.approx(form.layer_time(r.tokens), rel=1e-12)
     assert np.all(np.isfinite(g))
+
+
+def test_gemms_past_one_tile_compute_whole_tiles():
+    assert [gemm_rows(t, 128) for t in (1, 127, 128, 129, 256, 257)] == [1, 127, 128, 256, 256, 384]
+    c = cost(tp=1)
+    steps = [c.step_time(StepFeatures(1, 1, t, 0, t, t * (t + 1) // 2)) for t in (130, 200, 256, 260)]
+    assert steps[2] - steps[0] < steps[3] - steps[2]  # flat within a tile, a step past it

@@ -14,6 +14,7 @@ from batchlab.calibration.operators.heldout import LayerJudgment, judge_attentio
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
+from batchlab.core.gpu_cost import GEMM_TILE_TOKENS
 from batchlab.core.gpu_profile import Collectives, ErrorStats, FittedOn, GpuProfile, HeldOut, Param
 from batchlab.core.specs import HARDWARE, HardwareSpec
 from batchlab.core.specs import ALLREDUCE_LATENCY_S
@@ -24,6 +25,8 @@ SOURCE = ("Vidur profiling data (microsoft/vidur @ 7d47513 compute, network; @ e
 # detokenising). Assumed, with the range serving engines show; sensitivity varies them.
 ASSUMED = {"step_s": (1.0e-3, 0.3e-3, 3.0e-3), "seq_s": (10e-6, 2e-6, 40e-6)}
 ASSUMED_WHY = "assumed: operator tables do not time the engine's loop"
+TILE_WHY = ("assumed: cuBLAS's 128-row tiles (Vidur's GEMM timings step up past 128, 256, 512, 768 "
+            "and 1024 tokens); the fit's error with 1, 64, 128, 256: docs/calibration.md")
 EAGER = ("operators timed one at a time in eager mode: no CUDA graphs, no overlap between operators; "
          "the engine version Vidur profiled, not today's kernels")
 
@@ -128,6 +131,7 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
                 value=v, stderr=se, source=src, low=v * 0.7, high=v * 1.3)
     for n, (v, lo, hi) in ASSUMED.items():
         params[n] = Param(value=v, source=ASSUMED_WHY, low=lo, high=hi)
+    params["gemm_tile_tokens"] = Param(value=GEMM_TILE_TOKENS, source=TILE_WHY, low=64, high=256)
     spread = max(ar_error.p90, 0.1) if ar_error else 0.5
     params["allreduce_scale"] = Param(value=1.0, source=f"{ar_where}; range: the table's p90 error"
                                       if ar_error else ar_where, low=1 - spread / 2, high=1 + spread)

@@ -12,6 +12,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from batchlab.calibration.operators.vidur import AttentionTiming, LayerTiming
+from batchlab.core.gpu_cost import GEMM_TILE_TOKENS
 
 LAYER_PARAMS = ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s", "layer_fixed_s",
                 "elementwise_efficiency", "elementwise_row_efficiency")
@@ -71,11 +72,13 @@ def smooth(a: np.ndarray, b: np.ndarray, k: float) -> np.ndarray:
     return m * ((a / m) ** k + (b / m) ** k) ** (1.0 / k)
 
 
-def layer_prices(x: Sequence[float], d: LayerArrays, bandwidth: float, peak: float) -> tuple[np.ndarray, np.ndarray]:
+def layer_prices(x: Sequence[float], d: LayerArrays, bandwidth: float, peak: float,
+                 tile: float = GEMM_TILE_TOKENS) -> tuple[np.ndarray, np.ndarray]:
     """(each GEMM's seconds (n, 4), the elementwise kernels' (n,)) at constants x."""
     mem_eff, comp_eff, k, c_gemm, c_layer, elem_eff, row_eff = x
     mem = d.weight / (bandwidth * mem_eff)
-    comp = d.flops * d.tokens[:, None] / (peak * comp_eff)
+    rows = np.where(d.tokens > tile, np.ceil(d.tokens / tile) * tile, d.tokens)  # gemm_rows()
+    comp = d.flops * rows[:, None] / (peak * comp_eff)
     return smooth(mem, comp, k) + c_gemm, (c_layer + d.elem_bytes / (bandwidth * row_eff)
                                    + d.elem_bytes * d.tokens / (bandwidth * elem_eff))
 
