@@ -138,3 +138,49 @@ def test_gpu_needs_from_operators_and_from_operators_needs_gpu(tmp_path):
                            (["--from-operators", str(tmp_path / "no"), "--gpu", "a40"], "not a directory")):
         code, _, err = cli(["calibrate", *args])
         one_line_error(code, err, expected)
+
+
+def steps_profile(tmp_path, kind="cuda", n=40):
+    """A batchlab profile (calibrate --device cuda) whose steps the shipped A100 profile
+    prices with step_s 2 ms and memory efficiency 0.7 instead of its own."""
+    from batchlab.core.features import StepFeatures
+    from batchlab.core.specs import HARDWARE, MODELS
+
+    base = load_gpu_profile("a100-80gb")
+    truth = base.with_values({"step_s": 2e-3, "mem_efficiency": 0.7})
+    model = MODELS["llama-3-8b"]
+    cost = truth.cost(model, 1, HARDWARE["a100-80gb"])
+    measurements = []
+    for i in range(n):
+        seqs, chunk, kv = 1 + (i * 7) % 64, (0, 64, 512, 2048)[i % 4], 200 + 97 * i
+        f = StepFeatures(seqs, 1 if chunk else 0, chunk, seqs - (1 if chunk else 0), seqs * kv + chunk,
+                         seqs * kv + chunk * (chunk + 1) // 2)
+        region = "decode" if not chunk else "prefill" if seqs == 1 else "mixed"
+        measurements.append({"point": f"p{i}", "region": region, "features": f._asdict(),
+                             "median_s": cost.step_time(f), "mad_s": 0.0, "reps": 3, "heldout": i % 4 == 3})
+    from batchlab.core.profile import load_profile
+    doc = json.loads(load_profile("batchlab-small-cpu").model_dump_json())
+    doc.update(model=model.model_dump(), measurements=measurements, measurements_path=None)
+    doc["device"].update(kind=kind, name="NVIDIA A100-SXM4-80GB", dtype="bfloat16")
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_batchlabs_own_gpu_steps_refine_the_public_profile(tmp_path):
+    out = tmp_path / "refined.json"
+    code, text, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path)), "--gpu", "a100-80gb",
+                           "--out", str(out)])
+    assert code == 0, err
+    p = load_gpu_profile(out)
+    assert p.params["step_s"].value == pytest.approx(2e-3, rel=0.01)
+    assert p.params["mem_efficiency"].value == pytest.approx(0.7, rel=0.01)
+    assert p.params["ridge_k"].value == load_gpu_profile("a100-80gb").params["ridge_k"].value  # kept
+    assert p.heldout.overall.n == 10 and p.heldout.overall.median < 0.01
+    assert "refined on 30 of batchlab's steps" in text
+
+
+def test_steps_timed_on_a_cpu_cannot_refine_a_gpu_profile(tmp_path):
+    code, _, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path, kind="cpu")),
+                        "--gpu", "a100-80gb", "--out", str(tmp_path / "r.json")])
+    one_line_error(code, err, "steps.json", "device.kind 'cpu'", "--device cuda")

@@ -46,3 +46,18 @@ def render(built: Built, out: Path) -> str:
     lines.append(f"fit {built.fit_s:.1f} s; held-out judgment {built.judge_s:.1f} s")
     lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
     return "\n".join(lines)
+
+
+def render_refined(refined, base_where: str, out: Path) -> str:
+    p = refined.profile
+    head = (f"GPU profile for {p.gpu} refined on {refined.fitted_steps} of batchlab's steps "
+            f"(from {base_where}); {refined.judged_steps} held out")
+    lines = [head, "constants:"]
+    for name, c in p.params.items():
+        if c.source.startswith("refitted"):
+            err = f" +- {c.stderr:.3g}" if c.stderr is not None else ""
+            lines.append(f"  {name:<28} {c.value:.4g}{err}")
+    lines.append(f"held out: {p.heldout.scheme}")
+    lines += error_table("per-step |error| by region", {**p.heldout.by_region, "all": p.heldout.overall})
+    lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
+    return "\n".join(lines)

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from batchlab.core.specs import HARDWARE
 from batchlab.experiments.errors import UserError
 
 GRIDS = ("default", "quick")
@@ -43,9 +44,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout-every", type=int, default=3, metavar="K",
                    help="with --from-run: judge on 1 in K runs, not fitted on (a single run: its "
                    "last quarter); 0: fit on all (default 3)")
-    p.add_argument("--from-operators", metavar="DIR",
+    p.add_argument("--from-operators", metavar="DIR|PROFILE",
                    help="fit a GPU profile on operator tables in Vidur's layout (DIR/compute/GPU/"
-                   "ORG/MODEL/mlp.csv, DIR/attention, DIR/network), e.g. ../shared/gpu-profiles/vidur")
+                   "ORG/MODEL/mlp.csv, DIR/attention, DIR/network), e.g. ../shared/gpu-profiles/vidur; "
+                   "or refine --gpu's profile on the steps of a batchlab profile made with --device cuda")
     p.add_argument("--gpu", metavar="PRESET", help="with --from-operators: the hardware preset to fit "
                    "(a100-80gb | h100-sxm | a40)")
     p.set_defaults(func=run)
@@ -174,11 +176,14 @@ def run_from_operators(args: argparse.Namespace) -> int:
     if not args.gpu:
         raise UserError("--from-operators needs --gpu PRESET (a100-80gb | h100-sxm | a40)")
     root = Path(args.from_operators)
-    if not root.is_dir():
-        raise UserError(f"--from-operators {root}: not a directory")
     out = Path(args.out or f"{args.gpu}.json")
     if not out.parent.is_dir() or out.is_dir():
         raise UserError(f"--out {out}: give a file in an existing directory")
+    if root.is_file():  # batchlab's own steps on a GPU: refine the GPU's public-data profile
+        return refine_from_steps(args, root, out)
+    if not root.is_dir():
+        raise UserError(f"--from-operators {root}: not a directory of operator tables or a "
+                        f"batchlab profile (calibrate --device cuda)")
     try:
         built = build_profile(root, args.gpu)
     except OperatorTableError as e:
@@ -189,4 +194,25 @@ def run_from_operators(args: argparse.Namespace) -> int:
                           "fit_s": built.fit_s, "judge_s": built.judge_s}, indent=1))
     else:
         print(render(built, out))
+    return 0
+
+
+def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
+    """--from-operators PROFILE.json: the steps `calibrate --device cuda` measured refit the
+    GPU profile of --gpu (calibration/operators/from_steps.py)."""
+    from batchlab.calibration.operators.from_steps import refine_on_steps
+    from batchlab.calibration.operators.report import render_refined
+    from batchlab.calibration.operators.tables import OperatorTableError
+    from batchlab.experiments.config import ExperimentConfig
+    from batchlab.experiments.setup.gpu import gpu_profile_for
+
+    if args.gpu not in HARDWARE:
+        raise UserError(f"unknown GPU {args.gpu!r} (--gpu): expected one of {', '.join(HARDWARE)}")
+    base, where = gpu_profile_for(ExperimentConfig.model_validate({"hardware": {"name": args.gpu}}))
+    try:
+        refined = refine_on_steps(path, base)
+    except OperatorTableError as e:
+        raise UserError(str(e)) from None
+    refined.profile.save(out)
+    print(render_refined(refined, where, out))
     return 0
