@@ -50,7 +50,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("profile")
     ap.add_argument("--gpu", default="auto")
+    ap.add_argument("--print-preset", action="store_true", help="print the GPU's preset and exit")
     args = ap.parse_args()
+    if args.print_preset:
+        print(detect() if args.gpu == "auto" else args.gpu)
+        return
     measured = load_profile(args.profile)
     if not measured.measurements:
         sys.exit(f"{args.profile}: no embedded measurements to compare")

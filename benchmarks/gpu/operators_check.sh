@@ -7,7 +7,8 @@
 # A dry run of the same steps on this CPU (the figures mean nothing; it checks the plumbing):
 #   DEVICE=cpu DTYPE=float32 MODEL=batchlab-tiny GRID=quick GPU=a100-80gb OUT=/tmp/ops_dry \
 #     bash benchmarks/gpu/operators_check.sh
-# What comes back ($OUT): env.txt, profile.json, calibrate.txt, compare.txt.
+# What comes back ($OUT): env.txt, profile.json, calibrate.txt, compare.txt, and the public
+# profile refined on these steps (refined.json, refine.txt; refused on a CPU dry run).
 set -uo pipefail
 DEVICE=${DEVICE:-cuda}; MODEL=${MODEL:-batchlab-small}; GRID=${GRID:-default}
 DTYPE=${DTYPE:-bfloat16}; GPU=${GPU:-auto}; OUT=${OUT:-out/operators_check}; KV=${KV:-4GiB}
@@ -26,3 +27,6 @@ timeout 330 python3 -m batchlab calibrate --model "$MODEL" --device "$DEVICE" --
   --grid "$GRID" --kv-memory "$KV" --out "$OUT/profile.json" --no-progress 2>&1 | tee "$OUT/calibrate.txt"
 [ -s "$OUT/profile.json" ] || { echo "operators_check.sh: calibration wrote no profile"; exit 1; }
 python3 benchmarks/gpu/compare_operators.py "$OUT/profile.json" --gpu "$GPU" 2>&1 | tee "$OUT/compare.txt"
+PRESET=$(python3 benchmarks/gpu/compare_operators.py "$OUT/profile.json" --gpu "$GPU" --print-preset)
+python3 -m batchlab calibrate --from-operators "$OUT/profile.json" --gpu "$PRESET" \
+  --out "$OUT/refined.json" 2>&1 | tee "$OUT/refine.txt"
