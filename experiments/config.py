@@ -50,6 +50,8 @@ class HardwareConfig(BaseModel):
         "above is given)")
     gpu_profile: str | None = Field(None, description="a GPU profile file (batchlab calibrate "
                                     "--from-operators) instead of the preset's shipped one")
+    knobs: dict[str, float] = Field(default_factory=dict, description="the GPU profile's constants "
+                                    "replaced by value, by knob name (capacity --sensitivity)")
 
 
 class ProfileConfig(BaseModel):

@@ -73,3 +73,19 @@ def test_a_gpu_profile_of_another_gpu_is_refused(tmp_path):
     (tmp_path / "p.json").write_text("{}")
     code, _, err = cli(["simulate", *SMALL, "--gpu-profile", str(tmp_path / "p.json")])
     one_line_error(code, err, "p.json", "not a batchlab GPU profile")
+
+
+def test_knobs_in_the_config_reprice_and_are_recorded():
+    base = sim_setup(config())
+    changed = sim_setup(config(knobs={"mem_efficiency": 0.5}))
+    from batchlab.core.features import StepFeatures
+    f = StepFeatures(8, 0, 0, 8, 8000, 8000)
+    assert changed.cost.step_time(f) > base.cost.step_time(f)
+    assert changed.meta.knobs == {"mem_efficiency": 0.5} and base.meta.knobs is None
+    with pytest.raises(UserError, match="knobs .* priced by the roofline"):
+        sim_setup(config(knobs={"mem_efficiency": 0.5}, cost="roofline"))
+
+
+def test_gpu_pricing_options_do_not_apply_with_a_calibration_profile():
+    code, _, err = cli(["simulate", *SMALL, "--profile", "default", "--cost", "roofline"])
+    one_line_error(code, err, "[hardware] cost does not apply to batchlab simulate --profile")

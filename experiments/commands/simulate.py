@@ -21,7 +21,7 @@ BACKEND_ONLY = {"model.device": _BACKEND, "model.threads": _BACKEND,
 _PROFILED = "a profile's fitted cost model prices the device and dtype it was measured on"
 PROFILE_REPLACES = {f"hardware.{f}": _PROFILED for f in (
     "mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s",
-    "gpu_memory_utilization")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
+    "gpu_memory_utilization", "cost", "gpu_profile", "knobs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -90,7 +90,8 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      gpu_profile=where, gpu_profile_source=profile.source,
                      gpu_profile_heldout=f"median {held.overall.median:.1%}, p90 {held.overall.p90:.1%} "
                      f"({regions})", gpu_profile_heldout_median=held.overall.median,
-                     gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None)
+                     gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None,
+                     knobs=dict(knob_values) if knob_values else None)
     return cost, blocks, meta
 
 

@@ -37,6 +37,7 @@ class SetupMeta(Record):
     gpu_profile_heldout: str | None = None  # its per-step error on held-out models and TP degrees
     gpu_profile_heldout_median: Number | None = None
     gpu_profile_scaled_from: str | None = None
+    knobs: dict[str, Number] | None = None  # constants replaced by value (sensitivity)
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None
     max_num_seqs: dict[str, int] | None = None  # per run (policy)

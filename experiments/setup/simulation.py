@@ -9,6 +9,7 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
 from batchlab.core.specs import lookup_hardware
 from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
 from batchlab.experiments.setup.gpu import gpu_setup, wants_roofline
 from batchlab.experiments.setup.meta import SetupMeta
@@ -29,6 +30,10 @@ class SimSetup:
 
 def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: bool = False) -> SimSetup:
     """Everything is checked here, before anything runs or --out is cleared."""
+    if cfg.hardware.knobs and (cfg.profile.path or wants_roofline(cfg)):
+        raise UserError(f"[hardware] knobs {sorted(cfg.hardware.knobs)}: they replace a GPU profile's "
+                        f"constants, and this run is priced by the "
+                        f"{'calibration profile' if cfg.profile.path else 'roofline'}")
     if cfg.profile.path:
         cost, blocks, meta = profile_setup(cfg, model_named, hardware_named)
         hw = None  # a profiled device: the engine defaults key on a preset's memory
@@ -36,7 +41,7 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         cost, blocks, meta = roofline_setup(cfg)
         hw = lookup_hardware(cfg.hardware.name)
     else:
-        cost, blocks, meta = gpu_setup(cfg)
+        cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
         hw = lookup_hardware(cfg.hardware.name)
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
