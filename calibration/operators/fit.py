@@ -97,15 +97,19 @@ def _stderr(res, n_resid: int) -> np.ndarray:
 
 
 def fit_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> Fitted:
-    """The layer constants on these timings (every GEMM and the elementwise sum, log error)."""
+    """The layer constants on these timings: log error of every GEMM, of the elementwise kernels
+    together, and (weighing double: what a step is judged on) of the layer's total."""
     d = LayerArrays.of(rows)
     log_g, log_e = np.log(d.gemm_s), np.log(d.elem_s)
     w = region_weights(d.tokens)
+    log_total = np.log(d.gemm_s.sum(axis=1) + d.elem_s)
     scale = np.array([0.1, 0.1, 1.0, 1e-6, 1e-6, 0.1, 1e-3])
 
     def resid(x):
         g, e = layer_prices(x, d, bandwidth, peak)
-        return np.concatenate([((np.log(g) - log_g) * w[:, None]).ravel(), (np.log(e) - log_e) * w])
+        total = np.log(g.sum(axis=1) + e) - log_total
+        return np.concatenate([((np.log(g) - log_g) * w[:, None]).ravel(), (np.log(e) - log_e) * w,
+                               2 * total * w])
 
     res = least_squares(resid, LAYER_START, bounds=LAYER_BOUNDS, x_scale=scale, method="trf")
     se = _stderr(res, len(res.fun))
