@@ -89,3 +89,11 @@ def test_knobs_in_the_config_reprice_and_are_recorded():
 def test_gpu_pricing_options_do_not_apply_with_a_calibration_profile():
     code, _, err = cli(["simulate", *SMALL, "--profile", "default", "--cost", "roofline"])
     one_line_error(code, err, "[hardware] cost does not apply to batchlab simulate --profile")
+
+
+def test_the_all_reduce_line_says_measured_or_fallback():
+    h100 = sim_setup(config())
+    assert h100.meta.gpu_profile_allreduce == "NCCL all-reduce measured on 4 GPUs (dgx)"
+    a40 = sim_setup(config(name="a40", tensor_parallel=4)).meta
+    assert "no all-reduce measured" in a40.gpu_profile_allreduce
+    assert "160 all-reduces a step, NCCL all-reduce measured on 4 GPUs" in "\n".join(h100.assumptions())

@@ -92,6 +92,10 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      f"({regions})", gpu_profile_heldout_median=held.overall.median,
                      gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None,
                      knobs=dict(knob_values) if knob_values else None)
+    if h.tensor_parallel > 1:
+        c = profile.collectives
+        meta.gpu_profile_allreduce = (f"NCCL all-reduce measured on {h.tensor_parallel} GPUs ({c.interconnect})"
+                                      if h.tensor_parallel in c.allreduce else c.fallback)
     return cost, blocks, meta
 
 

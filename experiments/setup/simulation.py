@@ -95,10 +95,10 @@ def gpu_profile_lines(m: SetupMeta) -> list[str]:
     on = (f" on {m.gpu_profile_scaled_from} (none measured on {m.hardware})"
           if m.gpu_profile_scaled_from else "")
     n = m.allreduces_per_step
-    comm = (f"TP {m.tensor_parallel}: {n} all-reduces a step, priced by the profile's measured "
-            f"NCCL table" if n else "TP 1: no all-reduce")
+    comm = f"TP {m.tensor_parallel}: {n} all-reduces a step, {m.gpu_profile_allreduce}" if n else "TP 1: no all-reduce"
+    fitted = "fitted on 16-bit GEMMs, assumed for fp8" if m.weights_dtype == "fp8" else "fitted"
     cost = (f"GPU profile {m.gpu_profile}{scaled}: {m.mem_efficiency:.0%} of datasheet bandwidth, "
-            f"{m.compute_efficiency:.0%} of {m.weights_dtype} FLOP/s (fitted), ridge, per-GEMM/per-layer "
+            f"{m.compute_efficiency:.0%} of {m.weights_dtype} FLOP/s ({fitted}), ridge, per-GEMM/per-layer "
             f"and attention terms fitted; step overhead {m.step_overhead_s * 1e3:.2f} ms assumed; "
             f"weights {m.weights_dtype}, KV cache {m.kv_cache_dtype}")
     return [f"assumptions: {cost}",
