@@ -6,11 +6,14 @@ import csv
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from batchlab.calibration.operators.build import build_profile
+from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.core.gpu_profile import load_gpu_profile
 from tests.helpers import cli, one_line_error
-from tests.operator_tables import TRUE, mlp_path, write_csv, write_tables
+from tests.operator_tables import TRUE, header, mlp_path, write_csv, write_tables
 
 
 def rows_of(path):
@@ -184,3 +187,22 @@ def test_steps_timed_on_a_cpu_cannot_refine_a_gpu_profile(tmp_path):
     code, _, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path, kind="cpu")),
                         "--gpu", "a100-80gb", "--out", str(tmp_path / "r.json")])
     one_line_error(code, err, "steps.json", "device.kind 'cpu'", "--device cuda")
+
+
+CELLS = st.sampled_from(["", "-1", "0", "nan", "inf", "1e400", "abc", "3.5", "True", "-0.0"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.integers(2, 37), column=st.sampled_from(header()), value=CELLS)
+def test_any_spoiled_cell_is_refused_in_one_line_or_read_as_a_number(tmp_path_factory, line, column, value):
+    root = write_tables(tmp_path_factory.mktemp("t"))
+    path = mlp_path(root)
+    rows = rows_of(path)
+    rows[line - 2][column] = value
+    write_csv(path, rows)
+    try:
+        build_profile(root, "a100-80gb", judge=False)
+    except OperatorTableError as e:
+        msg = str(e)
+        assert "\n" not in msg and msg.startswith(str(path)) and f"line {line}" in msg
+        assert column in msg or "conflicts" in msg or "does not split" in msg

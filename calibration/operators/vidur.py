@@ -64,7 +64,8 @@ def is_gated(path: Path) -> bool:
     """Whether an mlp.csv times a gated (SwiGLU) MLP: the form's Llama-family layer. Vidur's
     phi-2 is not (a GeLU MLP in parallel with attention, no second norm)."""
     rows = read_rows(path, ("use_gated_mlp",), "Vidur mlp.csv")
-    return bool(rows) and rows[0][1]["use_gated_mlp"].strip().lower() == "true"
+    # Any gated row makes it a gated table: read_mlp then names a row that is not.
+    return any(row["use_gated_mlp"].strip().lower() == "true" for _, row in rows)
 
 
 def read_mlp(path: Path, label: str) -> list[LayerTiming]:
