@@ -16,7 +16,7 @@ kernels' floor at few tokens: one thread block per token row walks the whole row
 step of one token still costs in proportion to the row's bytes (Vidur's norms and SwiGLU
 at 1-64 tokens). c_gemm sits outside the ridge: a launch and a tail that every GEMM pays,
 memory- or compute-bound (measured small GEMMs fall short on both sides alike). rows(T) is
-T up to gemm_tile_tokens, whole tiles of it beyond (gemm_rows). s_ar scales the measured
+T up to SMALL_M_ROWS, whole gemm_tile_tokens tiles beyond (gemm_rows). s_ar scales the measured
 all-reduce table (1; sensitivity varies it).
 
 Only the attention terms change along a steady decode run (T and num_seqs stay), so the
@@ -51,7 +51,7 @@ class GpuCostParams:
     step_s: float  # c_step: the engine's per-step cost (scheduling, sampling, launches)
     seq_s: float  # c_seq: its per-sequence cost
     allreduce_scale: float = 1.0  # the all-reduce table's times x this (sensitivity varies it)
-    gemm_tile_tokens: float = 128.0  # above this many rows a GEMM computes whole tiles of them
+    gemm_tile_tokens: float = 128.0  # past SMALL_M_ROWS a GEMM computes whole tiles of this many rows
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -68,15 +68,19 @@ class GpuCostParams:
                        **{n: getattr(self, n) * memory for n in FIXED_COSTS})
 
 
-# cuBLAS's GEMM kernels for more than ~128 rows work on tiles of 128 rows: Vidur's timings
-# step up just past 128, 256, 512, 768, 1024 tokens and stay flat in between.
+# cuBLAS's GEMM kernels for up to ~128 rows (small-M kernels) cost by the rows; for more,
+# whole tiles of rows: Vidur's timings step up just past multiples of the tile and stay
+# flat between (128 rows on the H100; the A100's and A40's fit 64 better). The profile
+# picks its tile among TILE_CHOICES by the fit's error.
+SMALL_M_ROWS = 128
 GEMM_TILE_TOKENS = 128.0
+TILE_CHOICES = (64.0, 128.0)
 
 
 def gemm_rows(tokens: int, tile: float) -> float:
-    """The rows a GEMM computes for `tokens` tokens: all of them up to one tile (small-M
-    kernels), whole tiles beyond."""
-    return tokens if tokens <= tile else math.ceil(tokens / tile) * tile
+    """The rows a GEMM computes for `tokens` tokens: all of them up to SMALL_M_ROWS, whole
+    tiles beyond."""
+    return tokens if tokens <= SMALL_M_ROWS else math.ceil(tokens / tile) * tile
 
 
 FIXED_COSTS = ("gemm_fixed_s", "layer_fixed_s", "attn_layer_s", "attn_seq_s", "step_s", "seq_s")

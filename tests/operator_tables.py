@@ -29,13 +29,13 @@ def header() -> list[str]:
     return stats + list(SHAPE_COLUMNS)
 
 
-def row(heads, kv, hidden, inter, vocab, tp, tokens, gpu="a100-80gb") -> dict[str, str]:
+def row(heads, kv, hidden, inter, vocab, tp, tokens, gpu="a100-80gb", params=TRUE) -> dict[str, str]:
     """One exact row: every operator's median the form's price at TRUE (elementwise split
     evenly over its five kernels)."""
     h = lookup_hardware(gpu)
     m = ModelSpec(name="t", num_layers=1, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
                   head_dim=hidden // heads, intermediate_size=inter, vocab_size=vocab)
-    form = gpu_cost(OperatorShapes.of(m, tp), TRUE, h.mem_bandwidth, h.peak_flops, h.peak_flops, NONE)
+    form = gpu_cost(OperatorShapes.of(m, tp), params, h.mem_bandwidth, h.peak_flops, h.peak_flops, NONE)
     out = {f"time_stats.emb.{s}": "0.001" for s in ("min", "max", "mean", "median", "std")}
     gemms = [form._gemm(mem, fl, tokens) for mem, fl in zip(form._gemm_mem, form._gemm_flop)]
     times = dict(zip(GEMM_OPS, gemms)) | {op: form._elementwise(tokens) / 5 for op in ELEMENTWISE_OPS}
@@ -58,10 +58,10 @@ def write_csv(path: Path, rows: list[dict[str, str]], columns: list[str] | None 
     return path
 
 
-def write_tables(root: Path, gpu: str = "a100") -> Path:
+def write_tables(root: Path, gpu: str = "a100", params: GpuCostParams = TRUE) -> Path:
     """root/compute/GPU/org/NAME/mlp.csv for every SHAPES model; returns root."""
     for name, heads, kv, hidden, inter, vocab in SHAPES:
-        rows = [row(heads, kv, hidden, inter, vocab, tp, t) for tp in TPS for t in TOKENS]
+        rows = [row(heads, kv, hidden, inter, vocab, tp, t, params=params) for tp in TPS for t in TOKENS]
         write_csv(root / "compute" / gpu / "org" / name / "mlp.csv", rows)
     return root
 

@@ -146,6 +146,7 @@ def test_the_calibrations_vectorised_prices_are_the_forms():
 
 def test_gemms_past_one_tile_compute_whole_tiles():
     assert [gemm_rows(t, 128) for t in (1, 127, 128, 129, 256, 257)] == [1, 127, 128, 256, 256, 384]
+    assert [gemm_rows(t, 64) for t in (1, 128, 129, 192, 193)] == [1, 128, 192, 192, 256]
     c = cost(tp=1)
     steps = [c.step_time(StepFeatures(1, 1, t, 0, t, t * (t + 1) // 2)) for t in (130, 200, 256, 260)]
     assert steps[2] - steps[0] < steps[3] - steps[2]  # flat within a tile, a step past it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,11 +29,17 @@ def test_the_fit_finds_the_constants_that_made_the_timings(tmp_path):
                  "elementwise_efficiency", "elementwise_row_efficiency"):
         assert p.params[name].value == pytest.approx(getattr(TRUE, name), rel=0.02), name
     assert p.params["ridge_k"].value == pytest.approx(TRUE.ridge_k, rel=0.05)
+    assert p.params["gemm_tile_tokens"].value == TRUE.gemm_tile_tokens  # the tile that made them
     assert p.heldout.overall.median < 0.01 and p.heldout.overall.n == 3 * 3 * 12
     assert set(p.heldout.by_region) == {"decode", "ridge", "prefill"} and set(p.heldout.by_tp) == {"1", "2", "4"}
     assert p.fitted_on.models == ["big", "mid", "small"] and p.fitted_on.tensor_parallel == [1, 2, 4]
     assert p.params["step_s"].source.startswith("assumed")
     assert "no attention table" in p.fitted_on.attention
+
+
+def test_the_fit_picks_the_tile_that_made_the_timings(tmp_path):
+    p = build_profile(write_tables(tmp_path, params=replace(TRUE, gemm_tile_tokens=64.0)), "a100-80gb", judge=False)
+    assert p.profile.params["gemm_tile_tokens"].value == 64.0
 
 
 def test_the_command_writes_a_profile_that_prices_its_preset(tmp_path):

@@ -9,12 +9,11 @@ from typing import NamedTuple
 
 from batchlab.calibration.operators.collectives import (allreduce_collectives, datasheet_collectives,
                                                         send_recv_fallback)
-from batchlab.calibration.operators.fit import fit_attention, fit_layers
+from batchlab.calibration.operators.fit import best_tile, fit_attention
 from batchlab.calibration.operators.heldout import LayerJudgment, judge_attention, judge_layers
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
-from batchlab.core.gpu_cost import GEMM_TILE_TOKENS
 from batchlab.core.gpu_profile import Collectives, ErrorStats, FittedOn, GpuProfile, HeldOut, Param
 from batchlab.core.specs import HARDWARE, HardwareSpec
 from batchlab.core.specs import ALLREDUCE_LATENCY_S
@@ -25,8 +24,8 @@ SOURCE = ("Vidur profiling data (microsoft/vidur @ 7d47513 compute, network; @ e
 # detokenising). Assumed, with the range serving engines show; sensitivity varies them.
 ASSUMED = {"step_s": (1.0e-3, 0.3e-3, 3.0e-3), "seq_s": (10e-6, 2e-6, 40e-6)}
 ASSUMED_WHY = "assumed: operator tables do not time the engine's loop"
-TILE_WHY = ("assumed: cuBLAS's 128-row tiles (Vidur's GEMM timings step up past 128, 256, 512, 768 "
-            "and 1024 tokens); the fit's error with 1, 64, 128, 256: docs/calibration.md")
+TILE_WHY = ("chosen among 64 and 128 rows by the fit's error on all shapes: GEMMs past 128 rows "
+            "compute whole tiles (Vidur's timings step past multiples of the tile)")
 EAGER = ("operators timed one at a time in eager mode: no CUDA graphs, no overlap between operators; "
          "the engine version Vidur profiled, not today's kernels")
 
@@ -112,9 +111,9 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     rows, skipped = read_layers(root, vidur)
     peak = hw.flops_for("bf16")
     t0 = time.perf_counter()
-    layers = fit_layers(rows, hw.mem_bandwidth, peak)
+    tile, layers = best_tile(rows, hw.mem_bandwidth, peak)
     fit_s = time.perf_counter() - t0
-    judgment = judge_layers(rows, hw.mem_bandwidth, peak) if judge else None
+    judgment = judge_layers(rows, hw.mem_bandwidth, peak, tile) if judge else None
     judge_s = time.perf_counter() - t0 - fit_s
     attn, attn_judged, attn_where = _attention(root, vidur, hw)
     collectives, ar_error, ar_where = _collectives(root, vidur, hw)
@@ -131,7 +130,7 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
                 value=v, stderr=se, source=src, low=v * 0.7, high=v * 1.3)
     for n, (v, lo, hi) in ASSUMED.items():
         params[n] = Param(value=v, source=ASSUMED_WHY, low=lo, high=hi)
-    params["gemm_tile_tokens"] = Param(value=GEMM_TILE_TOKENS, source=TILE_WHY, low=64, high=256)
+    params["gemm_tile_tokens"] = Param(value=tile, source=TILE_WHY, low=tile / 2, high=tile * 2)
     spread = max(ar_error.p90, 0.1) if ar_error else 0.5
     params["allreduce_scale"] = Param(value=1.0, source=f"{ar_where}; range: the table's p90 error"
                                       if ar_error else ar_where, low=1 - spread / 2, high=1 + spread)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from batchlab.calibration.operators.vidur import AttentionTiming, LayerTiming
-from batchlab.core.gpu_cost import GEMM_TILE_TOKENS
+from batchlab.core.gpu_cost import GEMM_TILE_TOKENS, SMALL_M_ROWS, TILE_CHOICES
 
 LAYER_PARAMS = ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s", "layer_fixed_s",
                 "elementwise_efficiency", "elementwise_row_efficiency")
@@ -77,7 +77,7 @@ def layer_prices(x: Sequence[float], d: LayerArrays, bandwidth: float, peak: flo
     """(each GEMM's seconds (n, 4), the elementwise kernels' (n,)) at constants x."""
     mem_eff, comp_eff, k, c_gemm, c_layer, elem_eff, row_eff = x
     mem = d.weight / (bandwidth * mem_eff)
-    rows = np.where(d.tokens > tile, np.ceil(d.tokens / tile) * tile, d.tokens)  # gemm_rows()
+    rows = np.where(d.tokens > SMALL_M_ROWS, np.ceil(d.tokens / tile) * tile, d.tokens)  # gemm_rows()
     comp = d.flops * rows[:, None] / (peak * comp_eff)
     return smooth(mem, comp, k) + c_gemm, (c_layer + d.elem_bytes / (bandwidth * row_eff)
                                    + d.elem_bytes * d.tokens / (bandwidth * elem_eff))
@@ -96,7 +96,8 @@ def _stderr(res, n_resid: int) -> np.ndarray:
     return np.sqrt(np.clip(np.diag(cov), 0, None))
 
 
-def fit_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> Fitted:
+def fit_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float,
+               tile: float = GEMM_TILE_TOKENS) -> Fitted:
     """The layer constants on these timings: log error of every GEMM, of the elementwise kernels
     together, and (weighing double: what a step is judged on) of the layer's total."""
     d = LayerArrays.of(rows)
@@ -106,7 +107,7 @@ def fit_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> Fi
     scale = np.array([0.1, 0.1, 1.0, 1e-6, 1e-6, 0.1, 1e-3])
 
     def resid(x):
-        g, e = layer_prices(x, d, bandwidth, peak)
+        g, e = layer_prices(x, d, bandwidth, peak, tile)
         total = np.log(g.sum(axis=1) + e) - log_total
         return np.concatenate([((np.log(g) - log_g) * w[:, None]).ravel(), (np.log(e) - log_e) * w,
                                2 * total * w])
@@ -115,6 +116,14 @@ def fit_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> Fi
     se = _stderr(res, len(res.fun))
     return Fitted(dict(zip(LAYER_PARAMS, map(float, res.x))), dict(zip(LAYER_PARAMS, map(float, se))),
                   float(np.sqrt(np.mean(res.fun ** 2))))
+
+
+def best_tile(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> tuple[float, Fitted]:
+    """The GEMM tile (TILE_CHOICES) whose fit prices these timings best (in-sample error:
+    the held-out shapes play no part in the choice), and that fit."""
+    fits = {t: fit_layers(rows, bandwidth, peak, t) for t in TILE_CHOICES}
+    tile = min(fits, key=lambda t: fits[t].rms_log)
+    return tile, fits[tile]
 
 
 class AttentionArrays(NamedTuple):

@@ -25,7 +25,7 @@ class LayerJudgment(NamedTuple):
     fits: int
 
 
-def judge_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> LayerJudgment:
+def judge_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float, tile: float) -> LayerJudgment:
     models = sorted({r.label for r in rows})
     tps = sorted({r.tp for r in rows})
     errs: list[tuple[LayerTiming, float]] = []
@@ -36,10 +36,10 @@ def judge_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float) -> 
             train = [r for r in rows if r.label != m and r.tp != tp]
             if not judged or len({r.label for r in train}) < 2:
                 continue
-            fitted = fit_layers(train, bandwidth, peak)
+            fitted = fit_layers(train, bandwidth, peak, tile)
             fits += 1
             d = LayerArrays.of(judged)
-            g, e = layer_prices(list(fitted.values.values()), d, bandwidth, peak)
+            g, e = layer_prices(list(fitted.values.values()), d, bandwidth, peak, tile)
             priced = g.sum(axis=1) + e
             measured = d.gemm_s.sum(axis=1) + d.elem_s
             errs += zip(judged, (priced / measured - 1).tolist())
