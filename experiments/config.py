@@ -62,6 +62,15 @@ class HardwareConfig(BaseModel):
     allreduce_latency_s: Seconds | None = Field(
         None, description="fixed cost of one TP all-reduce; default: the preset's (45 us)")
     gpu_memory_utilization: Fraction = Field(0.9, description="share of memory for weights + KV")
+    cost: Literal["auto", "gpu-profile", "roofline"] = Field(
+        "auto", description="how a GPU preset's steps are priced: gpu-profile (fitted on measured "
+        "operators; the nearest measured GPU scaled by datasheet ratios where the preset has none), "
+        "roofline (the assumed efficiencies above), auto (gpu-profile, unless a roofline constant "
+        "above is given)")
+    gpu_profile: str | None = Field(None, description="a GPU profile file (batchlab calibrate "
+                                    "--from-operators) instead of the preset's shipped one")
+    knobs: dict[str, float] = Field(default_factory=dict, description="the GPU profile's constants "
+                                    "replaced by value, by knob name (capacity --sensitivity)")
 
     def spec(self) -> HardwareSpec:
         """The GPU: the catalogue's, or the one these figures describe (UserError, one

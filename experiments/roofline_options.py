@@ -17,7 +17,13 @@ def _microseconds(text: str) -> float:
 
 
 def add_roofline_options(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("roofline (ignored with --profile)")
+    g = parser.add_argument_group("GPU pricing (ignored with --profile)")
+    g.add_argument("--cost", dest="hw_cost", choices=("auto", "gpu-profile", "roofline"),
+                   help="gpu-profile: constants fitted on measured GPUs (shipped per preset); "
+                   "roofline: the assumed efficiencies below; auto (default): gpu-profile unless a "
+                   "roofline constant is given")
+    g.add_argument("--gpu-profile", dest="hw_gpu_profile", metavar="FILE",
+                   help="a GPU profile (batchlab calibrate --from-operators) instead of the shipped one")
     g.add_argument("--mem-efficiency", dest="hw_mem_efficiency", type=float, metavar="F",
                    help="achieved share of datasheet memory bandwidth (default 0.8)")
     g.add_argument("--compute-efficiency", dest="hw_compute_efficiency", type=float, metavar="F",

@@ -70,7 +70,8 @@ def test_serial_and_process_pool_give_the_same_points(capsys):
 
 
 def test_outputs_csv_parquet_plot_and_the_printed_answer(tmp_path, capsys):
-    assert main(["capacity", "max-rate", *CHAT, *SLO, "--workers", "1", "--seeds", "2",
+    # the roofline's sensitivity (a GPU profile's knobs: issue 31)
+    assert main(["capacity", "max-rate", *CHAT, *SLO, "--workers", "1", "--seeds", "2", "--cost", "roofline",
                  "--sensitivity", "--gpu-hour-price", "2.5", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 sample(s) per point (2 seed(s) x 1 window(s))" in out

@@ -85,12 +85,12 @@ def test_efficiency_flags_move_the_answer(capsys):
 
 def test_assumptions_and_engine_defaults_are_printed(capsys):
     assert main(["simulate", *SMALL, "--hardware", "h200", "--tp", "2",
-                 "--kv-cache-dtype", "fp8"]) == 0
+                 "--kv-cache-dtype", "fp8", "--cost", "roofline"]) == 0
     out = capsys.readouterr().out
     assert "80% of datasheet memory bandwidth, 60% of bf16 FLOP/s, step overhead 2.00 ms" in out
     assert "weights bf16, KV cache fp8" in out
     assert "64 all-reduces a step, 45 us each plus bytes over NVLink 4 at 450 GB/s" in out
-    assert "vLLM API server on h200" in out and "max_num_seqs=1024" in out
+    assert "vLLM >= 0.9 API server's rule for h200" in out and "max_num_seqs=1024" in out
     assert "max_num_batched_tokens=8192 (chunked)" in out and "1024 seats" in out
     assert "queue (stability)" in out
 

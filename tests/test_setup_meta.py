@@ -21,7 +21,7 @@ def config(**tables) -> ExperimentConfig:
 
 def test_roofline_setup_records_its_assumptions_in_order():
     setup = sim_setup(config(model={"name": "llama-3-8b", "kv_cache_dtype": "fp8"},
-                             hardware={"name": "h100-sxm", "tensor_parallel": 2}))
+                             hardware={"name": "h100-sxm", "tensor_parallel": 2, "cost": "roofline"}))
     meta = setup.meta
     assert isinstance(meta, SetupMeta)
     assert (meta.cost_model, meta.tensor_parallel, meta.num_kv_blocks) == ("roofline", 2, setup.blocks)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from batchlab.core.gpu_profile import load_gpu_profile
 from batchlab.experiments.cli import main
 from batchlab.experiments.sweep.grid import load_sweep
 from batchlab.experiments.sweep.pareto import pareto
@@ -69,8 +70,10 @@ def test_serial_and_pool_give_identical_results_and_a_pareto_front(tmp_path, cap
     assert a == b and len(a) == 8
     assert "Pareto front (cost_per_hour against p99_ttft_ms)" in out
     assert "a point passes with p99 TTFT <= 1000 ms, p99 TPOT <= 60 ms, and a stable queue" in out
-    assert "[points 5, 7]" in out and "vLLM API server on h100-sxm" in out  # chunked on H100
-    assert {r["compute_efficiency"] for r in a} == {"0.6"} and {r["weights_dtype"] for r in a} == {"bf16"}
+    assert "[points 5, 7]" in out and "API server's rule for h100-sxm" in out  # chunked on H100
+    fitted = {g: str(round(load_gpu_profile(g).params["compute_efficiency"].value, 4)) for g in ("a100-80gb", "h100-sxm")}
+    assert {r["compute_efficiency"] for r in a} == set(fitted.values())  # priced by the GPU profiles
+    assert {r["weights_dtype"] for r in a} == {"bf16"}
     rows = json.loads((tmp_path / "a" / "sweep.json").read_text())["pareto"]
     assert rows and all(r["passes"] for r in rows)
     for f in ("results.parquet", "pareto.csv", "pareto.parquet", "pareto.png"):

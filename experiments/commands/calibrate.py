@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from batchlab.core.specs import HARDWARE
 from batchlab.experiments.errors import UserError
 
 GRIDS = ("default", "quick")
@@ -47,10 +48,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "run: its last quarter); 0: fit on all (default 3)")
     from batchlab.calibration.from_replay.cli import add_options
     add_options(p)
+    p.add_argument("--from-operators", metavar="DIR|PROFILE",
+                   help="fit a GPU profile on operator tables in Vidur's layout (DIR/compute/GPU/"
+                   "ORG/MODEL/mlp.csv, DIR/attention, DIR/network), e.g. ../shared/gpu-profiles/vidur; "
+                   "or refine --gpu's profile on the steps of a batchlab profile made with --device cuda")
+    p.add_argument("--gpu", metavar="PRESET", help="with --from-operators: the hardware preset to fit "
+                   "(a100-80gb | h100-sxm | a40)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_operators:
+        return run_from_operators(args)
+    if args.gpu:
+        raise UserError("--gpu applies to --from-operators only")
     if args.from_run:
         return run_from_runs(args)
     if args.from_replay or args.endpoint:
@@ -169,4 +180,55 @@ def run_from_runs(args: argparse.Namespace) -> int:
     if result.after:
         print(table(result.after, result.before, "on the held-out runs"))
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
+    return 0
+
+
+def run_from_operators(args: argparse.Namespace) -> int:
+    """--from-operators DIR --gpu PRESET: a GPU profile (calibration/operators/)."""
+    from batchlab.calibration.operators.build import build_profile
+    from batchlab.calibration.operators.report import render
+    from batchlab.calibration.operators.tables import OperatorTableError
+
+    if not args.gpu:
+        raise UserError("--from-operators needs --gpu PRESET (a100-80gb | h100-sxm | a40)")
+    root = Path(args.from_operators)
+    out = Path(args.out or f"{args.gpu}.json")
+    if not out.parent.is_dir() or out.is_dir():
+        raise UserError(f"--out {out}: give a file in an existing directory")
+    if root.is_file():  # batchlab's own steps on a GPU: refine the GPU's public-data profile
+        return refine_from_steps(args, root, out)
+    if not root.is_dir():
+        raise UserError(f"--from-operators {root}: not a directory of operator tables or a "
+                        f"batchlab profile (calibrate --device cuda)")
+    try:
+        built = build_profile(root, args.gpu)
+    except OperatorTableError as e:
+        raise UserError(str(e)) from None
+    built.profile.save(out)
+    if args.format == "json":
+        print(json.dumps({"profile": str(out), "heldout": built.profile.heldout.model_dump(),
+                          "fit_s": built.fit_s, "judge_s": built.judge_s}, indent=1))
+    else:
+        print(render(built, out))
+    return 0
+
+
+def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
+    """--from-operators PROFILE.json: the steps `calibrate --device cuda` measured refit the
+    GPU profile of --gpu (calibration/operators/from_steps.py)."""
+    from batchlab.calibration.operators.from_steps import refine_on_steps
+    from batchlab.calibration.operators.report import render_refined
+    from batchlab.calibration.operators.tables import OperatorTableError
+    from batchlab.experiments.config import ExperimentConfig
+    from batchlab.experiments.setup.gpu import gpu_profile_for
+
+    if args.gpu not in HARDWARE:
+        raise UserError(f"unknown GPU {args.gpu!r} (--gpu): expected one of {', '.join(HARDWARE)}")
+    base, where = gpu_profile_for(ExperimentConfig.model_validate({"hardware": {"name": args.gpu}}))
+    try:
+        refined = refine_on_steps(path, base)
+    except OperatorTableError as e:
+        raise UserError(str(e)) from None
+    refined.profile.save(out)
+    print(render_refined(refined, where, out))
     return 0

@@ -25,7 +25,7 @@ PROFILE_REPLACES = {f"hardware.{f}": _PROFILED for f in (
     "mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s",
     "gpu_memory_utilization", "pipeline_parallel", "expert_parallel", "data_parallel_attention",
     "memory_gib", "memory_mib", "mem_bandwidth_gbs", "bf16_tflops", "fp8_tflops", "fp4_tflops",
-    "interconnect", "interconnect_gbs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
+    "interconnect", "interconnect_gbs", "cost", "gpu_profile", "knobs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

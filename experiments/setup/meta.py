@@ -12,9 +12,9 @@ class SetupMeta(Record):
     model: str
     hardware: str
     tensor_parallel: int = 1
-    cost_model: str  # "roofline", or "profile (FORM form)"
+    cost_model: str  # "roofline", "gpu profile", or "profile (FORM form)"
     max_context: int
-    # the roofline's assumptions (None with a profile)
+    # the roofline's assumptions (a GPU profile's fitted efficiencies; None with a profile)
     mem_efficiency: Number | None = None
     compute_efficiency: Number | None = None
     step_overhead_s: Number | None = None
@@ -30,6 +30,7 @@ class SetupMeta(Record):
     expert_parallel: int | None = None
     data_parallel_attention: bool | None = None
     deployment: str | None = None
+    roofline_because: str | None = None  # why a GPU preset is priced by the roofline, not its profile
     # a profile's (None on the roofline)
     dtype: str | None = None  # weights and KV cache alike
     dtype_bytes: int | None = None
@@ -40,6 +41,14 @@ class SetupMeta(Record):
     # a server's front end before the engine (a profile fitted on client timings)
     front_end_delay_ms: Number | None = None
     front_end_serial_ms: Number | None = None
+    # a GPU profile's (cost_model "gpu profile": experiments/setup/gpu.py)
+    gpu_profile: str | None = None  # "shipped a100-80gb", "shipped h100-sxm, scaled to h200", a path
+    gpu_profile_source: str | None = None
+    gpu_profile_heldout: str | None = None  # its per-step error on held-out models and TP degrees
+    gpu_profile_heldout_median: Number | None = None
+    gpu_profile_scaled_from: str | None = None
+    gpu_profile_allreduce: str | None = None  # what prices this TP degree's all-reduces
+    knobs: dict[str, Number] | None = None  # constants replaced by value (sensitivity)
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None
     max_num_seqs: dict[str, int] | None = None  # per run (policy)

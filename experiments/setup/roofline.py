@@ -33,7 +33,7 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
     except ValueError as e:
         raise UserError(str(e)) from None
     if cfg.scheduler.num_kv_blocks:
-        _warn_if_kv_cannot_fit(cfg, model, hw)
+        warn_if_kv_cannot_fit(cfg, model, hw)
     latency = hw.allreduce_latency_s if h.allreduce_latency_s is None else h.allreduce_latency_s
     meta = SetupMeta(model=model.name, hardware=hw.name, tensor_parallel=h.tensor_parallel,
                      cost_model="roofline", max_context=model.max_context,
@@ -51,7 +51,7 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
     return cost, blocks, meta
 
 
-def _warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
+def warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
     """A KV pool given in blocks is the user's call, but one larger than all the memory
     the weights leave would price steps for memory the hardware does not have."""
     h, sc = cfg.hardware, cfg.scheduler

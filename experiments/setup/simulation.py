@@ -9,7 +9,9 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import CostModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
-from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
+from batchlab.experiments.setup.gpu import beyond_profiles, gpu_setup, wants_roofline
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
@@ -32,11 +34,20 @@ class SimSetup:
 
 def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: bool = False) -> SimSetup:
     """Everything is checked here, before anything runs or --out is cleared."""
+    if cfg.hardware.knobs and (cfg.profile.path or wants_roofline(cfg)):
+        raise UserError(f"[hardware] knobs {sorted(cfg.hardware.knobs)}: they replace a GPU profile's "
+                        f"constants, and this run is priced by the "
+                        f"{'calibration profile' if cfg.profile.path else 'roofline'}")
     if cfg.profile.path:
         cost, blocks, meta = profile_setup(cfg, model_named, hardware_named)
         hw = None  # a profiled device: the engine defaults key on a preset's memory
-    else:
+    elif wants_roofline(cfg):
         cost, blocks, meta = roofline_setup(cfg)
+        hw = cfg.hardware.spec()
+        if cfg.hardware.cost == "auto":
+            meta.roofline_because = beyond_profiles(cfg)
+    else:
+        cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
         hw = cfg.hardware.spec()
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
@@ -48,9 +59,11 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
             applied.update(f"{a} ({p})" if "tokens" in a else a for a in done)
         schedulers[name] = sc
     if hw is not None and applied:
-        meta.scheduler_defaults = f"{engine_defaults(hw).why}: {', '.join(sorted(applied))}"
+        meta.scheduler_defaults = f"{', '.join(sorted(applied))}: not given, {engine_defaults(hw).why}"
     else:
         meta.scheduler_defaults = "as given" if hw is not None else "batchlab's (profiled device)"
+    if hw is not None and not cfg.scheduler.num_kv_blocks:
+        meta.scheduler_defaults += f"; KV pool: {kv_pool_default(cfg.hardware)}"
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
     meta.block_size = cfg.scheduler.block_size
     meta.num_kv_blocks = blocks
@@ -73,7 +86,11 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
         if m.pipeline_parallel or m.expert_parallel or m.data_parallel_attention:
             comm = (f"PP {m.pipeline_parallel}, EP {m.expert_parallel}"
                     f"{', DP attention' if m.data_parallel_attention else ''}; {comm}")
+        if m.roofline_because:
+            cost += f" (the roofline: {m.roofline_because})"
 
+    elif m.cost_model == "gpu profile":
+        return gpu_profile_lines(m)
     else:
         cost = f"{m.cost_model} from {m.profile} (its fitted step overhead and dtype)"
         comm = "one device as profiled"
@@ -82,5 +99,26 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
                      f"request, {m.front_end_serial_ms:.2f} ms more a request of a burst")
     return [f"assumptions: {cost}",
             *([f"  {m.deployment}"] if m.deployment else []),
+            f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
+            f"  scheduler defaults: {m.scheduler_defaults}"]
+
+
+def gpu_profile_lines(m: SetupMeta) -> list[str]:
+    """A GPU preset priced by a GPU profile: which one, from what data, how well it prices
+    held-out models, and what it assumes."""
+    scaled = (f" (no operator tables for {m.hardware}: {m.gpu_profile_scaled_from}'s constants "
+              f"scaled by datasheet ratios)" if m.gpu_profile_scaled_from else "")
+    on = (f" on {m.gpu_profile_scaled_from} (none measured on {m.hardware})"
+          if m.gpu_profile_scaled_from else "")
+    n = m.allreduces_per_step
+    comm = f"TP {m.tensor_parallel}: {n} all-reduces a step, {m.gpu_profile_allreduce}" if n else "TP 1: no all-reduce"
+    fitted = "fitted on 16-bit GEMMs, assumed for fp8" if m.weights_dtype == "fp8" else "fitted"
+    cost = (f"GPU profile {m.gpu_profile}{scaled}: {m.mem_efficiency:.0%} of datasheet bandwidth, "
+            f"{m.compute_efficiency:.0%} of {m.weights_dtype} FLOP/s ({fitted}), ridge, per-GEMM/per-layer "
+            f"and attention terms fitted; step overhead {m.step_overhead_s * 1e3:.2f} ms assumed; "
+            f"weights {m.weights_dtype}, KV cache {m.kv_cache_dtype}")
+    return [f"assumptions: {cost}",
+            f"  fitted on {m.gpu_profile_source}",
+            f"  held-out per-step error{on}: {m.gpu_profile_heldout}",
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
             f"  scheduler defaults: {m.scheduler_defaults}"]

@@ -1,0 +1,63 @@
+"""`batchlab calibrate --from-operators`: fit a GPU profile on a folder of operator tables,
+print its constants and held-out error tables, write it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchlab.calibration.operators.build import Built
+from batchlab.core.gpu_profile import ErrorStats, GpuProfile
+
+
+def _row(name: str, s: ErrorStats) -> str:
+    return f"  {name:<10} {s.n:>6}  {s.median:>7.1%}  {s.p90:>7.1%}  {s.share_high:>7.0%}"
+
+
+def error_table(title: str, stats: dict[str, ErrorStats]) -> list[str]:
+    lines = [title, f"  {'':<10} {'shapes':>6}  {'median':>7}  {'p90':>7}  {'high':>7}"]
+    return lines + [_row(k, s) for k, s in stats.items()]
+
+
+def heldout_tables(p: GpuProfile) -> list[str]:
+    h = p.heldout
+    out = [f"held out: {h.scheme}",
+           *error_table("per-step |error| by region (decode < 128 tokens, ridge 128-512, prefill > 512)",
+                        {**h.by_region, "all": h.overall}),
+           *error_table("by TP degree", {f"TP {k}": v for k, v in h.by_tp.items()})]
+    if h.attention:
+        out += error_table("attention kernels (held-out context lengths)", h.attention)
+    if h.allreduce:
+        out += error_table("all-reduce table against its raw timings", {"all-reduce": h.allreduce})
+    return out
+
+
+def render(built: Built, out: Path) -> str:
+    p = built.profile
+    tps = ", ".join(map(str, p.fitted_on.tensor_parallel))
+    lines = [f"GPU profile for {p.gpu}: {p.fitted_on.shapes} layer shapes of {len(p.fitted_on.models)} models at TP {tps}",
+             f"source: {p.source}"]
+    lines += [f"skipped {s}" for s in built.skipped]
+    lines.append("constants:")
+    for name, c in p.params.items():
+        err = f" +- {c.stderr:.3g}" if c.stderr is not None else ""
+        rng = f" (range {c.low:.3g}-{c.high:.3g})" if c.low is not None and c.high is not None else ""
+        lines.append(f"  {name:<28} {c.value:.4g}{err}{rng}  {c.source}")
+    lines += heldout_tables(p)
+    lines += [f"assumes: {a}" for a in p.assumptions]
+    lines.append(f"fit {built.fit_s:.1f} s; held-out judgment {built.judge_s:.1f} s")
+    lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
+    return "\n".join(lines)
+
+
+def render_refined(refined, base_where: str, out: Path) -> str:
+    p = refined.profile
+    head = (f"GPU profile for {p.gpu} refined on {refined.fitted_steps} of batchlab's steps "
+            f"(from {base_where}); {refined.judged_steps} held out")
+    lines = [head, "constants:"]
+    for name, c in p.params.items():
+        if c.source.startswith("refitted"):
+            err = f" +- {c.stderr:.3g}" if c.stderr is not None else ""
+            lines.append(f"  {name:<28} {c.value:.4g}{err}")
+    lines.append(f"held out: {p.heldout.scheme}")
+    lines += error_table("per-step |error| by region", {**p.heldout.by_region, "all": p.heldout.overall})
+    lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
+    return "\n".join(lines)

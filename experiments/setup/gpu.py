@@ -1,0 +1,126 @@
+"""The GPU-profile setup: a GPU preset priced by the GPU cost form with constants fitted on
+measured operators (core/gpu_profile.py): the preset's shipped profile, or the nearest
+measured GPU's scaled by datasheet ratios. The roofline setup stays for `--cost roofline`,
+for a roofline constant the user gives, and where no profile is shipped."""
+from __future__ import annotations
+
+from batchlab.core.cost import CostModel, allreduces_per_step, is_plain, kv_capacity_blocks
+from batchlab.core.gpu_profile import (GpuProfile, GpuProfileError, load_gpu_profile, scaled_to,
+                                       shipped_gpu_profiles)
+from batchlab.core.knobs import Knob
+from batchlab.core.specs import HARDWARE, HardwareSpec, lookup_model
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.setup.dtypes import served_model
+from batchlab.experiments.setup.meta import SetupMeta
+from batchlab.experiments.setup.roofline import warn_if_kv_cannot_fit
+
+# Giving one of these asks for the roofline (cost = auto).
+ROOFLINE_FIELDS = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s")
+# A preset without operator tables is priced from the measured GPU most like it: the same
+# architecture and interconnect where there is one (H200: an H100 with more, faster memory),
+# else the same market (L4, a PCIe inference card: the A40).
+NEAREST = {"h200": "h100-sxm", "l4": "a40"}
+
+
+def wants_roofline(cfg: ExperimentConfig) -> bool:
+    h = cfg.hardware
+    if h.cost == "auto" and h.gpu_profile is None:
+        return (bool(set(ROOFLINE_FIELDS) & h.model_fields_set) or not shipped_gpu_profiles()
+                or beyond_profiles(cfg) is not None)
+    if h.cost == "roofline":
+        return True
+    beyond = beyond_profiles(cfg)
+    if beyond is not None:
+        raise UserError(f"--cost gpu-profile: {beyond}; use --cost roofline (or auto)")
+    return False
+
+
+def beyond_profiles(cfg: ExperimentConfig) -> str | None:
+    """Why a GPU profile cannot price cfg's model and layout (None: it can). The profiles
+    are fitted on dense Llama-style layers at TP: MoE experts, latent attention, windows
+    and PP/EP layouts are the roofline's deployment terms (core/deployment_cost.py)."""
+    try:
+        model = lookup_model(cfg.model.name)
+        layout = cfg.hardware.layout()
+    except ValueError:
+        return None  # the setup that runs reports it
+    if is_plain(model, layout):
+        return None
+    what = ("a mixture of experts" if model.is_moe else "latent attention (MLA)" if model.is_mla
+            else "sliding-window layers" if model.layer_windows else "a PP/EP layout")
+    return f"{cfg.model.name} on this layout has {what}, which the GPU profiles (dense layers at TP) do not price"
+
+
+def _nearest(hw: HardwareSpec, shipped: list[str]) -> str:
+    if NEAREST.get(hw.name) in shipped:
+        return NEAREST[hw.name]
+    return min(shipped, key=lambda g: abs(HARDWARE[g].mem_bandwidth / hw.mem_bandwidth - 1))
+
+
+def gpu_profile_for(cfg: ExperimentConfig) -> tuple[GpuProfile, str]:
+    """(the profile that prices cfg's preset, where it came from)."""
+    hw = cfg.hardware.spec()
+    given = cfg.hardware.gpu_profile
+    try:
+        if given:
+            p = load_gpu_profile(given)
+            if p.gpu != hw.name:
+                raise UserError(f"GPU profile {given} (--gpu-profile) prices {p.gpu}, not {hw.name} "
+                                f"(--hardware): give the profile of that GPU")
+            return p, given
+        shipped = [g for g in shipped_gpu_profiles() if g in HARDWARE]
+        if hw.name in shipped:
+            return load_gpu_profile(hw.name), f"shipped {hw.name}"
+        if not shipped:
+            raise UserError("no GPU profile is shipped with this install: use --cost roofline")
+        near = _nearest(hw, shipped)
+        return scaled_to(load_gpu_profile(near), HARDWARE[near], hw), f"shipped {near}, scaled to {hw.name}"
+    except GpuProfileError as e:
+        raise UserError(str(e)) from None
+
+
+def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
+              ) -> tuple[CostModel, int, SetupMeta]:
+    """The GPU form's cost model and KV capacity for cfg's model preset on its GPU preset;
+    knob_values replace profile constants by name (sensitivity: GpuProfile.knobs)."""
+    profile, where = gpu_profile_for(cfg)
+    h = cfg.hardware
+    try:
+        if knob_values:
+            profile = profile.with_values(knob_values)
+        hw = h.spec()
+        model, weights, kv = served_model(cfg, lookup_model(cfg.model.name))
+        cost = profile.cost(model, h.tensor_parallel, hw)
+        blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
+            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if cfg.scheduler.num_kv_blocks:
+        warn_if_kv_cannot_fit(cfg, model, hw)
+    held = profile.heldout
+    regions = ", ".join(f"{r} {s.median:.1%}" for r, s in held.by_region.items())
+    p = profile.params
+    meta = SetupMeta(model=model.name, hardware=hw.name, tensor_parallel=h.tensor_parallel,
+                     cost_model="gpu profile", max_context=model.max_context,
+                     mem_efficiency=round(p["mem_efficiency"].value, 4),
+                     compute_efficiency=round(p["compute_efficiency"].value, 4),
+                     step_overhead_s=p["step_s"].value, gpu_memory_utilization=h.gpu_memory_utilization,
+                     weights_dtype=weights, kv_cache_dtype=kv,
+                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel),
+                     interconnect=hw.interconnect, interconnect_bandwidth=hw.interconnect_bandwidth,
+                     gpu_profile=where, gpu_profile_source=profile.source,
+                     gpu_profile_heldout=f"median {held.overall.median:.1%}, p90 {held.overall.p90:.1%} "
+                     f"({regions})", gpu_profile_heldout_median=held.overall.median,
+                     gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None,
+                     knobs=dict(knob_values) if knob_values else None)
+    if h.tensor_parallel > 1:
+        c = profile.collectives
+        meta.gpu_profile_allreduce = (f"NCCL all-reduce measured on {h.tensor_parallel} GPUs ({c.interconnect})"
+                                      if h.tensor_parallel in c.allreduce else c.fallback)
+    return cost, blocks, meta
+
+
+def gpu_knobs(cfg: ExperimentConfig) -> list[Knob]:
+    """The constants cfg's GPU price rests on, with their ranges (capacity --sensitivity)."""
+    return gpu_profile_for(cfg)[0].knobs()
