@@ -119,7 +119,8 @@ def test_conflicting_repeats_are_refused_and_close_ones_averaged(tmp_path):
                    "conflicts with", "line 6")
 
 
-@pytest.mark.parametrize("gpu, expected", [("b200", "unknown GPU 'b200'"), ("h200", "has no Vidur operator tables")])
+@pytest.mark.parametrize("gpu, expected", [("tpu-v9", "unknown GPU 'tpu-v9'"), ("h200", "has no Vidur operator tables"),
+                                        ("b200", "has no Vidur operator tables")])
 def test_an_unknown_or_unmeasured_gpu_is_refused(tmp_path, gpu, expected):
     code, _, err = calibrate(write_tables(tmp_path / "t"), gpu)
     one_line_error(code, err, expected)
