@@ -36,11 +36,19 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     except OSError as e:
         raise WriteError(describe(e, path)) from None
+    # The file closes before _published renames it (the with's exits run inner first).
+    with _published(tmp, path), os.fdopen(fd, mode, **kwargs) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _published(tmp: str, path: Path) -> Iterator[None]:
+    """Run the block that fills `tmp`, then move it over `path`; on any failure remove
+    `tmp` (an OSError becomes the one-line WriteError)."""
     try:
-        with os.fdopen(fd, mode, **kwargs) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        yield
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a result file is for everyone to read
         os.replace(tmp, path)
     except OSError as e:
@@ -70,15 +78,7 @@ def write_with(path: str | os.PathLike, write: Callable[[str], None]) -> None:
         os.close(fd)
     except OSError as e:
         raise WriteError(describe(e, path)) from None
-    try:
+    with _published(tmp, path):
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as e:
-        _discard(tmp)
-        raise WriteError(describe(e, path)) from None
-    except BaseException:
-        _discard(tmp)
-        raise

@@ -24,7 +24,7 @@ import re
 from numbers import Real
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, ValidationError
 from pydantic_core import PydanticCustomError
 
 MAX_TIME_S = 1e8
@@ -148,3 +148,15 @@ def _memory(v: Any) -> Any:
 
 # [model] kv_memory / --kv-memory: checked where it enters, not after a model loads.
 KVMemory = Annotated[str, AfterValidator(_memory)]
+
+
+def field_error(e: ValidationError, what: str) -> str:
+    """A pydantic error of a document as one line: `bad WHAT LOC: problem (got value)`,
+    the first error named and the rest counted."""
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "document"
+    more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    given = first.get("input")
+    got = "" if isinstance(given, (dict, list)) or first["type"] == "missing" else f" (got {shown(given)})"
+    return f"bad {what} {loc}: {first['msg'].removeprefix('Value error, ')}{got}{more}"
+

@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from batchlab.core.checks import shown
+from batchlab.core import atomic
+from batchlab.core.checks import field_error
 from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
 from batchlab.core.operator_shapes import OperatorShapes
@@ -166,10 +167,7 @@ class GpuProfile(_Strict):
 
     def save(self, path: str | Path) -> None:
         """Written whole or not at all (a temporary file renamed over the target)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=1) + "\n")
-        tmp.replace(path)
+        atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
 
 
 def shipped_gpu_dir() -> Path | None:
@@ -197,12 +195,7 @@ def parse_gpu_profile(text: str, where: str = "GPU profile") -> GpuProfile:
     try:
         return GpuProfile.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "document"
-        given = first.get("input")
-        got = "" if isinstance(given, (dict, list)) or first["type"] == "missing" else f" (got {shown(given)})"
-        raise GpuProfileError(f"{where}: bad GPU profile field {loc}: "
-                              f"{first['msg'].removeprefix('Value error, ')}{got}") from None
+        raise GpuProfileError(f"{where}: {field_error(e, 'GPU profile field')}") from None
 
 
 def load_gpu_profile(name_or_path: str | Path) -> GpuProfile:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from batchlab.core.checks import Count, Finite, NonNegative, Tokens, shown
+from batchlab.core.checks import Count, Finite, NonNegative, Tokens, field_error
 from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.front_end import FrontEnd
@@ -300,13 +300,7 @@ def parse_profile(text: str, where: str = "profile") -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "document"
-        more = f" (+{e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        given = first.get("input")
-        got = "" if isinstance(given, (dict, list)) or first["type"] == "missing" else f" (got {shown(given)})"
-        raise ProfileError(f"{where}: bad profile field {loc}: "
-                           f"{first['msg'].removeprefix('Value error, ')}{got}{more}") from None
+        raise ProfileError(f"{where}: {field_error(e, 'profile field')}") from None
 
 
 def load_profile(path: str | Path) -> Profile:
