@@ -35,8 +35,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.backend.models import params_label
-    from batchlab.backend.server.server import Server, bind, bound_port
     from batchlab.experiments.output import ResultWriter, check_out_dir
     from batchlab.experiments.run_labels import label_real
     from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
@@ -65,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
+    # The backend (torch) only once the arguments are known to be good.
+    from batchlab.backend.models import params_label
+    from batchlab.backend.server.server import Server, bind, bound_port
     try:
         sock = bind(args.host, args.port)
     except ValueError as e:
