@@ -68,7 +68,7 @@ def test_serial_and_pool_give_identical_results_and_a_pareto_front(tmp_path, cap
     a, b = results(tmp_path / "a"), results(tmp_path / "b")
     assert a == b and len(a) == 8
     assert "Pareto front (cost_per_hour against p99_ttft_ms)" in out
-    assert "a point passes with p99 TTFT <= 1000 ms, p99 TPOT <= 60 ms, and a stable queue" in out
+    assert "a point passes with p99 TTFT <= 1000 ms, p99 TPOT <= 60 ms, a stable queue and every request served" in out
     assert "[points 5, 7]" in out and "vLLM API server on h100-sxm" in out  # chunked on H100
     assert {r["compute_efficiency"] for r in a} == {"0.6"} and {r["weights_dtype"] for r in a} == {"bf16"}
     rows = json.loads((tmp_path / "a" / "sweep.json").read_text())["pareto"]

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from batchlab.experiments.capacity.plot import plot_answers
-from batchlab.experiments.capacity.point import ASSUMED, Criteria
+from batchlab.experiments.capacity.point import ASSUMED, COUNTS, Criteria
 from batchlab.experiments.capacity.search import Answer
 from batchlab.experiments.capacity.tables import text_table, write_rows
 from batchlab.experiments.config import ExperimentConfig
@@ -26,7 +26,7 @@ def answer_row(a: Answer, price: float | None) -> dict:
             row["cost_per_hour"] = row["gpus"] * price
             row["cost_per_million_requests"] = row["cost_per_hour"] / (a.value * 3600) * 1e6
     for k in ("max_num_seqs", "max_num_batched_tokens", "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
-              "slo_attainment", "stability", "failures", *ASSUMED):
+              "slo_attainment", *COUNTS, "stability", "failures", *ASSUMED):
         row[k] = b.get(k)
     row["points_tried"] = len(a.points)
     return row
@@ -39,7 +39,8 @@ COLS = {
     "replicas": [("label", "candidate", "{}"), ("answer", "replicas", "{:.0f}"), ("gpus", "GPUs", "{:.0f}")],
 }
 TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
-        ("slo_attainment", "in SLO", "{:.1%}"), ("stability", "queue", "{}"),
+        ("slo_attainment", "in SLO", "{:.1%}"), ("rejected", "rejected", "{:.0f}"),
+        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"),
         ("points_tried", "points", "{}")]
 
 
@@ -90,7 +91,8 @@ def _point(p: dict, kind: str) -> str:
     where = (f"{p['rate']:.2f} req/s (x{p['rate_scale']:.3g})" if kind == "max-rate"
              else f"{p['replicas']} replicas")
     return (f"{where}: TTFT p99 {p['p99_ttft_ms']:.0f} ms, TPOT p99 {p['p99_tpot_ms']:.1f} ms, "
-            f"{p['slo_attainment']:.1%} in SLO, queue {p['stability']}; fails: {p['failures']}")
+            f"{p['slo_attainment']:.1%} in SLO, {p['rejected']} rejected and {p['unfinished']} "
+            f"unfinished of {p['requests']}, queue {p['stability']}; fails: {p['failures']}")
 
 
 def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteria,

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
-    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput)
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
     if args.sensitivity and cfg.profile.path:
         raise UserError("--sensitivity moves the roofline's efficiencies; a --profile has none")
     kind = args.capacity_command

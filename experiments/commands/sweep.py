@@ -5,6 +5,7 @@ in grid order), DIR/pareto.csv|parquet and DIR/pareto.png."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,9 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     files = write_rows(out / "results", rows) + write_rows(out / "pareto", front or [{"point": None}])
     files.append(plot_pareto(out, rows, front, metric))
     summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
-               "pareto": front}
+               "passing": sum(bool(r.get("passes")) for r in rows),
+               "rejected": sum(_count(r, "rejected") for r in rows),
+               "unfinished": sum(_count(r, "unfinished") for r in rows), "pareto": front}
     (out / "sweep.json").write_text(to_json(summary) + "\n")
     if args.format == "json":
         print(to_json({"results": rows, "pareto": front}))
@@ -114,16 +117,27 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     x = cost_key(rows)
     cols = [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
             (x, "$/hour" if x == "cost_per_hour" else "GPUs", "{:.2f}" if x == "cost_per_hour" else "{:.0f}"),
-            (metric, metric, "{:.2f}"), ("stability", "queue", "{}")]
+            (metric, metric, "{:.2f}"), ("rejected", "rejected", "{:.0f}"),
+            ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}")]
     met = sum(bool(r.get("passes")) for r in rows)
-    print(f"{met} of {len(rows)} points stable and within their criteria; Pareto front "
-          f"({x} against {metric}):")
+    lost = [r for r in rows if _count(r, "rejected") or _count(r, "unfinished")]
+    print(f"{met} of {len(rows)} points stable and within their criteria; {len(lost)} rejected or "
+          f"left unfinished some requests (" + (", ".join(
+              f"point {r['point']}: {_count(r, 'rejected')} rejected, {_count(r, 'unfinished')} "
+              f"unfinished of {_count(r, 'requests')}" for r in lost[:4]) or "none")
+          + (", ..." if len(lost) > 4 else "") + ")")
+    print(f"Pareto front ({x} against {metric}), passing points only:")
     print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
     print(f"\nresults written to {out}/ ({', '.join(files)})")
     return 0
 
 
 MAX_ASSUMPTION_BLOCKS = 6
+
+
+def _count(row: dict, key: str) -> int:
+    v = row.get(key)
+    return int(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0
 
 
 def _ranges(points: list[str]) -> str:
