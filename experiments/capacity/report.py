@@ -45,11 +45,13 @@ TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (m
 
 
 def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criteria,
-           cfg: ExperimentConfig, setups: dict, samples: list, price: float | None, where: str) -> str:
+           cfg: ExperimentConfig, setups: dict, samples: list, price: float | None, where: str,
+           seeds_vary: str = "") -> str:
     n_seeds = len({s.seed for s in samples})
     lines = [f"capacity {kind}: {criteria.describe()}",
              f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
-             f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)); "
+             f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)"
+             f"{'; ' + seeds_vary if seeds_vary else ''}); "
              f"router {cfg.run.router}; ran on {where}"]
     # One block of assumptions, or one per search where they differ (candidates).
     blocks = {label: s.assumptions() for label, s in setups.items() if s is not None}

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.experiments.executor import make_executor, run_all
     from batchlab.experiments.output import make_out_dir, to_json
     from batchlab.experiments.progress import progress_bar
+    from batchlab.experiments.seed_effect import check_seeds_vary
     from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
 
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if kind == "replicas" and args.busiest_window is not None:
         cfg = busiest_window(cfg, args.busiest_window)
     samples = sample_configs(cfg.workload, args.seeds, args.windows)
+    seeds_vary = check_seeds_vary(cfg.workload, args.seeds, "--windows W")
     if kind == "max-rate" and not 0 < args.tolerance < 1:
         raise UserError(f"--tolerance must be in (0, 1), got {args.tolerance}")
     if kind == "replicas" and args.max_replicas < 1:
@@ -78,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     main = [a for t, a in zip(tasks, answers) if t[0] is None]
     sens = [(t[0], a) for t, a in zip(tasks, answers) if t[0] is not None]
     setups = {a.label: setup_or_none(t[2]) for t, a in zip(tasks, answers) if t[0] is None}
-    text = report.render(kind, main, sens, criteria, cfg, setups, samples, args.gpu_hour_price, where)
+    text = report.render(kind, main, sens, criteria, cfg, setups, samples, args.gpu_hour_price, where,
+                         seeds_vary)
     if out:
         files = report.write(out, main, sens, criteria, cfg, args.gpu_hour_price)
         (out / "capacity.json").write_text(to_json(report.as_json(main, sens, args.gpu_hour_price)) + "\n")

@@ -66,7 +66,17 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
     points that make them."""
     from batchlab.experiments.setup import sim_setup
 
+    from batchlab.core.workload import WorkloadConfig
+    from batchlab.experiments.seed_effect import check_seeds_vary
+
     assumptions: dict[tuple, list[str]] = {}
+    for wl_json in {p.config.workload.model_dump_json(): None for p in sweep.points}:
+        try:
+            check_seeds_vary(WorkloadConfig.model_validate_json(wl_json), sweep.settings.seeds,
+                             "[sweep] windows = W", seeds_option="[sweep] seeds =",
+                             jitter_option="[workload] jitter_s = S")
+        except UserError as e:
+            raise UserError(f"{sweep.path}: {e}") from None
     for p in sweep.points:
         try:
             lines = tuple(sim_setup(p.config).assumptions())

@@ -16,6 +16,7 @@ from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
 from batchlab.experiments.validation.metrics import targets_text
 from batchlab.experiments.validation.numbers import drifts, pct, speeds
 from batchlab.experiments.validation.per_step import describe as describe_per_step
+from batchlab.experiments.validation.verdicts import beyond_range
 from batchlab.experiments.validation.records import (CellDiagnostics, DistributionTests, JudgedCell, KindRow,
                                                      ProfileInfo, Totals, Validation)
 
@@ -79,6 +80,11 @@ def diagnostic_lines(c: JudgedCell) -> list[str]:
     if d.distributions:
         lines += ["", *_tests(d.distributions)]
     if c.runs > 1:
+        far = [f"{m.label} ({pct(beyond_range(m.sim, m.spread), False)} beyond)" for m in c.metrics
+               if m.verdict == "miss" and beyond_range(m.sim, m.spread) > _float(m.target)]
+        if far:
+            lines.append("missed whatever the real runs' spread (the simulation lies outside their range by "
+                         "more than the target): " + ", ".join(far))
         lines.append("this hardware cannot decide (the real runs disagree with each other more than the "
                      "target, or the test rejects between real runs): " + ", ".join(d.undecidable)
                      if d.undecidable else
