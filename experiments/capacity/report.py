@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from batchlab.experiments.capacity.binding import Binding, binding
 from batchlab.experiments.capacity.plot import plot_answers
 from batchlab.experiments.capacity.point import ASSUMED, COUNTS, Criteria
 from batchlab.experiments.capacity.search import Answer
@@ -12,7 +13,15 @@ from batchlab.experiments.capacity.tables import text_table, write_rows
 from batchlab.experiments.config import ExperimentConfig
 
 
-def answer_row(a: Answer, price: float | None) -> dict:
+def answer_binding(a: Answer, criteria: Criteria) -> Binding | None:
+    """What binds the answer (None where nothing passed)."""
+    if a.value is None or a.best is None:
+        return None
+    nxt, label = a.next_cheaper()
+    return binding(a.best, nxt, criteria, label)
+
+
+def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None) -> dict:
     b = a.best or {}
     row = {"search": a.kind, "label": a.label, "answer": a.value,
            "met": a.value is not None, "error": a.error}
@@ -29,6 +38,10 @@ def answer_row(a: Answer, price: float | None) -> dict:
               "slo_attainment", *COUNTS, "stability", "failures", *ASSUMED):
         row[k] = b.get(k)
     row["points_tried"] = len(a.points)
+    bind = answer_binding(a, criteria) if criteria is not None else None
+    if bind is not None:
+        row.update({"binds": bind.constraint, "binds_headroom": bind.headroom, "next_cheaper": bind.next_label,
+                    "next_failure": bind.next_failure, "next_miss": bind.next_miss})
     return row
 
 
@@ -40,7 +53,7 @@ COLS = {
 }
 TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
         ("slo_attainment", "in SLO", "{:.1%}"), ("rejected", "rejected", "{:.0f}"),
-        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"),
+        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"), ("binds", "binds", "{}"),
         ("points_tried", "points", "{}")]
 
 
@@ -63,10 +76,13 @@ def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criter
         if len(distinct) == 1:
             break
     lines.append("")
-    rows = [answer_row(a, price) for a in answers]
+    rows = [answer_row(a, price, criteria) for a in answers]
     cols = COLS[kind] + ([("cost_per_hour", "$/hour", "{:.2f}")] if price else []) + TAIL
     lines.append(text_table(rows, cols))
     for a in answers:
+        bind = answer_binding(a, criteria)
+        if bind is not None:
+            lines.append(f"{a.label}: {bind.text()}")
         if a.error:
             lines.append(f"{a.label}: cannot run: {a.error}")
         elif a.value is None:
@@ -99,7 +115,7 @@ def _point(p: dict, kind: str) -> str:
 
 def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteria,
           cfg: ExperimentConfig, price: float | None) -> list[str]:
-    files = write_rows(out / "answers", [answer_row(a, price) for a in answers])
+    files = write_rows(out / "answers", [answer_row(a, price, criteria) for a in answers])
     points = [{"search": a.label, **p} for a in answers for p in a.points]
     files += write_rows(out / "points", points)
     if sens:
@@ -111,8 +127,9 @@ def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteri
     return files
 
 
-def as_json(answers: list[Answer], sens: list[tuple], price: float | None) -> dict:
-    return {"answers": [answer_row(a, price) for a in answers],
+def as_json(answers: list[Answer], sens: list[tuple], price: float | None,
+            criteria: Criteria | None = None) -> dict:
+    return {"answers": [answer_row(a, price, criteria) for a in answers],
             "points": {a.label: a.points for a in answers},
             "sensitivity": [{"label": lab, "field": f, "value": v, "factor": k, "answer": a.value}
                             for (f, k, v, lab), a in sens]}

@@ -39,6 +39,25 @@ class Answer:
                                                -_finite(p["p99_ttft_ms"], math.inf)))
 
 
+    def next_cheaper(self) -> tuple[dict | None, str]:
+        """The failing point next to the answer and its label: one replica fewer (the
+        largest failing count below it), or the lowest failing rate above it."""
+        if self.value is None:
+            return None, ""
+        failing = [p for p in self.points if not p["passes"]]
+        if self.kind == "replicas":
+            below = [p for p in failing if p["replicas"] < self.value]
+            if not below:
+                return None, ""
+            p = max(below, key=lambda p: p["replicas"])
+            return p, f"{p['replicas']} replica(s) ({p['gpus']} GPUs)"
+        above = [p for p in failing if p["rate"] > self.value]
+        if not above:
+            return None, ""
+        p = min(above, key=lambda p: p["rate"])
+        return p, f"{p['rate']:.2f} req/s"
+
+
 def _finite(x: float, default: float = -1.0) -> float:
     return x if isinstance(x, float) and math.isfinite(x) else default
 

@@ -84,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
                          seeds_vary)
     if out:
         files = report.write(out, main, sens, criteria, cfg, args.gpu_hour_price)
-        (out / "capacity.json").write_text(to_json(report.as_json(main, sens, args.gpu_hour_price)) + "\n")
+        (out / "capacity.json").write_text(to_json(report.as_json(main, sens, args.gpu_hour_price, criteria)) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files)})"
     if args.format == "json":
-        print(to_json(report.as_json(main, sens, args.gpu_hour_price)))
+        print(to_json(report.as_json(main, sens, args.gpu_hour_price, criteria)))
     else:
         print(text)
     return 0 if any(a.value is not None for a in main) else 1

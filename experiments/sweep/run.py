@@ -29,10 +29,10 @@ def run_point(task: tuple[Point, SweepSettings]) -> dict:
             row = evaluate(cfg, crit, samples)
         elif s.point == "max-rate":
             a = search_max_rate(cfg, crit, samples, rel_tol=s.tolerance)
-            row = {**answer_row(a, None), "passes": a.value is not None}
+            row = {**answer_row(a, None, crit), "passes": a.value is not None}
         else:
             a = search_replicas(cfg, crit, samples, s.max_replicas)
-            row = {**answer_row(a, None), "passes": a.value is not None}
+            row = {**answer_row(a, None, crit), "passes": a.value is not None}
     except UserError as e:  # a point that cannot run (a model that does not fit): a row
         row = {"passes": False, "error": str(e)}
     row = {**head, **row}
