@@ -96,10 +96,9 @@ def _failure(p: dict, criteria: Criteria) -> tuple[str, float, str]:
     if p.get("stability") == "overloaded" and not failed:
         why = "KV memory" if kv_full else ("seats" if seats_full else "throughput")
         return f"the queue grows ({why} runs out)", math.nan, why
-    if p.get("rejected", 0) or p.get("unfinished", 0):
-        if not failed:
-            return (f"{p.get('rejected', 0):.0f} rejected + {p.get('unfinished', 0):.0f} unfinished requests",
-                    math.nan, "requests served")
+    if (p.get("rejected", 0) or p.get("unfinished", 0)) and not failed:
+        return (f"{p.get('rejected', 0):.0f} rejected + {p.get('unfinished', 0):.0f} unfinished requests",
+                math.nan, "requests served")
     if not failed:
         return p.get("failures") or "its criteria", math.nan, ""
     worst = min(failed, key=lambda c: c.headroom)
