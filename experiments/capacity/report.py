@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from batchlab.experiments.capacity.binding import Binding, binding
+from batchlab.experiments.capacity import sensitivity
 from batchlab.experiments.capacity.plot import plot_answers
 from batchlab.experiments.capacity.point import ASSUMED, COUNTS, Criteria
 from batchlab.experiments.capacity.search import Answer
@@ -91,18 +92,8 @@ def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criter
             lines.append(f"{a.label}: {what} meets the criteria; best point found: "
                          + (_point(b, kind) if b else "none"))
     if sens:
-        lines.append("\nsensitivity (the search again with one assumption moved):")
-        for label in dict.fromkeys(s[0][3] for s in sens):
-            cells = [f"{f.replace('_s', '')} {v:g}: {_fmt_answer(a, kind)}"
-                     for (f, k, v, lab), a in sens if lab == label]
-            lines.append(f"  {label}: " + "; ".join(cells))
+        lines += sensitivity.lines(answers, sens)
     return "\n".join(lines)
-
-
-def _fmt_answer(a: Answer, kind: str) -> str:
-    if a.value is None:
-        return "none" if not a.error else "cannot run"
-    return f"{a.value:.2f} req/s" if kind == "max-rate" else f"{a.value} replicas"
 
 
 def _point(p: dict, kind: str) -> str:
@@ -119,8 +110,7 @@ def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteri
     points = [{"search": a.label, **p} for a in answers for p in a.points]
     files += write_rows(out / "points", points)
     if sens:
-        files += write_rows(out / "sensitivity", [{"label": lab, "field": f, "value": v, "factor": k,
-                                                   **answer_row(a, price)} for (f, k, v, lab), a in sens])
+        files += write_rows(out / "sensitivity", sensitivity.rows(sens))
     kind = answers[0].kind
     files.append(plot_answers(out / f"{kind}.png", answers, criteria,
                               f"{kind}: {criteria.describe()} ({cfg.workload.source})"))
@@ -131,5 +121,4 @@ def as_json(answers: list[Answer], sens: list[tuple], price: float | None,
             criteria: Criteria | None = None) -> dict:
     return {"answers": [answer_row(a, price, criteria) for a in answers],
             "points": {a.label: a.points for a in answers},
-            "sensitivity": [{"label": lab, "field": f, "value": v, "factor": k, "answer": a.value}
-                            for (f, k, v, lab), a in sens]}
+            "sensitivity": sensitivity.rows(sens)}

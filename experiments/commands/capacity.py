@@ -28,7 +28,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         add_criteria_options(q)
         add_executor_options(q)
         q.add_argument("--sensitivity", action="store_true",
-                       help="also search with each efficiency and the step overhead at +-25%%")
+                       help="also search with every knob of the price (efficiencies, step overhead, "
+                            "all-reduce latency; replicas: the traffic's rate) at each end of its range")
     mr.add_argument("--tolerance", type=float, default=0.02, metavar="F",
                     help="stop when the band is narrower than this share of the rate (default 0.02)")
     rp.add_argument("--candidate", action="append", metavar="MODEL:TP:HARDWARE",
@@ -53,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
     criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
-    if args.sensitivity and cfg.profile.path:
-        raise UserError("--sensitivity moves the roofline's efficiencies; a --profile has none")
+    if args.sensitivity and cfg.profile.path and args.capacity_command == "max-rate":
+        raise UserError("--sensitivity moves the knobs of the price; a --profile has none, and max-rate "
+                        "does not vary the traffic's rate (its answer)")
     kind = args.capacity_command
     if kind == "replicas" and args.busiest_window is not None:
         cfg = busiest_window(cfg, args.busiest_window)
