@@ -28,8 +28,8 @@ def answer_range(base: Answer, varied: list[Answer]) -> str:
 
 
 def lines(main: list[Answer], sens: list[tuple[Variant, Answer]]) -> list[str]:
-    out = ["", "sensitivity (the search again with each knob of the price at the low and the high end "
-           "of its range):"]
+    out = ["", ("sensitivity (the search again with each knob of the price at the low and the high end "
+                "of its range):")]
     for a in main:
         mine = [(v, b) for v, b in sens if v.label == a.label]
         if not mine:

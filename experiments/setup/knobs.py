@@ -11,7 +11,7 @@ worker processes). The traffic's rate is a knob of every config (the forecast is
 too), added here whatever the source."""
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from batchlab.core.knobs import Knob
 from batchlab.core.specs import lookup_hardware
@@ -34,7 +34,7 @@ class RooflineKnobs:
     of datasheet bandwidth, large GEMMs 40-75% of peak; per-step overhead 1-4 ms; an
     all-reduce over NVLink 10-100 us)."""
     # field -> (low factor, high factor, cap), relative to the configured value
-    RANGES = {"mem_efficiency": (0.75, 1.125, 1.0), "compute_efficiency": (0.67, 1.25, 1.0),
+    RANGES: ClassVar[dict[str, tuple[float, float, float | None]]] = {"mem_efficiency": (0.75, 1.125, 1.0), "compute_efficiency": (0.67, 1.25, 1.0),
               "step_overhead_s": (0.5, 2.0, None), "allreduce_latency_s": (0.25, 3.0, None)}
 
     def applies(self, cfg: ExperimentConfig) -> bool:
@@ -60,7 +60,7 @@ class RooflineKnobs:
     def with_values(self, cfg: ExperimentConfig, values: dict[str, float]) -> ExperimentConfig:
         unknown = set(values) - set(self.RANGES)
         if unknown:
-            raise UserError(f"the roofline has no knob {sorted(unknown)[0]!r} (expected one of "
+            raise UserError(f"the roofline has no knob {min(unknown)!r} (expected one of "
                             f"{', '.join(self.RANGES)})")
         return cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update=values)}, deep=True)
 
