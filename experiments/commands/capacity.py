@@ -13,16 +13,23 @@ from batchlab.experiments.roofline_options import add_roofline_options
 # max-rate's description: what capacity.search.search_max_rate does (not imported here:
 # the search machinery loads when the command runs).
 MAX_RATE = "Bisection on the rate scale from 1 (the workload as configured)."
+DEPLOY = ("Every deployment of the space (models x GPUs x TP degrees x dtypes x seats x token budgets), "
+          "each sized to its fewest replicas, cheapest per replica first; a deployment that cannot beat "
+          "the runner-up found so far is searched no further. Prints the winner and the runner-up with "
+          "their vLLM launch commands and what binds them.")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas",
+    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy",
                               description=__doc__)
     sub = p.add_subparsers(dest="capacity_command", required=True, parser_class=type(p))
     mr = sub.add_parser("max-rate", help="the highest request rate within the SLOs, with its band",
                         description=MAX_RATE)
     rp = sub.add_parser("replicas", help="the fewest replicas that carry a load within the SLOs")
-    for q in (mr, rp):
+    dp = sub.add_parser("deploy", help="the cheapest deployment (model, GPU, TP, dtype, seats, token "
+                        "budget, replicas) that carries a load within the SLOs, with its vLLM command",
+                        description=DEPLOY)
+    for q in (mr, rp, dp):
         add_common_options(q)
         add_roofline_options(q)
         add_criteria_options(q)
@@ -36,12 +43,35 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     help="a configuration to size (repeat or comma-separate); default: the config's")
     rp.add_argument("--max-replicas", type=int, default=256, metavar="N",
                     help="give up above N replicas (default 256)")
-    rp.add_argument("--busiest-window", type=float, metavar="S",
-                    help="size for the busiest S seconds of the trace (in its own time)")
+    for q in (rp, dp):
+        q.add_argument("--busiest-window", type=float, metavar="S",
+                       help="size for the busiest S seconds of the trace (in its own time)")
+    add_deploy_options(dp)
     p.set_defaults(func=run)
 
 
+def add_deploy_options(q: argparse.ArgumentParser) -> None:
+    g = q.add_argument_group("the deployment space (comma-separated lists)")
+    g.add_argument("--models", metavar="M1,M2", help="model presets (default: the config's model)")
+    g.add_argument("--gpus", metavar="G1,G2", help="hardware presets (default: the config's hardware)")
+    g.add_argument("--tp-options", default="1,2,4,8", metavar="1,2,4,8", help="TP degrees (default 1,2,4,8)")
+    g.add_argument("--dtype-options", default="bf16,fp8", metavar="bf16,fp8",
+                   help="weights dtypes, the KV cache alike (default bf16,fp8)")
+    g.add_argument("--seats-options", default="256,1024", metavar="N,M",
+                   help="max_num_seqs values (default 256,1024)")
+    g.add_argument("--budget-options", default="1024,2048,8192", metavar="N,M",
+                   help="max_num_batched_tokens values (default 1024,2048,8192)")
+    g.add_argument("--price", action="append", metavar="GPU=USD",
+                   help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
+                        "hour instead of GPUs")
+    g.add_argument("--max-replicas", type=int, default=64, metavar="N",
+                   help="give up on a deployment above N replicas (default 64)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.capacity_command == "deploy":
+        from batchlab.experiments.capacity.deploy_command import run_deploy
+        return run_deploy(args)
     from batchlab.experiments.capacity import report
     from batchlab.experiments.capacity.point import sample_configs
     from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task, setup_or_none
