@@ -72,13 +72,13 @@ def run_deploy(args: argparse.Namespace) -> int:
               (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {n} sample(s) per point"
                + (f" ({seeds_vary})" if seeds_vary else "") + f"; router {cfg.run.router}; policy "
                f"{cfg.policies()[0]}"),
-              f"search space: {space.describe()}; each sized to its fewest replicas (up to "
-              f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost",
+              (f"search space: {space.describe()}; each sized to its fewest replicas (up to "
+               f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),
               ("objective: " + ("GPUs" if prices is None else "cost per hour at " + ", ".join(
                   f"{g} ${p:g}/GPU-hour" for g, p in prices.items()))),
-              f"roofline assumptions: {cfg.hardware.mem_efficiency:.0%} of datasheet memory bandwidth, "
-              f"{cfg.hardware.compute_efficiency:.0%} of FLOP/s, step overhead "
-              f"{cfg.hardware.step_overhead_s * 1e3:g} ms (--sensitivity moves each)"]
+              (f"roofline assumptions: {cfg.hardware.mem_efficiency:.0%} of datasheet memory bandwidth, "
+               f"{cfg.hardware.compute_efficiency:.0%} of FLOP/s, step overhead "
+               f"{cfg.hardware.step_overhead_s * 1e3:g} ms (--sensitivity moves each)")]
     print("\n".join(header[:4]), file=sys.stderr)
     out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
     done = [0]

@@ -69,8 +69,8 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
         cols += [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
                  ("rejected", "rejected", "{:.0f}"), ("unfinished", "unfinished", "{:.0f}"),
                  ("kv_utilization", "KV used", "{:.0%}")]
-        lines += ["", f"the {len(shown)} cheapest of {len(best)} deployments that meet the criteria (ties: "
-                  f"the most headroom first):",
+        lines += ["", (f"the {len(shown)} cheapest of {len(best)} deployments that meet the criteria (ties: "
+                       f"the most headroom first):"),
                   text_table([option_row(o, prices) for o in shown], cols)]
     none = [o for o in options if o.replicas is None]
     if none:
