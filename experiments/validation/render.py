@@ -13,6 +13,7 @@ import math
 import textwrap
 
 from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.machine_speed import describe as describe_speed
 from batchlab.experiments.validation.metrics import targets_text
 from batchlab.experiments.validation.numbers import drifts, pct, speeds
 from batchlab.experiments.validation.per_step import describe as describe_per_step
@@ -105,6 +106,8 @@ def _speed_lines(d: CellDiagnostics) -> list[str]:
     missing = [f"run {i} ({s.why})" for i, s in enumerate(d.speeds, 1) if s.factor is None]
     if missing:
         lines.append("machine speed not measured: " + ", ".join(missing))
+    lines += [f"machine speed of run {i} ({s.factor:.3f}) from {describe_speed(s)}"
+              for i, s in enumerate(d.speeds, 1) if s.factor is not None]
     return lines
 
 
