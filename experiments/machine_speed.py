@@ -97,7 +97,7 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
     start = np.asarray(steps["start_s"], float)[mask][ok]
     priced = predicted > 0
     counts = {"candidates": int(mask.sum()), "contended": int((priced & ~ok).sum()),
-              "total_steps": int(len(steps["start_s"])),
+              "total_steps": len(steps["start_s"]),
               "all_factor": round(float(measured[priced].sum() / predicted[priced].sum()), 4)}
     return MachineSpeed(**{**out, "factor": round(factor, 4), "steps": int(ok.sum()), "steps_used": used,
                            **counts,
