@@ -35,7 +35,8 @@ def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None)
         if a.kind == "max-rate" and a.value:
             row["cost_per_hour"] = row["gpus"] * price
             row["cost_per_million_requests"] = row["cost_per_hour"] / (a.value * 3600) * 1e6
-    for k in ("max_num_seqs", "max_num_batched_tokens", "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
+    for k in ("max_num_seqs", "max_num_batched_tokens", "output_throughput", "median_tpot_ms",
+              "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
               "slo_attainment", *COUNTS, "stability", "failures", *ASSUMED):
         row[k] = b.get(k)
     row["points_tried"] = len(a.points)

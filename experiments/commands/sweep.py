@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.experiments.progress import progress_bar
     from batchlab.experiments.sweep.grid import load_sweep
     from batchlab.experiments.sweep.run import run_point
+    from batchlab.experiments.sweep.pareto import with_rates
     from batchlab.experiments.sweep.store import PointStore, restore
 
     sweep = load_sweep(args.config)
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                         lambda i, row: (store.add(row), bar.update()))
     finally:
         store.close()
-    rows = [restore(store.done[p.key]) for p in sweep.points]
+    rows = [with_rates(restore(store.done[p.key])) for p in sweep.points]
     return _report(args, sweep, rows, out, resumed, where, assumptions)
 
 
@@ -95,7 +96,7 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
             assumptions: dict[tuple, list[str]]) -> int:
     from batchlab.experiments.capacity.tables import text_table, write_rows
     from batchlab.experiments.output import to_json
-    from batchlab.experiments.sweep.pareto import cost_key, pareto
+    from batchlab.experiments.sweep.pareto import PER_GPU, PER_USER, cost_key, pareto, throughput_front
     from batchlab.experiments.sweep.plot import plot_pareto
     from batchlab.experiments.sweep.run import criteria_for
 
@@ -104,12 +105,15 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     if rows and metric not in rows[0] and not any(metric in r for r in rows):
         raise UserError(f"{sweep.path}: [sweep] pareto_metric {metric!r} is not a result column")
     front = pareto(rows, metric)
+    tput = throughput_front(rows)
     files = write_rows(out / "results", rows) + write_rows(out / "pareto", front or [{"point": None}])
+    files += write_rows(out / "pareto_throughput", tput or [{"point": None}])
     files.append(plot_pareto(out, rows, front, metric))
     summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
                "passing": sum(bool(r.get("passes")) for r in rows),
                "rejected": sum(_count(r, "rejected") for r in rows),
-               "unfinished": sum(_count(r, "unfinished") for r in rows), "pareto": front}
+               "unfinished": sum(_count(r, "unfinished") for r in rows), "pareto": front,
+               "pareto_throughput": tput}
     (out / "sweep.json").write_text(to_json(summary) + "\n")
     if args.format == "json":
         print(to_json({"results": rows, "pareto": front}))
@@ -138,6 +142,11 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
           + (", ..." if len(lost) > 4 else "") + ")")
     print(f"Pareto front ({x} against {metric}), passing points only:")
     print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
+    if tput:
+        print(f"\nPareto front of output tokens/s per user against tokens/s per GPU (vLLM's convention), "
+              f"passing points only:")
+        print(text_table(tput, [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
+                                (PER_GPU, "tokens/s per GPU", "{:.0f}"), (PER_USER, "tokens/s per user", "{:.1f}")]))
     print(f"\nresults written to {out}/ ({', '.join(files)})")
     return 0
 
