@@ -143,8 +143,8 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     print(f"Pareto front ({x} against {metric}), passing points only:")
     print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
     if tput:
-        print(f"\nPareto front of output tokens/s per user against tokens/s per GPU (vLLM's convention), "
-              f"passing points only:")
+        print("\nPareto front of output tokens/s per user against tokens/s per GPU (vLLM's convention), "
+              "passing points only:")
         print(text_table(tput, [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
                                 (PER_GPU, "tokens/s per GPU", "{:.0f}"), (PER_USER, "tokens/s per user", "{:.1f}")]))
     print(f"\nresults written to {out}/ ({', '.join(files)})")
