@@ -80,3 +80,19 @@ policy = ["continuous"]
     front = json.loads((tmp_path / "o" / "sweep.json").read_text())["pareto"]
     assert [r["point"] for r in front] == [1]
     assert f"point 0: {short['rejected']} rejected, 0 unfinished of 200" in out
+
+
+def test_rejections_at_any_load_stop_the_search_at_once_with_the_share_to_allow(capsys):
+    """Rejections are decided per request on arrival: no rate or replica count helps, so
+    the search stops at its first point and names the share that would allow them."""
+    for kind in ("max-rate", "replicas"):
+        assert main(["capacity", kind, *REJECTING, "--format", "json"]) == 1
+        r = json.loads(capsys.readouterr().out)
+        (points,) = r["points"].values()
+        a = r["answers"][0]
+        assert len(points) == 1 and a["answer"] is None and not a["error"]
+        share = points[0]["rejected"] / 300
+        allowed = float(a["stopped"].split("--max-rejected-share ")[1])
+        assert share <= allowed <= share * 1.1 + 1e-9
+    assert main(["capacity", "max-rate", *REJECTING, "--max-rejected-share", str(allowed), "--format", "json"]) == 0
+    capsys.readouterr()

@@ -51,6 +51,8 @@ class Option:
             return ""
         if self.answer.error:
             return self.answer.error
+        if self.answer.stopped:
+            return self.answer.stopped
         return f"no replica count up to {self.cap} meets the criteria"
 
 

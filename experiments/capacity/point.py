@@ -131,7 +131,13 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
            "passing_samples": sum(not criteria.failures(s) and v == "stable"
                                   for s, v in zip(summaries, verdicts)),
            "stability": "stable" if all(v == "stable" for v in verdicts) else "overloaded",
-           "passes": not failing, "failures": "; ".join(dict.fromkeys(failing))}
+           "passes": not failing, "failures": "; ".join(dict.fromkeys(failing)),
+           # rejections are decided per request on arrival (too long for the model or the
+           # budget): a point failing on them alone fails at every load and replica count
+           "fails_whatever_the_load": bool(failing) and all(
+               v == "stable" and not s.get("unfinished", 0)
+               and criteria.failures(s) == criteria.lost_failure(s)
+               for s, v in zip(summaries, verdicts))}
     for k in METRICS:
         vals = [s.get(k, math.nan) for s in summaries]
         row[k] = float(np.mean(vals)) if vals else math.nan

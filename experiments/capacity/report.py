@@ -25,7 +25,7 @@ def answer_binding(a: Answer, criteria: Criteria) -> Binding | None:
 def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None) -> dict:
     b = a.best or {}
     row = {"search": a.kind, "label": a.label, "answer": a.value,
-           "met": a.value is not None, "error": a.error}
+           "met": a.value is not None, "error": a.error, "stopped": a.stopped}
     if a.kind == "max-rate":
         row["band_low"], row["band_high"] = a.band if a.band else (math.nan, math.nan)
         row["rate_scale"] = b.get("rate_scale", math.nan) if a.value is not None else math.nan
@@ -90,8 +90,11 @@ def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criter
         elif a.value is None:
             b = a.best
             what = "no rate" if kind == "max-rate" else f"no replica count up to {max(p['replicas'] for p in a.points)}"
-            lines.append(f"{a.label}: {what} meets the criteria; best point found: "
-                         + (_point(b, kind) if b else "none"))
+            if a.stopped:
+                what = "no rate" if kind == "max-rate" else "no replica count"
+            lines.append(f"{a.label}: {what} meets the criteria"
+                         + (f" ({a.stopped})" if a.stopped else "")
+                         + "; best point found: " + (_point(b, kind) if b else "none"))
     if sens:
         lines += sensitivity.lines(answers, sens)
     return "\n".join(lines)
