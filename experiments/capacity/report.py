@@ -64,10 +64,10 @@ def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criter
            seeds_vary: str = "") -> str:
     n_seeds = len({s.seed for s in samples})
     lines = [f"capacity {kind}: {criteria.describe()}",
-             f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
-             f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)"
-             f"{'; ' + seeds_vary if seeds_vary else ''}); "
-             f"router {cfg.run.router}; ran on {where}"]
+             (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
+              f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)"
+              f"{'; ' + seeds_vary if seeds_vary else ''}); "
+              f"router {cfg.run.router}; ran on {where}")]
     # One block of assumptions, or one per search where they differ (candidates).
     blocks = {label: s.assumptions() for label, s in setups.items() if s is not None}
     distinct = list(dict.fromkeys(tuple(b) for b in blocks.values()))
