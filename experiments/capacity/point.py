@@ -48,7 +48,7 @@ class Criteria:
         total = s.get("completed", 0) + lost
         if not lost or lost <= self.max_rejected_share * total:
             return []
-        allowed = f" > the {self.max_rejected_share:.1%} allowed" if self.max_rejected_share else ""
+        allowed = f" > the {self.max_rejected_share * 100:.2g}% allowed" if self.max_rejected_share else ""
         return [(f"{s.get('rejected', 0):.0f} rejected + {s.get('unfinished', 0):.0f} unfinished "
                  f"of {total:.0f} requests ({lost / total:.1%}{allowed})")]
 
@@ -72,7 +72,7 @@ class Criteria:
     def describe(self) -> str:
         lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
         lost = ("every request served" if not self.max_rejected_share else
-                f"at most {self.max_rejected_share:.1%} of requests rejected or unfinished")
+                f"at most {self.max_rejected_share * 100:.2g}% of requests rejected or unfinished")
         if self.goodput is not None:
             return f"goodput >= {self.goodput:.0%} of requests within {lim}, a stable queue and {lost}"
         return (f"p{self.percentile} {lim.replace(', ', f', p{self.percentile} ')}, a stable queue "
