@@ -30,6 +30,7 @@ class Option:
     answer: Answer | None = None  # None: not searched
     skipped: str = ""  # why not searched (cannot run; pruned)
     cap: int = 0  # the most replicas searched
+    capped: bool = False  # cap below --max-replicas: what would still beat the runner-up
 
     @property
     def replicas(self) -> int | None:
@@ -53,6 +54,8 @@ class Option:
             return self.answer.error
         if self.answer.stopped:
             return self.answer.stopped
+        if self.capped:
+            return f"no replica count up to {self.cap} (what would beat the runner-up) meets the criteria"
         return f"no replica count up to {self.cap} meets the criteria"
 
 
@@ -107,6 +110,7 @@ def search_deployments(cfg: ExperimentConfig, criteria: Criteria, samples: list[
         run = []
         for o in batch:
             o.cap = max_replicas if math.isinf(bound) else min(max_replicas, int(bound // o.unit_cost + 1e-9))
+            o.capped = o.cap < max_replicas
             if o.cap < 1:
                 o.skipped = "pruned: one replica costs more than the runner-up found"
                 on_done(o)
