@@ -50,6 +50,9 @@ def plot_pareto(out: Path, rows: list[dict], front: list[dict], metric: str) -> 
     pts = _numbers(rows, x, metric)
     if pts:
         _scatter(right, pts, x, metric)
+        ys = [r[metric] for r in pts]
+        if min(ys) > 0 and max(ys) > 20 * min(ys):  # latencies of failing points run far off
+            right.set_yscale("log")
     right.plot([r[x] for r in front], [r[metric] for r in front], "-", color="C3", label="Pareto front")
     right.set_xlabel("cost per hour (USD)" if x == "cost_per_hour" else "GPUs")
     right.set_ylabel(metric)
