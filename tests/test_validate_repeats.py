@@ -253,3 +253,24 @@ def test_batchlab_run_with_no_profile_of_its_setup_records_a_reference_probe(tmp
     for when in ("before", "after"):
         assert speed["probe"][when]["read_bandwidth"] > 1e8 and speed["probe"][when]["matmul_flops"] > 1e8
     assert "reference probe read" in text
+
+
+def test_the_band_plot_heads_each_panel_with_the_tables_verdicts():
+    from batchlab.experiments.validation.output import figures
+
+    w = bursty(120, 5.0)
+    runs = [run_sim(w, SCHED, LinearCostModel(0.004 * k, COST.coef)) for k in (1.0, 1.02)]
+    judged = Judge(LinearCostModel(0.012, COST.coef), None, INFO).cell(
+        RealSide("here", w, SCHED, [live_run(r, "here") for r in runs]))
+    band = next(f for f in figures(judged) if f.filename.endswith("cdf_band.png"))
+    titles = {p.xlabel.split(" (")[0]: p.title for p in band.panels}
+    for m in judged.cell.metrics:
+        if m.verdict and m.metric in titles:
+            assert f"{m.stat} {m.verdict}" in titles[m.metric]
+    assert "miss" in titles["TTFT"]  # a profile 3x slow misses beyond the real range
+    row = judged.cell.row("median_ttft_ms")
+    assert row.verdict == "miss" and not row.sim_inside
+    from batchlab.experiments.validation.render import render_cell
+
+    text = render_cell(judged.cell).replace("\n    ", " ")
+    assert "missed whatever the real runs' spread" in text and "TTFT p50 (" in text
