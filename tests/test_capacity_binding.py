@@ -37,6 +37,7 @@ def test_the_next_cheapers_failure_names_the_constraint_even_when_another_is_tig
     # TPOT is the tighter at the answer, but one replica fewer misses on TTFT
     b = binding(point(800, 58), point(1300, 59), CRIT, "1 replica(s)")
     assert b.constraint == "p99 TTFT" and b.headroom == pytest.approx(0.2) and b.next_miss == pytest.approx(0.3)
+    assert b.detail.startswith("p99 TTFT 800.0 ms of 1000 (tighter at the answer: p99 TPOT 58.0 ms of 60, +3%)")
 
 
 def test_a_queue_that_grows_is_throughput_or_the_memory_it_ran_out_of():

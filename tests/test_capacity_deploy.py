@@ -49,6 +49,10 @@ def test_the_winner_is_the_cheapest_of_every_deployment_sized_without_pruning(ca
         if row["why_none"].startswith("pruned"):
             assert brute[row["deployment"]] >= winner["gpus"]
     assert any("a100-80gb has no fp8 tensor cores" == o["why_none"] for o in r["options"])
+    runner = next(o for o in r["options"] if o["deployment"] == r["runner_up"])
+    key = ("model", "hardware", "tp", "dtype")
+    assert tuple(runner[k] for k in key) != tuple(winner[k] for k in key)
+    assert runner["gpus"] >= winner["gpus"]
     assert all(o["replicas"] is not None or o["why_none"] for o in r["options"])
 
 
@@ -69,7 +73,7 @@ def test_the_printout_states_the_space_and_gives_launch_commands(capsys):
     win = out.split("winner: ")[1]
     assert win.split("\n")[1].strip().startswith("vllm serve meta-llama/Meta-Llama-3-8B-Instruct "
                                                  "--tensor-parallel-size ")
-    assert "binds: p99 " in win and "runner-up: " in out
+    assert "binds: p99 " in win and "runner-up (another GPU, model, layout or dtype): " in out
 
 
 def test_the_launch_command_carries_the_deployment():

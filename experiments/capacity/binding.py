@@ -74,15 +74,23 @@ def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str 
     slo = [c for c in cons if c.unit == "ms" or c.name == "goodput"]
     tight = min(slo, key=lambda c: _finite(c.headroom, math.inf))
     use = {c.name: c for c in cons if c.unit == "share" and c.name != "goodput"}
-    detail = (f"{tight.text()}; KV cache {_pct(use['KV memory'].value)} used, seats "
-              f"{_pct(use['seats'].value)} used (means), {answer.get('preemptions', 0):.0f} preemptions")
+
+    def detail(named: str) -> str:
+        """The named constraint's value at the answer, the tightest SLO where another is
+        tighter, and the deployment's use of KV memory and seats."""
+        mine = next((c for c in slo if c.name == named), None)
+        head = mine.text() if mine else tight.text()
+        if mine is not None and mine is not tight:
+            head += f" (tighter at the answer: {tight.text()}, {tight.headroom:+.0%})"
+        return (f"{head}; KV cache {_pct(use['KV memory'].value)} used, seats {_pct(use['seats'].value)} "
+                f"used (means), {answer.get('preemptions', 0):.0f} preemptions")
+
     if nxt is None:
-        return Binding(tight.name, tight.headroom, detail, "", "", math.nan)
+        return Binding(tight.name, tight.headroom, detail(tight.name), "", "", math.nan)
     what, miss, name = _failure(nxt, criteria)
     constraint = name or tight.name
-    headroom = next((c.headroom for c in cons if c.name == constraint), tight.headroom)
-    return Binding(constraint, headroom if constraint in {c.name for c in cons} else math.nan,
-                   detail, next_label, what, miss)
+    headroom = next((c.headroom for c in cons if c.name == constraint), math.nan)
+    return Binding(constraint, headroom, detail(constraint), next_label, what, miss)
 
 
 def _failure(p: dict, criteria: Criteria) -> tuple[str, float, str]:

@@ -104,8 +104,8 @@ def search_deployments(cfg: ExperimentConfig, criteria: Criteria, samples: list[
             on_done(o)
     todo = sorted((o for o in options if not o.skipped), key=lambda o: o.unit_cost)
     while todo:
-        best = ranked(options)
-        bound = best[1].cost if len(best) > 1 else math.inf  # what a new option must not exceed
+        second = runner_up(ranked(options))
+        bound = second.cost if second else math.inf  # what a new option must not exceed
         batch, todo = todo[:width], todo[width:]
         run = []
         for o in batch:
@@ -123,13 +123,35 @@ def search_deployments(cfg: ExperimentConfig, criteria: Criteria, samples: list[
     return options
 
 
-def next_cheaper(options: list[Option], winner: Option) -> tuple[dict | None, str]:
-    """The failing point that costs the most below the winner (of any deployment): the
-    next-cheaper option, and its label."""
-    cheaper = [(p["replicas"] * o.unit_cost, -p.get("passing_samples", 0), o, p)
+def closeness(p: dict, criteria: Criteria) -> float:
+    """How near a failing point came: its worst SLO headroom (a growing queue: -inf)."""
+    if p.get("stability") != "stable":
+        return -math.inf
+    h = [c.headroom for c in constraints(p, criteria) if c.unit == "ms" or c.name == "goodput"]
+    h = [x for x in h if math.isfinite(x)]
+    return min(h) if h else -math.inf
+
+
+def hardware_key(o: Option) -> tuple:
+    """What a deployment buys and loads: model, GPU, parallel layout, dtype (seats and
+    the token budget are flags of the same servers)."""
+    return o.dep.model, o.dep.hardware, o.dep.tp, o.dep.pp, o.dep.ep, o.dep.dtype
+
+
+def runner_up(best: list[Option]) -> Option | None:
+    """The cheapest option that buys or loads something else than the winner (another
+    GPU, model, layout or dtype); the winner's own seat and budget variants are in the
+    table."""
+    return next((o for o in best[1:] if hardware_key(o) != hardware_key(best[0])), None) if best else None
+
+
+def next_cheaper(options: list[Option], winner: Option, criteria: Criteria) -> tuple[dict | None, str]:
+    """The failing point that costs the most below the winner (of any deployment), the
+    closest miss among equals: the next-cheaper option, and its label."""
+    cheaper = [(p["replicas"] * o.unit_cost, closeness(p, criteria), o, p)
                for o in options if o.answer is not None for p in o.answer.points
                if not p["passes"] and p["replicas"] * o.unit_cost < winner.cost]
     if not cheaper:
         return None, ""
-    _, _, o, p = max(cheaper, key=lambda c: (c[0], c[1]))
+    _, _, o, p = max(cheaper, key=lambda c: (c[0], c[1]))  # the costliest, then the closest miss
     return p, f"{o.dep.label()} x {p['replicas']} ({p['replicas'] * o.dep.gpus_per_replica} GPUs)"

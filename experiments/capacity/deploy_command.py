@@ -31,7 +31,7 @@ def read_prices(items: list[str] | None) -> dict[str, float] | None:
 
 def run_deploy(args: argparse.Namespace) -> int:
     from batchlab.experiments.capacity import deploy_report
-    from batchlab.experiments.capacity.deploy import check_prices, ranked, search_deployments
+    from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up, search_deployments
     from batchlab.experiments.capacity.point import sample_configs
     from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task
     from batchlab.experiments.executor import make_executor, run_all
@@ -96,7 +96,8 @@ def run_deploy(args: argparse.Namespace) -> int:
                                      report_done)
         sens = {}
         if args.sensitivity:
-            for o in ranked(options, criteria)[:2]:
+            best = ranked(options, criteria)
+            for o in [o for o in (best[0] if best else None, runner_up(best)) if o is not None]:
                 tasks = build_tasks("replicas", o.cfg, criteria, samples, args.max_replicas, None, True)[1:]
                 sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], run_all(ex, run_task, tasks))))
     header.append(f"ran on {where}")
@@ -108,7 +109,8 @@ def run_deploy(args: argparse.Namespace) -> int:
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
         print(to_json({"options": [deploy_report.option_row(o, prices) for o in options],
-                       "winner": _label(ranked(options, criteria), 0), "runner_up": _label(ranked(options, criteria), 1)}))
+                       "winner": _label(ranked(options, criteria), 0),
+                       "runner_up": (r.dep.label() if (r := runner_up(ranked(options, criteria))) else None)}))
     else:
         print(text)
     return 0 if ranked(options, criteria) else 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from batchlab.experiments.capacity import sensitivity
 from batchlab.experiments.capacity.binding import binding
-from batchlab.experiments.capacity.deploy import Option, next_cheaper, ranked
+from batchlab.experiments.capacity.deploy import Option, next_cheaper, ranked, runner_up
 from batchlab.experiments.capacity.launch import vllm_command
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.tables import text_table, write_rows
@@ -43,7 +43,7 @@ def _block(title: str, o: Option, options: list[Option], criteria: Criteria, pri
     if o.dep.dtype == "fp8":
         lines.append("  (fp8 weights and KV cache: faster and smaller, at some accuracy this simulator "
                      "does not judge)")
-    nxt, label = next_cheaper(options, o) if compare_cheaper else o.answer.next_cheaper()
+    nxt, label = next_cheaper(options, o, criteria) if compare_cheaper else o.answer.next_cheaper()
     lines.append("  " + binding(o.answer.best, nxt, criteria, label).text())
     return lines
 
@@ -57,10 +57,13 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
         lines.append("no deployment in the space meets the criteria")
     else:
         lines += _block("winner", best[0], options, criteria, prices, True)
-        if len(best) > 1:
-            lines += _block("runner-up", best[1], options, criteria, prices, False)
+        second = runner_up(best)
+        if second is not None:
+            lines += _block("runner-up (another GPU, model, layout or dtype)", second, options, criteria,
+                            prices, False)
         else:
-            lines.append("runner-up: none (no other deployment met the criteria within the winner's cost)")
+            lines.append("runner-up: none (no deployment of other hardware or dtype met the criteria "
+                         "within the winner's cost)")
     shown = best[:SHOWN]
     if shown:
         cols = [("deployment", "deployment", "{}"), ("replicas", "replicas", "{:.0f}"), ("gpus", "GPUs", "{:.0f}")]
@@ -82,7 +85,11 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
                        + "; ".join(f"{n} x {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])))]
     for label, (base, varied) in (sens or {}).items():
         lines.append(f"sensitivity of {label}: {sensitivity.answer_range(base, [a for _, a in varied])} "
-                     f"over the knobs of its price ({len(varied)} variants; sensitivity.csv has each)")
+                     f"over the knobs of its price:")
+        for knob in dict.fromkeys(v.knob for v, _ in varied):
+            ends = [(v, a) for v, a in varied if v.knob == knob]
+            lines.append(f"  {knob} {ends[0][0].base:.4g} ({ends[0][0].source}): " + "; ".join(
+                f"{v.end} {v.value:.4g}: {a.value if a.value is not None else 'none'}" for v, a in ends))
     return "\n".join(lines)
 
 
