@@ -83,9 +83,13 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
             reasons[key] = reasons.get(key, 0) + 1
         lines += ["", (f"{len(none)} deployment(s) without an answer: "
                        + "; ".join(f"{n} x {r}" for r, n in sorted(reasons.items(), key=lambda x: -x[1])))]
+    per_replica = {o.dep.label(): o.dep.gpus_per_replica for o in options}
     for label, (base, varied) in (sens or {}).items():
-        lines.append(f"sensitivity of {label}: {sensitivity.answer_range(base, [a for _, a in varied])} "
-                     f"over the knobs of its price:")
+        got = [a.value for a in [base, *(a for _, a in varied)] if a.value is not None]
+        gpus = (f" = {min(got) * per_replica[label]:g}-{max(got) * per_replica[label]:g} GPUs"
+                if got and per_replica.get(label, 1) > 1 else "")
+        lines.append(f"sensitivity of {label}: {sensitivity.answer_range(base, [a for _, a in varied])}"
+                     f"{gpus} over the knobs of its price:")
         for knob in dict.fromkeys(v.knob for v, _ in varied):
             ends = [(v, a) for v, a in varied if v.knob == knob]
             lines.append(f"  {knob} {ends[0][0].base:.4g} ({ends[0][0].source}): " + "; ".join(
