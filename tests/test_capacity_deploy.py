@@ -104,3 +104,15 @@ def test_bad_input_is_one_line(extra, message, capsys):
     assert main(["capacity", "deploy", *LOAD, *SPACE, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_sensitivity_gives_the_winners_range_over_every_knob(capsys, tmp_path):
+    space = ["--models", "llama-3-70b", "--gpus", "h100-sxm", "--tp-options", "4", "--dtype-options", "bf16",
+             "--seats-options", "256", "--budget-options", "2048"]
+    assert main(["capacity", "deploy", *LOAD, *space, "--sensitivity", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("sensitivity of llama-3-70b TP4 h100-sxm bf16"))
+    assert "replicas" in line and "GPUs over the knobs of its price" in line
+    for knob in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s", "traffic_rate"):
+        assert f"\n  {knob} " in out
+    assert (tmp_path / "sensitivity.csv").exists() and (tmp_path / "options.csv").exists()
