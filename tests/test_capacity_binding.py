@@ -68,3 +68,12 @@ def test_the_replicas_answer_prints_and_writes_what_binds(capsys):
     assert a["next_cheaper"].startswith(f"{n - 1} replica(s)")
     assert main(args) == 0
     assert f"binds: {a['binds']}" in capsys.readouterr().out
+
+
+def test_the_max_rate_answer_compares_with_the_next_rate_up(capsys):
+    assert main(["capacity", "max-rate", "--workload", "chat", "--num-requests", "300", "--rate", "10",
+                 "--policy", "chunked", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--workers", "1",
+                 "--format", "json"]) == 0
+    a = json.loads(capsys.readouterr().out)["answers"][0]
+    assert a["next_cheaper"] == f"{a['band_high']:.2f} req/s" and a["next_miss"] > 0
+    assert a["binds"] in ("p99 TTFT", "p99 TPOT", "throughput", "KV memory", "seats")

@@ -38,14 +38,15 @@ class Binding(NamedTuple):
     next_label: str  # the next-cheaper option ('' where there is none)
     next_failure: str  # what it failed on, in words
     next_miss: float  # by how much (relative), NaN where not a number (a queue, a model that does not fit)
+    next_what: str = "cheaper"  # what the next option is: "cheaper", or for max-rate "rate up"
 
     def text(self) -> str:
         head = (f"binds: {self.constraint}" + (f" ({self.headroom:+.0%} headroom)"
                                               if math.isfinite(self.headroom) else "") + f"; {self.detail}")
         if not self.next_label:
-            return head + "; no cheaper option to compare"
+            return head + f"; no {self.next_what} option to compare"
         miss = f" (missed by {self.next_miss:.0%})" if math.isfinite(self.next_miss) else ""
-        return head + f"; the next cheaper, {self.next_label}, fails: {self.next_failure}{miss}"
+        return head + f"; the next {self.next_what}, {self.next_label}, fails: {self.next_failure}{miss}"
 
 
 def constraints(p: dict, criteria: Criteria) -> list[Constraint]:
@@ -67,7 +68,8 @@ def constraints(p: dict, criteria: Criteria) -> list[Constraint]:
     return out
 
 
-def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str = "") -> Binding:
+def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str = "",
+            next_what: str = "cheaper") -> Binding:
     """What binds at the answer point, and how the next-cheaper option (nxt, a point
     that failed; None where there is none) missed."""
     cons = constraints(answer, criteria)
@@ -86,11 +88,11 @@ def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str 
                 f"used (means), {answer.get('preemptions', 0):.0f} preemptions")
 
     if nxt is None:
-        return Binding(tight.name, tight.headroom, detail(tight.name), "", "", math.nan)
+        return Binding(tight.name, tight.headroom, detail(tight.name), "", "", math.nan, next_what)
     what, miss, name = _failure(nxt, criteria)
     constraint = name or tight.name
     headroom = next((c.headroom for c in cons if c.name == constraint), math.nan)
-    return Binding(constraint, headroom, detail(constraint), next_label, what, miss)
+    return Binding(constraint, headroom, detail(constraint), next_label, what, miss, next_what)
 
 
 def _failure(p: dict, criteria: Criteria) -> tuple[str, float, str]:

@@ -19,7 +19,7 @@ def answer_binding(a: Answer, criteria: Criteria) -> Binding | None:
     if a.value is None or a.best is None:
         return None
     nxt, label = a.next_cheaper()
-    return binding(a.best, nxt, criteria, label)
+    return binding(a.best, nxt, criteria, label, "rate up" if a.kind == "max-rate" else "cheaper")
 
 
 def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None) -> dict:
