@@ -80,3 +80,14 @@ def test_sensitivity_varies_every_knob_and_reports_the_range(capsys):
     lo, hi = min(got), max(got)
     assert lo < hi  # the knobs' ranges move this answer
     assert f"{lo}-{hi} replicas over the knobs" in out
+
+
+def test_a_profiles_sizing_varies_the_traffic_and_max_rate_refuses(capsys):
+    args = ["--profile", "default", "--workload", "chat", "--num-requests", "100", "--rate", "5",
+            "--slo-ttft-ms", "5000", "--slo-tpot-ms", "500", "--workers", "1", "--sensitivity"]
+    assert main(["capacity", "replicas", *args]) == 0
+    out = capsys.readouterr().out
+    assert "replicas over the knobs" in out and "    traffic_rate 1 (the traffic forecast" in out
+    assert "mem_efficiency" not in out.split("sensitivity (")[1]
+    assert main(["capacity", "max-rate", *args]) == 2
+    assert "a --profile has none" in capsys.readouterr().err

@@ -30,8 +30,8 @@ def answer_range(base: Answer, varied: list[Answer]) -> str:
 def lines(main: list[Answer], sens: list[tuple[Variant, Answer]]) -> list[str]:
     out = ["", ("sensitivity (the search again with each knob of the price at the low and the high end "
                 "of its range):")]
-    for a in main:
-        mine = [(v, b) for v, b in sens if v.label == a.label]
+    for i, a in enumerate(main):
+        mine = [(v, b) for v, b in sens if v.search == i]
         if not mine:
             continue
         out.append(f"  {a.label}: {_answer(a)} as assumed; {answer_range(a, [b for _, b in mine])} over the knobs")
@@ -44,5 +44,5 @@ def lines(main: list[Answer], sens: list[tuple[Variant, Answer]]) -> list[str]:
 
 
 def rows(sens: list[tuple[Variant, Answer]]) -> list[dict]:
-    return [{"label": v.label, "knob": v.knob, "end": v.end, "value": v.value, "base": v.base,
+    return [{"label": v.label, "search": v.search, "knob": v.knob, "end": v.end, "value": v.value, "base": v.base,
              "source": v.source, "answer": a.value, "error": a.error} for v, a in sens]

@@ -25,6 +25,7 @@ class Variant(NamedTuple):
     label: str  # the search it varies (policy or candidate)
     base: float
     source: str  # where the knob's value and range come from
+    search: int = 0  # which main search it varies (its index; a label can change as setups run)
 
 
 def run_task(task: tuple) -> Answer:
@@ -49,11 +50,11 @@ def build_tasks(kind: str, cfg: ExperimentConfig, criteria: Criteria, samples: l
         configs = configs or [cfg]
     tasks = [(None, kind, c, criteria, samples, extra) for c in configs]
     if sensitivity:
-        for c in configs:
+        for i, c in enumerate(configs):
             for knob in price_knobs(c, traffic=kind == "replicas"):
                 for end, v in (("low", knob.low), ("high", knob.high)):
                     if v != knob.value:
-                        tasks.append((Variant(knob.name, end, v, _label(kind, c), knob.value, knob.source), kind,
+                        tasks.append((Variant(knob.name, end, v, _label(kind, c), knob.value, knob.source, i), kind,
                                       with_knobs(c, {knob.name: v}), criteria, samples, extra))
     return tasks
 
