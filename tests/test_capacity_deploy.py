@@ -116,3 +116,10 @@ def test_sensitivity_gives_the_winners_range_over_every_knob(capsys, tmp_path):
     for knob in ("mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s", "traffic_rate"):
         assert f"\n  {knob} " in out
     assert (tmp_path / "sensitivity.csv").exists() and (tmp_path / "options.csv").exists()
+
+
+def test_the_batch_width_is_the_executors_workers():
+    from batchlab.experiments.capacity.deploy_command import _width
+
+    assert _width("process pool (2 workers)") == 2
+    assert _width("Dask cluster at tcp://10.0.0.1:8786 (4 workers)") == 4 and _width("serial (1 process)") == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 
 from batchlab.core.specs import lookup_hardware, lookup_model
@@ -128,6 +129,7 @@ def _label(best: list, i: int) -> str | None:
 
 
 def _width(where: str) -> int:
-    """Workers of the executor, from its description ('process pool (2 workers)')."""
-    digits = "".join(c if c.isdigit() else " " for c in where).split()
-    return int(digits[0]) if digits else 1
+    """Workers of the executor, from its description ('process pool (2 workers)', 'Dask
+    cluster at tcp://10.0.0.1:8786 (4 workers)'); 1 where it names none."""
+    m = re.search(r"\((\d+) workers?\)", where)
+    return int(m.group(1)) if m else 1
