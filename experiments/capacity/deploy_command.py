@@ -104,12 +104,12 @@ def run_deploy(args: argparse.Namespace) -> int:
     header.append(f"ran on {where}")
     text = deploy_report.render(options, criteria, header, prices, sens)
     if out:
-        files = deploy_report.write(out, options, prices, sens)
-        summary = {"options": [deploy_report.option_row(o, prices) for o in options]}
+        files = deploy_report.write(out, options, prices, sens, criteria)
+        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
         (out / "deploy.json").write_text(to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
-        print(to_json({"options": [deploy_report.option_row(o, prices) for o in options],
+        print(to_json({"options": [deploy_report.option_row(o, prices, criteria) for o in options],
                        "winner": _label(ranked(options, criteria), 0),
                        "runner_up": (r.dep.label() if (r := runner_up(ranked(options, criteria))) else None)}))
     else:

@@ -22,7 +22,7 @@ def _cost(o: Option, prices: dict | None) -> str:
     return gpus if prices is None else f"{gpus}, ${o.cost:.2f}/hour"
 
 
-def option_row(o: Option, prices: dict | None) -> dict:
+def option_row(o: Option, prices: dict | None, criteria: Criteria | None = None) -> dict:
     b = (o.answer.best if o.answer is not None else None) or {}
     row = {"deployment": o.dep.label(), "model": o.dep.model, "hardware": o.dep.hardware, "tp": o.dep.tp,
            "pp": o.dep.pp, "ep": o.dep.ep, "dtype": o.dep.dtype, "max_num_seqs": o.dep.seats,
@@ -33,6 +33,10 @@ def option_row(o: Option, prices: dict | None) -> dict:
     for k in ("p99_ttft_ms", "p99_tpot_ms", "slo_attainment", "requests", "rejected", "unfinished",
               "kv_utilization", "slot_utilization", "preemptions"):
         row[k] = b.get(k) if o.replicas is not None else math.nan
+    if criteria is not None and o.replicas is not None:
+        nxt, label = o.answer.next_cheaper()
+        bind = binding(b, nxt, criteria, label)
+        row.update({"binds": bind.constraint, "binds_headroom": bind.headroom, "one_fewer_fails": bind.next_failure})
     return row
 
 
@@ -72,9 +76,10 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
         cols += [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
                  ("rejected", "rejected", "{:.0f}"), ("unfinished", "unfinished", "{:.0f}"),
                  ("kv_utilization", "KV used", "{:.0%}")]
+        cols.append(("binds", "binds", "{}"))
         lines += ["", (f"the {len(shown)} cheapest of {len(best)} deployments that meet the criteria (ties: "
                        f"the most headroom first):"),
-                  text_table([option_row(o, prices) for o in shown], cols)]
+                  text_table([option_row(o, prices, criteria) for o in shown], cols)]
     none = [o for o in options if o.replicas is None]
     if none:
         reasons: dict[str, int] = {}
@@ -97,8 +102,9 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
     return "\n".join(lines)
 
 
-def write(out: Path, options: list[Option], prices: dict | None, sens: dict[str, list] | None) -> list[str]:
-    files = write_rows(out / "options", [option_row(o, prices) for o in options])
+def write(out: Path, options: list[Option], prices: dict | None, sens: dict[str, list] | None,
+          criteria: Criteria | None = None) -> list[str]:
+    files = write_rows(out / "options", [option_row(o, prices, criteria) for o in options])
     points = [{"deployment": o.dep.label(), **p} for o in options if o.answer is not None for p in o.answer.points]
     if points:
         files += write_rows(out / "points", points)
