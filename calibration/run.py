@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from batchlab.calibration.aggregate import spread_pct, summarize
+from batchlab.calibration.contention import ContendedCalibration, check_prices
 from batchlab.calibration.fit import fit
 from batchlab.calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
 from batchlab.calibration.profile_parts import cost_params, effective
@@ -19,6 +20,7 @@ from batchlab.calibration.served_runs import device_info
 from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
                                read_roofline, widest_points)
 from batchlab.calibration.timing import ReferenceKernel, measure_roofline
+from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import GridInfo, LoopTime, Profile
 
@@ -97,6 +99,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     ms, normalised = summarize(records, grid, normalise)
     result = fit(Shape.of(rt.spec), ms, 1.0 / roof["read_bandwidth"], spread=spread_pct(ms))
     m = result.model
+    check_prices(m, [StepFeatures(**x.features) for x in ms], "the sweep's fit")  # refused, not written
     notes = (f"load average up to {roof.get('load_average', float('nan')):.2f} "
              f"({os.cpu_count()} CPUs) when the roofline was measured, before and after "
              f"the sweep; form {m.combine!r} (training mean APE by form: {result.train_mean_ape}); "
@@ -108,7 +111,11 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     serving = loop = None
     if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
         say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
-        m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+        try:
+            m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+        except ContendedCalibration as e:  # a neighbour's burst often passes: once more
+            say(f"calibrate: {e}; serving again once")
+            m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed + 1)
         if not serving["fresh_process"]:
             say("calibrate: warning: the serving phase ran in this process (a fresh one could not "
                 "start), where the sweep warmed every prefill shape: its prefills are priced low")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, load_note
 from batchlab.calibration.fresh_process import run_fresh
 from batchlab.calibration.serve_fit import judge_kinds, missing_kinds, predict, refine
 from batchlab.core.config import SchedulerConfig
@@ -64,6 +65,10 @@ def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int 
     service = np.array([price(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
                         + (o - 1) * price(StepFeatures(1, 0, 0, 1, int(p), int(p)))
                         for p, o in zip(pool, out)])
+    if not (np.isfinite(service).all() and (service > 0).all()):  # a contaminated sweep's fit
+        raise ContendedCalibration(f"the sweep's fit prices {int((~(service > 0)).sum())} of the serving "
+                                   f"phase's {len(service)} requests at or below 0 s: a non-physical fit, "
+                                   f"its timings contaminated by other work on the machine{load_note()}")
     rate = LOAD / float(service.mean())
     n = int(min(len(pool), max(MIN_REQUESTS, round(rate * seconds))))
     groups = -(-n // burst)  # Poisson arrivals of groups, `burst` requests each
@@ -118,7 +123,9 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
     if missing:
         raise RuntimeError(f"the serving phase produced too few steps to fit: {', '.join(missing)}")
+    check_served(model, feats, y)  # mostly contended steps: refused (calibrate retries once)
     refined, levels = refine(model, feats, y)
+    check_prices(refined, feats, "the refit on the serving phase")
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
             "loop": loop.as_dict(),

@@ -95,6 +95,10 @@ class MachineSpeed(Record):
     why: str | None = None  # why factor is None
     probe: dict | None = None  # without a profile: a reference probe timed before and after
     steps_used: str | None = None  # "steady decode", or every decode-only step (too few)
+    candidates: int | None = None  # steps of that kind; steps = those left after dropping contended ones
+    contended: int | None = None  # candidates dropped as contended (over CONTENDED x their price)
+    total_steps: int | None = None  # every step of the run
+    all_factor: Number | None = None  # total / total price over every candidate, contended included
     spread: Number | None = None  # IQR of the steps' ratios over their median
     drift: Number | None = None  # p90 - p10 of the windows' levels over the factor
     drift_windows: int | None = None  # windows of the run's clock with a level of their own

@@ -95,10 +95,37 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
     ratio = measured[ok] / predicted[ok]
     q1, med, q3 = np.percentile(ratio, [25, 50, 75])
     start = np.asarray(steps["start_s"], float)[mask][ok]
+    priced = predicted > 0
+    counts = {"candidates": int(mask.sum()), "contended": int((priced & ~ok).sum()),
+              "total_steps": len(steps["start_s"]),
+              "all_factor": round(float(measured[priced].sum() / predicted[priced].sum()), 4)}
     return MachineSpeed(**{**out, "factor": round(factor, 4), "steps": int(ok.sum()), "steps_used": used,
+                           **counts,
                            "spread": round(float(q3 - q1) / med, 4) if med > 0 else math.nan,
                            **drift(start, measured[ok], predicted[ok], factor),
                            **compute_speed(steps, cost, round(factor, 4))})
+
+
+MOSTLY_CONTENDED = 0.5  # above this share of candidates dropped, the factor is not the run's speed
+
+
+def describe(ms: MachineSpeed) -> str:
+    """How a factor was measured, in words: the steps it used of the run's, and why it
+    dropped the others; a warning where most were contended (the uncontended few are not
+    how the run went)."""
+    if ms.factor is None:
+        return f"not measured ({ms.why or 'no profile'})"
+    if ms.candidates is None:  # a meta.json written before these counts
+        return f"{ms.steps} {ms.steps_used or 'steady decode'} steps"
+    kind = "steady decode" if ms.steps_used == "steady decode" else "decode-only (too few steady ones)"
+    other = (ms.total_steps or 0) - ms.candidates
+    text = (f"{ms.steps} of {ms.total_steps} steps: {other} not {kind} (prefill-bearing, right after a "
+            f"prefill or an idle gap, or preempting), {ms.contended} dropped as contended (over "
+            f"{CONTENDED:g}x their price)")
+    if ms.candidates and ms.contended > MOSTLY_CONTENDED * ms.candidates:
+        text += (f"; WARNING: most {kind} steps were contended, so the machine ran slower than this "
+                 f"factor says: all {ms.candidates} of them together ran {ms.all_factor:.2f}x the price")
+    return text
 
 
 def drift(start: np.ndarray, measured: np.ndarray, predicted: np.ndarray, factor: float) -> dict:

@@ -1,7 +1,9 @@
 """Repeats over seeds: each metric's mean with a 95% confidence interval (Student t
 over the seeds), and for a second policy the paired difference against the first
 (same seed, same requests: the noise the two share cancels), with its interval. A
-difference whose interval excludes 0 is decided at 95%."""
+difference whose interval excludes 0 is decided at 95%; one of zero width (the seeds
+gave the same difference every time: nothing varied that the difference depends on)
+never is."""
 from __future__ import annotations
 
 import math
@@ -51,14 +53,23 @@ def aggregate(runs: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def decided(lo: float, hi: float) -> bool:
+    """Whether an interval excludes 0; one of zero width (or undefined) decides nothing."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return False
+    # zero width up to rounding: identical differences whose mean is off by an ulp
+    if hi - lo <= 1e-9 * max(abs(lo), abs(hi)):
+        return False
+    return bool(lo > 0 or hi < 0)
+
+
 def paired(runs: list[dict], base: list[dict]) -> dict[str, dict[str, float]]:
     """metric -> the mean difference (runs - base, seed by seed) and its interval."""
     out = {}
     for k in numeric(base[0]):
         d = [numeric(r).get(k, math.nan) - numeric(b).get(k, math.nan) for r, b in zip(runs, base)]
         m, lo, hi = mean_ci(d)
-        out[k] = {"mean": m, "ci95_low": lo, "ci95_high": hi,
-                  "decided": bool(lo > 0 or hi < 0) if math.isfinite(lo) else False}
+        out[k] = {"mean": m, "ci95_low": lo, "ci95_high": hi, "decided": decided(lo, hi)}
     return out
 
 

@@ -74,9 +74,11 @@ def test_outputs_csv_parquet_plot_and_the_printed_answer(tmp_path, capsys):
     assert main(["capacity", "max-rate", *CHAT, *SLO, "--workers", "1", "--seeds", "2", "--cost", "roofline",
                  "--sensitivity", "--gpu-hour-price", "2.5", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "2 sample(s) per point (2 seed(s) x 1 window(s))" in out
+    assert "2 sample(s) per point (2 seed(s) x 1 window(s); the seed moves arrivals and lengths)" in out
     assert "assumptions: roofline: 80% of datasheet memory bandwidth" in out
-    assert "sensitivity" in out and "mem_efficiency 0.6:" in out and "compute_efficiency 0.45:" in out
+    assert "sensitivity" in out and "mem_efficiency 0.8 (assumed" in out and "low 0.6:" in out
+    assert "compute_efficiency 0.6 (assumed" in out and "over the knobs" in out
+    assert "allreduce_latency_s" not in out and "traffic_rate" not in out  # TP 1; max-rate's answer is a rate
     for stem in ("answers", "points", "sensitivity"):
         rows = list(csv.DictReader(open(tmp_path / f"{stem}.csv")))
         table = pq.read_table(tmp_path / f"{stem}.parquet")

@@ -10,7 +10,7 @@ from batchlab.core.batch import FEATURE_NAMES, StepFeatures
 from batchlab.core.cost import LinearCostModel
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.step_table import price
-from batchlab.experiments.machine_speed import machine_speed, steady_decode
+from batchlab.experiments.machine_speed import describe, machine_speed, steady_decode
 from batchlab.core.specs import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
@@ -108,3 +108,42 @@ def test_drift_within_a_run_is_measured_by_windows():
 def test_a_short_run_has_no_drift_figure():
     ms = machine_speed(table(served([16, 24]), MODEL), MODEL)
     assert ms.factor is not None and ms.drift is None and ms.drift_windows < 4
+
+
+def test_the_steps_used_and_dropped_are_counted_and_said():
+    steps = served([384, 512, 448, 640] * 3)
+    steady = np.flatnonzero(steady_decode(table(steps, MODEL)))
+    every = np.ones(len(steps))
+    every[steady[:3]] = 5.0  # three contended
+    ms = machine_speed(table(steps, MODEL, every), MODEL)
+    assert ms.total_steps == len(steps) and ms.candidates == steady.size
+    assert ms.contended == 3 and ms.steps == steady.size - 3
+    text = describe(ms)
+    assert text.startswith(f"{ms.steps} of {len(steps)} steps: {len(steps) - steady.size} not steady decode")
+    assert "3 dropped as contended (over 2x their price)" in text and "WARNING" not in text
+
+
+def test_a_mostly_contended_run_warns_with_the_speed_of_every_step():
+    """The issue's run: 841 of 959 steady steps dropped, the factor 1.40 on the rest while
+    the run went 3.6x: the line must say so."""
+    steps = served([384, 512, 448, 640] * 3)
+    steady = np.flatnonzero(steady_decode(table(steps, MODEL)))
+    every = np.ones(len(steps))
+    every[steady] = np.where(np.arange(steady.size) % 4 == 0, 1.4, 4.0)  # 3 of 4 contended
+    ms = machine_speed(table(steps, MODEL, every), MODEL)
+    assert ms.factor == pytest.approx(1.4, rel=1e-3) and ms.all_factor > 3
+    text = describe(ms)
+    assert "WARNING: most steady decode steps were contended" in text
+    assert f"together ran {ms.all_factor:.2f}x the price" in text
+    assert describe(machine_speed(None, MODEL)).startswith("not measured (the run kept no step table")
+
+
+def test_runs_machine_speed_line_carries_the_counts():
+    from types import SimpleNamespace
+
+    from batchlab.experiments.commands.run import labels_line
+
+    steps = served([384, 512, 448, 640] * 3)
+    ms = machine_speed(table(steps, MODEL), MODEL, "p.json")
+    line = labels_line({"continuous": SimpleNamespace(machine_speed=ms)})
+    assert f"[{ms.steps} of {len(steps)} steps: " in line and "0 dropped as contended" in line

@@ -69,7 +69,7 @@ def test_serial_and_pool_give_identical_results_and_a_pareto_front(tmp_path, cap
     a, b = results(tmp_path / "a"), results(tmp_path / "b")
     assert a == b and len(a) == 8
     assert "Pareto front (cost_per_hour against p99_ttft_ms)" in out
-    assert "a point passes with p99 TTFT <= 1000 ms, p99 TPOT <= 60 ms, and a stable queue" in out
+    assert "a point passes with p99 TTFT <= 1000 ms, p99 TPOT <= 60 ms, a stable queue and every request served" in out
     assert "[points 5, 7]" in out and "API server's rule for h100-sxm" in out  # chunked on H100
     fitted = {g: str(round(load_gpu_profile(g).params["compute_efficiency"].value, 4)) for g in ("a100-80gb", "h100-sxm")}
     assert {r["compute_efficiency"] for r in a} == set(fitted.values())  # priced by the GPU profiles
@@ -153,3 +153,33 @@ def test_a_dask_local_cluster_gives_the_process_pools_results(tmp_path, capsys):
                     "--workers", "2"], capsys)
     assert "ran on Dask LocalCluster (2 workers)" in out
     assert results(tmp_path / "dask") == results(tmp_path / "pool")
+
+
+def test_the_throughput_front_is_vllms_convention_over_passing_points():
+    from batchlab.experiments.sweep.pareto import PER_GPU, PER_USER, throughput_front, with_rates
+
+    r = with_rates({"gpus": 4, "output_throughput": 2000.0, "median_tpot_ms": 20.0})
+    assert r[PER_GPU] == 500 and r[PER_USER] == 50
+    rows = [{"point": i, "passes": ok, PER_GPU: g, PER_USER: u}
+            for i, (ok, g, u) in enumerate([(True, 500, 50), (True, 400, 60), (True, 300, 40),
+                                            (False, 900, 90), (True, 600, 20)])]
+    assert [x["point"] for x in throughput_front(rows)] == [4, 0, 1]  # 2 dominated, 3 fails
+
+
+def test_tied_values_get_a_window_not_a_degenerate_axis():
+    from batchlab.experiments.capacity.limits import spread_limits
+
+    assert spread_limits([4.0, 4.0, 4.0]) == pytest.approx((3.6, 4.4))
+    assert spread_limits([0.0]) == (-1.0, 1.0) and spread_limits([1.0, 2.0]) is None
+
+
+def test_a_sweep_whose_points_tie_on_cost_plots_both_fronts(tmp_path, capsys):
+    grid = write(tmp_path, BASE + '[grid]\n"scheduler.max_num_seqs" = [16, 64, 256]\n')
+    out, _ = sweep(["--config", grid, "--out", str(tmp_path / "o"), "--workers", "1"], capsys)
+    rows = results(tmp_path / "o")
+    assert {r["gpus"] for r in rows} == {"1"}  # every point costs 1 GPU
+    assert all(float(r["tokens_per_s_per_gpu"]) > 0 and float(r["tokens_per_s_per_user"]) > 0 for r in rows)
+    assert "tokens/s per user against tokens/s per GPU" in out
+    assert (tmp_path / "o" / "pareto.png").stat().st_size > 20_000
+    tf = json.loads((tmp_path / "o" / "sweep.json").read_text())["pareto_throughput"]
+    assert tf and all(r["passes"] for r in tf)

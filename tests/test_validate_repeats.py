@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost import LinearCostModel
@@ -18,7 +20,7 @@ from batchlab.experiments.validation.pair import run_sim
 from batchlab.experiments.validation.records import ProfileInfo
 from batchlab.experiments.validation.sources import RealSide, live_run
 from batchlab.experiments.validation.stat_tests import inside, ks, spread, tost
-from batchlab.experiments.validation.verdicts import verdict
+from batchlab.experiments.validation.verdicts import beyond_range, verdict
 from tests.helpers import SMALL_RUN, SMALL_VALIDATE, cli
 
 COST = LinearCostModel(0.004, {"decode_tokens": 2e-4, "prefill_tokens": 5e-5})
@@ -61,11 +63,36 @@ def test_spread_and_inside_on_known_values():
 
 
 def test_verdicts():
-    assert verdict(0.03, 0.05, 0.02, False) == "ok"
-    assert verdict(0.08, 0.05, 0.02, False) == "miss"
-    assert verdict(0.01, 0.05, 0.12, False) == "undecidable"
-    assert verdict(0.01, 0.05, 0.0, True) == "overloaded"
-    assert verdict(0.5, None, 0.0, False) == ""
+    tight, wide = spread([98.0, 100.0]), spread([90.0, 102.0])  # ranges 2%, 12.4%
+    assert verdict(0.03, 0.05, tight, 103.0, False) == "ok"
+    assert verdict(0.08, 0.05, tight, 108.0, False) == "miss"
+    assert verdict(0.01, 0.05, wide, 97.0, False) == "undecidable"  # inside a range wider than the target
+    assert verdict(0.01, 0.05, wide, 97.0, True) == "overloaded"
+    assert verdict(0.5, None, tight, 150.0, False) == ""
+    assert verdict(math.nan, 0.05, spread([]), 1.0, False) == ""  # no real value to judge against
+
+
+def test_a_simulation_far_outside_a_wide_spread_is_a_miss():
+    # the issue's cases: TPOT +198% against a 14% spread; TTFT p90 626 ms against 434-519 ms
+    assert verdict(1.98, 0.05, spread([93.0, 100.0, 107.0]), 298.0, False) == "miss"
+    ttft = spread([434.0, 470.0, 519.0])
+    assert ttft.range > 0.05 and verdict(0.33, 0.05, ttft, 626.0, False) == "miss"
+    # just outside the range (by less than the target): judged on its error as usual
+    assert verdict(0.12, 0.05, ttft, 530.0, False) == "miss"
+    assert verdict(0.04, 0.05, ttft, 530.0, False) == "ok"
+
+
+@given(values=st.lists(st.floats(1, 1000), min_size=2, max_size=6), sim=st.floats(1, 2000),
+       target=st.sampled_from([0.05, 0.10]))
+def test_undecidable_only_inside_a_spread_wider_than_the_target(values, sim, target):
+    sp = spread(values)
+    err = float(np.median([(sim - v) / v for v in values]))
+    v = verdict(err, target, sp, sim, False)
+    if v == "undecidable":
+        assert sp.range > target and sp.min <= sim <= sp.max
+    if beyond_range(sim, sp) > target:
+        assert v == "miss"
+    assert v in ("ok", "miss", "undecidable")
 
 
 def step_table(kinds: list[str], slow: float) -> dict[str, np.ndarray]:
@@ -226,3 +253,24 @@ def test_batchlab_run_with_no_profile_of_its_setup_records_a_reference_probe(tmp
     for when in ("before", "after"):
         assert speed["probe"][when]["read_bandwidth"] > 1e8 and speed["probe"][when]["matmul_flops"] > 1e8
     assert "reference probe read" in text
+
+
+def test_the_band_plot_heads_each_panel_with_the_tables_verdicts():
+    from batchlab.experiments.validation.output import figures
+
+    w = bursty(120, 5.0)
+    runs = [run_sim(w, SCHED, LinearCostModel(0.004 * k, COST.coef)) for k in (1.0, 1.02)]
+    judged = Judge(LinearCostModel(0.012, COST.coef), None, INFO).cell(
+        RealSide("here", w, SCHED, [live_run(r, "here") for r in runs]))
+    band = next(f for f in figures(judged) if f.filename.endswith("cdf_band.png"))
+    titles = {p.xlabel.split(" (")[0]: p.title for p in band.panels}
+    for m in judged.cell.metrics:
+        if m.verdict and m.metric in titles:
+            assert f"{m.stat} {m.verdict}" in titles[m.metric]
+    assert "miss" in titles["TTFT"]  # a profile 3x slow misses beyond the real range
+    row = judged.cell.row("median_ttft_ms")
+    assert row.verdict == "miss" and not row.sim_inside
+    from batchlab.experiments.validation.render import render_cell
+
+    text = render_cell(judged.cell).replace("\n    ", " ")
+    assert "missed whatever the real runs' spread" in text and "TTFT p50 (" in text

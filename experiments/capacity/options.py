@@ -29,6 +29,9 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
                    help="the SLO limits apply to this percentile (default 99)")
     g.add_argument("--goodput", type=float, metavar="F",
                    help="instead: at least this share of requests (0-1] meets every SLO limit")
+    g.add_argument("--max-rejected-share", type=float, default=0.0, metavar="F",
+                   help="a point may reject or leave unfinished at most this share [0, 1) of its "
+                        "requests (default 0: every request must be served)")
     g.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="samples per point: N workload seeds (generated arrivals and lengths)")
     g.add_argument("--windows", type=int, default=1, metavar="W",
@@ -38,7 +41,8 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
                    help="price one GPU-hour: adds cost per hour to the tables")
 
 
-def criteria_from(slo: SLO | None, percentile: int, goodput: float | None) -> Criteria:
+def criteria_from(slo: SLO | None, percentile: int, goodput: float | None,
+                  max_rejected_share: float = 0.0) -> Criteria:
     from batchlab.experiments.capacity.point import Criteria
 
     if slo is None or not any((slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
@@ -46,7 +50,9 @@ def criteria_from(slo: SLO | None, percentile: int, goodput: float | None) -> Cr
                         "(or [run.slo] in the config)")
     if goodput is not None and not 0 < goodput <= 1:
         raise UserError(f"--goodput must be a share in (0, 1], got {goodput}")
-    return Criteria(slo, percentile, goodput)
+    if not 0 <= max_rejected_share < 1:
+        raise UserError(f"--max-rejected-share must be a share in [0, 1), got {max_rejected_share}")
+    return Criteria(slo, percentile, goodput, max_rejected_share)
 
 
 def check_samples(seeds: int, windows: int) -> None:

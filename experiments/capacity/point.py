@@ -23,7 +23,9 @@ from batchlab.sim import simulate
 METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttft_ms",
            "p99_ttft_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_e2el_ms",
            "p90_e2el_ms", "p99_e2el_ms", "p99_queueing_delay_ms", "slo_attainment",
-           "request_goodput", "preemptions", "rejected", "slot_utilization", "kv_utilization")
+           "request_goodput", "preemptions", "slot_utilization", "kv_utilization")
+# Request counts a point row carries (sums over its samples): every request counts.
+COUNTS = ("requests", "completed", "rejected", "unfinished")
 # What a point's answer assumed (SetupMeta fields, None where its setup has none), in its row.
 ASSUMED = ("cost_model", "mem_efficiency", "compute_efficiency", "step_overhead_s",
            "weights_dtype", "kv_cache_dtype", "allreduce_latency_s", "num_kv_blocks")
@@ -37,6 +39,18 @@ class Criteria:
     slo: SLO
     percentile: int = 99
     goodput: float | None = None
+    max_rejected_share: float = 0.0  # rejected + unfinished requests allowed, as a share of all
+
+    def lost_failure(self, s: dict) -> list[str]:
+        """A sample that rejected or did not finish more requests than allowed fails,
+        whatever its latencies (they are over the finished requests only)."""
+        lost = s.get("rejected", 0) + s.get("unfinished", 0)
+        total = s.get("completed", 0) + lost
+        if not lost or lost <= self.max_rejected_share * total:
+            return []
+        allowed = f" > the {self.max_rejected_share * 100:.2g}% allowed" if self.max_rejected_share else ""
+        return [(f"{s.get('rejected', 0):.0f} rejected + {s.get('unfinished', 0):.0f} unfinished "
+                 f"of {total:.0f} requests ({lost / total:.1%}{allowed})")]
 
     def key(self, metric: str) -> str:
         return f"{'median' if self.percentile == 50 else f'p{self.percentile}'}_{metric}_ms"
@@ -45,10 +59,10 @@ class Criteria:
         return [(m, v) for m in _LABELS if (v := getattr(self.slo, f"{m}_ms")) is not None]
 
     def failures(self, s: dict) -> list[str]:
+        out = self.lost_failure(s)
         if self.goodput is not None:
             got = s.get("slo_attainment", math.nan)
-            return [] if got >= self.goodput else [f"goodput {got:.1%} < {self.goodput:.1%}"]
-        out = []
+            return out + ([] if got >= self.goodput else [f"goodput {got:.1%} < {self.goodput:.1%}"])
         for m, limit in self.limits():
             v = s.get(self.key(m), math.nan)
             if not v <= limit:  # NaN (nothing finished) fails
@@ -57,9 +71,12 @@ class Criteria:
 
     def describe(self) -> str:
         lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
+        lost = ("every request served" if not self.max_rejected_share else
+                f"at most {self.max_rejected_share * 100:.2g}% of requests rejected or unfinished")
         if self.goodput is not None:
-            return f"goodput >= {self.goodput:.0%} of requests within {lim}, and a stable queue"
-        return f"p{self.percentile} {lim.replace(', ', f', p{self.percentile} ')}, and a stable queue"
+            return f"goodput >= {self.goodput:.0%} of requests within {lim}, a stable queue and {lost}"
+        return (f"p{self.percentile} {lim.replace(', ', f', p{self.percentile} ')}, a stable queue "
+                f"and {lost}")
 
 
 def sample_configs(wl: WorkloadConfig, seeds: int, windows: int) -> list[WorkloadConfig]:
@@ -115,9 +132,18 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
            "passing_samples": sum(not criteria.failures(s) and v == "stable"
                                   for s, v in zip(summaries, verdicts)),
            "stability": "stable" if all(v == "stable" for v in verdicts) else "overloaded",
-           "passes": not failing, "failures": "; ".join(dict.fromkeys(failing))}
+           "passes": not failing, "failures": "; ".join(dict.fromkeys(failing)),
+           # rejections are decided per request on arrival (too long for the model or the
+           # budget): a point failing on them alone fails at every load and replica count
+           "fails_whatever_the_load": bool(failing) and all(
+               v == "stable" and not s.get("unfinished", 0)
+               and criteria.failures(s) == criteria.lost_failure(s)
+               for s, v in zip(summaries, verdicts))}
     for k in METRICS:
         vals = [s.get(k, math.nan) for s in summaries]
         row[k] = float(np.mean(vals)) if vals else math.nan
+    for k in ("completed", "rejected", "unfinished"):
+        row[k] = int(sum(s.get(k, 0) for s in summaries))
+    row["requests"] = row["completed"] + row["rejected"] + row["unfinished"]
     row.update({k: getattr(setup.meta, k) for k in ASSUMED})
     return row

@@ -5,17 +5,27 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from batchlab.experiments.capacity.binding import Binding, binding
+from batchlab.experiments.capacity import sensitivity
 from batchlab.experiments.capacity.plot import plot_answers
-from batchlab.experiments.capacity.point import ASSUMED, Criteria
+from batchlab.experiments.capacity.point import ASSUMED, COUNTS, Criteria
 from batchlab.experiments.capacity.search import Answer
 from batchlab.experiments.capacity.tables import text_table, write_rows
 from batchlab.experiments.config import ExperimentConfig
 
 
-def answer_row(a: Answer, price: float | None) -> dict:
+def answer_binding(a: Answer, criteria: Criteria) -> Binding | None:
+    """What binds the answer (None where nothing passed)."""
+    if a.value is None or a.best is None:
+        return None
+    nxt, label = a.next_cheaper()
+    return binding(a.best, nxt, criteria, label, "rate up" if a.kind == "max-rate" else "cheaper")
+
+
+def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None) -> dict:
     b = a.best or {}
     row = {"search": a.kind, "label": a.label, "answer": a.value,
-           "met": a.value is not None, "error": a.error}
+           "met": a.value is not None, "error": a.error, "stopped": a.stopped}
     if a.kind == "max-rate":
         row["band_low"], row["band_high"] = a.band if a.band else (math.nan, math.nan)
         row["rate_scale"] = b.get("rate_scale", math.nan) if a.value is not None else math.nan
@@ -25,10 +35,15 @@ def answer_row(a: Answer, price: float | None) -> dict:
         if a.kind == "max-rate" and a.value:
             row["cost_per_hour"] = row["gpus"] * price
             row["cost_per_million_requests"] = row["cost_per_hour"] / (a.value * 3600) * 1e6
-    for k in ("max_num_seqs", "max_num_batched_tokens", "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
-              "slo_attainment", "stability", "failures", *ASSUMED):
+    for k in ("max_num_seqs", "max_num_batched_tokens", "output_throughput", "median_tpot_ms",
+              "p99_ttft_ms", "p99_tpot_ms", "p99_e2el_ms",
+              "slo_attainment", *COUNTS, "stability", "failures", *ASSUMED):
         row[k] = b.get(k)
     row["points_tried"] = len(a.points)
+    bind = answer_binding(a, criteria) if criteria is not None else None
+    if bind is not None:
+        row.update({"binds": bind.constraint, "binds_headroom": bind.headroom, "next_cheaper": bind.next_label,
+                    "next_failure": bind.next_failure, "next_miss": bind.next_miss})
     return row
 
 
@@ -39,17 +54,20 @@ COLS = {
     "replicas": [("label", "candidate", "{}"), ("answer", "replicas", "{:.0f}"), ("gpus", "GPUs", "{:.0f}")],
 }
 TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
-        ("slo_attainment", "in SLO", "{:.1%}"), ("stability", "queue", "{}"),
+        ("slo_attainment", "in SLO", "{:.1%}"), ("rejected", "rejected", "{:.0f}"),
+        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"), ("binds", "binds", "{}"),
         ("points_tried", "points", "{}")]
 
 
 def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criteria,
-           cfg: ExperimentConfig, setups: dict, samples: list, price: float | None, where: str) -> str:
+           cfg: ExperimentConfig, setups: dict, samples: list, price: float | None, where: str,
+           seeds_vary: str = "") -> str:
     n_seeds = len({s.seed for s in samples})
     lines = [f"capacity {kind}: {criteria.describe()}",
-             f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
-             f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)); "
-             f"router {cfg.run.router}; ran on {where}"]
+             (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {len(samples)} "
+              f"sample(s) per point ({n_seeds} seed(s) x {len(samples) // n_seeds} window(s)"
+              f"{'; ' + seeds_vary if seeds_vary else ''}); "
+              f"router {cfg.run.router}; ran on {where}")]
     # One block of assumptions, or one per search where they differ (candidates).
     blocks = {label: s.assumptions() for label, s in setups.items() if s is not None}
     distinct = list(dict.fromkeys(tuple(b) for b in blocks.values()))
@@ -60,55 +78,51 @@ def render(kind: str, answers: list[Answer], sens: list[tuple], criteria: Criter
         if len(distinct) == 1:
             break
     lines.append("")
-    rows = [answer_row(a, price) for a in answers]
+    rows = [answer_row(a, price, criteria) for a in answers]
     cols = COLS[kind] + ([("cost_per_hour", "$/hour", "{:.2f}")] if price else []) + TAIL
     lines.append(text_table(rows, cols))
     for a in answers:
+        bind = answer_binding(a, criteria)
+        if bind is not None:
+            lines.append(f"{a.label}: {bind.text()}")
         if a.error:
             lines.append(f"{a.label}: cannot run: {a.error}")
         elif a.value is None:
             b = a.best
             what = "no rate" if kind == "max-rate" else f"no replica count up to {max(p['replicas'] for p in a.points)}"
-            lines.append(f"{a.label}: {what} meets the criteria; best point found: "
-                         + (_point(b, kind) if b else "none"))
+            if a.stopped:
+                what = "no rate" if kind == "max-rate" else "no replica count"
+            lines.append(f"{a.label}: {what} meets the criteria"
+                         + (f" ({a.stopped})" if a.stopped else "")
+                         + "; best point found: " + (_point(b, kind) if b else "none"))
     if sens:
-        lines.append("\nsensitivity (the search again with one assumption moved):")
-        for label in dict.fromkeys(s[0][3] for s in sens):
-            cells = [f"{f.replace('_s', '')} {v:g}: {_fmt_answer(a, kind)}"
-                     for (f, k, v, lab), a in sens if lab == label]
-            lines.append(f"  {label}: " + "; ".join(cells))
+        lines += sensitivity.lines(answers, sens)
     return "\n".join(lines)
-
-
-def _fmt_answer(a: Answer, kind: str) -> str:
-    if a.value is None:
-        return "none" if not a.error else "cannot run"
-    return f"{a.value:.2f} req/s" if kind == "max-rate" else f"{a.value} replicas"
 
 
 def _point(p: dict, kind: str) -> str:
     where = (f"{p['rate']:.2f} req/s (x{p['rate_scale']:.3g})" if kind == "max-rate"
              else f"{p['replicas']} replicas")
     return (f"{where}: TTFT p99 {p['p99_ttft_ms']:.0f} ms, TPOT p99 {p['p99_tpot_ms']:.1f} ms, "
-            f"{p['slo_attainment']:.1%} in SLO, queue {p['stability']}; fails: {p['failures']}")
+            f"{p['slo_attainment']:.1%} in SLO, {p['rejected']} rejected and {p['unfinished']} "
+            f"unfinished of {p['requests']}, queue {p['stability']}; fails: {p['failures']}")
 
 
 def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteria,
           cfg: ExperimentConfig, price: float | None) -> list[str]:
-    files = write_rows(out / "answers", [answer_row(a, price) for a in answers])
+    files = write_rows(out / "answers", [answer_row(a, price, criteria) for a in answers])
     points = [{"search": a.label, **p} for a in answers for p in a.points]
     files += write_rows(out / "points", points)
     if sens:
-        files += write_rows(out / "sensitivity", [{"label": lab, "field": f, "value": v, "factor": k,
-                                                   **answer_row(a, price)} for (f, k, v, lab), a in sens])
+        files += write_rows(out / "sensitivity", sensitivity.rows(sens))
     kind = answers[0].kind
     files.append(plot_answers(out / f"{kind}.png", answers, criteria,
                               f"{kind}: {criteria.describe()} ({cfg.workload.source})"))
     return files
 
 
-def as_json(answers: list[Answer], sens: list[tuple], price: float | None) -> dict:
-    return {"answers": [answer_row(a, price) for a in answers],
+def as_json(answers: list[Answer], sens: list[tuple], price: float | None,
+            criteria: Criteria | None = None) -> dict:
+    return {"answers": [answer_row(a, price, criteria) for a in answers],
             "points": {a.label: a.points for a in answers},
-            "sensitivity": [{"label": lab, "field": f, "value": v, "factor": k, "answer": a.value}
-                            for (f, k, v, lab), a in sens]}
+            "sensitivity": sensitivity.rows(sens)}

@@ -24,6 +24,7 @@ class Answer:
     band: tuple[float, float] | None  # max-rate: [highest passing, lowest failing] req/s
     points: list[dict] = field(default_factory=list)
     error: str = ""  # a configuration that cannot run (a model that does not fit)
+    stopped: str = ""  # why the search stopped early without an answer (rejections at any load)
 
     @property
     def best(self) -> dict | None:
@@ -39,8 +40,46 @@ class Answer:
                                                -_finite(p["p99_ttft_ms"], math.inf)))
 
 
+    def next_cheaper(self) -> tuple[dict | None, str]:
+        """The failing point next to the answer and its label: one replica fewer (the
+        largest failing count below it), or the lowest failing rate above it."""
+        if self.value is None:
+            return None, ""
+        failing = [p for p in self.points if not p["passes"]]
+        if self.kind == "replicas":
+            below = [p for p in failing if p["replicas"] < self.value]
+            if not below:
+                return None, ""
+            p = max(below, key=lambda p: p["replicas"])
+            return p, f"{p['replicas']} replica(s) ({p['gpus']} GPUs)"
+        above = [p for p in failing if p["rate"] > self.value]
+        if not above:
+            return None, ""
+        p = min(above, key=lambda p: p["rate"])
+        return p, f"{p['rate']:.2f} req/s"
+
+
 def _finite(x: float, default: float = -1.0) -> float:
     return x if isinstance(x, float) and math.isfinite(x) else default
+
+
+class LoadIndependent(UserError):
+    """A point fails on rejected requests alone: no rate or replica count changes that."""
+
+
+def _stop_if_load_independent(row: dict) -> None:
+    if row.get("fails_whatever_the_load"):
+        raise LoadIndependent(f"{row['rejected']} of {row['requests']} requests are rejected at any load "
+                              f"(longer than the model's context or the token budget), so no load meets "
+                              f"'every request served': allow them with --max-rejected-share "
+                              f"{_share_above(row['rejected'], row['requests'])}")
+
+
+def _share_above(n: int, total: int) -> str:
+    """n / total rounded up to two significant digits: the least round share that allows n."""
+    share = n / total
+    k = 1 - math.floor(math.log10(share))
+    return f"{math.ceil(share * 10**k - 1e-9) / 10**k:g}"
 
 
 def search_max_rate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadConfig],
@@ -53,11 +92,14 @@ def search_max_rate(cfg: ExperimentConfig, criteria: Criteria, samples: list[Wor
         c = cfg.model_copy(deep=True)
         c.workload.rate_scale = base * scale
         points.append(evaluate(c, criteria, samples))
+        _stop_if_load_independent(points[-1])
         return points[-1]["passes"]
 
     label = cfg.policies()[0]
     try:
         found = max_rate(passes, start=1.0, abs_tol=ABS_TOL, rel_tol=rel_tol, max_evals=max_evals)
+    except LoadIndependent as e:
+        return Answer("max-rate", label, None, None, sorted(points, key=lambda p: p["rate_scale"]), stopped=str(e))
     except UserError as e:
         return Answer("max-rate", label, None, None, points, str(e))
     points.sort(key=lambda p: p["rate_scale"])
@@ -77,11 +119,14 @@ def search_replicas(cfg: ExperimentConfig, criteria: Criteria, samples: list[Wor
         c = cfg.model_copy(deep=True)
         c.run.replicas = n
         points.append(evaluate(c, criteria, samples))
+        _stop_if_load_independent(points[-1])
         return points[-1]["passes"]
 
     label = f"{cfg.model.name} TP{cfg.hardware.tensor_parallel} {cfg.hardware.name}"
     try:
         found = fewest(passes, max_replicas)
+    except LoadIndependent as e:
+        return Answer("replicas", label, None, None, sorted(points, key=lambda p: p["replicas"]), stopped=str(e))
     except UserError as e:
         return Answer("replicas", label, None, None, points, str(e))
     points.sort(key=lambda p: p["replicas"])

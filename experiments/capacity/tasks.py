@@ -1,8 +1,11 @@
 """The searches `batchlab capacity` runs: one per policy (max-rate) or candidate
-(replicas), and with --sensitivity each again at -25% and +25% of each efficiency and
-the step overhead. A task is a plain tuple and run_task a top-level function, so that
-a process pool or Dask can ship them."""
+(replicas), and with --sensitivity each again with every knob of its price
+(experiments/setup/knobs.py: efficiencies, step overhead, all-reduce latency, and for
+replicas the traffic's rate) at the low and the high end of its range. A task is a plain
+tuple and run_task a top-level function, so that a process pool or Dask can ship them."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -12,10 +15,17 @@ from batchlab.experiments.capacity.search import Answer, search_max_rate, search
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup import sim_setup
+from batchlab.experiments.setup.knobs import price_knobs, with_knobs
 
-# Each efficiency (and the step overhead) at -25% and +25%; efficiencies capped at 1.
-SENSITIVITY = [(f, k) for f in ("mem_efficiency", "compute_efficiency", "step_overhead_s")
-               for k in (0.75, 1.25)]
+class Variant(NamedTuple):
+    """A sensitivity search: which knob, at which end, moved to what (from base)."""
+    knob: str
+    end: str  # "low" | "high"
+    value: float
+    label: str  # the search it varies (policy or candidate)
+    base: float
+    source: str  # where the knob's value and range come from
+    search: int = 0  # which main search it varies (its index; a label can change as setups run)
 
 
 def run_task(task: tuple) -> Answer:
@@ -40,13 +50,12 @@ def build_tasks(kind: str, cfg: ExperimentConfig, criteria: Criteria, samples: l
         configs = configs or [cfg]
     tasks = [(None, kind, c, criteria, samples, extra) for c in configs]
     if sensitivity:
-        for c in configs:
-            for field, k in SENSITIVITY:
-                v = getattr(c.hardware, field) * k
-                v = min(v, 1.0) if field != "step_overhead_s" else v
-                hw = c.hardware.model_copy(update={field: v})
-                tasks.append(((field, k, v, _label(kind, c)), kind,
-                              c.model_copy(update={"hardware": hw}, deep=True), criteria, samples, extra))
+        for i, c in enumerate(configs):
+            for knob in price_knobs(c, traffic=kind == "replicas"):
+                for end, v in (("low", knob.low), ("high", knob.high)):
+                    if v != knob.value:
+                        tasks.append((Variant(knob.name, end, v, _label(kind, c), knob.value, knob.source, i), kind,
+                                      with_knobs(c, {knob.name: v}), criteria, samples, extra))
     return tasks
 
 

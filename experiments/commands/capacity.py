@@ -15,37 +15,68 @@ from batchlab.core import atomic
 # max-rate's description: what capacity.search.search_max_rate does (not imported here:
 # the search machinery loads when the command runs).
 MAX_RATE = "Bisection on the rate scale from 1 (the workload as configured)."
+DEPLOY = ("Every deployment of the space (models x GPUs x TP degrees x dtypes x seats x token budgets), "
+          "each sized to its fewest replicas, cheapest per replica first; a deployment that cannot beat "
+          "the runner-up found so far is searched no further. Prints the winner and the runner-up with "
+          "their vLLM launch commands and what binds them.")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas",
+    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy",
                               description=__doc__)
     sub = p.add_subparsers(dest="capacity_command", required=True, parser_class=type(p))
     mr = sub.add_parser("max-rate", help="the highest request rate within the SLOs, with its band",
                         description=MAX_RATE)
     rp = sub.add_parser("replicas", help="the fewest replicas that carry a load within the SLOs")
-    for q in (mr, rp):
+    dp = sub.add_parser("deploy", help="the cheapest deployment (model, GPU, TP, dtype, seats, token "
+                        "budget, replicas) that carries a load within the SLOs, with its vLLM command",
+                        description=DEPLOY)
+    for q in (mr, rp, dp):
         add_common_options(q)
         add_roofline_options(q)
         add_criteria_options(q)
         add_executor_options(q)
         q.add_argument("--sensitivity", action="store_true",
-                       help="also search with each efficiency and the step overhead at +-25%%")
+                       help="also search with every knob of the price (efficiencies, step overhead, "
+                            "all-reduce latency; replicas: the traffic's rate) at each end of its range")
     mr.add_argument("--tolerance", type=float, default=0.02, metavar="F",
                     help="stop when the band is narrower than this share of the rate (default 0.02)")
     rp.add_argument("--candidate", action="append", metavar="MODEL:TP:HARDWARE",
                     help="a configuration to size (repeat or comma-separate); default: the config's")
     rp.add_argument("--max-replicas", type=int, default=256, metavar="N",
                     help="give up above N replicas (default 256)")
-    rp.add_argument("--busiest-window", type=float, metavar="S",
-                    help="size for the busiest S seconds of the trace (in its own time)")
+    for q in (rp, dp):
+        q.add_argument("--busiest-window", type=float, metavar="S",
+                       help="size for the busiest S seconds of the trace (in its own time)")
+    add_deploy_options(dp)
     p.set_defaults(func=run)
 
 
 SEARCHES = "searches.jsonl"  # one line per search as it finishes (kept if the run is killed)
 
 
+def add_deploy_options(q: argparse.ArgumentParser) -> None:
+    g = q.add_argument_group("the deployment space (comma-separated lists)")
+    g.add_argument("--models", metavar="M1,M2", help="model presets (default: the config's model)")
+    g.add_argument("--gpus", metavar="G1,G2", help="hardware presets (default: the config's hardware)")
+    g.add_argument("--tp-options", default="1,2,4,8", metavar="1,2,4,8", help="TP degrees (default 1,2,4,8)")
+    g.add_argument("--dtype-options", default="bf16,fp8", metavar="bf16,fp8",
+                   help="weights dtypes, the KV cache alike (default bf16,fp8)")
+    g.add_argument("--seats-options", default="256,1024", metavar="N,M",
+                   help="max_num_seqs values (default 256,1024)")
+    g.add_argument("--budget-options", default="1024,2048,8192", metavar="N,M",
+                   help="max_num_batched_tokens values (default 1024,2048,8192)")
+    g.add_argument("--price", action="append", metavar="GPU=USD",
+                   help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
+                        "hour instead of GPUs")
+    g.add_argument("--max-replicas", type=int, default=64, metavar="N",
+                   help="give up on a deployment above N replicas (default 64)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.capacity_command == "deploy":
+        from batchlab.experiments.capacity.deploy_command import run_deploy
+        return run_deploy(args)
     from batchlab.experiments.capacity import report
     from batchlab.experiments.capacity.point import sample_configs
     from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task, setup_or_none
@@ -53,17 +84,20 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.experiments.jsonl_log import JsonlLog
     from batchlab.experiments.output import make_out_dir, to_json
     from batchlab.experiments.progress import progress_bar
+    from batchlab.experiments.seed_effect import check_seeds_vary
     from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
 
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
-    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput)
-    if args.sensitivity and cfg.profile.path:
-        raise UserError("--sensitivity moves the roofline's efficiencies; a --profile has none")
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
+    if args.sensitivity and cfg.profile.path and args.capacity_command == "max-rate":
+        raise UserError("--sensitivity moves the knobs of the price; a --profile has none, and max-rate "
+                        "does not vary the traffic's rate (its answer)")
     kind = args.capacity_command
     if kind == "replicas" and args.busiest_window is not None:
         cfg = busiest_window(cfg, args.busiest_window)
     samples = sample_configs(cfg.workload, args.seeds, args.windows)
+    seeds_vary = check_seeds_vary(cfg.workload, args.seeds, "--windows W")
     if kind == "max-rate" and not 0 < args.tolerance < 1:
         raise UserError(f"--tolerance must be in (0, 1), got {args.tolerance}")
     if kind == "replicas" and args.max_replicas < 1:
@@ -100,13 +134,14 @@ def run(args: argparse.Namespace) -> int:
     main = [a for t, a in zip(tasks, answers) if t[0] is None]
     sens = [(t[0], a) for t, a in zip(tasks, answers) if t[0] is not None]
     setups = {a.label: setup_or_none(t[2]) for t, a in zip(tasks, answers) if t[0] is None}
-    text = report.render(kind, main, sens, criteria, cfg, setups, samples, args.gpu_hour_price, where)
+    text = report.render(kind, main, sens, criteria, cfg, setups, samples, args.gpu_hour_price, where,
+                         seeds_vary)
     if out:
         files = report.write(out, main, sens, criteria, cfg, args.gpu_hour_price)
-        atomic.write_text(out / "capacity.json", to_json(report.as_json(main, sens, args.gpu_hour_price)) + "\n")
+        atomic.write_text(out / "capacity.json", to_json(report.as_json(main, sens, args.gpu_hour_price, criteria)) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files)})"
     if args.format == "json":
-        print(to_json(report.as_json(main, sens, args.gpu_hour_price)))
+        print(to_json(report.as_json(main, sens, args.gpu_hour_price, criteria)))
     else:
         print(text)
     return 0 if any(a.value is not None for a in main) else 1

@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
 def labels_line(metas: dict[str, RunMeta]) -> str:
     """The machine's measured speed during each run, one line."""
+    from batchlab.experiments.machine_speed import describe as describe_speed
+
     parts = []
     for policy, m in metas.items():
         ms = m.machine_speed
@@ -125,7 +127,8 @@ def labels_line(metas: dict[str, RunMeta]) -> str:
             parts.append(f"{policy}: steady decode steps {k:.3f}"
                          + (f", compute-bound steps' FLOP terms {kc:.3f}," if kc is not None else "")
                          + f" x the price of {ms.profile}"
-                         + (f" (moving {ms.drift * 100:.0f}% within the run)" if ms.drift else ""))
+                         + (f" (moving {ms.drift * 100:.0f}% within the run)" if ms.drift else "")
+                         + f" [{describe_speed(ms)}]")
         elif probe:
             b, a = probe["before"], probe["after"]
             parts.append(f"{policy}: no profile of this setup; reference probe read "

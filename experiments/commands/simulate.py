@@ -50,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from batchlab.core.sizes import check_run_size
     from batchlab.core.workload import build_workload
+    from batchlab.experiments.seed_effect import check_seeds_vary
     from batchlab.experiments.output import ResultWriter, to_json
     from batchlab.experiments.report import comparison_table
     from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         check_samples(f"--seeds {args.seeds}", args.seeds, len(first))
     workloads = {s: first if s == seeds[0] else build_workload(cfg.workload.model_copy(update={"seed": s}))
                  for s in seeds}
+    seeds_vary = check_seeds_vary(cfg.workload, len(seeds), built=list(workloads.values()))
     # Every setting is checked before an earlier run's results in --out are cleared.
     setup = sim_setup(cfg, named(args, "model"), named(args, "hardware"))
     try:
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         files = write_run_plots(args.plot, kept)
         print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if len(seeds) > 1 and not interrupted:
-        return _report_repeats(runs, seeds, workload, setup, cfg, args, writer)
+        return _report_repeats(runs, seeds, seeds_vary, workload, setup, cfg, args, writer)
     summaries = {p: r[0] for p, r in runs.items() if r}
     if args.format == "json":
         print(to_json(summaries))
@@ -157,7 +159,7 @@ def _print_footer(cfg, writer, summaries: dict | None = None) -> None:
         print(text)
 
 
-def _report_repeats(runs, seeds, workload, setup, cfg, args, writer) -> int:
+def _report_repeats(runs, seeds, seeds_vary, workload, setup, cfg, args, writer) -> int:
     from batchlab.experiments.output import to_json
     from batchlab.experiments.repeats import repeats_summary, repeats_table
 
@@ -169,15 +171,16 @@ def _report_repeats(runs, seeds, workload, setup, cfg, args, writer) -> int:
         print(to_json(out))
         return 0
     _print_header(workload, setup, cfg)
-    print(f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}): mean ± 95% CI half-width"
-          + (f"; paired differences against {names[0]}, * where the interval excludes 0"
+    print(f"{len(seeds)} seeds ({seeds[0]}..{seeds[-1]}; {seeds_vary}): "
+          f"mean ± 95% CI half-width"
+          + (f"; paired differences against {names[0]}, * where the interval excludes 0 (never at "
+             f"zero width)"
              if len(names) > 1 else ""))
     print(repeats_table(runs))
     for p in names:
         verdicts = out[p]["stability"]
         print(f"stability [{p}]: {verdicts.count('stable')}/{len(verdicts)} seeds stable")
     if all(len({str(sorted(r.items())) for r in runs[p]}) == 1 for p in names):
-        print("note: every seed gave the same run (a trace replays the same requests; the seed "
-              "moves generated arrivals and lengths, and jitter_s)")
+        print("note: every seed gave the same run (the requests differ, the runs do not)")
     _print_footer(cfg, writer)
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.experiments.progress import progress_bar
     from batchlab.experiments.sweep.grid import load_sweep
     from batchlab.experiments.sweep.run import run_point
+    from batchlab.experiments.sweep.pareto import with_rates
     from batchlab.experiments.sweep.store import PointStore, restore
 
     sweep = load_sweep(args.config)
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         store.close()
-    rows = [restore(store.done[p.key]) for p in sweep.points]
+    rows = [with_rates(restore(store.done[p.key])) for p in sweep.points]
     return _report(args, sweep, rows, out, resumed, where, assumptions)
 
 
@@ -71,7 +73,17 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
     points that make them."""
     from batchlab.experiments.setup import sim_setup
 
+    from batchlab.core.workload import WorkloadConfig
+    from batchlab.experiments.seed_effect import check_seeds_vary
+
     assumptions: dict[tuple, list[str]] = {}
+    for wl_json in {p.config.workload.model_dump_json(): None for p in sweep.points}:
+        try:
+            check_seeds_vary(WorkloadConfig.model_validate_json(wl_json), sweep.settings.seeds,
+                             "[sweep] windows = W", seeds_option="[sweep] seeds =",
+                             jitter_option="[workload] jitter_s = S")
+        except UserError as e:
+            raise UserError(f"{sweep.path}: {e}") from None
     for p in sweep.points:
         try:
             lines = tuple(sim_setup(p.config).assumptions())
@@ -90,7 +102,7 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
             assumptions: dict[tuple, list[str]]) -> int:
     from batchlab.experiments.capacity.tables import text_table, write_rows
     from batchlab.experiments.output import to_json
-    from batchlab.experiments.sweep.pareto import cost_key, pareto
+    from batchlab.experiments.sweep.pareto import PER_GPU, PER_USER, cost_key, pareto, throughput_front
     from batchlab.experiments.sweep.plot import plot_pareto
     from batchlab.experiments.sweep.run import criteria_for
 
@@ -99,10 +111,15 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     if rows and metric not in rows[0] and not any(metric in r for r in rows):
         raise UserError(f"{sweep.path}: [sweep] pareto_metric {metric!r} is not a result column")
     front = pareto(rows, metric)
+    tput = throughput_front(rows)
     files = write_rows(out / "results", rows) + write_rows(out / "pareto", front or [{"point": None}])
+    files += write_rows(out / "pareto_throughput", tput or [{"point": None}])
     files.append(plot_pareto(out, rows, front, metric))
     summary = {"points": len(rows), "resumed": resumed, "ran_on": where, "pareto_metric": metric,
-               "pareto": front}
+               "passing": sum(bool(r.get("passes")) for r in rows),
+               "rejected": sum(_count(r, "rejected") for r in rows),
+               "unfinished": sum(_count(r, "unfinished") for r in rows), "pareto": front,
+               "pareto_throughput": tput}
     atomic.write_text(out / "sweep.json", to_json(summary) + "\n")
     if args.format == "json":
         print(to_json({"results": rows, "pareto": front}))
@@ -120,16 +137,32 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
     x = cost_key(rows)
     cols = [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
             (x, "$/hour" if x == "cost_per_hour" else "GPUs", "{:.2f}" if x == "cost_per_hour" else "{:.0f}"),
-            (metric, metric, "{:.2f}"), ("stability", "queue", "{}")]
+            (metric, metric, "{:.2f}"), ("rejected", "rejected", "{:.0f}"),
+            ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}")]
     met = sum(bool(r.get("passes")) for r in rows)
-    print(f"{met} of {len(rows)} points stable and within their criteria; Pareto front "
-          f"({x} against {metric}):")
+    lost = [r for r in rows if _count(r, "rejected") or _count(r, "unfinished")]
+    print(f"{met} of {len(rows)} points stable and within their criteria; {len(lost)} rejected or "
+          f"left unfinished some requests (" + (", ".join(
+              f"point {r['point']}: {_count(r, 'rejected')} rejected, {_count(r, 'unfinished')} "
+              f"unfinished of {_count(r, 'requests')}" for r in lost[:4]) or "none")
+          + (", ..." if len(lost) > 4 else "") + ")")
+    print(f"Pareto front ({x} against {metric}), passing points only:")
     print(text_table(front, cols) if front else "  (empty: no point met its criteria)")
+    if tput:
+        print("\nPareto front of output tokens/s per user against tokens/s per GPU (vLLM's convention), "
+              "passing points only:")
+        print(text_table(tput, [("point", "point", "{}"), *[(f, f, "{}") for f in sweep.fields],
+                                (PER_GPU, "tokens/s per GPU", "{:.0f}"), (PER_USER, "tokens/s per user", "{:.1f}")]))
     print(f"\nresults written to {out}/ ({', '.join(files)})")
     return 0
 
 
 MAX_ASSUMPTION_BLOCKS = 6
+
+
+def _count(row: dict, key: str) -> int:
+    v = row.get(key)
+    return int(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0
 
 
 def _ranges(points: list[str]) -> str:

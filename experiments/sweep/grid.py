@@ -44,6 +44,8 @@ class SweepSettings(BaseModel):
     windows: int = Field(1, ge=1, description="samples per point: equal windows of the trace")
     percentile: Literal[50, 90, 99] = 99
     goodput: float | None = Field(None, gt=0, le=1)
+    max_rejected_share: float = Field(0.0, ge=0, lt=1, description="rejected + unfinished requests "
+                                      "a passing point may leave, as a share of all (default 0)")
     gpu_hour_price: float | None = Field(None, gt=0, description="USD per GPU-hour: Pareto on cost")
     max_replicas: int = Field(64, ge=1)
     tolerance: float = Field(0.02, gt=0, lt=1)

@@ -25,5 +25,29 @@ def pareto(rows: list[dict], metric: str) -> list[dict]:
     return front
 
 
+PER_GPU, PER_USER = "tokens_per_s_per_gpu", "tokens_per_s_per_user"
+
+
+def with_rates(row: dict) -> dict:
+    """row with vLLM's Pareto axes: output tokens/s per GPU (the deployment's output
+    throughput over its GPUs) and per user (1000 / median TPOT: the decode speed a user
+    sees); NaN where the row has neither."""
+    gpus, out, tpot = row.get("gpus"), row.get("output_throughput"), row.get("median_tpot_ms")
+    per_gpu = out / gpus if _num(out) and _num(gpus) and gpus > 0 else math.nan
+    per_user = 1000.0 / tpot if _num(tpot) and tpot > 0 else math.nan
+    return {**row, PER_GPU: per_gpu, PER_USER: per_user}
+
+
+def throughput_front(rows: list[dict]) -> list[dict]:
+    """Passing rows no other passing row beats on both tokens/s per GPU and per user
+    (both higher is better), by rising tokens/s per user."""
+    ok = [r for r in rows if r.get("passes") and _num(r.get(PER_GPU)) and _num(r.get(PER_USER))]
+    front = []
+    for r in sorted(ok, key=lambda r: (-r[PER_GPU], -r[PER_USER], r.get("point", 0))):
+        if not front or r[PER_USER] > front[-1][PER_USER]:
+            front.append(r)
+    return sorted(front, key=lambda r: r[PER_USER])
+
+
 def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

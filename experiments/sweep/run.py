@@ -14,7 +14,7 @@ from batchlab.experiments.sweep.grid import Point, SweepSettings
 
 
 def criteria_for(point: Point, s: SweepSettings) -> Criteria:
-    return Criteria(point.config.run.slo or SLO(), s.percentile, s.goodput)
+    return Criteria(point.config.run.slo or SLO(), s.percentile, s.goodput, s.max_rejected_share)
 
 
 def run_point(task: tuple[Point, SweepSettings]) -> dict:
@@ -29,10 +29,10 @@ def run_point(task: tuple[Point, SweepSettings]) -> dict:
             row = evaluate(cfg, crit, samples)
         elif s.point == "max-rate":
             a = search_max_rate(cfg, crit, samples, rel_tol=s.tolerance)
-            row = {**answer_row(a, None), "passes": a.value is not None}
+            row = {**answer_row(a, None, crit), "passes": a.value is not None}
         else:
             a = search_replicas(cfg, crit, samples, s.max_replicas)
-            row = {**answer_row(a, None), "passes": a.value is not None}
+            row = {**answer_row(a, None, crit), "passes": a.value is not None}
     except UserError as e:  # a point that cannot run (a model that does not fit): a row
         row = {"passes": False, "error": str(e)}
     row = {**head, **row}

@@ -37,9 +37,10 @@ def cdf_overlay(filename: str, title: str, runs: dict[str, RunResult]) -> fg.Fig
 
 
 def cdf_band(filename: str, title: str, reals: list[RunResult], sim: RunResult,
-             normalised: RunResult | None = None) -> fg.Figure:
+             normalised: RunResult | None = None, verdicts: dict[str, str] | None = None) -> fg.Figure:
     """Per latency, the band the real runs' CDFs span (at each quantile, the lowest and
-    highest real value) and the simulated CDFs drawn over it."""
+    highest real value) and the simulated CDFs drawn over it; verdicts (metric label ->
+    'p50 ok, p90 miss, ...') head each panel, so that the plot says what the table says."""
     panels = []
     for key, label in BAND:
         qs = [np.quantile(v, LEVELS) for v in (_ms(r, key) for r in reals) if v.size]
@@ -51,5 +52,8 @@ def cdf_band(filename: str, title: str, reals: list[RunResult], sim: RunResult,
         if normalised is not None:
             marks.append(fg.Cdf(_ms(normalised, key), "sim (normalised)", STYLE["normalised"][0],
                                 ls=STYLE["normalised"][1]))
-        panels.append(_axis(label, marks, fg.Legend(7, "lower right")))
+        panel = _axis(label, marks, fg.Legend(7, "lower right"))
+        if verdicts and verdicts.get(label):
+            panel.title, panel.title_size = verdicts[label], 8
+        panels.append(panel)
     return fg.Figure(filename, panels, 1, len(BAND), title, width=4.2, height=3.6)

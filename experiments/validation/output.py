@@ -34,8 +34,13 @@ def figures(j: Judged, prefix: str = "") -> list[fg.Figure]:
     runs = {"real": reals[0], "profile": j.headline.result, **({"normalised": normalised} if normalised else {})}
     out = [cdf_overlay(f"{prefix}{policy}/cdf.png", f"{policy}: real vs simulated TTFT and E2E latency", runs)]
     if len(reals) > 1:
+        verdicts: dict[str, list[str]] = {}
+        for m in j.cell.metrics:
+            if m.verdict:
+                verdicts.setdefault(m.metric, []).append(f"{m.stat} {m.verdict}")
         out.append(cdf_band(f"{prefix}{policy}/cdf_band.png", f"{policy}: simulated vs the band of "
-                            f"{len(reals)} real runs", reals, j.headline.result, normalised))
+                            f"{len(reals)} real runs", reals, j.headline.result, normalised,
+                            {k: ", ".join(v) for k, v in verdicts.items()}))
     return out
 
 

@@ -13,9 +13,11 @@ import math
 import textwrap
 
 from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
+from batchlab.experiments.machine_speed import describe as describe_speed
 from batchlab.experiments.validation.metrics import targets_text
 from batchlab.experiments.validation.numbers import drifts, pct, speeds
 from batchlab.experiments.validation.per_step import describe as describe_per_step
+from batchlab.experiments.validation.verdicts import beyond_range
 from batchlab.experiments.validation.records import (CellDiagnostics, DistributionTests, JudgedCell, KindRow,
                                                      ProfileInfo, Totals, Validation)
 
@@ -79,6 +81,11 @@ def diagnostic_lines(c: JudgedCell) -> list[str]:
     if d.distributions:
         lines += ["", *_tests(d.distributions)]
     if c.runs > 1:
+        far = [f"{m.label} ({pct(beyond_range(m.sim, m.spread), False)} beyond)" for m in c.metrics
+               if m.verdict == "miss" and beyond_range(m.sim, m.spread) > _float(m.target)]
+        if far:
+            lines.append("missed whatever the real runs' spread (the simulation lies outside their range by "
+                         "more than the target): " + ", ".join(far))
         lines.append("this hardware cannot decide (the real runs disagree with each other more than the "
                      "target, or the test rejects between real runs): " + ", ".join(d.undecidable)
                      if d.undecidable else
@@ -99,6 +106,8 @@ def _speed_lines(d: CellDiagnostics) -> list[str]:
     missing = [f"run {i} ({s.why})" for i, s in enumerate(d.speeds, 1) if s.factor is None]
     if missing:
         lines.append("machine speed not measured: " + ", ".join(missing))
+    lines += [f"machine speed of run {i} ({s.factor:.3f}) from {describe_speed(s)}"
+              for i, s in enumerate(d.speeds, 1) if s.factor is not None]
     return lines
 
 

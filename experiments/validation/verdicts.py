@@ -1,7 +1,9 @@
 """Every judged number of a cell: the real runs' values and spread, the simulated value,
-its error raw and normalised, and its verdict. A number whose real runs spread wider
-than its target cannot be judged to that target on this hardware: undecidable. Then the
-counts over many rows, as the fidelity study gives them."""
+its error raw and normalised, and its verdict. A simulated value outside the real runs'
+[min, max] by more than the target is a miss however wide they spread; a number is
+undecidable only where the real runs spread wider than its target AND the simulation
+lies inside their range (nothing this hardware measured tells it apart). Then the counts
+over many rows, as the fidelity study gives them."""
 from __future__ import annotations
 
 import math
@@ -9,20 +11,39 @@ import math
 import numpy as np
 
 from batchlab.experiments.validation.metrics import LATENCY_SUFFIX, numbers, rel_error
-from batchlab.experiments.validation.records import Counts, MetricRow, Totals
+from batchlab.experiments.validation.records import Counts, MetricRow, Spread, Totals
 from batchlab.experiments.validation.stat_tests import inside, spread
 
 VERDICTS = ("ok", "miss", "undecidable", "overloaded")
 
 
-def verdict(err: float, target: float | None, noise: float, flagged: bool) -> str:
-    """ok / miss against the target; undecidable where the real runs spread wider than
-    it; overloaded (not judged); '' where the number has no target."""
+def beyond_range(sim: float, sp: Spread) -> float:
+    """How far sim lies outside the real runs' [min, max], relative to the nearer end
+    (0 inside; NaN where either is undefined)."""
+    if sim is None or not math.isfinite(sim) or not sp.n:
+        return math.nan
+    if sim > sp.max:
+        return (sim - sp.max) / abs(sp.max) if sp.max else math.inf
+    if sim < sp.min:
+        return (sp.min - sim) / abs(sp.min) if sp.min else math.inf
+    return 0.0
+
+
+def verdict(err: float, target: float | None, sp: Spread, sim: float, flagged: bool) -> str:
+    """ok / miss against the target; miss whenever sim lies outside the real runs'
+    range by more than the target; undecidable only where they spread wider than the
+    target and sim lies inside their range; overloaded (not judged); '' where the number
+    has no target or no real run measured it."""
     if target is None:
         return ""
     if flagged:
         return "overloaded"
-    if not math.isfinite(noise) or noise > target:
+    if not sp.n:
+        return ""  # nothing real to judge against
+    out = beyond_range(sim, sp)
+    if math.isfinite(out) and out > target:
+        return "miss"
+    if math.isfinite(sp.range) and sp.range > target and out == 0.0:
         return "undecidable"
     return "ok" if math.isfinite(err) and abs(err) <= target else "miss"
 
@@ -42,11 +63,14 @@ def metric_rows(real_sums: list[dict], sim_sum: dict, norm_sums: list[dict] | No
         raw_med = _median([rel_error(v, sim) for v in values])
         norm_med = (math.nan if norm_sums is None else
                     _median([rel_error(v, s.get(n.key, math.nan)) for v, s in zip(values, norm_sums)]))
+        # the normalised simulations (one per real run's speed) as one value: their median
+        norm_sim = math.nan if norm_sums is None else _median([s.get(n.key, math.nan) for s in norm_sums])
         rows.append(MetricRow(
             key=n.key, metric=n.metric, stat=n.stat, real=values, sim=sim, spread=sp,
             sim_inside=inside(sim, sp), error=raw_med, error_normalised=norm_med, target=n.target,
-            overloaded=overloaded, verdict=verdict(raw_med, n.target, sp.range, overloaded),
-            verdict_normalised=None if norm_sums is None else verdict(norm_med, n.target, sp.range, overloaded)))
+            overloaded=overloaded, verdict=verdict(raw_med, n.target, sp, sim, overloaded),
+            verdict_normalised=None if norm_sums is None else verdict(norm_med, n.target, sp, norm_sim,
+                                                                      overloaded)))
     return rows
 
 

@@ -1,0 +1,135 @@
+"""`batchlab capacity deploy`: the options read, the space stated up front, the search
+run with its progress shown, the answer printed and written."""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.experiments.capacity.options import check_samples, criteria_from
+from batchlab.experiments.capacity.space import DeploySpace, parse_list
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.options import load_experiment
+
+
+def read_prices(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    out = {}
+    for item in items:
+        gpu, _, usd = item.partition("=")
+        try:
+            v = float(usd)
+        except ValueError:
+            v = math.nan
+        if not gpu or not (v > 0 and math.isfinite(v)):
+            raise UserError(f"--price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. h100-sxm=2.5")
+        out[gpu.strip()] = v
+    return out
+
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from batchlab.experiments.capacity import deploy_report
+    from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up, search_deployments
+    from batchlab.experiments.capacity.point import sample_configs
+    from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task
+    from batchlab.experiments.executor import make_executor, run_all
+    from batchlab.experiments.output import make_out_dir, to_json
+    from batchlab.experiments.progress import progress_bar
+    from batchlab.experiments.seed_effect import check_seeds_vary
+    from batchlab.experiments.setup import CAPACITY_EXPERIMENT
+
+    cfg = load_experiment(args, CAPACITY_EXPERIMENT)
+    check_samples(args.seeds, args.windows)
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
+    if args.max_replicas < 1:
+        raise UserError(f"--max-replicas must be >= 1, got {args.max_replicas}")
+    if args.busiest_window is not None:
+        cfg = busiest_window(cfg, args.busiest_window)
+    if cfg.profile.path:
+        raise UserError("capacity deploy prices GPU presets with the roofline; a --profile prices one "
+                        "measured device (use capacity replicas)")
+    space = DeploySpace(models=parse_list(args.models or cfg.model.name, "--models"),
+                        gpus=parse_list(args.gpus or cfg.hardware.name, "--gpus"),
+                        tp=parse_list(args.tp_options, "--tp-options", int),
+                        dtypes=parse_list(args.dtype_options, "--dtype-options"),
+                        seats=parse_list(args.seats_options, "--seats-options", int),
+                        budgets=parse_list(args.budget_options, "--budget-options", int))
+    bad = [d for d in space.dtypes if d not in ("bf16", "fp16", "fp8")]
+    if bad:
+        raise UserError(f"--dtype-options: {bad[0]!r} is not one of bf16, fp16, fp8")
+    for m in space.models:
+        _known(lookup_model, m, "--models")
+    for g in space.gpus:
+        _known(lookup_hardware, g, "--gpus")
+    prices = read_prices(args.price)
+    check_prices(space, prices)
+    samples = sample_configs(cfg.workload, args.seeds, args.windows)
+    seeds_vary = check_seeds_vary(cfg.workload, args.seeds, "--windows W")
+    n = len(samples)
+    header = [f"capacity deploy: {criteria.describe()}",
+              (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {n} sample(s) per point"
+               + (f" ({seeds_vary})" if seeds_vary else "") + f"; router {cfg.run.router}; policy "
+               f"{cfg.policies()[0]}"),
+              (f"search space: {space.describe()}; each sized to its fewest replicas (up to "
+               f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),
+              ("objective: " + ("GPUs" if prices is None else "cost per hour at " + ", ".join(
+                  f"{g} ${p:g}/GPU-hour" for g, p in prices.items()))),
+              (f"roofline assumptions: {cfg.hardware.mem_efficiency:.0%} of datasheet memory bandwidth, "
+               f"{cfg.hardware.compute_efficiency:.0%} of FLOP/s, step overhead "
+               f"{cfg.hardware.step_overhead_s * 1e3:g} ms (--sensitivity moves each)")]
+    print("\n".join(header[:4]), file=sys.stderr)
+    out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
+    done = [0]
+
+    def report_done(o) -> None:
+        done[0] += 1
+        what = (f"{o.replicas} replica(s)" if o.replicas is not None else o.why_none())
+        print(f"[{done[0]}/{space.size()}] {o.dep.label()}: {what}", file=sys.stderr)
+        bar.update()
+
+    with make_executor(args.workers, args.dask) as (ex, where), \
+            progress_bar(total=space.size(), desc="deploy", unit="deployment", leave=False) as bar:
+        width = 1 if where.startswith("serial") else max(1, _width(where))
+        options = search_deployments(cfg, criteria, samples, space, prices, args.max_replicas, ex, width,
+                                     report_done)
+        sens = {}
+        if args.sensitivity:
+            best = ranked(options, criteria)
+            for o in [o for o in (best[0] if best else None, runner_up(best)) if o is not None]:
+                tasks = build_tasks("replicas", o.cfg, criteria, samples, args.max_replicas, None, True)[1:]
+                sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], run_all(ex, run_task, tasks))))
+    header.append(f"ran on {where}")
+    text = deploy_report.render(options, criteria, header, prices, sens)
+    if out:
+        files = deploy_report.write(out, options, prices, sens, criteria)
+        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
+        (out / "deploy.json").write_text(to_json(summary) + "\n")
+        text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
+    if args.format == "json":
+        print(to_json({"options": [deploy_report.option_row(o, prices, criteria) for o in options],
+                       "winner": _label(ranked(options, criteria), 0),
+                       "runner_up": (r.dep.label() if (r := runner_up(ranked(options, criteria))) else None)}))
+    else:
+        print(text)
+    return 0 if ranked(options, criteria) else 1
+
+
+def _known(lookup, name: str, option: str) -> None:
+    try:
+        lookup(name)
+    except ValueError as e:
+        raise UserError(f"{option}: {e}") from None
+
+
+def _label(best: list, i: int) -> str | None:
+    return best[i].dep.label() if len(best) > i else None
+
+
+def _width(where: str) -> int:
+    """Workers of the executor, from its description ('process pool (2 workers)', 'Dask
+    cluster at tcp://10.0.0.1:8786 (4 workers)'); 1 where it names none."""
+    m = re.search(r"\((\d+) workers?\)", where)
+    return int(m.group(1)) if m else 1

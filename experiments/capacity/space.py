@@ -1,0 +1,103 @@
+"""The deployment space `capacity deploy` searches: every model x GPU x TP degree x
+weights dtype x seats x token budget (and, with issue 30's layouts, PP and EP degrees),
+each one a configuration whose fewest replicas the search finds. A deployment that
+cannot run (a TP degree that does not divide the heads, fp8 on a GPU without fp8, a
+model that leaves no KV memory) is listed with why, not searched."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+
+
+class Deployment(NamedTuple):
+    model: str
+    hardware: str
+    tp: int
+    dtype: str  # weights (the KV cache follows: kv_cache_dtype "auto")
+    seats: int  # max_num_seqs
+    budget: int  # max_num_batched_tokens
+    pp: int = 1  # pipeline stages (issue 30)
+    ep: int = 1  # expert parallel degree (issue 30)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+    def label(self) -> str:
+        par = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "") + (f" EP{self.ep}" if self.ep > 1 else "")
+        return f"{self.model} {par} {self.hardware} {self.dtype} {self.seats} seats {self.budget} tokens"
+
+
+@dataclass(frozen=True)
+class DeploySpace:
+    models: list[str]
+    gpus: list[str]
+    tp: list[int]
+    dtypes: list[str]
+    seats: list[int]
+    budgets: list[int]
+
+    def size(self) -> int:
+        return (len(self.models) * len(self.gpus) * len(self.tp) * len(self.dtypes) * len(self.seats)
+                * len(self.budgets))
+
+    def describe(self) -> str:
+        dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("dtype", self.dtypes),
+                ("seats", self.seats), ("token budget", self.budgets)]
+        return (" x ".join(f"{len(v)} {name}{'s' if len(v) > 1 and not name.endswith('s') else ''} "
+                           f"({', '.join(map(str, v))})" for name, v in dims)
+                + f" = {self.size()} deployments")
+
+
+def layouts(model: str, tp: int) -> list[tuple[int, int]]:
+    """(pp, ep) layouts to try with this model at this TP degree. The hook for issue 30:
+    once [hardware] has pipeline and expert parallel fields, return the degrees its
+    core/layout.py accepts for the model (and set them in `configure`); until then one
+    layout, no PP, no EP."""
+    return [(1, 1)]
+
+
+def deployments(space: DeploySpace) -> list[Deployment]:
+    return [Deployment(m, g, tp, d, s, b, pp, ep)
+            for m in space.models for g in space.gpus for tp in space.tp
+            for pp, ep in layouts(m, tp) for d in space.dtypes for s in space.seats for b in space.budgets]
+
+
+def why_not(dep: Deployment) -> str:
+    """Why this deployment cannot run, before any simulation ('' where it may)."""
+    try:
+        model, hw = lookup_model(dep.model), lookup_hardware(dep.hardware)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if model.num_heads % dep.tp:
+        return f"TP {dep.tp} does not divide {model.num_heads} attention heads"
+    if dep.dtype == "fp8" and not hw.peak_flops_fp8:
+        return f"{dep.hardware} has no fp8 tensor cores"
+    return ""
+
+
+def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
+    """cfg serving this deployment (one replica; the search sets the count)."""
+    c = cfg.model_copy(deep=True)
+    c.model.name, c.hardware.name, c.hardware.tensor_parallel = dep.model, dep.hardware, dep.tp
+    c.model = c.model.model_copy(update={"dtype": dep.dtype})  # marked as given: no preset default
+    c.scheduler = c.scheduler.model_copy(update={"max_num_seqs": dep.seats, "max_num_batched_tokens": dep.budget})
+    c.run.replicas = 1
+    return c
+
+
+def parse_list(text: str, option: str, kind: type = str) -> list:
+    """'a,b,c' -> [a, b, c] of kind; a one-line error naming the option."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise UserError(f"{option}: expected a comma-separated list, got {text!r}")
+    if kind is int:
+        bad = [x for x in items if not x.isdigit() or int(x) < 1]
+        if bad:
+            raise UserError(f"{option}: expected positive whole numbers, got {bad[0]!r}")
+        return sorted({int(x) for x in items})
+    return list(dict.fromkeys(items))

@@ -1,0 +1,93 @@
+"""The knobs of a configuration's price (experiments/setup/knobs.py) and `capacity
+--sensitivity` over them: every knob at each end, the answer's range."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from batchlab.core.knobs import Knob
+from batchlab.experiments.cli import main
+from batchlab.experiments.config import ExperimentConfig, build_config
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.setup import knobs as knobs_mod
+from batchlab.experiments.setup import sim_setup
+from batchlab.experiments.setup.knobs import RATE, price_knobs, register, with_knobs
+
+
+def cfg(**hardware) -> ExperimentConfig:
+    return build_config({"model": {"name": "llama-3-70b"}, "hardware": {"name": "h100-sxm", **hardware},
+                         "workload": {"source": "chat", "num_requests": 100, "rate": 5.0}})
+
+
+def test_the_roofline_knobs_with_their_ranges():
+    ks = {k.name: k for k in price_knobs(cfg(tensor_parallel=4))}
+    assert list(ks) == ["mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s", RATE]
+    assert ks["mem_efficiency"].value == 0.8 and ks["mem_efficiency"].high == pytest.approx(0.9)
+    assert ks["allreduce_latency_s"].value == pytest.approx(45e-6) and ks["allreduce_latency_s"].high > 1e-4
+    assert all(k.low <= k.value <= k.high for k in ks.values())
+    assert ks["step_overhead_s"].source.startswith("assumed")
+    assert price_knobs(cfg(tensor_parallel=4, step_overhead_s=0.003))[2].source.startswith("given")
+    assert "allreduce_latency_s" not in {k.name for k in price_knobs(cfg())}  # TP 1: no all-reduce
+    assert RATE not in {k.name for k in price_knobs(cfg(), traffic=False)}
+
+
+def test_a_knob_moved_moves_the_price():
+    base = cfg(tensor_parallel=4)
+    moved = with_knobs(base, {"allreduce_latency_s": 1e-4, RATE: 1.5})
+    assert moved.hardware.allreduce_latency_s == 1e-4 and moved.workload.rate_scale == 1.5
+    assert base.hardware.allreduce_latency_s is None and base.workload.rate_scale == 1.0
+    assert sim_setup(moved).meta.allreduce_latency_s == 1e-4
+    with pytest.raises(UserError, match="no knob 'c_layer'"):
+        with_knobs(base, {"c_layer": 1.0})
+
+
+def test_a_registered_source_prices_first(monkeypatch):
+    class Fitted:
+        def applies(self, c):
+            return c.hardware.name == "h100-sxm"
+
+        def knobs(self, c):
+            return [Knob("c_layer", 1e-5, 5e-6, 2e-5, "fitted")]
+
+        def with_values(self, c, values):
+            return c.model_copy(update={"hardware": c.hardware.model_copy(
+                update={"step_overhead_s": values["c_layer"] * 100})}, deep=True)
+
+    monkeypatch.setattr(knobs_mod, "SOURCES", list(knobs_mod.SOURCES))
+    register(Fitted())
+    assert [k.name for k in price_knobs(cfg())] == ["c_layer", RATE]
+    assert with_knobs(cfg(), {"c_layer": 2e-5}).hardware.step_overhead_s == pytest.approx(2e-3)
+    assert "c_layer" not in {k.name for k in price_knobs(cfg(name="a100-80gb"))}
+
+
+def test_sensitivity_varies_every_knob_and_reports_the_range(capsys):
+    args = ["capacity", "replicas", "--workload", "chat", "--num-requests", "200", "--rate", "30",
+            "--policy", "chunked", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--workers", "1",
+            "--candidate", "llama-3-70b:4:h100-sxm", "--sensitivity"]
+    assert main([*args, "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    rows = r["sensitivity"]
+    assert {(x["knob"], x["end"]) for x in rows} == {(k, e) for k in ("mem_efficiency", "compute_efficiency",
+                                                     "step_overhead_s", "allreduce_latency_s", RATE)
+                                                    for e in ("low", "high")}
+    got = [x["answer"] for x in rows] + [r["answers"][0]["answer"]]
+    slow = next(x for x in rows if x["knob"] == "compute_efficiency" and x["end"] == "low")["answer"]
+    fast = next(x for x in rows if x["knob"] == "compute_efficiency" and x["end"] == "high")["answer"]
+    assert slow >= r["answers"][0]["answer"] >= fast  # more replicas where compute is slower
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    lo, hi = min(got), max(got)
+    assert lo < hi  # the knobs' ranges move this answer
+    assert f"{lo}-{hi} replicas over the knobs" in out
+
+
+def test_a_profiles_sizing_varies_the_traffic_and_max_rate_refuses(capsys):
+    args = ["--profile", "default", "--workload", "chat", "--num-requests", "100", "--rate", "5",
+            "--slo-ttft-ms", "5000", "--slo-tpot-ms", "500", "--workers", "1", "--sensitivity"]
+    assert main(["capacity", "replicas", *args]) == 0
+    out = capsys.readouterr().out
+    assert "replicas over the knobs" in out and "    traffic_rate 1 (the traffic forecast" in out
+    assert "mem_efficiency" not in out.split("sensitivity (")[1]
+    assert main(["capacity", "max-rate", *args]) == 2
+    assert "a --profile has none" in capsys.readouterr().err
