@@ -36,7 +36,6 @@ MAX_OUTPUT = 32
 MIN_REQUESTS = 12
 BIG_CHUNK_BUDGET = 512  # ... and a common serving budget: big chunks beside decodes
 BURST, BURST_OUTPUT = 8, 96
-MIN_STEP_S = 1e-4  # the least a step is priced at when sizing the phase
 # (policy, token budget (None: the policy's default), requests arriving together, longest reply).
 # Served runs are mostly big chunks beside decodes and whole long prompts: a phase of
 # small chunks only leaves their compute level unfitted, and without bursts decodes of one
@@ -56,12 +55,9 @@ def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int 
     rng.shuffle(pool)
     out = rng.integers(1, max_output + 1, len(pool))
     # A sweep fitted on a busy machine can price a step at <= 0 (a negative fitted term):
-    # no step takes less than MIN_STEP_S, so the rate stays finite and positive (a
-    # negative mean once made the arrivals' exponential fail: "scale < 0").
-    def price(f: StepFeatures) -> float:
-        t = model.step_time(f)
-        return t if t >= MIN_STEP_S else MIN_STEP_S  # noqa: FURB136 - max() would keep a NaN
-
+    # such a fit is refused below (calibration/contention.py), never floored into a rate
+    # (a negative mean once made the arrivals' exponential fail: "scale < 0").
+    price = model.step_time
     service = np.array([price(StepFeatures(1, 1, int(p), 0, int(p), int(p) * (int(p) + 1) // 2))
                         + (o - 1) * price(StepFeatures(1, 0, 0, 1, int(p), int(p)))
                         for p, o in zip(pool, out)])

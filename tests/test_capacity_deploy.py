@@ -109,7 +109,7 @@ def test_bad_input_is_one_line(extra, message, capsys):
 def test_sensitivity_gives_the_winners_range_over_every_knob(capsys, tmp_path):
     space = ["--models", "llama-3-70b", "--gpus", "h100-sxm", "--tp-options", "4", "--dtype-options", "bf16",
              "--seats-options", "256", "--budget-options", "2048"]
-    assert main(["capacity", "deploy", *LOAD, *space, "--sensitivity", "--out", str(tmp_path)]) == 0
+    assert main(["capacity", "deploy", *LOAD, *space, "--sensitivity", "--cost", "roofline", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("sensitivity of llama-3-70b TP4 h100-sxm bf16"))
     assert "replicas" in line and "GPUs over the knobs of its price" in line

@@ -21,19 +21,41 @@ def cfg(**hardware) -> ExperimentConfig:
 
 
 def test_the_roofline_knobs_with_their_ranges():
-    ks = {k.name: k for k in price_knobs(cfg(tensor_parallel=4))}
+    ks = {k.name: k for k in price_knobs(cfg(tensor_parallel=4, cost="roofline"))}
     assert list(ks) == ["mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s", RATE]
     assert ks["mem_efficiency"].value == 0.8 and ks["mem_efficiency"].high == pytest.approx(0.9)
     assert ks["allreduce_latency_s"].value == pytest.approx(45e-6) and ks["allreduce_latency_s"].high > 1e-4
     assert all(k.low <= k.value <= k.high for k in ks.values())
     assert ks["step_overhead_s"].source.startswith("assumed")
     assert price_knobs(cfg(tensor_parallel=4, step_overhead_s=0.003))[2].source.startswith("given")
-    assert "allreduce_latency_s" not in {k.name for k in price_knobs(cfg())}  # TP 1: no all-reduce
-    assert RATE not in {k.name for k in price_knobs(cfg(), traffic=False)}
+    assert "allreduce_latency_s" not in {k.name for k in price_knobs(cfg(cost="roofline"))}  # TP 1
+    assert RATE not in {k.name for k in price_knobs(cfg(cost="roofline"), traffic=False)}
+
+
+def test_a_gpu_profile_prices_with_its_own_knobs():
+    """A preset priced by its GPU profile: the profile's constants are the knobs, moved
+    values travel in [hardware] knobs and reach the price."""
+    from batchlab.core.gpu_profile import load_gpu_profile
+    base = cfg(tensor_parallel=4)
+    profile = load_gpu_profile("h100-sxm")
+    ks = {k.name: k for k in price_knobs(base)}
+    assert set(ks) == {k.name for k in profile.knobs() if k.low != k.high} | {RATE}
+    eff = ks["compute_efficiency"]
+    assert eff.low < eff.value == profile.params["compute_efficiency"].value < eff.high
+    moved = with_knobs(base, {"compute_efficiency": eff.low})
+    assert moved.hardware.knobs == {"compute_efficiency": eff.low} and base.hardware.knobs == {}
+    prefill = sim_setup(base).cost.step_time, sim_setup(moved).cost.step_time
+    from batchlab.core.features import StepFeatures
+    f = StepFeatures(num_seqs=1, num_prefill_seqs=1, prefill_tokens=4096, kv_tokens_read=4096,
+                     attention_pairs=4096 * 4097 // 2)
+    assert prefill[1](f) > prefill[0](f)  # a compute-bound step costs more at a lower efficiency
+    assert price_knobs(moved)[[k.name for k in price_knobs(moved)].index("compute_efficiency")].value == eff.low
+    with pytest.raises(UserError, match="GPU profile has no knob 'mem_efficiency_x'"):
+        with_knobs(base, {"mem_efficiency_x": 1.0})
 
 
 def test_a_knob_moved_moves_the_price():
-    base = cfg(tensor_parallel=4)
+    base = cfg(tensor_parallel=4, cost="roofline")
     moved = with_knobs(base, {"allreduce_latency_s": 1e-4, RATE: 1.5})
     assert moved.hardware.allreduce_latency_s == 1e-4 and moved.workload.rate_scale == 1.5
     assert base.hardware.allreduce_latency_s is None and base.workload.rate_scale == 1.0
@@ -64,7 +86,7 @@ def test_a_registered_source_prices_first(monkeypatch):
 def test_sensitivity_varies_every_knob_and_reports_the_range(capsys):
     args = ["capacity", "replicas", "--workload", "chat", "--num-requests", "200", "--rate", "30",
             "--policy", "chunked", "--slo-ttft-ms", "1000", "--slo-tpot-ms", "60", "--workers", "1",
-            "--candidate", "llama-3-70b:4:h100-sxm", "--sensitivity"]
+            "--candidate", "llama-3-70b:4:h100-sxm", "--sensitivity", "--cost", "roofline"]
     assert main([*args, "--format", "json"]) == 0
     r = json.loads(capsys.readouterr().out)
     rows = r["sensitivity"]

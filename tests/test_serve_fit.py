@@ -141,13 +141,15 @@ def test_serving_phase_bursts_arrive_together_with_longer_replies():
 
 
 @pytest.mark.parametrize("fixed", [-1.0, float("nan")])
-def test_serving_phase_workload_survives_a_sweep_fit_that_prices_steps_below_zero(fixed):
-    """A sweep timed on a loaded machine can fit a negative term: the phase is still
-    sized (it failed with numpy's "scale < 0"), with positive, increasing arrivals."""
+def test_serving_phase_refuses_a_sweep_fit_that_prices_steps_below_zero(fixed):
+    """A sweep timed on a loaded machine can fit a negative term: the phase is not sized
+    from it (it failed with numpy's "scale < 0"); the fit is refused with the reason."""
     from dataclasses import replace as with_
 
+    from batchlab.calibration.contention import ContendedCalibration
     from batchlab.calibration.serve_phase import workload
     bad = with_(BASE, overhead_s=fixed)
     assert not BASE.step_time(StepFeatures(1, 0, 0, 1, 8, 8)) + fixed > 0
-    w = workload(bad, 512, 5.0, seed=1, max_context=256)
-    assert len(w) >= 12 and np.isfinite(w.arrival).all() and (np.diff(w.arrival) >= 0).all()
+    with pytest.raises(ContendedCalibration, match="at or below 0 s"):
+        workload(bad, 512, 5.0, seed=1, max_context=256)
+    assert len(workload(BASE, 512, 5.0, seed=1, max_context=256)) >= 12

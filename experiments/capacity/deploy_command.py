@@ -7,6 +7,7 @@ import math
 import re
 import sys
 
+from batchlab.core import atomic
 from batchlab.core.specs import lookup_hardware, lookup_model
 from batchlab.experiments.capacity.options import check_samples, criteria_from
 from batchlab.experiments.capacity.space import DeploySpace, parse_list
@@ -106,7 +107,7 @@ def run_deploy(args: argparse.Namespace) -> int:
     if out:
         files = deploy_report.write(out, options, prices, sens, criteria)
         summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
-        (out / "deploy.json").write_text(to_json(summary) + "\n")
+        atomic.write_text(out / "deploy.json", to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
         print(to_json({"options": [deploy_report.option_row(o, prices, criteria) for o in options],

@@ -124,7 +124,8 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
                for f in ([] if v == "stable" else ["queue overloaded"]) + criteria.failures(s)]
     row = {"policy": policy, "model": setup.meta.model, "hardware": setup.meta.hardware,
            "tp": cfg.hardware.tensor_parallel, "replicas": cfg.run.replicas,
-           "gpus": cfg.run.replicas * cfg.hardware.tensor_parallel, "router": cfg.run.router,
+           "pp": cfg.hardware.pipeline_parallel, "ep": cfg.hardware.expert_parallel,
+           "gpus": cfg.run.replicas * cfg.hardware.gpus, "router": cfg.run.router,
            "max_num_seqs": scheduler.max_num_seqs,
            "max_num_batched_tokens": scheduler.max_num_batched_tokens or 0,
            "rate_scale": cfg.workload.rate_scale, "rate": float(np.mean(rates)),

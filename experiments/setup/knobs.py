@@ -2,8 +2,8 @@
 with knobs moved: what `capacity --sensitivity` varies, without knowing which cost form
 it varies.
 
-A price comes from one KnobSource: the roofline's assumed constants here; a setup that
-prices another way (issue 28's GPU profile) registers its own source ahead of it, with
+A price comes from one KnobSource: a GPU profile's fitted constants, else the roofline's
+assumed ones; a setup that prices another way registers its own source ahead of them, with
 `register(source)`: a source says whether it prices a config (`applies`), lists its
 knobs with their ranges (`knobs`), and rebuilds the config with some of them at given
 values (`with_values`; the config must carry the values, since a search ships configs to
@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import ClassVar, Protocol
 
 from batchlab.core.knobs import Knob
-from batchlab.core.specs import lookup_hardware
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.setup.gpu import gpu_knobs, wants_roofline
 
 RATE = "traffic_rate"  # the knob of the traffic: cfg.workload.rate_scale, relative
 RATE_RANGE = (0.8, 1.2)  # a forecast within +-20%
@@ -47,7 +47,7 @@ class RooflineKnobs:
             if name == "allreduce_latency_s":
                 if h.tensor_parallel == 1:
                     continue  # no all-reduce at TP 1
-                v = lookup_hardware(h.name).allreduce_latency_s if h.allreduce_latency_s is None \
+                v = h.spec().allreduce_latency_s if h.allreduce_latency_s is None \
                     else h.allreduce_latency_s
             else:
                 v = getattr(h, name)
@@ -65,7 +65,31 @@ class RooflineKnobs:
         return cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update=values)}, deep=True)
 
 
-SOURCES: list[KnobSource] = [RooflineKnobs()]
+class GpuProfileKnobs:
+    """A GPU preset priced by a GPU profile (experiments/setup/gpu.py): every constant the
+    profile fitted or assumed, over the range its standard error and held-out error allow
+    (core/gpu_profile.py GpuProfile.knobs). Moved values travel in the config's [hardware]
+    knobs table, which the GPU setup applies to the profile."""
+
+    def applies(self, cfg: ExperimentConfig) -> bool:
+        return not cfg.profile.path and not wants_roofline(cfg)
+
+    def knobs(self, cfg: ExperimentConfig) -> list[Knob]:
+        given = cfg.hardware.knobs
+        return [k._replace(value=given[k.name], source=f"{k.source}; given {given[k.name]:g}")
+                if k.name in given else k for k in gpu_knobs(cfg) if k.low != k.high]
+
+    def with_values(self, cfg: ExperimentConfig, values: dict[str, float]) -> ExperimentConfig:
+        known = {k.name for k in gpu_knobs(cfg)}
+        unknown = set(values) - known
+        if unknown:
+            raise UserError(f"the GPU profile has no knob {min(unknown)!r} (expected one of "
+                            f"{', '.join(sorted(known))})")
+        hw = cfg.hardware.model_copy(update={"knobs": {**cfg.hardware.knobs, **values}})
+        return cfg.model_copy(update={"hardware": hw}, deep=True)
+
+
+SOURCES: list[KnobSource] = [GpuProfileKnobs(), RooflineKnobs()]
 
 
 def register(source: KnobSource) -> None:
