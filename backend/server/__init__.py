@@ -8,6 +8,7 @@ stops.py        stop strings: where a reply ends, and what a stream holds back
 responses.py    response and stream-chunk bodies
 metrics.py      /metrics: Prometheus, with vLLM's metric names
 app.py          the FastAPI application and its routes
-server.py       the bound socket, uvicorn, and the engine thread's start and stop
+listen.py       the listening socket, bound before the model loads
+server.py       uvicorn, and the engine thread's start and stop
 (sampling per request: backend/sampling.py)
 Imports backend and core, nothing above them."""

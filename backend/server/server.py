@@ -3,7 +3,6 @@ uvicorn handles Ctrl-C (and SIGTERM): it stops accepting, lets open requests fin
 up to `grace_s`, then returns; the engine loop stops after its step in flight."""
 from __future__ import annotations
 
-import errno
 import socket
 import sys
 
@@ -17,27 +16,6 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.result import RunResult
 
 SWITCH_INTERVAL_S = 0.0005
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound now (before the model loads), so that the port it
-    prints is the one it listens on (port 0: one the system picks); ValueError, in one
-    line, if host:port cannot be bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host, port))
-    except (OSError, OverflowError) as e:
-        s.close()
-        why = ("is in use" if getattr(e, "errno", None) == errno.EADDRINUSE
-               else f"cannot be bound ({getattr(e, 'strerror', None) or e})")
-        raise ValueError(f"{host}:{port} {why}") from None
-    return s
-
-
-def bound_port(sock: socket.socket) -> int:
-    return sock.getsockname()[1]
 
 
 class Server:

@@ -63,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
-    # The backend (torch) only once the arguments are known to be good.
-    from batchlab.backend.models import params_label
-    from batchlab.backend.server.server import Server, bind, bound_port
+    from batchlab.backend.server.listen import bind, bound_port
     try:
         sock = bind(args.host, args.port)
     except ValueError as e:
         raise UserError(f"--host/--port: {e}") from None
+    # The backend (torch) only once the arguments are known to be good and the port bound.
+    from batchlab.backend.models import params_label
+    from batchlab.backend.server.server import Server
     port = bound_port(sock)
     if args.out:
         check_out_dir(args.out)
