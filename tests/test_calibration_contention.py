@@ -5,14 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.calibration import run as calibration_run
-from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, contended_share
-from batchlab.calibration.fit import FitResult
-from batchlab.calibration.grid import tiny_grid
-from batchlab.calibration.serve_phase import workload
-from batchlab.core.features import StepFeatures
-from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.specs import MODELS
+pytest.importorskip("torch")  # calibration's sweep times the backend
+
+from batchlab.calibration import run as calibration_run  # noqa: E402
+from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, contended_share  # noqa: E402
+from batchlab.calibration.fit import FitResult  # noqa: E402
+from batchlab.calibration.grid import tiny_grid  # noqa: E402
+from batchlab.calibration.serve_phase import workload  # noqa: E402
+from batchlab.core.features import StepFeatures  # noqa: E402
+from batchlab.core.fitted_cost import FittedCostModel, Shape  # noqa: E402
+from batchlab.core.specs import MODELS  # noqa: E402
 
 SHAPE = Shape.of(MODELS["batchlab-tiny"])
 GOOD = FittedCostModel(SHAPE, overhead_s=0.002, per_seq_s=1e-5, per_chunk_s=1e-4, s_per_weight_byte=1 / 20e9,

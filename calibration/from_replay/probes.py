@@ -26,8 +26,11 @@ from batchlab.core.workload.workload import Workload
 from batchlab.experiments.errors import UserError
 
 HELD = ("load-b", "load-fast")
-PROBE_SEED = 2900  # probe k sends prompts seeded PROBE_SEED + k: none shares a prefix
+# Probe k sends prompts seeded base + 1 + k (the warm-up: base): none shares a prefix.
 OUT_LEN = 32
+# Sent one at a time before the probes, not recorded: a short and a longer prompt.
+WARMUP = Workload(np.zeros(3), np.array([32, 256, 32]), np.array([8, 8, 8]), description=["warm-up"],
+                  max_concurrency=1)
 
 
 def design(max_prompt: int, seats: int, seed: int = 0) -> list[tuple[str, Workload]]:
@@ -59,6 +62,22 @@ def design(max_prompt: int, seats: int, seed: int = 0) -> list[tuple[str, Worklo
 def add_probe_options(g) -> None:
     g.add_argument("--probe-max-prompt", type=int, default=1024, metavar="N",
                    help="with --endpoint: longest probe prompt (default 1024)")
+    g.add_argument("--probe-seed", type=int, metavar="N",
+                   help="with --endpoint: seed of the probes' prompt tokens (default: a fresh one, "
+                   "printed: a server with prefix caching serves prompts it has seen from its cache, "
+                   "so a second calibration against it must not resend the first one's prompts)")
+
+
+def probe_seed(args: argparse.Namespace) -> int:
+    """The probes' base seed: --probe-seed, else a fresh one (printed, to send the same again)."""
+    if args.probe_seed is not None:
+        if not 0 <= args.probe_seed < 2**31 - 100:
+            raise UserError(f"--probe-seed {args.probe_seed}: expected 0 to {2**31 - 101}")
+        return args.probe_seed
+    import secrets
+    seed = secrets.randbelow(2**31 - 100)
+    print(f"probe prompts seeded {seed} (--probe-seed {seed} sends the same ones)", file=sys.stderr)
+    return seed
 
 
 def send_probes(args: argparse.Namespace, directory: Path, seats: int) -> list[Path]:
@@ -69,20 +88,30 @@ def send_probes(args: argparse.Namespace, directory: Path, seats: int) -> list[P
     from batchlab.experiments.replay.sender import replay
     from batchlab.experiments.replay.target import make_target
 
+    # A server's first requests pay one-time costs (allocations, lazy initialisation, cold
+    # caches) that no later step does: a warm-up goes first and is not recorded, as `vllm
+    # bench serve` sends its initial test prompt before it measures.
+    base = probe_seed(args)
+    warm = make_target(args.endpoint, args.served_model_name, args.api_key,
+                       timeout_s=args.request_timeout, vocab_size=32000, seed=base)
+    print(f"warm-up: {len(WARMUP.arrival)} requests to {warm.url} (not recorded)", file=sys.stderr, flush=True)
+    fails = failure_summary(replay(WARMUP, warm))
+    if fails:
+        print(f"  warm-up: {fails}", file=sys.stderr)
     paths = []
     for k, (name, w) in enumerate(design(args.probe_max_prompt, seats)):
         # A probe of its own prompts: replay seeds prompt ids by (seed, index), and a server
         # with prefix caching would serve a repeated prompt from cache, which the
         # simulated request list (lengths only) cannot know.
         target = make_target(args.endpoint, args.served_model_name, args.api_key,
-                             timeout_s=args.request_timeout, vocab_size=32000, seed=PROBE_SEED + k)
+                             timeout_s=args.request_timeout, vocab_size=32000, seed=base + 1 + k)
         print(f"probe {name}: {len(w)} requests to {target.url}", file=sys.stderr, flush=True)
         rep = replay(w, target)
         fails = failure_summary(rep)
         if fails:
             print(f"  {fails}", file=sys.stderr)
         meta = {"endpoint": target.url, "model": target.model, "workload": w.describe(), "time_scale": 1.0,
-                "seed": PROBE_SEED + k, "vocab_size": 32000, "max_concurrency": w.max_concurrency}
+                "seed": base + 1 + k, "vocab_size": 32000, "max_concurrency": w.max_concurrency}
         result = run_result(rep, meta)
         summary = result.summary()
         d = directory / name
