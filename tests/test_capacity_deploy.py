@@ -93,12 +93,35 @@ def test_the_space_size_and_the_tp_that_does_not_divide():
     assert {o.why_none() for o in opts if o.dep.tp == 3} == {"TP 3 does not divide 32 attention heads"}
 
 
+def test_layouts_pp_and_ep_for_a_mixture_of_experts(capsys):
+    """PP degrees for every model, EP (ep = tp) for a MoE model at TP > 1 only; each layout
+    configured, counted in GPUs (tp x pp) and carried into its launch command."""
+    s = DeploySpace(["qwen3-30b-a3b", "llama-3-8b"], ["h100-sxm"], [1, 2], ["bf16"], [256], [2048],
+                    pp=[1, 2], ep=["off", "on"])
+    from batchlab.experiments.capacity.space import deployments
+    deps = {(d.model, d.tp, d.pp, d.ep) for d in deployments(s)}
+    moe = {(tp, pp, ep) for m, tp, pp, ep in deps if m == "qwen3-30b-a3b"}
+    dense = {(tp, pp, ep) for m, tp, pp, ep in deps if m == "llama-3-8b"}
+    assert moe == {(1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 1, 2), (2, 2, 1), (2, 2, 2)}
+    assert dense == {(1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 2, 1)} and s.size() == 10
+    dep = Deployment("qwen3-30b-a3b", "h100-sxm", 2, "bf16", 256, 2048, pp=2, ep=2)
+    c = configure(build_config({}), dep)
+    assert (c.hardware.tensor_parallel, c.hardware.pipeline_parallel, c.hardware.expert_parallel) == (2, 2, 2)
+    assert c.hardware.gpus == dep.gpus_per_replica == 4
+    cmd = vllm_command(dep, 3)
+    assert "--pipeline-parallel-size 2" in cmd and "--enable-expert-parallel" in cmd
+    from batchlab.experiments.capacity.space import why_not
+    assert why_not(Deployment("llama-3-8b", "h100-sxm", 1, "bf16", 256, 2048, pp=64)).startswith(
+        "pipeline_parallel=64 exceeds")
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--tp-options", "0,2"], "--tp-options: expected positive whole numbers, got '0'"),
     (["--dtype-options", "int4"], "--dtype-options: 'int4' is not one of bf16, fp16, fp8"),
     (["--price", "a100-80gb=1"], "--price: no price for h100-sxm"),
     (["--price", "h100-sxm=cheap"], "expected GPU=USD_PER_GPU_HOUR"),
     (["--models", "llama-9"], "unknown model preset 'llama-9'"),
+    (["--ep-options", "maybe"], "--ep-options: 'maybe' is not one of off, on"),
 ])
 def test_bad_input_is_one_line(extra, message, capsys):
     assert main(["capacity", "deploy", *LOAD, *SPACE, *extra]) == 2

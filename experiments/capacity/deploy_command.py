@@ -50,14 +50,19 @@ def run_deploy(args: argparse.Namespace) -> int:
     if args.busiest_window is not None:
         cfg = busiest_window(cfg, args.busiest_window)
     if cfg.profile.path:
-        raise UserError("capacity deploy prices GPU presets with the roofline; a --profile prices one "
-                        "measured device (use capacity replicas)")
+        raise UserError("capacity deploy prices GPU presets (their GPU profiles, or the roofline); a "
+                        "--profile prices one measured device (use capacity replicas)")
     space = DeploySpace(models=parse_list(args.models or cfg.model.name, "--models"),
                         gpus=parse_list(args.gpus or cfg.hardware.name, "--gpus"),
                         tp=parse_list(args.tp_options, "--tp-options", int),
                         dtypes=parse_list(args.dtype_options, "--dtype-options"),
                         seats=parse_list(args.seats_options, "--seats-options", int),
-                        budgets=parse_list(args.budget_options, "--budget-options", int))
+                        budgets=parse_list(args.budget_options, "--budget-options", int),
+                        pp=parse_list(args.pp_options, "--pp-options", int),
+                        ep=parse_list(args.ep_options, "--ep-options"))
+    bad_ep = [e for e in space.ep if e not in ("off", "on")]
+    if bad_ep:
+        raise UserError(f"--ep-options: {bad_ep[0]!r} is not one of off, on")
     bad = [d for d in space.dtypes if d not in ("bf16", "fp16", "fp8")]
     if bad:
         raise UserError(f"--dtype-options: {bad[0]!r} is not one of bf16, fp16, fp8")
@@ -78,9 +83,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),
               ("objective: " + ("GPUs" if prices is None else "cost per hour at " + ", ".join(
                   f"{g} ${p:g}/GPU-hour" for g, p in prices.items()))),
-              (f"roofline assumptions: {cfg.hardware.mem_efficiency:.0%} of datasheet memory bandwidth, "
-               f"{cfg.hardware.compute_efficiency:.0%} of FLOP/s, step overhead "
-               f"{cfg.hardware.step_overhead_s * 1e3:g} ms (--sensitivity moves each)")]
+              pricing_line(cfg)]
     print("\n".join(header[:4]), file=sys.stderr)
     out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
     done = [0]
@@ -134,3 +137,17 @@ def _width(where: str) -> int:
     cluster at tcp://10.0.0.1:8786 (4 workers)'); 1 where it names none."""
     m = re.search(r"\((\d+) workers?\)", where)
     return int(m.group(1)) if m else 1
+
+
+def pricing_line(cfg) -> str:
+    """How the deployments are priced: a GPU preset's GPU profile where it prices the model
+    and layout (dense layers at TP), else the roofline at these assumptions."""
+    h = cfg.hardware
+    roof = (f"the roofline at {h.mem_efficiency:.0%} of datasheet memory bandwidth, "
+            f"{h.compute_efficiency:.0%} of FLOP/s, step overhead {h.step_overhead_s * 1e3:g} ms")
+    if h.cost == "roofline":
+        return f"pricing: {roof} (--sensitivity moves each)"
+    return (f"pricing: dense models at TP by each GPU's GPU profile (fitted on measured operators); "
+            f"MoE, MLA, windowed models and PP/EP layouts by {roof} (--sensitivity moves the constants "
+            f"of each)")
+

@@ -1,13 +1,13 @@
 """The deployment space `capacity deploy` searches: every model x GPU x TP degree x
-weights dtype x seats x token budget (and, with issue 30's layouts, PP and EP degrees),
-each one a configuration whose fewest replicas the search finds. A deployment that
-cannot run (a TP degree that does not divide the heads, fp8 on a GPU without fp8, a
-model that leaves no KV memory) is listed with why, not searched."""
+PP degree x EP (for MoE models) x weights dtype x seats x token budget, each one a configuration whose fewest replicas the search finds. A deployment that
+cannot run (a layout that does not divide the heads, layers or experts, fp8 on a GPU
+without fp8, a model that leaves no KV memory) is listed with why, not searched."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from batchlab.core.layout import Layout
 from batchlab.core.specs import lookup_hardware, lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
@@ -40,31 +40,36 @@ class DeploySpace:
     dtypes: list[str]
     seats: list[int]
     budgets: list[int]
+    pp: list[int] = field(default_factory=lambda: [1])  # pipeline stages
+    ep: list[str] = field(default_factory=lambda: ["off"])  # "off" | "on": experts over the TP GPUs
 
     def size(self) -> int:
-        return (len(self.models) * len(self.gpus) * len(self.tp) * len(self.dtypes) * len(self.seats)
-                * len(self.budgets))
+        return len(deployments(self))
 
     def describe(self) -> str:
-        dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("dtype", self.dtypes),
-                ("seats", self.seats), ("token budget", self.budgets)]
-        return (" x ".join(f"{len(v)} {name}{'s' if len(v) > 1 and not name.endswith('s') else ''} "
-                           f"({', '.join(map(str, v))})" for name, v in dims)
-                + f" = {self.size()} deployments")
+        dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("PP", self.pp),
+                ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets)]
+        shown = [(n, v) for n, v in dims if n not in ("PP", "EP") or v != ([1] if n == "PP" else ["off"])]
+        note = " (EP on: MoE models at TP > 1)" if "on" in self.ep else ""
+        return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
+                           f"({', '.join(map(str, v))})" for n, v in shown)
+                + f"{note} = {self.size()} deployments")
 
 
-def layouts(model: str, tp: int) -> list[tuple[int, int]]:
-    """(pp, ep) layouts to try with this model at this TP degree. The hook for issue 30:
-    once [hardware] has pipeline and expert parallel fields, return the degrees its
-    core/layout.py accepts for the model (and set them in `configure`); until then one
-    layout, no PP, no EP."""
-    return [(1, 1)]
+def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int, int]]:
+    """(pp, ep) layouts to try with this model at this TP degree: every PP degree asked
+    for; EP off, and on (the experts spread over the TP GPUs: ep = tp, core/layout.py) for a
+    mixture of experts at TP > 1 where asked. Whether a layout fits the model is why_not's."""
+    moe = lookup_model(model).is_moe
+    eps = ([1] if "off" in ep else []) + ([tp] if "on" in ep and moe and tp > 1 else [])
+    return [(p, e) for p in pp for e in eps]
 
 
 def deployments(space: DeploySpace) -> list[Deployment]:
     return [Deployment(m, g, tp, d, s, b, pp, ep)
             for m in space.models for g in space.gpus for tp in space.tp
-            for pp, ep in layouts(m, tp) for d in space.dtypes for s in space.seats for b in space.budgets]
+            for pp, ep in layouts(m, tp, space.pp, space.ep)
+            for d in space.dtypes for s in space.seats for b in space.budgets]
 
 
 def why_not(dep: Deployment) -> str:
@@ -75,6 +80,10 @@ def why_not(dep: Deployment) -> str:
         raise UserError(str(e)) from None
     if model.num_heads % dep.tp:
         return f"TP {dep.tp} does not divide {model.num_heads} attention heads"
+    try:
+        Layout(dep.tp, dep.pp, dep.ep).check(model)
+    except ValueError as e:
+        return str(e)
     if dep.dtype == "fp8" and not hw.peak_flops_fp8:
         return f"{dep.hardware} has no fp8 tensor cores"
     return ""
@@ -84,6 +93,7 @@ def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
     """cfg serving this deployment (one replica; the search sets the count)."""
     c = cfg.model_copy(deep=True)
     c.model.name, c.hardware.name, c.hardware.tensor_parallel = dep.model, dep.hardware, dep.tp
+    c.hardware.pipeline_parallel, c.hardware.expert_parallel = dep.pp, dep.ep
     c.model = c.model.model_copy(update={"dtype": dep.dtype})  # marked as given: no preset default
     c.scheduler = c.scheduler.model_copy(update={"max_num_seqs": dep.seats, "max_num_batched_tokens": dep.budget})
     c.run.replicas = 1

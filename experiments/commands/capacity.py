@@ -66,6 +66,11 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
                    help="max_num_seqs values (default 256,1024)")
     g.add_argument("--budget-options", default="1024,2048,8192", metavar="N,M",
                    help="max_num_batched_tokens values (default 1024,2048,8192)")
+    g.add_argument("--pp-options", default="1", metavar="1,2",
+                   help="pipeline-parallel degrees (default 1)")
+    g.add_argument("--ep-options", default="off,on", metavar="off,on",
+                   help="expert parallelism, for MoE models at TP > 1: off (experts sliced over TP), "
+                        "on (whole experts spread over the TP GPUs) (default off,on)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
