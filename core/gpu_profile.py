@@ -7,7 +7,6 @@ TP degree (core/gpu_cost.py). Versioned JSON, "format": "batchlab-gpu-profile".
     cost = p.cost(model, tensor_parallel=4, hw=lookup_hardware("a100-80gb"))"""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -20,11 +19,11 @@ from batchlab.core.checks import field_error
 from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
 from batchlab.core.operator_shapes import OperatorShapes
+from batchlab.core.profile import shipped_dir, shipped_profiles
 from batchlab.core.specs import HardwareSpec, ModelSpec
 
 GPU_PROFILE_FORMAT = "batchlab-gpu-profile"
 GPU_PROFILE_VERSION = 1
-SHIPPED_PACKAGE = "batchlab.calibration"
 
 
 class GpuProfileError(ValueError):
@@ -171,15 +170,11 @@ class GpuProfile(_Strict):
 
 
 def shipped_gpu_dir() -> Path | None:
-    spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # found, not imported
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "profiles" / "gpu"
+    return shipped_dir("gpu")
 
 
 def shipped_gpu_profiles() -> list[str]:
-    d = shipped_gpu_dir()
-    return sorted(p.stem for p in d.glob("*.json")) if d and d.is_dir() else []
+    return shipped_profiles("gpu")
 
 
 def parse_gpu_profile(text: str, where: str = "GPU profile") -> GpuProfile:

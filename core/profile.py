@@ -243,15 +243,18 @@ class Profile(BaseModel):
         atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
 
 
-def shipped_dir() -> Path | None:
+def shipped_dir(*sub: str) -> Path | None:
+    """The folder of the profiles shipped with the package (`sub`: a folder in it, e.g.
+    "gpu"), found as package data without importing calibration (which needs torch)."""
     spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # found, not imported
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0]) / "profiles"
+    return Path(next(iter(spec.submodule_search_locations)), "profiles", *sub)
 
 
-def shipped_profiles() -> list[str]:
-    d = shipped_dir()
+def shipped_profiles(*sub: str) -> list[str]:
+    """The names of the shipped profiles (in `sub`)."""
+    d = shipped_dir(*sub)
     return sorted(p.stem for p in d.glob("*.json")) if d and d.is_dir() else []
 
 
