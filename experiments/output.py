@@ -89,3 +89,13 @@ def profile_out_path(args: argparse.Namespace, default: str | None = None) -> Pa
     if out.is_dir():
         raise UserError(f"--out {out}: is a directory; give a file name")
     return out
+
+
+def save_fitted_profile(args: argparse.Namespace, out: Path | None, profile, suffix: str) -> Path:
+    """Save a profile fitted on runs or replays at `out` (checked beforehand with
+    profile_out_path), or, without --out, at MODEL-SUFFIX.json; returns where."""
+    if out is None:
+        model = profile.model_source or profile.model.name
+        out = profile_out_path(args, f"{Path(model.rstrip('/')).name}-{suffix}.json")
+    profile.save(out)
+    return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from batchlab.calibration.from_replay.probes import add_probe_options
 from batchlab.experiments.errors import UserError
@@ -100,7 +99,7 @@ def run_from_replay(args: argparse.Namespace) -> int:
 
 def fit_and_report(args, replays, prior, where: str, settings, why: str, held=None) -> int:
     from batchlab.calibration.from_replay.run import from_replays
-    from batchlab.experiments.output import profile_out_path
+    from batchlab.experiments.output import profile_out_path, save_fitted_profile
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
     out = profile_out_path(args) if args.out else None
@@ -109,10 +108,7 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
                            same_model=not args.hardware)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if out is None:
-        model = res.profile.model_source or res.profile.model.name
-        out = profile_out_path(args, f"{Path(model.rstrip('/')).name}-replayed.json")
-    res.profile.save(out)
+    out = save_fitted_profile(args, out, res.profile, "replayed")
     f = res.fit
     if args.format == "json":
         print(json.dumps({"profile": str(out), "fitted_on": res.fitted_on, "judged_on": res.judged_on,

@@ -146,7 +146,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
     (calibration/from_run.py)."""
     from batchlab.calibration.from_run import from_runs
     from batchlab.core.profile import ProfileError, load_profile
-    from batchlab.experiments.output import profile_out_path
+    from batchlab.experiments.output import profile_out_path, save_fitted_profile
     from batchlab.experiments.served_report import served_terms, table
 
     if args.holdout_every < 0 or args.holdout_every == 1:
@@ -162,10 +162,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
         result = from_runs(args.from_run, profile, str(args.profile or ""), args.holdout_every)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if out is None:
-        model = result.profile.model_source or result.profile.model.name
-        out = profile_out_path(args, f"{Path(model.rstrip('/')).name}-served.json")
-    result.profile.save(out)
+    out = save_fitted_profile(args, out, result.profile, "served")
     if args.format == "json":
         print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,
                           "judged_on": result.judged_on, "scale": result.scale._asdict() if result.scale else None,
