@@ -19,7 +19,7 @@ from batchlab.core.checks import field_error
 from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
 from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.profile import shipped_dir, shipped_profiles
+from batchlab.core.shipped import shipped_dir, shipped_profiles
 from batchlab.core.specs import HardwareSpec, ModelSpec
 
 GPU_PROFILE_FORMAT = "batchlab-gpu-profile"

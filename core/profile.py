@@ -7,7 +7,6 @@ calibration/ or backend/ to do so.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Literal
@@ -19,6 +18,7 @@ from batchlab.core.cost_at_speed import CostAtSpeed
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.loop_time import Overhead
+from batchlab.core.shipped import shipped_dir, shipped_profiles
 from batchlab.core.specs import MODELS, ModelSpec
 from batchlab.core import atomic, text_input
 
@@ -37,9 +37,8 @@ UNRESOLVED_RATIO = 100.0
 # Fewer measured points than this in a profile that records no grid (version 1): most
 # likely a `--grid quick` smoke test (18 points; the default grid has 93).
 FEW_POINTS = 30
-# Profiles shipped with the package (calibration/profiles/NAME.json); "default" names one.
-# Found as package data, without importing calibration (which needs torch).
-SHIPPED_PACKAGE = "batchlab.calibration"
+# Profiles shipped with the package (calibration/profiles/NAME.json, core/shipped.py);
+# "default" names one.
 DEFAULT_PROFILE = "batchlab-small-cpu"
 
 
@@ -241,21 +240,6 @@ class Profile(BaseModel):
 
     def save(self, path: str | Path) -> None:
         atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
-
-
-def shipped_dir(*sub: str) -> Path | None:
-    """The folder of the profiles shipped with the package (`sub`: a folder in it, e.g.
-    "gpu"), found as package data without importing calibration (which needs torch)."""
-    spec = importlib.util.find_spec(SHIPPED_PACKAGE)  # found, not imported
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)), "profiles", *sub)
-
-
-def shipped_profiles(*sub: str) -> list[str]:
-    """The names of the shipped profiles (in `sub`)."""
-    d = shipped_dir(*sub)
-    return sorted(p.stem for p in d.glob("*.json")) if d and d.is_dir() else []
 
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:
