@@ -7,7 +7,6 @@ TP degree (core/gpu_cost.py). Versioned JSON, "format": "batchlab-gpu-profile".
     cost = p.cost(model, tensor_parallel=4, hw=lookup_hardware("a100-80gb"))"""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from batchlab.core import atomic
 from batchlab.core.checks import field_error
+from batchlab.core.document import parse_document, read_document
 from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
 from batchlab.core.operator_shapes import OperatorShapes
@@ -178,12 +178,7 @@ def shipped_gpu_profiles() -> list[str]:
 
 
 def parse_gpu_profile(text: str, where: str = "GPU profile") -> GpuProfile:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GpuProfileError(f"{where}: not a JSON document ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or data.get("format") != GPU_PROFILE_FORMAT:
-        raise GpuProfileError(f"{where}: not a batchlab GPU profile (no \"format\": \"{GPU_PROFILE_FORMAT}\")")
+    data = parse_document(text, where, "GPU profile", GPU_PROFILE_FORMAT, GpuProfileError)
     if data.get("version") != GPU_PROFILE_VERSION:
         raise GpuProfileError(f"{where}: GPU profile version {data.get('version')!r}; this batchlab reads "
                               f"version {GPU_PROFILE_VERSION} (re-run batchlab calibrate --from-operators)")
@@ -199,16 +194,9 @@ def load_gpu_profile(name_or_path: str | Path) -> GpuProfile:
     p = Path(s)
     if "/" not in s and not s.endswith(".json") and s in shipped_gpu_profiles():
         p = shipped_gpu_dir() / f"{s}.json"
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        names = ", ".join(shipped_gpu_profiles()) or "none"
-        raise GpuProfileError(f"{p}: GPU profile not found (a file, or a shipped one: {names})") from None
-    except UnicodeDecodeError:
-        raise GpuProfileError(f"{p}: not a JSON document (binary data)") from None
-    except OSError as e:
-        raise GpuProfileError(f"{p}: cannot read GPU profile: {e.strerror}") from None
-    return parse_gpu_profile(text, str(p))
+    def choices() -> str:
+        return "a file, or a shipped one: " + (", ".join(shipped_gpu_profiles()) or "none")
+    return parse_gpu_profile(read_document(p, "GPU profile", GpuProfileError, choices), str(p))
 
 
 def scaled_to(profile: GpuProfile, measured: HardwareSpec, target: HardwareSpec) -> GpuProfile:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from batchlab.core import text_input
 from batchlab.core.checks import shown
 from batchlab.core.model_spec import MXFP4_BYTES, ModelSpec
 
@@ -84,8 +85,8 @@ def read_config_file(path: str | Path) -> tuple[dict[str, Any], Path]:
             "repository's config.json and give its folder)")
         raise ValueError(f"{p}: no such file or directory{hub}")
     try:
-        raw = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raw = text_input.loads(text_input.read_text(f))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, text_input.DuplicateKey) as e:
         raise ValueError(f"{f}: not a readable JSON config ({shown(str(e), 80)})") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{f}: a JSON {type(raw).__name__}; expected a config.json object")

@@ -15,12 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from batchlab.core.checks import Count, Finite, NonNegative, Tokens, field_error
 from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.document import parse_document, read_document
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.loop_time import Overhead
 from batchlab.core.shipped import shipped_dir, shipped_profiles
 from batchlab.core.specs import MODELS, ModelSpec
-from batchlab.core import atomic, text_input
+from batchlab.core import atomic
 
 PROFILE_FORMAT = "batchlab-profile"
 # Version 2 added `grid` (how the profile was measured); version 3 the cost terms
@@ -271,14 +272,7 @@ def _fill_max_context(data: dict) -> None:
 
 
 def parse_profile(text: str, where: str = "profile") -> Profile:
-    try:
-        data = text_input.loads(text_input.normalise(text))
-    except json.JSONDecodeError as e:
-        raise ProfileError(f"{where}: not a JSON document ({e.msg} at line {e.lineno})") from None
-    except text_input.DuplicateKey as e:
-        raise ProfileError(f"{where}: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
-        raise ProfileError(f"{where}: not a batchlab profile (no \"format\": \"{PROFILE_FORMAT}\")")
+    data = parse_document(text, where, "profile", PROFILE_FORMAT, ProfileError)
     if data.get("version") not in READABLE_VERSIONS:
         raise ProfileError(f"{where}: profile version {data.get('version')!r}; this batchlab "
                            f"reads versions {', '.join(map(str, READABLE_VERSIONS))} "
@@ -293,13 +287,6 @@ def parse_profile(text: str, where: str = "profile") -> Profile:
 def load_profile(path: str | Path) -> Profile:
     """Read a profile file or a shipped profile's name; ProfileError (one line) otherwise."""
     p = resolve_profile_path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        shipped = ", ".join(["default", *shipped_profiles()])
-        raise ProfileError(f"{p}: profile not found (a file, or one of: {shipped})") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"{p}: not a JSON document (binary data)") from None
-    except OSError as e:
-        raise ProfileError(f"{p}: cannot read profile: {e.strerror}") from None
-    return parse_profile(text, str(p))
+    def choices() -> str:
+        return "a file, or one of: " + ", ".join(["default", *shipped_profiles()])
+    return parse_profile(read_document(p, "profile", ProfileError, choices), str(p))

@@ -131,3 +131,39 @@ def test_a_run_given_twice_is_refused(tmp_path, capsys):
     code, _, err = run_cli(["calibrate", "--from-run", str(d), str(tmp_path / "again"),
                             "--out", str(tmp_path / "p.json")], capsys)
     assert code == 2 and "the same run as" in err and not (tmp_path / "p.json").exists()
+
+
+def test_the_newer_readers_read_one_way_too(tmp_path):
+    """GPU profiles, model configs, request-timing records and operator tables: a BOM and CR
+    line endings read as the plain file; a key or a column given twice is refused, named."""
+    from batchlab.calibration.from_replay.read import read_one
+    from batchlab.calibration.operators.tables import OperatorTableError, read_rows
+    from batchlab.core.gpu_profile import load_gpu_profile, shipped_gpu_dir
+    from batchlab.core.model_config import read_config_file
+    from batchlab.core.specs import PRESET_CONFIGS
+
+    text = (shipped_gpu_dir() / "a100-80gb.json").read_text()
+    (tmp_path / "g.json").write_text("\ufeff" + text.replace("\n", "\r\n"), newline="")
+    assert load_gpu_profile(tmp_path / "g.json") == load_gpu_profile("a100-80gb")
+    (tmp_path / "dup.json").write_text(text.replace('"format":', '"gpu": "x", "format":', 1))
+    with pytest.raises(ValueError, match="key 'gpu' appears twice"):
+        load_gpu_profile(tmp_path / "dup.json")
+
+    cfg = (PRESET_CONFIGS / "batchlab-tiny-moe.json").read_text()
+    (tmp_path / "c.json").write_text("\ufeff" + cfg.replace("\n", "\r"), newline="")
+    assert read_config_file(tmp_path / "c.json")[0] == json.loads(cfg)
+    (tmp_path / "c2.json").write_text(cfg.replace("{", '{"hidden_size": 1, ', 1))
+    with pytest.raises(ValueError, match="hidden_size"):
+        read_config_file(tmp_path / "c2.json")
+
+    rec = {"model_id": "m", "input_lens": [10], "output_lens": [5], "ttfts": [0.1], "itls": [[0.01] * 4],
+           "start_times": [0.0], "errors": [""]}
+    (tmp_path / "r.json").write_text(json.dumps(rec).replace('{"model_id": "m"', '{"model_id": "m", "model_id": "n"'))
+    with pytest.raises(ValueError, match=r"r\.json: key 'model_id' appears twice"):
+        read_one(tmp_path / "r.json")
+
+    (tmp_path / "t.csv").write_text("num_tokens,a,num_tokens\n1,2,3\n")
+    with pytest.raises(OperatorTableError, match=r"t\.csv.*column 'num_tokens' appears twice"):
+        read_rows(tmp_path / "t.csv", ("num_tokens",), "table")
+    (tmp_path / "u.csv").write_text("\ufeffnum_tokens,a\r\n1,2\r\n", newline="")
+    assert read_rows(tmp_path / "u.csv", ("num_tokens",), "table") == [(2, {"num_tokens": "1", "a": "2"})]

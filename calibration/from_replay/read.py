@@ -4,11 +4,11 @@ vllm bench serve (or batchlab replay's result.json); JSON lines with input_lens 
 start_times: SGLang bench_serving. Every problem is a one-line ValueError naming the path."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from batchlab.calibration.from_replay import read_batchlab, read_sglang, read_vllm
 from batchlab.calibration.from_replay.observed import ObservedReplay, check_same, check_usable
+from batchlab.core import text_input
 
 FORMATS = ("batchlab replay --out DIR", "vllm bench serve --save-result --save-detailed JSON",
            "SGLang bench_serving --output-details JSONL")
@@ -21,13 +21,15 @@ def read_one(path: str | Path) -> list[ObservedReplay]:
     if read_batchlab.looks_like(p):
         return read_batchlab.read(p)
     try:
-        text = p.read_text()
+        text = text_input.read_text(p)
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{p}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     if read_sglang.looks_like(p, text):
         return read_sglang.read(p, text)
     try:
-        data = json.loads(text)
+        data = text_input.loads(text)
+    except text_input.DuplicateKey as e:
+        raise ValueError(f"{p}: {e}") from None
     except ValueError as e:
         raise ValueError(f"{p}: not JSON ({e}); expected one of: {'; '.join(FORMATS)}") from None
     if read_vllm.looks_like(data):

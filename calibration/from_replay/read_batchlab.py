@@ -7,10 +7,11 @@ and the end-to-end time stands in for them. A request whose status is not `finis
 from __future__ import annotations
 
 import csv
-import json
+import io
 from pathlib import Path
 
 from batchlab.calibration.from_replay.observed import Builder, ObservedReplay
+from batchlab.core import text_input
 from batchlab.core.run_folder import REQUESTS, find_runs
 
 RESULT = "result.json"  # experiments/commands/replay.py
@@ -22,8 +23,9 @@ def looks_like(path: Path) -> bool:
 
 def _rows(path: Path, where: str) -> list[dict]:
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        reader = csv.DictReader(io.StringIO(text_input.read_text(path)))
+        text_input.check_header(reader.fieldnames or [], f"{where}: {path.name}")
+        rows = list(reader)
     except OSError as e:
         raise ValueError(f"{where}: cannot read {path.name}: {e.strerror}") from None
     need = ("request_id", "arrival_s", "prompt_len", "output_len", "first_token_s", "finish_s", "status")
@@ -39,7 +41,7 @@ def _gaps(directory: Path, where: str) -> list | None:
     if not p.is_file():
         return None
     try:
-        data = json.loads(p.read_text())
+        data = text_input.loads(text_input.read_text(p))
     except (OSError, ValueError) as e:
         raise ValueError(f"{where}: {RESULT} cannot be read ({e})") from None
     itls = data.get("itls") if isinstance(data, dict) else None

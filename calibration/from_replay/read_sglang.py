@@ -11,12 +11,12 @@ start_times cannot be replayed and is refused."""
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from pathlib import Path
 
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.read_vllm import from_object
+from batchlab.core import text_input
 
 DETAILS = ("input_lens", "output_lens", "ttfts", "itls")
 
@@ -24,7 +24,7 @@ DETAILS = ("input_lens", "output_lens", "ttfts", "itls")
 def looks_like(path: Path, text: str) -> bool:
     first = text.lstrip().split("\n", 1)[0]
     try:
-        obj = json.loads(first)
+        obj = text_input.loads(first)
     except ValueError:
         return False
     return isinstance(obj, dict) and "input_lens" in obj and "start_times" not in obj \
@@ -68,7 +68,9 @@ def read(path: Path, text: str) -> list[ObservedReplay]:
             continue
         where = f"{path} line {k}"
         try:
-            data = json.loads(line)
+            data = text_input.loads(line)
+        except text_input.DuplicateKey as e:
+            raise ValueError(f"{where}: {e}") from None
         except ValueError as e:
             raise ValueError(f"{where}: not JSON ({e}); expected one SGLang bench_serving result a line") from None
         if not isinstance(data, dict):

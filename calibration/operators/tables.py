@@ -3,8 +3,11 @@ they are read, so that bad input is one line naming the file, the line and the c
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
+
+from batchlab.core import text_input
 
 
 class OperatorTableError(ValueError):
@@ -23,14 +26,17 @@ def where(path: Path | str, line: int | None = None, column: str | None = None) 
 def read_rows(path: Path, required: tuple[str, ...], what: str) -> list[tuple[int, dict[str, str]]]:
     """(line number, row) of a CSV whose header has every required column."""
     try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise OperatorTableError(f"{where(path, 1)}: missing column {', '.join(missing)} "
-                                         f"(a {what} has {', '.join(required)})")
-            return [(i + 2, row) for i, row in enumerate(reader)]
+        reader = csv.DictReader(io.StringIO(text_input.read_text(path)))
+        header = reader.fieldnames or []
+        try:
+            text_input.check_header(header, where(path, 1))
+        except ValueError as e:
+            raise OperatorTableError(str(e)) from None
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise OperatorTableError(f"{where(path, 1)}: missing column {', '.join(missing)} "
+                                     f"(a {what} has {', '.join(required)})")
+        return [(i + 2, row) for i, row in enumerate(reader)]
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise OperatorTableError(f"{path}: cannot read it as a CSV table ({e})") from None
 
