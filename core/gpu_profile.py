@@ -160,8 +160,12 @@ class GpuProfile(_Strict):
         unknown = set(values) - set(self.params)
         if unknown:
             raise ValueError(f"unknown GPU profile constants {sorted(unknown)}; expected {sorted(self.params)}")
-        params = {n: p.model_copy(update={"value": values[n]}) if n in values else p
-                  for n, p in self.params.items()}
+        params = dict(self.params)
+        for n, v in values.items():  # validated as the profile's own values are (model_copy is not)
+            try:
+                params[n] = Param.model_validate({**params[n].model_dump(), "value": v})
+            except ValidationError:
+                raise ValueError(f"GPU profile constant {n} = {v!r}: expected a finite number > 0") from None
         return self.model_copy(update={"params": params})
 
     def save(self, path: str | Path) -> None:

@@ -164,6 +164,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("layout-pp-above-layers", ["simulate", *N, "--pp", "64"], "pipeline_parallel=64"),
     ("fp8-on-ampere", ["simulate", *N, "--model", "deepseek-v2-lite", "--dtype", "fp8"], "fp8"),
     ("toml-hardware-incomplete", _toml("hardware_incomplete.toml"), "mem_bandwidth_gbs"),
+    ("toml-knob-negative", _toml("knob_negative.toml"), "[hardware] knobs: GPU profile constant compute_efficiency"),
     # -- model directories (run, calibrate) ------------------------------------------------
     ("model-file", ["run", *TINY, "--model", "{bad}/models/not_a_dir.safetensors"], "is a file"),
     ("model-file-calibrate", ["calibrate", "--model", "{bad}/models/not_a_dir.safetensors"], "is a file"),

@@ -86,9 +86,12 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
     knob_values replace profile constants by name (sensitivity: GpuProfile.knobs)."""
     profile, where = gpu_profile_for(cfg)
     h = cfg.hardware
-    try:
-        if knob_values:
+    if knob_values:
+        try:
             profile = profile.with_values(knob_values)
+        except ValueError as e:
+            raise UserError(f"[hardware] knobs: {e}") from None
+    try:
         hw = h.spec()
         model, weights, kv = served_model(cfg, lookup_model(cfg.model.name))
         cost = profile.cost(model, h.tensor_parallel, hw)
