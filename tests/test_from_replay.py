@@ -230,7 +230,7 @@ def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
 def test_front_end_queue_invariants(sends, delay, serial):
     """Arrivals keep the send order, none before its send + delay + serial, and a request
     queued behind another arrives exactly one handling time after it."""
-    from batchlab.calibration.from_replay.predict import FrontEnd
+    from batchlab.core.front_end import FrontEnd
     send = np.sort(np.array(sends))
     arrival, ahead = FrontEnd(delay, serial).arrivals(send)
     assert np.all(np.diff(arrival) >= 0)

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from batchlab.calibration.from_replay.predict import Case, FrontEnd
+from batchlab.calibration.from_replay.predict import Case
 from batchlab.calibration.from_replay.sensitivity import frozen_jacobian
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.front_end import FrontEnd
 
 NOISE = 0.15  # log-ratio sd of one request's timing between served runs (docs/MEASURING: ~12-17%)
 PRIOR_SD = math.log(4.0)  # the prior is trusted to within ~4x either way

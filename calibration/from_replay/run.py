@@ -12,10 +12,11 @@ from batchlab.calibration.from_replay.fit import (FRONT, REQUEST_OVERHEAD, REQUE
                                                   SERIAL_PRIOR, FitResult, fit)
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.observed import ObservedReplay
-from batchlab.calibration.from_replay.predict import Case, FrontEnd, predict
+from batchlab.calibration.from_replay.predict import Case, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, fitted_form_space
 from batchlab.calibration.profile_parts import cost_params, effective
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.profile import PROFILE_VERSION, FitQuality, FrontEndParams, Profile, RegionError
 
 HOLDOUT_SHARE = 0.25  # one replay only: the requests sent last are judged, not fitted

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlab.calibration.from_replay.predict import NO_FRONT_END, Case, FrontEnd, engine_workload
+from batchlab.calibration.from_replay.predict import NO_FRONT_END, Case, engine_workload
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.step_table import step_features
 from batchlab.sim.simulate import simulate
 
