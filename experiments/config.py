@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from batchlab.core import text_input
 from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Positive, Seconds, shown
@@ -145,6 +145,9 @@ class ExperimentConfig(BaseModel):
     hardware: HardwareConfig = HardwareConfig()
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
+    # Scheduler fields the embedded demo set and the user did not (load_experiment): not
+    # the user's choice, nor the engine's default; the assumptions line says whose they are.
+    _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
 
     @field_validator("scheduler")
     @classmethod

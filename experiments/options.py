@@ -189,11 +189,14 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
         # Likewise its SLO: `--slo-e2el-ms` alone must mean that objective alone, not
         # that one added to the default's hidden TTFT and TPOT limits.
         data.get("run", {}).pop("slo", None)
+    demo = set() if args.config else set(data.get("scheduler", {})) - set(overrides.get("scheduler", {}))
     merge(data, overrides)
     try:
-        return build_config(data, where=args.config or "")
+        cfg = build_config(data, where=args.config or "")
     except UserError as e:
         raise UserError(name_flag(str(e), args)) from None
+    cfg._demo_scheduler = frozenset(demo)
+    return cfg
 
 
 # argparse dest -> the option that sets it (filled by experiments.cli.build_parser).

@@ -131,3 +131,14 @@ def test_t_quantiles_match_scipy():
     from batchlab.experiments.repeats import t975
     for df in range(1, 200):
         assert t975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=2e-3)
+
+
+def test_the_demos_seats_are_said_to_be_the_demos(capsys):
+    # The embedded demo sets 32 seats: neither the user's choice nor vLLM's rule, and the
+    # output says whose they are; given on the command line, they are the user's.
+    assert main(["simulate", "--num-requests", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "32 seats" in out
+    assert "max_num_seqs=32: the built-in demo's" in out and "vLLM's rule gives 256" in out
+    assert main(["simulate", "--num-requests", "60", "--max-num-seqs", "32"]) == 0
+    assert "the built-in demo's" not in capsys.readouterr().out
