@@ -62,11 +62,10 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         meta.scheduler_defaults = f"{', '.join(sorted(applied))}: not given, {engine_defaults(hw).why}"
     else:
         meta.scheduler_defaults = "as given" if hw is not None else "batchlab's (profiled device)"
-    if cfg._demo_scheduler:
-        demo = ", ".join(f"{f}={getattr(cfg.scheduler, f)}" for f in sorted(cfg._demo_scheduler))
+    if "max_num_seqs" in cfg._demo_scheduler:
         rule = f" where vLLM's rule gives {engine_defaults(hw).max_num_seqs}" if hw is not None else ""
-        meta.scheduler_defaults += (f"; {demo}: the built-in demo's, sized to show its point{rule} "
-                                    f"(give --max-num-seqs or a --config)")
+        meta.scheduler_defaults += (f"; max_num_seqs={cfg.scheduler.max_num_seqs}: the built-in demo's, "
+                                    f"sized to show its point{rule} (give --max-num-seqs or a --config)")
     if hw is not None and not cfg.scheduler.num_kv_blocks:
         meta.scheduler_defaults += f"; KV pool: {kv_pool_default(cfg.hardware)}"
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
