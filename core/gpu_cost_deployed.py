@@ -73,6 +73,8 @@ def deployed_terms(s: OperatorShapes, b_mem: float, peak: float, b_kv: float, p_
 def all_to_all(allreduce: AllReduce, nbytes: float, gpus: int) -> float:
     """An all-to-all in which each GPU sends nbytes: an all-reduce whose ring moves as
     many bytes per GPU (2 (g - 1)/g of its message)."""
+    if gpus <= 1:
+        return 0.0
     return allreduce.time(nbytes * gpus / (2 * (gpus - 1)), gpus)
 
 
