@@ -6,10 +6,12 @@ docs/performance-lab/gpt-oss-20b/h100.md, deepseek-r1/h200.md and qwen3-235b-a22
 once) against vLLM v0.11.0 (`vllm serve MODEL [-tp N]`, and for Qwen3-235B also the FP8
 checkpoint on TP4 with --max-num-batched-tokens 16384). Each case here is
 simulated with the same lengths, count and arrival (rate inf), the chunked policy with
-the engine defaults batchlab applies for the GPU, and the roofline's default
-efficiencies. Prints a markdown table (docs/results/2026-12-02-moe-published.md).
+the engine defaults batchlab applies for the GPU, under the default pricing (the GPU
+profile of the preset: docs/results/2026-12-02-moe-gpu-form.md) beside the roofline's
+default efficiencies (--cost roofline: docs/results/2026-12-02-moe-published.md). Prints
+a markdown table; --roofline-only prints the roofline's alone (the earlier page's table).
 
-    .venv/bin/python benchmarks/published_moe.py"""
+    PYTHONPATH=. .venv/bin/python benchmarks/published_moe.py [--roofline-only]"""
 from __future__ import annotations
 
 import json
@@ -53,9 +55,10 @@ CASES += [
 KEYS = ("duration", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
 
-def predict(model: str, hardware: str, tp: int, prompt: int, output: int, n: int) -> tuple[float, ...]:
+def predict(model: str, hardware: str, tp: int, prompt: int, output: int, n: int,
+            cost: str = "auto") -> tuple[float, ...]:
     """model: a preset, or PRESET:fp8 for its FP8 checkpoint (fp8 weights, bf16 KV, the
-    optimised run's --max-num-batched-tokens 16384)."""
+    optimised run's --max-num-batched-tokens 16384). cost: auto (the GPU profile) or roofline."""
     model, _, fp8 = model.partition(":")
     extra = ('dtype = "fp8"\nkv_cache_dtype = "bf16"\n', "max_num_batched_tokens = 16384\n") if fp8 else ("", "")
     with tempfile.TemporaryDirectory() as d:
@@ -71,6 +74,7 @@ name = "{model}"
 {extra[0]}[hardware]
 name = "{hardware}"
 tensor_parallel = {tp}
+cost = "{cost}"
 [scheduler]
 policy = "chunked"
 {extra[1]}""")
@@ -88,16 +92,34 @@ policy = "chunked"
         return tuple(summary[k] for k in KEYS)
 
 
+def _cell(a: float, b: float) -> str:
+    return f"{b:,.0f} ({b / a:.2f}x)" if a >= 100 else f"{b:.1f} ({b / a:.2f}x)"
+
+
+def _pub(a: float) -> str:
+    return f"{a:,.0f}" if a >= 100 else f"{a:.1f}"
+
+
 def main_table() -> None:
     print("| case | duration s (pub / sim) | total tok/s (pub / sim) | mean TTFT ms (pub / sim) "
           "| mean TPOT ms (pub / sim) |")
     print("|---|---|---|---|---|")
     for label, model, hw, tp, p, o, n, pub, _ in CASES:
-        sim = predict(model, hw, tp, p, o, n)
-        cells = [f"{a:,.0f} / {b:,.0f} ({b / a:.2f}x)" if a >= 100 else f"{a:.1f} / {b:.1f} ({b / a:.2f}x)"
-                 for a, b in zip(pub, sim)]
+        sim = predict(model, hw, tp, p, o, n, "roofline")
+        cells = [f"{_pub(a)} / {_cell(a, b)}" for a, b in zip(pub, sim)]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
+def both_table() -> None:
+    """Published / GPU profile / roofline, per figure."""
+    print("| case | duration s (pub / GPU form / roofline) | total tok/s | mean TTFT ms | mean TPOT ms |")
+    print("|---|---|---|---|---|")
+    for label, model, hw, tp, p, o, n, pub, _ in CASES:
+        form = predict(model, hw, tp, p, o, n, "gpu-profile")
+        roof = predict(model, hw, tp, p, o, n, "roofline")
+        cells = [f"{_pub(a)} / {_cell(a, b)} / {_cell(a, c)}" for a, b, c in zip(pub, form, roof)]
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
-    main_table()
+    main_table() if "--roofline-only" in sys.argv[1:] else both_table()

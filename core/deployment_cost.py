@@ -224,6 +224,18 @@ def deployment_kv_blocks(model: ModelSpec, hw: HardwareSpec, layout: Layout, blo
 
 def deployment_terms(model: ModelSpec, cost: DeploymentRoofline) -> str:
     """What a MoE / MLA / windowed model's price rests on, in words (the assumptions)."""
+    parts = model_terms(model)
+    if cost.a2a_bytes_per_token:
+        parts.append("EP: an all-to-all dispatch and combine per MoE layer (latency as an all-reduce's)")
+    if cost.stages > 1:
+        parts.append(f"{cost.stages} stages priced as a pipeline round (micro-batches = "
+                     f"min(stages, sequences))")
+    return "; ".join(parts)
+
+
+def model_terms(model: ModelSpec) -> list[str]:
+    """The model's MoE, MLA, window and quantisation terms, in words (the roofline's and
+    the GPU form's assumptions share them)."""
     parts = []
     if model.is_moe:
         shared = ", shared experts" if model.shared_expert_intermediate_size else ""
@@ -231,15 +243,10 @@ def deployment_terms(model: ModelSpec, cost: DeploymentRoofline) -> str:
                      f"{model.moe_layers} layers; weights read = experts the step's tokens touch "
                      f"(uniform routing) + attention{shared}, router")
     if model.is_mla:
-        parts.append(f"MLA: {model.kv_lora_rank + model.qk_rope_head_dim}-wide latent KV, absorbed attention")
+        parts.append(f"MLA: {model.kv_lora_rank + model.qk_rope_head_dim}-wide latent KV, decodes attend absorbed, prefills applied")
     if model.layer_windows:
         parts.append(f"{model.windowed_layers} of {model.num_layers} layers read at most "
                      f"{model.window} tokens")
     if model.quantization:
         parts.append(f"declared {model.quantization} weights")
-    if cost.a2a_bytes_per_token:
-        parts.append("EP: an all-to-all dispatch and combine per MoE layer (latency as an all-reduce's)")
-    if cost.stages > 1:
-        parts.append(f"{cost.stages} stages priced as a pipeline round (micro-batches = "
-                     f"min(stages, sequences))")
-    return "; ".join(parts)
+    return parts

@@ -20,7 +20,11 @@ T up to SMALL_M_ROWS, whole gemm_tile_tokens tiles beyond (gemm_rows). s_ar scal
 all-reduce table (1; sensitivity varies it).
 
 Only the attention terms change along a steady decode run (T and num_seqs stay), so the
-fast-forward's vectorised run is the same arithmetic as step_time, bit for bit."""
+fast-forward's vectorised run is the same arithmetic as step_time, bit for bit.
+
+Mixture-of-experts layers, windowed and latent attention, EP and PP (shapes that are not
+dense: OperatorShapes.is_dense) are priced by core/gpu_cost_deployed.py with the same
+constants; a dense model at TP takes the path below alone."""
 from __future__ import annotations
 
 import bisect
@@ -29,6 +33,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from batchlab.core import gpu_cost_deployed as deployed
 from batchlab.core.cost import FormDefaults, _growing
 from batchlab.core.features import StepFeatures
 from batchlab.core.operator_shapes import Gemm, OperatorShapes
@@ -134,6 +139,12 @@ class GpuCostModel(FormDefaults):
     _gemm_flop: tuple[float, ...] = ()
     _kv_coef: float = 0.0  # layers x seconds per KV token read
     _pair_coef: float = 0.0  # layers x seconds per pair
+    _deployed: deployed.Deployed | None = None  # MoE / MLA / window / EP / PP terms (issue 30)
+
+    @property
+    def window(self) -> int:
+        """The model's sliding window (0: none): the simulator's windowed features read it."""
+        return self.shapes.window_tokens
 
     def _gemm(self, mem: float, flop_per_token: float, tokens: int) -> float:
         rows = gemm_rows(tokens, self.params.gemm_tile_tokens)
@@ -160,10 +171,14 @@ class GpuCostModel(FormDefaults):
         return p.step_s + p.seq_s * num_seqs + s.layers * layer + t_head
 
     def step_time(self, f: StepFeatures) -> float:
+        if self._deployed is not None:
+            return deployed.step_time(self, self._deployed, f)
         base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens)
         return base + (self._kv_coef * f.kv_tokens_read + self._pair_coef * f.attention_pairs)
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
+        if self._deployed is not None:
+            return deployed.decode_run_times(self, self._deployed, f, m)
         kv, pairs = _growing(f, m)
         base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens)
         return base + (self._kv_coef * kv + self._pair_coef * pairs)
@@ -190,8 +205,12 @@ def gpu_cost(shapes: OperatorShapes, params: GpuCostParams, mem_bandwidth: float
     gemm_flop = tuple(g.flops_per_token / peak for g in shapes.gemms)
     kv_coef = shapes.layers * shapes.kv_bytes_per_token / (mem_bandwidth * p.attn_kv_efficiency)
     pair_coef = shapes.layers * shapes.attn_flops_per_pair / (peak_flops_16 * p.attn_pair_efficiency)
+    terms = None
+    if not shapes.is_dense:
+        terms = deployed.deployed_terms(shapes, b_mem, peak, mem_bandwidth * p.attn_kv_efficiency,
+                                        peak_flops_16 * p.attn_pair_efficiency)
     return GpuCostModel(shapes, params, mem_bandwidth, peak_flops, peak_flops_16, allreduce,
-                        gemm_mem, gemm_flop, kv_coef, pair_coef)
+                        gemm_mem, gemm_flop, kv_coef, pair_coef, terms)
 
 
 __all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "gpu_cost", "smooth"]

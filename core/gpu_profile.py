@@ -18,6 +18,7 @@ from batchlab.core.checks import field_error
 from batchlab.core.document import parse_document, read_document
 from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
+from batchlab.core.layout import Layout
 from batchlab.core.operator_shapes import OperatorShapes
 from batchlab.core.shipped import shipped_dir, shipped_profiles
 from batchlab.core.specs import HardwareSpec, ModelSpec
@@ -124,9 +125,9 @@ class GpuProfile(_Strict):
         table = {g: (tuple(b for b, _ in rows), tuple(t for _, t in rows)) for g, rows in c.allreduce.items()}
         return AllReduce(table, c.latency_s, c.bandwidth)
 
-    def cost(self, model: ModelSpec, tensor_parallel: int, hw: HardwareSpec) -> GpuCostModel:
-        """The form for `model` at this TP degree on `hw` (the preset this profile prices:
-        its datasheet bandwidth and peak). A TP that does not split the heads: ValueError."""
+    def cost(self, model: ModelSpec, tensor_parallel: int | Layout, hw: HardwareSpec) -> GpuCostModel:
+        """The form for `model` at this TP degree, or layout, on `hw` (the preset this profile
+        prices: its datasheet bandwidth and peak). A layout that does not fit: ValueError."""
         peak16 = hw.flops_for("bf16")
         peak = hw.flops_for("fp8" if model.dtype_bytes == 1 else "bf16")
         return gpu_cost(OperatorShapes.of(model, tensor_parallel), self.cost_params(),

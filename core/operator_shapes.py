@@ -3,14 +3,19 @@ shape alone (docs/cost-form.md section 2). The GPU cost form (core/gpu_cost.py) 
 these figures; the operator calibration (calibration/operators/) builds the same shapes
 for the models Vidur timed, so a profile fitted on some models prices any other.
 
-Dense Llama-family models here (RMSNorm, RoPE, GQA, SwiGLU); the MoE, MLA, sliding-window
-and pipeline/expert-parallel fields are present and empty (issue 30 fills them)."""
+A dense model on TP alone keeps the shapes the profiles were fitted on (`_dense`, the
+operator calibration's). Anything else (mixture of experts, latent attention, sliding
+windows, a layout with PP, EP or DP attention) is built by core/operator_shapes_deployed.py
+from the model and `Layout.share()`, in core/deployment_cost.py's conventions: the busiest
+stage's share of the layers, routed experts whole (EP) or sliced (TP), KV as the share
+reads it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from batchlab.core.cost import kv_shards
+from batchlab.core.cost import is_plain, kv_shards
+from batchlab.core.layout import Layout
 from batchlab.core.specs import ModelSpec
 
 
@@ -23,12 +28,14 @@ class Gemm(NamedTuple):
 
 
 class ExpertShapes(NamedTuple):
-    """MoE experts on one GPU (issue 30): empty for dense models."""
-    experts: int = 0  # on this GPU
+    """MoE experts on one GPU (issue 30): empty for dense models. One expert is a gated
+    MLP (gate_up, then down: 2/3 and 1/3 of its weights and FLOPs), priced as the two
+    grouped GEMMs engines run over the experts a step's tokens touch."""
+    experts: float = 0  # routed experts per MoE layer on this GPU
     top_k: int = 0
     total: int = 0  # experts in the model
-    expert_bytes: float = 0.0
-    expert_flops_per_token: float = 0.0
+    expert_bytes: float = 0.0  # one expert's weights on this GPU (its slice under TP)
+    expert_flops_per_token: float = 0.0  # one routed token through that slice
 
 
 NO_EXPERTS = ExpertShapes()
@@ -46,17 +53,45 @@ class OperatorShapes:
     allreduces_per_layer: int  # 2 under TP (after attention, after the MLP), else 0
     head: Gemm  # the LM head, priced per sampled row
     dtype_bytes: int = 2  # weights
-    # issue 30: MoE, sliding windows, expert and pipeline parallelism
+    # issue 30: MoE, MLA, sliding windows, expert and pipeline parallelism. Layers of a
+    # MoE model differ: `gemms` (and the fields above) are what every layer runs;
+    # dense_mlp_layers of them add dense_mlp_gemms, moe_layers add moe_gemms (router,
+    # shared experts) and the routed experts. Counts are the busiest stage's share.
     experts: ExpertShapes = NO_EXPERTS
-    window_layers: int = 0
+    window_layers: float = 0  # of `layers`, those that read at most window_tokens
     window_tokens: int = 0
-    all_to_all_bytes_per_token: float = 0.0
-    send_recv_bytes_per_token: float = 0.0
+    all_to_all_bytes_per_token: float = 0.0  # one EP dispatch (or combine) this GPU sends
+    send_recv_bytes_per_token: float = 0.0  # one PP hop
+    dense_mlp_layers: float = 0
+    dense_mlp_gemms: tuple[Gemm, ...] = ()
+    moe_layers: float = 0
+    moe_gemms: tuple[Gemm, ...] = ()
+    prefill_attn_flops_per_pair: float = 0.0  # MLA: a prefill pair's (projections applied)
+    stages: int = 1  # PP
+    sequence_groups: int = 1  # DP attention: GPUs whose attention runs its own sequences
+    expert_parallel: int = 1
+
+    @property
+    def is_dense(self) -> bool:
+        """The shapes the GPU profiles were fitted on: every layer alike, TP alone."""
+        return not (self.moe_layers or self.dense_mlp_layers or self.window_layers or self.stages > 1
+                    or self.sequence_groups > 1 or self.prefill_attn_flops_per_pair)
 
     @classmethod
-    def of(cls, model: ModelSpec, tensor_parallel: int = 1) -> OperatorShapes:
-        """model's per-GPU shapes at this TP degree. A TP that does not split the heads
-        evenly is a ValueError (kv_shards's message)."""
+    def of(cls, model: ModelSpec, layout: Layout | int = 1) -> OperatorShapes:
+        """model's per-GPU shapes under this layout (an int: TP alone). A layout that does
+        not fit the model is a ValueError (Layout.check's one line)."""
+        if isinstance(layout, int):
+            layout = Layout(tp=layout)
+        if is_plain(model, layout):
+            return cls._dense(model, layout.tp)
+        from batchlab.core.operator_shapes_deployed import deployed_shapes  # it builds this class
+        return deployed_shapes(model, layout)
+
+    @classmethod
+    def _dense(cls, model: ModelSpec, tensor_parallel: int) -> OperatorShapes:
+        """A dense model's shapes at this TP degree (what the profiles were fitted on). A
+        TP that does not split the heads evenly is a ValueError (kv_shards's message)."""
         tp = tensor_parallel
         shards = kv_shards(model, tp)
         h, hd, b = model.hidden_size, model.head_dim, model.dtype_bytes

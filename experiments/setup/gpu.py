@@ -1,10 +1,19 @@
 """The GPU-profile setup: a GPU preset priced by the GPU cost form with constants fitted on
 measured operators (core/gpu_profile.py): the preset's shipped profile, or the nearest
 measured GPU's scaled by datasheet ratios. The roofline setup stays for `--cost roofline`,
-for a roofline constant the user gives, and where no profile is shipped."""
+for a roofline constant the user gives, and where no profile is shipped.
+
+Mixtures of experts, latent attention, sliding windows and PP/EP/DP-attention layouts are
+priced by the same profile (core/gpu_cost_deployed.py); their KV capacity is the
+deployment's (core/deployment_cost.py deployment_kv_blocks: the hybrid allocator's rule)."""
 from __future__ import annotations
 
 from batchlab.core.cost import CostModel, allreduces_per_step, is_plain, kv_capacity_blocks
+from batchlab.core.deployment_cost import allreduces_per_step as deployment_allreduces
+from batchlab.core.deployment_cost import model_terms
+from batchlab.core.gpu_profile import Collectives
+from batchlab.core.layout import Layout
+from batchlab.core.model_spec import ModelSpec
 from batchlab.core.gpu_profile import (GpuProfile, GpuProfileError, load_gpu_profile, scaled_to,
                                        shipped_gpu_profiles)
 from batchlab.core.knobs import Knob
@@ -26,30 +35,8 @@ NEAREST = {"h200": "h100-sxm", "l4": "a40"}
 def wants_roofline(cfg: ExperimentConfig) -> bool:
     h = cfg.hardware
     if h.cost == "auto" and h.gpu_profile is None:
-        return (bool(set(ROOFLINE_FIELDS) & h.model_fields_set) or not shipped_gpu_profiles()
-                or beyond_profiles(cfg) is not None)
-    if h.cost == "roofline":
-        return True
-    beyond = beyond_profiles(cfg)
-    if beyond is not None:
-        raise UserError(f"--cost gpu-profile: {beyond}; use --cost roofline (or auto)")
-    return False
-
-
-def beyond_profiles(cfg: ExperimentConfig) -> str | None:
-    """Why a GPU profile cannot price cfg's model and layout (None: it can). The profiles
-    are fitted on dense Llama-style layers at TP: MoE experts, latent attention, windows
-    and PP/EP layouts are the roofline's deployment terms (core/deployment_cost.py)."""
-    try:
-        model = lookup_model(cfg.model.name)
-        layout = cfg.hardware.layout()
-    except ValueError:
-        return None  # the setup that runs reports it
-    if is_plain(model, layout):
-        return None
-    what = ("a mixture of experts" if model.is_moe else "latent attention (MLA)" if model.is_mla
-            else "sliding-window layers" if model.layer_windows else "a PP/EP layout")
-    return f"{cfg.model.name} on this layout has {what}, which the GPU profiles (dense layers at TP) do not price"
+        return bool(set(ROOFLINE_FIELDS) & h.model_fields_set) or not shipped_gpu_profiles()
+    return h.cost == "roofline"
 
 
 def _nearest(hw: HardwareSpec, shipped: list[str]) -> str:
@@ -94,9 +81,11 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
     try:
         hw = h.spec()
         model, weights, kv = served_model(cfg, lookup_model(cfg.model.name))
-        cost = profile.cost(model, h.tensor_parallel, hw)
+        layout = h.layout()
+        cost = profile.cost(model, layout, hw)
         blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization)
+            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization,
+            layout=layout, max_num_seqs=cfg.scheduler.max_num_seqs)
     except ValueError as e:
         raise UserError(str(e)) from None
     if cfg.scheduler.num_kv_blocks:
@@ -110,7 +99,8 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      compute_efficiency=round(p["compute_efficiency"].value, 4),
                      step_overhead_s=p["step_s"].value, gpu_memory_utilization=h.gpu_memory_utilization,
                      weights_dtype=weights, kv_cache_dtype=kv,
-                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel),
+                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel)
+                     if is_plain(model, layout) else round(deployment_allreduces(model, layout)),
                      interconnect=hw.interconnect, interconnect_bandwidth=hw.interconnect_bandwidth,
                      gpu_profile=where, gpu_profile_source=profile.source,
                      gpu_profile_heldout=f"median {held.overall.median:.1%}, p90 {held.overall.p90:.1%} "
@@ -121,7 +111,32 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
         c = profile.collectives
         meta.gpu_profile_allreduce = (f"NCCL all-reduce measured on {h.tensor_parallel} GPUs ({c.interconnect})"
                                       if h.tensor_parallel in c.allreduce else c.fallback)
+    if not layout.is_plain_tp:
+        meta.pipeline_parallel, meta.expert_parallel = layout.pp, layout.ep
+        meta.data_parallel_attention = layout.dp_attention
+    if not is_plain(model, layout):
+        meta.deployment = gpu_form_terms(model, layout, profile.collectives)
     return cost, blocks, meta
+
+
+def gpu_form_terms(model: ModelSpec, layout: Layout, c: Collectives) -> str:
+    """What the GPU form priced beyond a dense layer at TP, in words (the assumptions)."""
+    parts = [f"beyond a dense layer at TP (priced with the fitted constants; the held-out error "
+             f"above is dense layers'): {'; '.join(model_terms(model)) or 'a dense model'}"]
+    if model.is_moe:
+        parts.append("routed experts as two grouped GEMMs (gate_up, down) over the touched experts' "
+                     "weights and the routed rows, on the dense GEMMs' fitted ridge")
+    if layout.ep > 1:
+        where = (f"the NCCL all-reduce table on {layout.ep} GPUs ({c.interconnect})"
+                 if layout.ep in c.allreduce else c.fallback)
+        parts.append(f"EP {layout.ep}: dispatch and combine per MoE layer, each an all-to-all priced as "
+                     f"an all-reduce moving the same bytes per GPU ({where}; no all-to-all measured)")
+    if layout.pp > 1:
+        parts.append(f"PP {layout.pp}: a pipeline round of min(stages, sequences) micro-batches, "
+                     f"{layout.pp - 1} send/recv hops at the profile's collective latency and bandwidth")
+    if layout.dp_attention:
+        parts.append(f"DP attention: whole attention weights, each GPU its 1/{layout.tp} of the sequences")
+    return "; ".join(parts)
 
 
 def gpu_knobs(cfg: ExperimentConfig) -> list[Knob]:

@@ -11,7 +11,7 @@ from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
-from batchlab.experiments.setup.gpu import beyond_profiles, gpu_setup, wants_roofline
+from batchlab.experiments.setup.gpu import gpu_setup, wants_roofline
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
@@ -44,8 +44,6 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     elif wants_roofline(cfg):
         cost, blocks, meta = roofline_setup(cfg)
         hw = cfg.hardware.spec()
-        if cfg.hardware.cost == "auto":
-            meta.roofline_because = beyond_profiles(cfg)
     else:
         cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
         hw = cfg.hardware.spec()
@@ -124,5 +122,6 @@ def gpu_profile_lines(m: SetupMeta) -> list[str]:
     return [f"assumptions: {cost}",
             f"  fitted on {m.gpu_profile_source}",
             f"  held-out per-step error{on}: {m.gpu_profile_heldout}",
+            *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
             f"  scheduler defaults: {m.scheduler_defaults}"]
