@@ -23,7 +23,9 @@ how calibration levels a profile (calibration/serve_fit.py: latencies add steps 
 prices the mean served step, and served steps are skewed slow): a median factor reads a
 run at its calibration's speed as fast, and the normalised simulation then leans fast.
 Steps over CONTENDED x their price (a neighbour took the core) are left out, as
-calibration leaves them out.
+calibration leaves them out; on a machine slower than the profile's (another CPU model
+of the same setup) the price is first scaled by the run's own fast level (fast_level),
+else every step of a run 2x slower than the profile would count as contended.
 
 A run's one factor is its mean level; on a shared VM the level also moves within a run,
 in swings of tens of seconds. `drift` says how much: the same ratio over each
@@ -88,7 +90,7 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
         return MachineSpeed(**out, why="the run had no decode-only step")
     predicted = price(steps, cost, mask)
     measured = np.asarray(steps["duration_s"], float)[mask]
-    ok = (predicted > 0) & (measured <= CONTENDED * predicted)
+    ok = (predicted > 0) & (measured <= CONTENDED * fast_level(measured, predicted) * predicted)
     if not ok.any():
         return MachineSpeed(**out, why="the profile prices its decode steps at 0 s, or every one was contended")
     factor = float(measured[ok].sum() / predicted[ok].sum())
@@ -106,6 +108,16 @@ def machine_speed(steps: dict[str, np.ndarray] | None, cost: CostModel | None,
                            **compute_speed(steps, cost, round(factor, 4))})
 
 
+def fast_level(measured: np.ndarray, predicted: np.ndarray) -> float:
+    """The run's uncontended speed level over the price, at least 1: the 10th percentile of
+    measured/priced (contention only slows steps, so the fastest tenth ran uncontended)."""
+    priced = predicted > 0
+    if not priced.any():
+        return 1.0
+    return max(1.0, float(np.percentile(measured[priced] / predicted[priced], FAST_PERCENTILE)))
+
+
+FAST_PERCENTILE = 10
 MOSTLY_CONTENDED = 0.5  # above this share of candidates dropped, the factor is not the run's speed
 
 
@@ -121,7 +133,7 @@ def describe(ms: MachineSpeed) -> str:
     other = (ms.total_steps or 0) - ms.candidates
     text = (f"{ms.steps} of {ms.total_steps} steps: {other} not {kind} (prefill-bearing, right after a "
             f"prefill or an idle gap, or preempting), {ms.contended} dropped as contended (over "
-            f"{CONTENDED:g}x their price)")
+            f"{CONTENDED:g}x their price at the run's fast level)")
     if ms.candidates and ms.contended > MOSTLY_CONTENDED * ms.candidates:
         text += (f"; WARNING: most {kind} steps were contended, so the machine ran slower than this "
                  f"factor says: all {ms.candidates} of them together ran {ms.all_factor:.2f}x the price")
@@ -157,7 +169,8 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     flops = np.array([at_memory_speed.parts(f)[1] for f in feats], dtype=float)
     memory = total - flops  # the rest, context terms included, scales with the memory side
     measured = np.asarray(steps["duration_s"], float)
-    bound = (flops > 0) & (flops >= COMPUTE_SHARE * total) & (measured <= CONTENDED * total)
+    bound = (flops > 0) & (flops >= COMPUTE_SHARE * total)
+    bound &= measured <= CONTENDED * fast_level(measured[bound], total[bound]) * total
     if bound.sum() < MIN_STEPS:
         return {**out, "compute_steps": int(bound.sum()),
                 "compute_why": f"fewer than {MIN_STEPS} compute-bound steps (prefills of a few "
