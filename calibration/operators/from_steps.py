@@ -14,7 +14,7 @@ from scipy.optimize import least_squares
 from batchlab.calibration.operators.collectives import error_stats
 from batchlab.calibration.operators.fit import _stderr
 from batchlab.calibration.operators.tables import OperatorTableError
-from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.features import FEATURE_NAMES, SELF_PAIRS, StepFeatures, self_pairs_estimate
 from batchlab.core.gpu_profile import FittedOn, GpuProfile, HeldOut, Param
 from batchlab.core.profile import Profile, ProfileError, load_profile
 from batchlab.core.specs import HARDWARE
@@ -30,8 +30,16 @@ class Refined(NamedTuple):
     judged_steps: int
 
 
+def _features(given: dict[str, int]) -> StepFeatures:
+    f = StepFeatures(**{n: given.get(n, 0) for n in FEATURE_NAMES})
+    if SELF_PAIRS not in given:  # measured before the feature: a grid point's chunks, as equal ones
+        f = f._replace(prefill_self_pairs=self_pairs_estimate(f.prefill_tokens, f.num_prefill_seqs,
+                                                              f.prefill_attention_pairs or f.attention_pairs))
+    return f
+
+
 def _steps(measured: Profile, heldout: bool) -> list[tuple[str, StepFeatures, float]]:
-    return [(m.region, StepFeatures(**{n: m.features.get(n, 0) for n in FEATURE_NAMES}), m.median_s)
+    return [(m.region, _features(m.features), m.median_s)
             for m in measured.measurements or [] if m.heldout == heldout]
 
 
