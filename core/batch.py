@@ -67,7 +67,7 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
     kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
-    prefill_seqs = prefill = masked = prefill_pairs = 0
+    prefill_seqs = prefill = masked = prefill_pairs = self_pairs = 0
     decode = b + g
     for i in range(b, len(batch.seqs)):
         seq, s, c = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
@@ -81,9 +81,10 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
             prefill_seqs += 1
             prefill += c
             prefill_pairs += c * s + c * (c + 1) // 2
+            self_pairs += c * (c + 1) // 2
     if not window:
         return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                            after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs)
+                            after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs, self_pairs)
     if g:
         raise ValueError("a windowed model's decodes cannot be grouped (their window reads "
                          "are per sequence): simulate it without fast-forward")
@@ -93,4 +94,4 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
         w_kv += window_reads(c, s, window)
         w_pairs += window_pairs(c, s, window)
     return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                        after_prefill, after_idle, masked, w_kv, w_pairs, prefill_pairs)
+                        after_prefill, after_idle, masked, w_kv, w_pairs, prefill_pairs, self_pairs)

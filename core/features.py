@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
                  "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs",
-                 "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs")
+                 "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs",
+                 "prefill_self_pairs")
 # Features that describe the step's context rather than its batch: 0 in step tables
 # written before they existed.
 CONTEXT_FEATURES = ("after_prefill", "after_idle")
@@ -29,6 +30,10 @@ WINDOW_FEATURES = ("window_kv_tokens_read", "window_attention_pairs")
 # kernel than decodes' (MLA: projections applied, not absorbed). Tables written before it
 # get an estimate (core/run_folder.py).
 PREFILL_PAIRS = "prefill_attention_pairs"
+# The pairs of each prefill chunk with itself (causal), of prefill_attention_pairs: GPU
+# kernels compute the diagonal blocks at a lower rate than pairs against cached keys.
+# Tables written before it get an estimate (self_pairs_estimate).
+SELF_PAIRS = "prefill_self_pairs"
 
 # An idle engine this long (no step running) prices its next step as after_idle. Below
 # it, the gap is the loop's own overhead between two steps (well under 1 ms).
@@ -48,7 +53,9 @@ class StepFeatures(NamedTuple):
     window_kv_tokens_read, window_attention_pairs: the same two counts with every query
     attending at most the model's sliding window of keys (window_reads / window_pairs);
     equal to kv_tokens_read and attention_pairs for a model without windows.
-    prefill_attention_pairs: the part of attention_pairs that prefill chunks attend."""
+    prefill_attention_pairs: the part of attention_pairs that prefill chunks attend.
+    prefill_self_pairs: the part of those that are a chunk's own tokens: c(c+1)/2 per
+    chunk of c tokens, whatever it follows."""
 
     num_seqs: int = 0
     num_prefill_seqs: int = 0
@@ -62,6 +69,7 @@ class StepFeatures(NamedTuple):
     window_kv_tokens_read: int = 0
     window_attention_pairs: int = 0
     prefill_attention_pairs: int = 0
+    prefill_self_pairs: int = 0
 
     @property
     def tokens(self) -> int:
@@ -109,6 +117,27 @@ def masked_pairs_estimate(prefill_tokens: int, prefill_seqs: int) -> int:
     if prefill_seqs <= 1:
         return masked_pairs(prefill_tokens)
     return prefill_seqs * masked_pairs(prefill_tokens // prefill_seqs)
+
+
+def self_pairs_estimate(prefill_tokens: int, prefill_seqs: int, prefill_pairs: int) -> int:
+    """prefill_self_pairs of a step table written before the feature: the step's prefill
+    tokens taken as equal chunks (exact for one chunk a step), never above its prefill pairs."""
+    if prefill_seqs <= 0 or prefill_tokens <= 0:
+        return 0
+    c, extra = divmod(prefill_tokens, prefill_seqs)
+    # extra chunks of c + 1 tokens, the rest of c
+    pairs = (prefill_seqs - extra) * (c * (c + 1) // 2) + extra * ((c + 1) * (c + 2) // 2)
+    return min(pairs, prefill_pairs)
+
+
+def recorded_features(given: dict[str, int]) -> StepFeatures:
+    """A step's features as a profile or step table recorded them: the ones it lacks 0,
+    prefill_self_pairs estimated where it was recorded before that feature."""
+    f = StepFeatures(**{n: given.get(n, 0) for n in FEATURE_NAMES})
+    if SELF_PAIRS not in given:
+        f = f._replace(prefill_self_pairs=self_pairs_estimate(f.prefill_tokens, f.num_prefill_seqs,
+                                                              f.prefill_attention_pairs or f.attention_pairs))
+    return f
 
 
 class StepHistory:

@@ -6,6 +6,7 @@ core/gpu_profile.py).
         + layers * [ c_layer + E_elem / B_row + E_elem * T / B_elem
                      + sum over GEMMs (smooth(W / B_mem, F * rows(T) / P ; k) + c_gemm)
                      + c_attn + a_seq * num_seqs + KV * kv_tokens_read / B_kv + A * pairs / P_attn
+                     + A * (r_self - 1) * prefill_self_pairs / P_attn + a_tok * prefill_tokens
                      + n_ar * s_ar * allreduce(T * hidden * act_bytes, tp) ]
         + smooth(W_head / B_mem, F_head * rows(num_seqs) / P ; k) + c_gemm
     smooth(a, b; k) = (a^k + b^k)^(1/k)
@@ -18,6 +19,11 @@ at 1-64 tokens). c_gemm sits outside the ridge: a launch and a tail that every G
 memory- or compute-bound (measured small GEMMs fall short on both sides alike). rows(T) is
 T up to SMALL_M_ROWS, whole gemm_tile_tokens tiles beyond (gemm_rows). s_ar scales the measured
 all-reduce table (1; sensitivity varies it).
+
+A prefill chunk's own (causal) pairs cost r_self times a pair against cached keys (the
+diagonal blocks are masked, smaller and less pipelined: 2-4x in Vidur's A100 timings),
+and each prefill token a_tok (its query tile's loads, softmax state and output writes).
+r_self = 1 and a_tok = 0 price as a profile without them did.
 
 Only the attention terms change along a steady decode run (T and num_seqs stay), so the
 fast-forward's vectorised run is the same arithmetic as step_time, bit for bit.
@@ -57,6 +63,8 @@ class GpuCostParams:
     seq_s: float  # c_seq: its per-sequence cost
     allreduce_scale: float = 1.0  # the all-reduce table's times x this (sensitivity varies it)
     gemm_tile_tokens: float = 128.0  # past SMALL_M_ROWS a GEMM computes whole tiles of this many rows
+    attn_self_pair_cost: float = 1.0  # r_self: a chunk's own pair costs this many cached-key pairs
+    attn_prefill_token_s: float = 0.0  # a_tok: per prefill token and layer
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -88,7 +96,8 @@ def gemm_rows(tokens: int, tile: float) -> float:
     return tokens if tokens <= SMALL_M_ROWS else math.ceil(tokens / tile) * tile
 
 
-FIXED_COSTS = ("gemm_fixed_s", "layer_fixed_s", "attn_layer_s", "attn_seq_s", "step_s", "seq_s")
+FIXED_COSTS = ("gemm_fixed_s", "layer_fixed_s", "attn_layer_s", "attn_seq_s", "step_s", "seq_s",
+               "attn_prefill_token_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +148,8 @@ class GpuCostModel(FormDefaults):
     _gemm_flop: tuple[float, ...] = ()
     _kv_coef: float = 0.0  # layers x seconds per KV token read
     _pair_coef: float = 0.0  # layers x seconds per pair
+    _self_coef: float = 0.0  # layers x extra seconds per prefill self pair
+    _prefill_coef: float = 0.0  # layers x seconds per prefill token (attention)
     _deployed: deployed.Deployed | None = None  # MoE / MLA / window / EP / PP terms (issue 30)
 
     @property
@@ -170,17 +181,21 @@ class GpuCostModel(FormDefaults):
                             head.flops_per_token / (self.peak_flops * p.compute_efficiency), rows)
         return p.step_s + p.seq_s * num_seqs + s.layers * layer + t_head
 
+    def _prefill_attention(self, f: StepFeatures) -> float:
+        """The prefill chunks' extra attention: constant along a decode run."""
+        return self._self_coef * f.prefill_self_pairs + self._prefill_coef * f.prefill_tokens
+
     def step_time(self, f: StepFeatures) -> float:
         if self._deployed is not None:
             return deployed.step_time(self, self._deployed, f)
-        base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens)
+        base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens) + self._prefill_attention(f)
         return base + (self._kv_coef * f.kv_tokens_read + self._pair_coef * f.attention_pairs)
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         if self._deployed is not None:
             return deployed.decode_run_times(self, self._deployed, f, m)
         kv, pairs = _growing(f, m)
-        base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens)
+        base = self._base(f.num_seqs, f.prefill_tokens + f.decode_tokens) + self._prefill_attention(f)
         return base + (self._kv_coef * kv + self._pair_coef * pairs)
 
     def at_speed(self, memory: float, compute: float | None = None) -> GpuCostModel:
@@ -208,9 +223,11 @@ def gpu_cost(shapes: OperatorShapes, params: GpuCostParams, mem_bandwidth: float
     terms = None
     if not shapes.is_dense:
         terms = deployed.deployed_terms(shapes, b_mem, peak, mem_bandwidth * p.attn_kv_efficiency,
-                                        peak_flops_16 * p.attn_pair_efficiency)
+                                        peak_flops_16 * p.attn_pair_efficiency, p.attn_self_pair_cost,
+                                        p.attn_prefill_token_s)
     return GpuCostModel(shapes, params, mem_bandwidth, peak_flops, peak_flops_16, allreduce,
-                        gemm_mem, gemm_flop, kv_coef, pair_coef, terms)
+                        gemm_mem, gemm_flop, kv_coef, pair_coef, pair_coef * (p.attn_self_pair_cost - 1),
+                        shapes.layers * p.attn_prefill_token_s, terms)
 
 
 __all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "gpu_cost", "smooth"]

@@ -52,12 +52,16 @@ class Deployed(NamedTuple):
     window_kv: float  # windowed layers'
     window_pair: float
     prefill_pair: float  # MLA: a prefill pair's extra (applied less absorbed; negative)
+    self_pair: float  # a prefill chunk's own pair's extra (r_self - 1 times a pair's price)
+    prefill_token: float  # layers x a_tok: a prefill token's attention extra
     head_mem: float
     head_flop: float
 
 
-def deployed_terms(s: OperatorShapes, b_mem: float, peak: float, b_kv: float, p_attn: float) -> Deployed:
+def deployed_terms(s: OperatorShapes, b_mem: float, peak: float, b_kv: float, p_attn: float,
+                   self_pair_cost: float = 1.0, prefill_token_s: float = 0.0) -> Deployed:
     full = s.layers - s.window_layers
+    prefill_pair_flops = s.prefill_attn_flops_per_pair or s.attn_flops_per_pair  # MLA: applied
     return Deployed(
         dense_mlp=tuple((g.weight_bytes / b_mem, g.flops_per_token / peak) for g in s.dense_mlp_gemms),
         moe=tuple((g.weight_bytes / b_mem, g.flops_per_token / peak) for g in s.moe_gemms),
@@ -67,6 +71,8 @@ def deployed_terms(s: OperatorShapes, b_mem: float, peak: float, b_kv: float, p_
         window_pair=s.window_layers * s.attn_flops_per_pair / p_attn,
         prefill_pair=(s.layers * (s.prefill_attn_flops_per_pair - s.attn_flops_per_pair) / p_attn
                       if s.prefill_attn_flops_per_pair else 0.0),
+        self_pair=s.layers * prefill_pair_flops / p_attn * (self_pair_cost - 1),
+        prefill_token=s.layers * prefill_token_s,
         head_mem=s.head.weight_bytes / b_mem, head_flop=s.head.flops_per_token / peak)
 
 
@@ -111,11 +117,14 @@ def stage_base(c: GpuCostModel, d: Deployed, seqs: float, tokens: float) -> floa
     return t + c._gemm(d.head_mem, d.head_flop, seqs)
 
 
-def price(c: GpuCostModel, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv, w_pairs, p_pairs):
+def price(c: GpuCostModel, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv, w_pairs, p_pairs,
+          prefill: float = 0.0):
     """A step's seconds; kv .. p_pairs numbers or numpy arrays alike (decode_run_times),
-    the same arithmetic either way."""
+    the same arithmetic either way; prefill: the chunks' own extra attention (prefill_extra)."""
     p, s = c.params, c.shapes
     attn = d.kv * kv + d.pair * pairs
+    if prefill:
+        attn = attn + prefill
     if d.window_kv or d.window_pair:
         attn = attn + d.window_kv * w_kv + d.window_pair * w_pairs
     if d.prefill_pair:
@@ -130,10 +139,17 @@ def price(c: GpuCostModel, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv,
     return p.step_s + p.seq_s * seqs + pp * stage + (pp - 1) * hop
 
 
+def prefill_extra(d: Deployed, f: StepFeatures) -> float:
+    """The prefill chunks' own pairs and tokens (core/gpu_cost.py docstring): constant
+    along a decode run. A windowed layer's chunk of more than its window is over-priced by
+    the pairs beyond it (a window is thousands of tokens; chunks rarely pass one)."""
+    return d.self_pair * f.prefill_self_pairs + d.prefill_token * f.prefill_tokens
+
+
 def step_time(c: GpuCostModel, d: Deployed, f: StepFeatures) -> float:
     return float(price(c, d, f.num_seqs, f.prefill_tokens + f.decode_tokens, f.kv_tokens_read,
                        f.attention_pairs, f.window_kv_tokens_read, f.window_attention_pairs,
-                       f.prefill_attention_pairs))
+                       f.prefill_attention_pairs, prefill_extra(d, f)))
 
 
 def decode_run_times(c: GpuCostModel, d: Deployed, f: StepFeatures, m: int) -> np.ndarray:
@@ -148,5 +164,5 @@ def decode_run_times(c: GpuCostModel, d: Deployed, f: StepFeatures, m: int) -> n
         w_kv = np.minimum(w_kv, max(cap, f.window_kv_tokens_read))
         w_pairs = np.minimum(w_pairs, max(cap, f.window_attention_pairs))
     t = price(c, d, f.num_seqs, f.prefill_tokens + f.decode_tokens, f.kv_tokens_read + grow,
-              f.attention_pairs + grow, w_kv, w_pairs, f.prefill_attention_pairs)
+              f.attention_pairs + grow, w_kv, w_pairs, f.prefill_attention_pairs, prefill_extra(d, f))
     return np.broadcast_to(t, (m,)).astype(float)

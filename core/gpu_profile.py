@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from batchlab.core import atomic
 from batchlab.core.checks import field_error
 from batchlab.core.document import parse_document, read_document
-from batchlab.core.gpu_cost import AllReduce, GpuCostModel, GpuCostParams, gpu_cost
+from batchlab.core.gpu_cost import FIXED_COSTS, AllReduce, GpuCostModel, GpuCostParams, gpu_cost
 from batchlab.core.knobs import Knob
 from batchlab.core.layout import Layout
 from batchlab.core.operator_shapes import OperatorShapes
@@ -24,7 +24,11 @@ from batchlab.core.shipped import shipped_dir, shipped_profiles
 from batchlab.core.specs import HardwareSpec, ModelSpec
 
 GPU_PROFILE_FORMAT = "batchlab-gpu-profile"
-GPU_PROFILE_VERSION = 1
+GPU_PROFILE_VERSION = 2
+# Version 1 lacked these (the prefill chunks' own pairs and tokens): read with the values
+# that price as version 1 did.
+# value, (low, high) for sensitivity: in-chunk pairs measured at 2-4x on the A100.
+V1_DEFAULTS = {"attn_self_pair_cost": (1.0, (0.5, 4.0)), "attn_prefill_token_s": (0.0, (None, None))}
 
 
 class GpuProfileError(ValueError):
@@ -36,7 +40,7 @@ class _Strict(BaseModel):
 
 
 class Param(_Strict):
-    value: float = Field(gt=0, allow_inf_nan=False)
+    value: float = Field(ge=0, allow_inf_nan=False)  # > 0 but for fixed costs (GpuProfile checks)
     stderr: float | None = Field(None, ge=0, allow_inf_nan=False)  # fitted constants only
     source: str  # "fitted", "assumed: ...", "fitted on a100-80gb, scaled: ..."
     # the range sensitivity varies it over (knobs); None: from stderr and held-out error
@@ -96,7 +100,7 @@ class ScaledFrom(_Strict):
 
 class GpuProfile(_Strict):
     format: Literal["batchlab-gpu-profile"] = GPU_PROFILE_FORMAT
-    version: Literal[1] = GPU_PROFILE_VERSION
+    version: Literal[2] = GPU_PROFILE_VERSION
     gpu: str  # the hardware preset it prices
     source: str  # data set, repository @ commit, licence
     created: str
@@ -115,6 +119,9 @@ class GpuProfile(_Strict):
         if set(v) != want:
             missing, extra = sorted(want - set(v)), sorted(set(v) - want)
             raise ValueError(f"params must be exactly the form's constants: missing {missing}, unknown {extra}")
+        for n, p in v.items():
+            if p.value <= 0 and n not in FIXED_COSTS:  # a rate or ratio of 0 prices nothing
+                raise ValueError(f"{n}.value must be > 0, got {p.value!r}")
         return v
 
     def cost_params(self) -> GpuCostParams:
@@ -150,6 +157,8 @@ class GpuProfile(_Strict):
             p = self.params[name]
             if p.low is not None and p.high is not None:
                 low, high = p.low, p.high
+            elif p.value == 0:  # a fixed cost fitted (or read) as nothing: up to 2 standard errors
+                low, high = 0.0, 2 * (p.stderr or 0)
             else:
                 rel = max(2 * (p.stderr or 0) / p.value, widen)
                 low, high = p.value * (1 - rel), p.value * (1 + rel)
@@ -163,10 +172,15 @@ class GpuProfile(_Strict):
             raise ValueError(f"unknown GPU profile constants {sorted(unknown)}; expected {sorted(self.params)}")
         params = dict(self.params)
         for n, v in values.items():  # validated as the profile's own values are (model_copy is not)
+            fixed = n in FIXED_COSTS
             try:
                 params[n] = Param.model_validate({**params[n].model_dump(), "value": v})
+                ok = fixed or params[n].value > 0
             except ValidationError:
-                raise ValueError(f"GPU profile constant {n} = {v!r}: expected a finite number > 0") from None
+                ok = False
+            if not ok:
+                raise ValueError(f"GPU profile constant {n} = {v!r}: expected a finite number "
+                                 f"{'>= 0' if fixed else '> 0'}")
         return self.model_copy(update={"params": params})
 
     def save(self, path: str | Path) -> None:
@@ -184,13 +198,26 @@ def shipped_gpu_profiles() -> list[str]:
 
 def parse_gpu_profile(text: str, where: str = "GPU profile") -> GpuProfile:
     data = parse_document(text, where, "GPU profile", GPU_PROFILE_FORMAT, GpuProfileError)
+    if data.get("version") == 1:
+        data = _from_v1(data)
     if data.get("version") != GPU_PROFILE_VERSION:
         raise GpuProfileError(f"{where}: GPU profile version {data.get('version')!r}; this batchlab reads "
-                              f"version {GPU_PROFILE_VERSION} (re-run batchlab calibrate --from-operators)")
+                              f"versions 1 and {GPU_PROFILE_VERSION} (re-run batchlab calibrate --from-operators)")
     try:
         return GpuProfile.model_validate(data)
     except ValidationError as e:
         raise GpuProfileError(f"{where}: {field_error(e, 'GPU profile field')}") from None
+
+
+def _from_v1(data: dict) -> dict:
+    """A version-1 document as version 2: the constants it lacks at the values that price
+    as it did (a chunk's own pair as one against cached keys, no per-prefill-token cost)."""
+    params = data.get("params")
+    if isinstance(params, dict):
+        params = {**params, **{n: {"value": v, "source": "not in a version-1 profile: priced as it did",
+                                   "low": lo, "high": hi}
+                               for n, (v, (lo, hi)) in V1_DEFAULTS.items() if n not in params}}
+    return {**data, "version": GPU_PROFILE_VERSION, "params": params}
 
 
 def load_gpu_profile(name_or_path: str | Path) -> GpuProfile:

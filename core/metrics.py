@@ -26,7 +26,8 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seq
                 "prefill_tokens", "decode_tokens", "kv_tokens_read", "attention_pairs",
                 "num_preempted", "kv_blocks_used", "kv_blocks_total", "seats",
                 "cached_blocks", "after_prefill", "after_idle", "masked_pairs",
-                "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs")
+                "window_kv_tokens_read", "window_attention_pairs", "prefill_attention_pairs",
+                "prefill_self_pairs")
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
 FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
@@ -82,7 +83,8 @@ class MetricsRecorder:
                    features.attention_pairs, len(batch.preempted), kv_blocks_used,
                    kv_blocks_total, seats, cached_blocks, features.after_prefill,
                    features.after_idle, features.masked_pairs, features.window_kv_tokens_read,
-                   features.window_attention_pairs, features.prefill_attention_pairs)
+                   features.window_attention_pairs, features.prefill_attention_pairs,
+                   features.prefill_self_pairs)
             for col, value in zip(self._step.values(), row):
                 col.append(value)
 
@@ -136,7 +138,8 @@ class MetricsRecorder:
             return
         const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,
                  "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats,
-                 "cached_blocks": cached_blocks, "masked_pairs": 0, "prefill_attention_pairs": 0}
+                 "cached_blocks": cached_blocks, "masked_pairs": 0, "prefill_attention_pairs": 0,
+                 "prefill_self_pairs": 0}
         varying = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
                    "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
                    "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used,

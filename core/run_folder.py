@@ -29,7 +29,8 @@ from pydantic import ValidationError
 
 from batchlab.core.checks import shown
 from batchlab.core.features import (
-    FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, PREFILL_PAIRS, WINDOW_FEATURES, masked_pairs_estimate)
+    FEATURE_NAMES, IDLE_GAP_S, LATER_FEATURES, PREFILL_PAIRS, SELF_PAIRS, WINDOW_FEATURES, masked_pairs_estimate,
+    self_pairs_estimate)
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core import atomic, text_input
@@ -39,7 +40,7 @@ TABLES = (REQUESTS, STEPS)
 # What a step table must have to be priced again (the later features are derived).
 STEP_COLUMNS = ("start_s", "duration_s") + tuple(n for n in FEATURE_NAMES
                                                   if n not in LATER_FEATURES + WINDOW_FEATURES
-                                                  + (PREFILL_PAIRS,))
+                                                  + (PREFILL_PAIRS, SELF_PAIRS))
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -200,6 +201,9 @@ def read_steps(path: Path, where: str) -> dict[str, np.ndarray]:
         # as their tokens: exact for decode-only steps and first chunks, else a lower bound.
         cols[PREFILL_PAIRS] = np.maximum(
             cols["attention_pairs"] - cols["kv_tokens_read"] + cols["prefill_tokens"], 0.0)
+    if SELF_PAIRS not in cols:  # a table written before it: equal chunks (exact for one a step)
+        cols[SELF_PAIRS] = np.array([float(self_pairs_estimate(int(c), int(n), int(p))) for c, n, p in
+                                     zip(cols["prefill_tokens"], cols["num_prefill_seqs"], cols[PREFILL_PAIRS])])
     if "after_idle" not in cols:
         start, dur = cols["start_s"], cols["duration_s"]
         gap = np.concatenate(([math.inf], start[1:] - (start[:-1] + dur[:-1])))[:start.size]

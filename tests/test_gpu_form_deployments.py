@@ -52,7 +52,7 @@ def prefill(chunk: int, cached: int = 0, window: int = 0, decodes: int = 0, cont
     w_pairs = (window_pairs(chunk, cached, window) + decodes * window_pairs(1, context, window)) if window \
         else pairs + decodes * (context + 1)
     return StepFeatures(1 + decodes, 1, chunk, decodes, kv, pairs + decodes * (context + 1), 0, 0, 0,
-                        w_kv, w_pairs, pairs)
+                        w_kv, w_pairs, pairs, prefill_self_pairs=chunk * (chunk + 1) // 2)
 
 
 # -- a dense model at TP: exactly the pre-issue-30 price ---------------------------------
@@ -60,7 +60,7 @@ def prefill(chunk: int, cached: int = 0, window: int = 0, decodes: int = 0, cont
 def reference_step(model, tp: int, hw, profile, f: StepFeatures) -> float:
     """The form as it priced a dense model at TP before MoE / window / layout terms
     existed, written out from the model (frozen: the shapes and the arithmetic in the
-    order core/gpu_cost.py used)."""
+    order core/gpu_cost.py used), with the prefill chunks' own attention terms."""
     p = profile.cost_params()
     ar = profile.allreduce()
     shards = kv_shards(model, tp)
@@ -87,6 +87,9 @@ def reference_step(model, tp: int, hw, profile, f: StepFeatures) -> float:
     base = p.step_s + p.seq_s * f.num_seqs + model.num_layers * layer + head
     kv_coef = model.num_layers * (2.0 * kv_heads * hd * kv_b) / (hw.mem_bandwidth * p.attn_kv_efficiency)
     pair_coef = model.num_layers * (4.0 * q_heads * hd) / (hw.flops_for("bf16") * p.attn_pair_efficiency)
+    # a chunk's own pairs and tokens (the attention terms of issue 28; 1 and 0: none)
+    base += (pair_coef * (p.attn_self_pair_cost - 1) * f.prefill_self_pairs
+             + model.num_layers * p.attn_prefill_token_s * f.prefill_tokens)
     return base + (kv_coef * f.kv_tokens_read + pair_coef * f.attention_pairs)
 
 

@@ -76,7 +76,7 @@ def document(name="a100-80gb") -> dict:
 
 @pytest.mark.parametrize("change, expected", [
     (lambda d: d.update(format="batchlab-profile"), 'not a batchlab GPU profile'),
-    (lambda d: d.update(version=2), "GPU profile version 2"),
+    (lambda d: d.update(version=3), "GPU profile version 3"),
     (lambda d: d["params"].pop("ridge_k"), "missing ['ridge_k']"),
     (lambda d: d["params"]["mem_efficiency"].update(value=-0.5), "params.mem_efficiency.value"),
     (lambda d: d["collectives"]["allreduce"]["2"].reverse(), "sizes must increase"),

@@ -16,7 +16,7 @@ import argparse
 import statistics
 import sys
 
-from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.features import recorded_features
 from batchlab.core.profile import load_profile
 from batchlab.core.specs import HARDWARE
 from batchlab.experiments.config import ExperimentConfig
@@ -65,7 +65,7 @@ def main() -> None:
         update={"dtype_bytes": 2, "kv_dtype_bytes": 2})  # the GPU form prices 16-bit serving
     cost = gpu_profile.cost(model, 1, HARDWARE[gpu])
     bare = gpu_profile.with_values({"step_s": 1e-12, "seq_s": 1e-12}).cost(model, 1, HARDWARE[gpu])
-    steps = [(m.region, StepFeatures(**{n: m.features.get(n, 0) for n in FEATURE_NAMES}), m.median_s)
+    steps = [(m.region, recorded_features(m.features), m.median_s)
              for m in measured.measurements]
     offset = statistics.median(t - bare.step_time(f) for _, f, t in steps)
     print(f"{args.profile}: {measured.describe()}; {len(steps)} measured steps")

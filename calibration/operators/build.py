@@ -120,8 +120,9 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     params = {n: Param(value=v, stderr=layers.stderr[n], source="fitted") for n, v in layers.values.items()}
     if attn is None:  # no attention timed anywhere: the roofline's view
         for n, v in {"attn_layer_s": 5e-6, "attn_seq_s": 0.2e-6, "attn_kv_efficiency": 0.8,
-                     "attn_pair_efficiency": 0.6}.items():
+                     "attn_pair_efficiency": 0.6, "attn_self_pair_cost": 1.0}.items():
             params[n] = Param(value=v, source="assumed: no attention table", low=v / 2, high=v * 2)
+        params["attn_prefill_token_s"] = Param(value=0.0, source="assumed: no attention table")
     else:
         src = "fitted" if attn_judged else "fitted on another GPU, same datasheet fractions"
         for n, v in attn.values.items():

@@ -18,9 +18,11 @@ LAYER_PARAMS = ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s
                 "elementwise_efficiency", "elementwise_row_efficiency")
 LAYER_START = (0.8, 0.7, 3.0, 5e-6, 10e-6, 0.5, 0.01)
 LAYER_BOUNDS = ((0.05, 0.05, 1.0, 0.0, 0.0, 0.02, 1e-5), (1.5, 1.5, 40.0, 1e-3, 1e-3, 3.0, 1.0))
-ATTN_PARAMS = ("attn_layer_s", "attn_seq_s", "attn_kv_efficiency", "attn_pair_efficiency")
-ATTN_START = (10e-6, 0.2e-6, 0.7, 0.5)
-ATTN_BOUNDS = ((0.0, 0.0, 0.02, 0.02), (1e-3, 1e-4, 3.0, 3.0))
+ATTN_PARAMS = ("attn_layer_s", "attn_seq_s", "attn_kv_efficiency", "attn_pair_efficiency",
+               "attn_self_pair_cost", "attn_prefill_token_s")
+ATTN_START = (10e-6, 0.2e-6, 0.7, 0.5, 2.0, 0.05e-6)
+# r_self from a tenth to ten times a cached-key pair: the kernels' diagonal blocks cost 2-4x
+ATTN_BOUNDS = ((0.0, 0.0, 0.02, 0.02, 0.1, 0.0), (1e-3, 1e-4, 3.0, 3.0, 10.0, 1e-5))
 
 
 class Fitted(NamedTuple):
@@ -130,6 +132,8 @@ class AttentionArrays(NamedTuple):
     seqs: np.ndarray
     kv_bytes: np.ndarray  # bytes read
     pair_flops: np.ndarray
+    self_flops: np.ndarray  # of pair_flops: prefill chunks' own pairs
+    prefill_tokens: np.ndarray
     time_s: np.ndarray
 
     @classmethod
@@ -137,18 +141,23 @@ class AttentionArrays(NamedTuple):
         return cls(np.array([r.num_seqs for r in rows], dtype=float),
                    np.array([r.kv_tokens_read * r.shapes.kv_bytes_per_token for r in rows]),
                    np.array([r.attention_pairs * r.shapes.attn_flops_per_pair for r in rows]),
+                   np.array([r.self_pairs * r.shapes.attn_flops_per_pair for r in rows]),
+                   np.array([r.prefill_tokens for r in rows], dtype=float),
                    np.array([r.time_s for r in rows]))
 
 
 def attention_prices(x: Sequence[float], d: AttentionArrays, bandwidth: float, peak16: float) -> np.ndarray:
-    c, a_seq, kv_eff, pair_eff = x
-    return c + a_seq * d.seqs + d.kv_bytes / (bandwidth * kv_eff) + d.pair_flops / (peak16 * pair_eff)
+    """core/gpu_cost.py's attention terms for one layer."""
+    c, a_seq, kv_eff, pair_eff, self_cost, a_tok = x
+    pair = 1 / (peak16 * pair_eff)
+    return (c + a_seq * d.seqs + d.kv_bytes / (bandwidth * kv_eff) + d.pair_flops * pair
+            + d.self_flops * pair * (self_cost - 1) + a_tok * d.prefill_tokens)
 
 
 def fit_attention(rows: Sequence[AttentionTiming], bandwidth: float, peak16: float) -> Fitted:
     d = AttentionArrays.of(rows)
     log_t = np.log(d.time_s)
-    scale = np.array([1e-6, 1e-7, 0.1, 0.1])
+    scale = np.array([1e-6, 1e-7, 0.1, 0.1, 1.0, 1e-8])
     res = least_squares(lambda x: np.log(attention_prices(x, d, bandwidth, peak16)) - log_t,
                         ATTN_START, bounds=ATTN_BOUNDS, x_scale=scale, method="trf")
     se = _stderr(res, len(res.fun))

@@ -14,7 +14,7 @@ from scipy.optimize import least_squares
 from batchlab.calibration.operators.collectives import error_stats
 from batchlab.calibration.operators.fit import _stderr
 from batchlab.calibration.operators.tables import OperatorTableError
-from batchlab.core.features import FEATURE_NAMES, StepFeatures
+from batchlab.core.features import StepFeatures, recorded_features
 from batchlab.core.gpu_profile import FittedOn, GpuProfile, HeldOut, Param
 from batchlab.core.profile import Profile, ProfileError, load_profile
 from batchlab.core.specs import HARDWARE
@@ -31,7 +31,7 @@ class Refined(NamedTuple):
 
 
 def _steps(measured: Profile, heldout: bool) -> list[tuple[str, StepFeatures, float]]:
-    return [(m.region, StepFeatures(**{n: m.features.get(n, 0) for n in FEATURE_NAMES}), m.median_s)
+    return [(m.region, recorded_features(m.features), m.median_s)
             for m in measured.measurements or [] if m.heldout == heldout]
 
 

@@ -109,6 +109,8 @@ class AttentionTiming(NamedTuple):
     kv_tokens_read: int
     attention_pairs: int
     time_s: float
+    self_pairs: int = 0  # a prefill chunk's pairs with itself (of attention_pairs)
+    prefill_tokens: int = 0
 
 
 ATTENTION_COLUMNS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size",
@@ -135,10 +137,12 @@ def read_attention(path: Path) -> list[AttentionTiming]:
         if prefill:
             chunk = count(path, line, row, "prefill_chunk_size")
             col = "time_stats.attn_prefill.median"
-            kv_read, pairs = n * (cached + chunk), n * (chunk * cached + chunk * (chunk + 1) // 2)
+            own = n * (chunk * (chunk + 1) // 2)
+            kv_read, pairs, tokens = n * (cached + chunk), n * chunk * cached + own, n * chunk
         else:
             col = "time_stats.attn_decode.median"
             kv_read = pairs = n * (cached + 1)
+            own = tokens = 0
         t = time_ms(path, line, row, col)
         for extra in ("time_stats.attn_input_reshape.median", "time_stats.attn_output_reshape.median"):
             if row.get(extra, "") not in ("", None):  # below the timer's resolution: 0
@@ -151,7 +155,7 @@ def read_attention(path: Path) -> list[AttentionTiming]:
             check_repeat(path, line, seen[key][0], col, seen[key][1], t)
         else:
             seen[key] = (line, t)
-            out.append(AttentionTiming(shapes, prefill, n, kv_read, pairs, t))
+            out.append(AttentionTiming(shapes, prefill, n, kv_read, pairs, t, own, tokens))
     return out
 
 
