@@ -110,6 +110,51 @@ class CpuFormModel(FormDefaults):
         c = memory if compute is None else compute
         return CpuFormModel(gpu, self.extras.scaled(memory), self.pair_s * c)
 
+    def parts(self, f: StepFeatures, h: float = 1e-4) -> tuple[float, float]:
+        """step_time(f) without its context terms, split in two: (fixed costs and memory
+        traffic, compute). The GPU form is homogeneous of degree 1 in its two sides'
+        times (smooth() is), so by Euler's theorem the compute side is the derivative of
+        the price along the compute factor (a central difference) and the rest is the
+        memory side; the two add up to the price. Serving refits the two levels
+        (calibration/serve_fit.py)."""
+        if f.num_seqs == 0:
+            return 0.0, 0.0
+        plain = f._replace(after_prefill=0, after_idle=0)
+        t = self.swept().step_time(plain)
+        comp = (self.at_speed(1.0, 1.0 + h).swept().step_time(plain)
+                - self.at_speed(1.0, 1.0 - h).swept().step_time(plain)) / (2 * h)
+        return t - comp, comp
+
+    @property
+    def per_chunk_s(self) -> float:
+        return self.extras.chunk_s
+
+    @property
+    def per_seq_s(self) -> float:
+        return self.gpu.params.seq_s
+
+    @property
+    def after_prefill_s(self) -> float:
+        return self.extras.after_prefill_s
+
+    @property
+    def after_idle_s(self) -> float:
+        return self.extras.after_idle_s
+
+    @property
+    def steady_s(self) -> float:
+        return self.extras.steady_s
+
+    def with_terms(self, per_chunk_s: float, per_seq_s: float, after_prefill_s: float,
+                   after_idle_s: float, steady_s: float) -> CpuFormModel:
+        """The serving refit's terms set (calibration/serve_fit.py refine)."""
+        gpu = self.gpu
+        params = replace(gpu.params, seq_s=per_seq_s)
+        return CpuFormModel(gpu_cost(gpu.shapes, params, gpu.mem_bandwidth, gpu.peak_flops, gpu.peak_flops_16,
+                                     gpu.allreduce),
+                            replace(self.extras, chunk_s=per_chunk_s, after_prefill_s=after_prefill_s,
+                                    after_idle_s=after_idle_s, steady_s=steady_s), self.pair_s)
+
     def swept(self) -> CpuFormModel:
         """As the sweep timed steps: without the steady-decode term."""
         return replace(self, extras=replace(self.extras, steady_s=0.0))

@@ -169,3 +169,33 @@ def test_bad_fit_input_is_refused():
         fit_cpu_form(TINY, ms, 0.0, FLOPS)
     with pytest.raises(ValueError, match="missing"):
         cpu_gpu_params({"step_s": 1.0})
+
+
+@pytest.mark.parametrize("k", [1.0, 5.0])
+def test_the_serving_refit_recovers_served_levels_and_terms_of_the_gpu_form(k):
+    """Exactly where the ridge is a sum (the form is then linear in the two sides' levels,
+    as refine's split assumes); to first order in the levels' change otherwise."""
+    from batchlab.calibration.serve_fit import refine
+    base = cpu_form(TINY, cpu_gpu_params({**TRUE, "ridge_k": k}), READ, FLOPS, EXTRAS)
+    rng = np.random.default_rng(0)
+    feats = []
+    for i in range(240):
+        if i % 3 == 0:
+            c = int(rng.integers(1, 300))
+            feats.append(StepFeatures(1, 1, c, 0, c, c * (c + 1) // 2, after_prefill=i % 2, masked_pairs=c))
+        else:
+            n, kv = int(rng.integers(1, 16)), int(rng.integers(16, 4000))
+            feats.append(StepFeatures(n, 0, 0, n, kv, kv, after_prefill=int(i % 7 == 0), after_idle=int(i % 11 == 0)))
+    truth = base.at_speed(1.3, 1.1).with_terms(base.per_chunk_s + 1e-4, base.per_seq_s, 5e-4, 7e-4, -2e-4)
+    y = np.array([truth.step_time(f) for f in feats])
+    refined, levels = refine(base, feats, y)
+    exact = k == 1.0
+    assert (levels.memory, levels.compute) == pytest.approx((1.3, 1.1), rel=1e-6 if exact else 1e-2)
+    if exact:
+        assert (refined.after_prefill_s, refined.after_idle_s, refined.steady_s) == pytest.approx(
+            (5e-4, 7e-4, -2e-4), rel=1e-6)
+    errors = [refined.step_time(f) / truth.step_time(f) - 1 for f in feats]
+    assert np.median(np.abs(errors)) < (1e-9 if exact else 1e-2)
+    for f in feats[:20]:
+        mem, comp = base.parts(f)
+        assert mem + comp == pytest.approx(base.swept().step_time(f._replace(after_prefill=0, after_idle=0)), rel=1e-9)
