@@ -14,7 +14,7 @@ from batchlab.core.cpu_form_doc import GpuFormParams
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import PROFILE_VERSION, Profile
 
-DEFAULT_FORM = "fitted"
+DEFAULT_FORM = "gpu"
 
 
 def gpu_form_params(f: CpuFormFit) -> GpuFormParams:

@@ -15,7 +15,7 @@ from batchlab.calibration.contention import ContendedCalibration, check_prices
 from batchlab.calibration.cpu_form_fit import fit_cpu_form
 from batchlab.calibration.fit import fit
 from batchlab.calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
-from batchlab.calibration.profile_forms import DEFAULT_FORM
+from batchlab.calibration.profile_forms import DEFAULT_FORM, gpu_form_params
 from batchlab.calibration.profile_parts import cost_params, effective
 from batchlab.calibration.serve_phase import serve
 from batchlab.calibration.served_runs import device_info
@@ -24,7 +24,6 @@ from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_pat
 from batchlab.calibration.timing import ReferenceKernel, measure_roofline
 from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import Shape
-from batchlab.core.cpu_form_doc import GpuFormParams
 from batchlab.core.profile import GridInfo, LoopTime, Profile
 
 if TYPE_CHECKING:
@@ -145,7 +144,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
         cost=cost_params(old_m), fit=gpu.quality if gpu is not None and form == "gpu" else result.quality,
         effective=effective(old_m, roof), form=form,
-        gpu_form=None if gpu is None else GpuFormParams.of(gpu_m, gpu.stderr, gpu.pinned, round(gpu.rms_log, 5)),
+        gpu_form=None if gpu is None else gpu_form_params(gpu).refined(gpu_m),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,
                       target_s=grid.target_s),
         drift_normalisation=normalised, sweep_s=round(sweep_s, 2),

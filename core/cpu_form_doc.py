@@ -65,6 +65,12 @@ class GpuFormParams(BaseModel):
             e = e.scaled(overhead)
         return cpu_form(spec, params, self.read_bandwidth, self.matmul_flops, e)
 
+    def refined(self, m: CpuFormModel) -> GpuFormParams:
+        """The constants of `m` (this form refined on served steps), with this fit's
+        standard errors and pins kept (they are the sweep's)."""
+        stderr = {n: c.stderr for n, c in self if isinstance(c, Constant) and c.stderr is not None}
+        return GpuFormParams.of(m, stderr, dict.fromkeys(self.pinned, 0.0), self.rms_log)
+
     @classmethod
     def of(cls, m: CpuFormModel, stderr: dict[str, float], pinned: dict[str, float],
            rms_log: float | None) -> GpuFormParams:
