@@ -107,7 +107,9 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         gpu, gpu_why = None, str(e)
     form = DEFAULT_FORM if gpu is not None else "fitted"
     m, other = (gpu.model, result.model) if form == "gpu" else (result.model, gpu and gpu.model)
-    check_prices(m, [StepFeatures(**x.features) for x in ms], "the sweep's fit")  # refused, not written
+    for cost in (m, other):  # both land in the profile: either non-physical is refused, not written
+        if cost is not None:
+            check_prices(cost, [StepFeatures(**x.features) for x in ms], "the sweep's fit")
     notes = (f"load average up to {roof.get('load_average', float('nan')):.2f} "
              f"({os.cpu_count()} CPUs) when the roofline was measured, before and after "
              f"the sweep; form {result.model.combine!r} (training mean APE by form: {result.train_mean_ape}); "

@@ -172,6 +172,9 @@ def cpu_form(model: ModelSpec, params: GpuCostParams, read_bandwidth: float, mat
             and math.isfinite(matmul_flops)):
         raise ValueError(f"measured read bandwidth {read_bandwidth!r} and matmul rate {matmul_flops!r} "
                          f"must be positive and finite")
+    if model.is_moe or model.is_mla or model.windowed_layers:
+        raise ValueError(f"model {model.name}: the GPU form's operator shapes cover dense full-attention "
+                         f"models (experts, MLA and windows: issue 30); the old form prices it")
     shapes = OperatorShapes.of(model, 1)
     gpu = gpu_cost(shapes, params, read_bandwidth, matmul_flops, matmul_flops, NO_ALLREDUCE)
     pair_s = shapes.layers * shapes.attn_flops_per_pair / (matmul_flops * params.attn_pair_efficiency)

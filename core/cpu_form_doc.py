@@ -41,7 +41,8 @@ class GpuFormParams(BaseModel):
     after_idle_s: Constant
     steady_s: Constant
     small_rows: list[Finite] = Field(default_factory=list, description="extra seconds at 1, 2, ... rows")
-    pinned: list[str] = Field(default_factory=list, description="constants held, not fitted (and why: notes)")
+    pinned: list[str] = Field(default_factory=list, description="constants the sweep's fit held, not fitted "
+                              "(the serving refit may rescale them with their side)")
     rms_log: NonNegative | None = Field(None, description="rms of log(priced / measured), training steps")
 
     def model(self, spec: ModelSpec, bandwidth: float = 1.0, flops: float = 1.0,

@@ -199,3 +199,32 @@ def test_the_serving_refit_recovers_served_levels_and_terms_of_the_gpu_form(k):
     for f in feats[:20]:
         mem, comp = base.parts(f)
         assert mem + comp == pytest.approx(base.swept().step_time(f._replace(after_prefill=0, after_idle=0)), rel=1e-9)
+
+
+def test_from_run_refines_both_forms_of_a_profile_and_keeps_its_form(tmp_path, capsys):
+    from batchlab.core.cpu_form_doc import GpuFormParams
+    from tests.helpers import run_cli
+    from tests.test_calibrate_from_run import served_dir
+    base = cpu_form(TINY, cpu_gpu_params({**TRUE, "ridge_k": 1.0}), READ, FLOPS, CpuExtras(chunk_s=1e-4))
+    truth = base.at_speed(1.2, 1.1).with_terms(1e-4, TRUE["seq_s"], 6e-4, 1.2e-3, 0.0)
+    d = served_dir(tmp_path / "runs", truth=truth)
+    prof = tmp_path / "p.json"
+    from tests.profiles import make_profile
+    make_profile(version=6, form="gpu", gpu_form=GpuFormParams.of(base, {}, {}, None)).save(prof)
+    code, text, err = run_cli(["calibrate", "--from-run", str(d), "--profile", str(prof), "--out",
+                               str(tmp_path / "o.json"), "--format", "json"], capsys)
+    assert code == 0, err
+    out = load_profile(tmp_path / "o.json")
+    assert out.form == "gpu" and isinstance(out.cost_model(), CpuFormModel)
+    assert isinstance(out.fitted_cost_model(), FittedCostModel)  # the old form refined alongside
+    assert json.loads(text)["heldout"]["all"]["median_ape"] < 0.5  # the GPU form judged, and exact
+    assert out.gpu_form.after_idle_s.value == pytest.approx(1.2e-3, rel=0.05)
+
+
+@pytest.mark.parametrize("change", [{"num_experts": 8, "experts_per_token": 2, "expert_intermediate_size": 256,
+                                     "moe_layers": 6}, {"layer_windows": (64, 0, 64, 0, 64, 0)}])
+def test_a_model_the_gpu_forms_shapes_do_not_cover_is_refused_in_one_line(change):
+    spec = TINY.model_copy(update=change)
+    with pytest.raises(ValueError, match="dense full-attention") as e:
+        fit_cpu_form(spec, synthetic(model()), READ, FLOPS)
+    assert "\n" not in str(e.value)
