@@ -36,9 +36,9 @@ KEYS = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "mean_tpot_ms", "median
 
 def compare(*dirs: str) -> None:
     """Per policy and metric: the real runs' median and spread, then each judgement's
-    simulated value and error (signed %)."""
+    simulated value and error (signed %; normalised to each run's machine speed in brackets)."""
     docs = [json.loads((Path(d) / "rejudged.json").read_text()) for d in dirs]
-    print("policy      metric           real ms  spread  " + "  ".join(f"{Path(d).name:>22}" for d in dirs))
+    print("policy      metric           real ms  spread  " + "  ".join(f"{Path(d).name:>30}" for d in dirs))
     for cells in zip(*(doc["cells"] for doc in docs)):
         rows = [{m["key"]: m for m in c["metrics"]} for c in cells]
         for k in KEYS:
@@ -46,7 +46,8 @@ def compare(*dirs: str) -> None:
                 continue
             r = rows[0][k]
             print(f"{cells[0]['policy']:<11} {k:<15} {r['spread']['median']:9.1f} {r['spread']['range']:6.1%}  "
-                  + "  ".join(f"{row[k]['sim']:9.1f} ms {row[k]['error']:+8.1%}" for row in rows))
+                  + "  ".join(f"{row[k]['sim']:7.1f} ms {row[k]['error']:+7.1%} ({row[k]['error_normalised']:+7.1%})"
+                              for row in rows))
     for d, doc in zip(dirs, docs):
         s = doc["per_step"]
         print(f"{Path(d).name}: per-step median |error| {s['median_ape']:.1%} (real-real {s['real_vs_real']:.1%}, "

@@ -105,10 +105,10 @@ class CpuFormModel(FormDefaults):
         return t
 
     def at_speed(self, memory: float, compute: float | None = None) -> CpuFormModel:
-        """Fixed costs and bytes `memory` times as slow, FLOPs `compute` times (None: as memory)."""
-        gpu = self.gpu.at_speed(memory, compute)
-        c = memory if compute is None else compute
-        return CpuFormModel(gpu, self.extras.scaled(memory), self.pair_s * c)
+        """Fixed costs and bytes `memory` times as slow, FLOPs `compute` times (None: as
+        priced, the CostForm contract and the old form's; GpuCostModel's None is `memory`)."""
+        c = 1.0 if compute is None else compute
+        return CpuFormModel(self.gpu.at_speed(memory, c), self.extras.scaled(memory), self.pair_s * c)
 
     def parts(self, f: StepFeatures, h: float = 1e-4) -> tuple[float, float]:
         """step_time(f) without its context terms, split in two: (fixed costs and memory

@@ -228,3 +228,11 @@ def test_a_model_the_gpu_forms_shapes_do_not_cover_is_refused_in_one_line(change
     with pytest.raises(ValueError, match="dense full-attention") as e:
         fit_cpu_form(spec, synthetic(model()), READ, FLOPS)
     assert "\n" not in str(e.value)
+
+
+def test_at_a_measured_speed_without_a_compute_factor_flops_stay_as_priced():
+    """The CostForm contract (core/cost.py): compute None is the compute side as priced."""
+    cost = model()
+    prefill = StepFeatures(1, 1, 512, 0, 512, 512 * 513 // 2)
+    assert cost.at_speed(2.0).step_time(prefill) == cost.at_speed(2.0, 1.0).step_time(prefill)
+    assert cost.at_speed(2.0).step_time(prefill) < cost.at_speed(2.0, 2.0).step_time(prefill)
