@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from batchlab.core.checks import Finite, NonNegative, Positive
 from batchlab.core.cpu_form import FITTED_GPU, CpuExtras, CpuFormModel, cpu_form, cpu_gpu_params
@@ -45,17 +45,21 @@ class GpuFormParams(BaseModel):
                               "(the serving refit may rescale them with their side)")
     rms_log: NonNegative | None = Field(None, description="rms of log(priced / measured), training steps")
 
+    @model_validator(mode="after")
+    def _usable(self) -> GpuFormParams:
+        for n in ("mem_efficiency", "compute_efficiency", "attn_kv_efficiency", "attn_pair_efficiency"):
+            if getattr(self, n).value <= 0:
+                raise ValueError(f"{n}: {getattr(self, n).value!r}: an efficiency must be > 0")
+        if self.ridge_k.value < 1:
+            raise ValueError(f"ridge_k: {self.ridge_k.value!r}: must be >= 1 (1 is a sum)")
+        return self
+
     def model(self, spec: ModelSpec, bandwidth: float = 1.0, flops: float = 1.0,
               overhead: float = 1.0) -> CpuFormModel:
         """The priced form; the factors make a what-if machine (2.0: twice the memory
         bandwidth / FLOP rate / fixed costs of the one measured). ValueError (one line)
         for constants the form cannot use."""
         v = {n: getattr(self, n).value for n in FITTED_GPU}
-        for n in ("mem_efficiency", "compute_efficiency", "attn_kv_efficiency", "attn_pair_efficiency"):
-            if v[n] <= 0:
-                raise ValueError(f"gpu_form.{n}: {v[n]!r}: an efficiency must be > 0")
-        if v["ridge_k"] < 1:
-            raise ValueError(f"gpu_form.ridge_k: {v['ridge_k']!r}: must be >= 1 (1 is a sum)")
         e = CpuExtras(self.chunk_s.value, self.masked_pair_share.value, self.after_prefill_s.value,
                       self.after_idle_s.value, self.steady_s.value, tuple(self.small_rows))
         params = cpu_gpu_params(v)

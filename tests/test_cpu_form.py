@@ -236,3 +236,17 @@ def test_at_a_measured_speed_without_a_compute_factor_flops_stay_as_priced():
     prefill = StepFeatures(1, 1, 512, 0, 512, 512 * 513 // 2)
     assert cost.at_speed(2.0).step_time(prefill) == cost.at_speed(2.0, 1.0).step_time(prefill)
     assert cost.at_speed(2.0).step_time(prefill) < cost.at_speed(2.0, 2.0).step_time(prefill)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 64), chunk=st.integers(0, 600), kv=st.integers(0, 6000), k=st.floats(1.0, 30.0),
+       ap=st.integers(0, 1))
+def test_the_two_sides_add_up_to_the_price_without_context(n, chunk, kv, k, ap):
+    """parts() splits a step by Euler's theorem: memory + compute = the price without its
+    context terms, and each side is non-negative."""
+    cost = cpu_form(TINY, cpu_gpu_params({**TRUE, "ridge_k": k}), READ, FLOPS, EXTRAS)
+    f = StepFeatures(n + (1 if chunk else 0), 1 if chunk else 0, chunk, n, kv + chunk, kv + chunk * (chunk + 1) // 2,
+                     after_prefill=ap, masked_pairs=chunk)
+    mem, comp = cost.parts(f)
+    assert mem + comp == pytest.approx(cost.swept().step_time(f._replace(after_prefill=0)), rel=1e-9)
+    assert comp > 0 and mem > 0
