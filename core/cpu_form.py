@@ -123,6 +123,7 @@ class CpuFormModel(FormDefaults):
         t = self.swept().step_time(plain)
         comp = (self.at_speed(1.0, 1.0 + h).swept().step_time(plain)
                 - self.at_speed(1.0, 1.0 - h).swept().step_time(plain)) / (2 * h)
+        comp = min(max(comp, 0.0), t)  # rounding of a side ~0 must not leave it negative
         return t - comp, comp
 
     @property
