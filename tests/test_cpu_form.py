@@ -252,3 +252,16 @@ def test_the_two_sides_add_up_to_the_price_without_context(n, chunk, kv, k, ap):
     assert comp >= 0 and mem > 0
     if chunk >= 256:  # a long chunk's GEMMs and attention are compute-bound
         assert comp > 0.1 * (mem + comp)
+
+
+def test_with_noisy_timings_the_constants_land_within_their_standard_errors():
+    """2% log-normal noise on every step (a seeded draw): the well-determined constants
+    come back within 4 standard errors, and the errors are not vanishingly small."""
+    rng = np.random.default_rng(7)
+    ms = [m.model_copy(update={"median_s": m.median_s * float(np.exp(rng.normal(0, 0.02)))})
+          for m in synthetic(model())]
+    f = fit_cpu_form(TINY, ms, READ, FLOPS)
+    for name in ("compute_efficiency", "attn_kv_efficiency", "attn_pair_efficiency", "step_s"):
+        assert abs(f.values[name] - TRUE[name]) < 4 * f.stderr[name], name
+        assert f.stderr[name] > 1e-4 * TRUE[name], name
+    assert 0.01 < f.rms_log < 0.03
