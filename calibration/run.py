@@ -103,7 +103,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     # Both forms are fitted and kept; DEFAULT_FORM prices the profile (calibration/profile_forms.py).
     try:
         gpu, gpu_why = fit_cpu_form(rt.spec, ms, roof["read_bandwidth"], roof["matmul_flops"], spread_pct(ms)), ""
-    except ValueError as e:  # too few points for its constants (a quick grid): the old form alone
+    except ValueError as e:  # too few points (a quick grid), or shapes it lacks (MoE, windows): old form alone
         gpu, gpu_why = None, str(e)
     form = DEFAULT_FORM if gpu is not None else "fitted"
     m, other = (gpu.model, result.model) if form == "gpu" else (result.model, gpu and gpu.model)
