@@ -160,16 +160,24 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
                          f"{', '.join(missing)} (at least 5 each); serve more or other traffic")
     feats = [f for f, ok in zip(feats, positive) if ok]
     train = _select(train, positive)
-    scale = None
+    scale = gpu_form = gpu = None
     if profile is not None:
-        model, scale = refine(profile.cost_model(), feats, train["duration_s"])
+        # both forms the profile carries are refined alike; its own form is judged
+        model, scale = refine(profile.fitted_cost_model(), feats, train["duration_s"])
+        if profile.gpu_form is not None:
+            gpu, gpu_scale = refine(profile.gpu_form.model(profile.model), feats, train["duration_s"])
+            gpu_form = profile.gpu_form.refined(gpu)
+            if profile.form == "gpu":
+                scale = gpu_scale
     else:
         model = _scratch(runs, train)
+    form = profile.form if gpu_form is not None and profile is not None else "fitted"
+    priced = gpu if form == "gpu" else model
     held = _concat(held_t) if held_t else None
-    after = judge_kinds(held, predict(model, step_features(held))) if held else {}
+    after = judge_kinds(held, predict(priced, step_features(held))) if held else {}
     before = (judge_kinds(held, predict(profile.cost_model(), step_features(held)))
               if held and profile is not None else None)
-    train_j = judge_kinds(train, predict(model, feats))
+    train_j = judge_kinds(train, predict(priced, feats))
     meta = runs[0].meta
     base = profile
     gaps = [table_gaps(t) for t in train_t]
@@ -183,6 +191,7 @@ def from_runs(dirs: list[str], profile: Profile | None = None, profile_where: st
         num_kv_blocks=base.num_kv_blocks if base else (1 if meta.num_kv_blocks is None else meta.num_kv_blocks),
         cost=cost_params(model), fit=_quality(train_j, after or None),
         effective=effective(model, _roof(base) if base else {}),
+        gpu_form=gpu_form, form=form,
         grid=base.grid if base else None, drift_normalisation=base.drift_normalisation if base else "none",
         measurements=base.measurements if base else None, runs=fitted_on,
         loop=LoopTime.fitted(loop) or (base.loop if base else None),

@@ -65,7 +65,22 @@ def rates_table(p: Profile) -> str:
                                                     for i, v in enumerate(c.small_rows)) or "none")]
     if p.grid is not None and p.grid.name == "quick":
         lines.append("  (quick grid: a smoke test; these rates are not for use)")
-    return "\n".join(lines)
+    return "\n".join(lines + gpu_form_lines(p))
+
+
+def gpu_form_lines(p: Profile) -> list[str]:
+    """The GPU form's constants (core/cpu_form.py), each with its standard error."""
+    g = p.gpu_form
+    if g is None:
+        return []
+    head = ("prices this profile" if p.form == "gpu" else "fitted too; the form above prices this profile")
+    lines = [f"GPU form ({head}): over the measured read {g.read_bandwidth / 1e9:.1f} GB/s and matmul "
+             f"{g.matmul_flops / 1e9:.0f} GFLOP/s"]
+    for name, c in g:
+        if hasattr(c, "stderr"):
+            err = "pinned" if name in g.pinned else "-" if c.stderr is None else f"+- {c.stderr:.3g}"
+            lines.append(f"  {name:<22}{c.value:12.4g}  {err}")
+    return lines
 
 
 def points_table(p: Profile) -> str:

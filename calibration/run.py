@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Callable
 
 from batchlab.calibration.aggregate import spread_pct, summarize
 from batchlab.calibration.contention import ContendedCalibration, check_prices
+from batchlab.calibration.cpu_form_fit import fit_cpu_form
 from batchlab.calibration.fit import fit
 from batchlab.calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
+from batchlab.calibration.profile_forms import DEFAULT_FORM, gpu_form_params
 from batchlab.calibration.profile_parts import cost_params, effective
 from batchlab.calibration.serve_phase import serve
 from batchlab.calibration.served_runs import device_info
@@ -98,35 +100,53 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     records = [r for r in read_records(path, ident) if r["round"] >= 0]
     ms, normalised = summarize(records, grid, normalise)
     result = fit(Shape.of(rt.spec), ms, 1.0 / roof["read_bandwidth"], spread=spread_pct(ms))
-    m = result.model
-    check_prices(m, [StepFeatures(**x.features) for x in ms], "the sweep's fit")  # refused, not written
+    # Both forms are fitted and kept; DEFAULT_FORM prices the profile (calibration/profile_forms.py).
+    try:
+        gpu, gpu_why = fit_cpu_form(rt.spec, ms, roof["read_bandwidth"], roof["matmul_flops"], spread_pct(ms)), ""
+    except ValueError as e:  # too few points (a quick grid), or shapes it lacks (MoE, windows): old form alone
+        gpu, gpu_why = None, str(e)
+    form = DEFAULT_FORM if gpu is not None else "fitted"
+    m, other = (gpu.model, result.model) if form == "gpu" else (result.model, gpu and gpu.model)
+    for cost in (m, other):  # both land in the profile: either non-physical is refused, not written
+        if cost is not None:
+            check_prices(cost, [StepFeatures(**x.features) for x in ms], "the sweep's fit")
     notes = (f"load average up to {roof.get('load_average', float('nan')):.2f} "
              f"({os.cpu_count()} CPUs) when the roofline was measured, before and after "
-             f"the sweep; form {m.combine!r} (training mean APE by form: {result.train_mean_ape}); "
+             f"the sweep; form {result.model.combine!r} (training mean APE by form: {result.train_mean_ape}); "
              f"drift normalisation: {normalised}; "
              f"{len(records)} timings ({grid.rounds}-{grid.max_rounds} rounds a point, "
              f"~{grid.target_s:g} s of timings each), {grid.warmup} warm-up per point")
-    if m.combine == "sum":
+    if result.model.combine == "sum":
         notes += "; weight read pinned to the measured read bandwidth (not separable from overhead)"
+    notes += (f"; priced by the {form} form; " + (
+        f"GPU form not fitted: {gpu_why}" if gpu is None else
+        f"GPU form fitted too (held-out median |error| {gpu.quality.heldout.median_ape}% against the old "
+        f"form's {result.quality.heldout.median_ape}%"
+        + (", mem_efficiency pinned to the measured read bandwidth" if gpu.pinned else "") + ")"))
     serving = loop = None
     if grid.serve_s > 0:  # steps as serving meets them: refine the sweep's fit to them
         say(f"calibrate: serving phase: ~{grid.serve_s:g} s of synthetic traffic on the backend")
         try:
-            m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed)
+            m, serving, loop, other = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed,
+                                            also=other)
         except ContendedCalibration as e:  # a neighbour's burst often passes: once more
             say(f"calibrate: {e}; serving again once")
-            m, serving, loop = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed + 1)
+            m, serving, loop, other = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed + 1,
+                                            also=other)
         if not serving["fresh_process"]:
             say("calibrate: warning: the serving phase ran in this process (a fresh one could not "
                 "start), where the sweep warmed every prefill shape: its prefills are priced low")
         notes += (f"; refined on {serving['steps']} served steps (serving level against the "
                   f"sweep's: memory x{serving['scale']:.3f}, compute x{serving['compute_scale']:.3f}; "
                   f"fit quality above is the sweep's fit on the sweep's points)")
+    old_m, gpu_m = (other, m) if form == "gpu" else (m, other)
     profile = Profile(
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         model=rt.spec, model_source=meta.model, device=device_info(meta),
         block_size=block_size, num_kv_blocks=rt.kv_blocks(block_size),
-        cost=cost_params(m), fit=result.quality, effective=effective(m, roof),
+        cost=cost_params(old_m), fit=gpu.quality if gpu is not None and form == "gpu" else result.quality,
+        effective=effective(old_m, roof), form=form,
+        gpu_form=None if gpu is None else gpu_form_params(gpu).refined(gpu_m),
         grid=GridInfo(name=grid.name, points=len(grid.points), rounds=grid.rounds,
                       target_s=grid.target_s),
         drift_normalisation=normalised, sweep_s=round(sweep_s, 2),

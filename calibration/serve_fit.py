@@ -28,13 +28,13 @@ term from served steps alone (calibration.fit on one measurement per step), then
 refines it here."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
 from batchlab.core.features import StepFeatures
+from batchlab.core.cpu_form import CpuFormModel
 from batchlab.core.fitted_cost import FittedCostModel, is_steady
 from batchlab.core.step_table import CONTENDED  # a served step over this x its price had its core taken
 
@@ -100,7 +100,8 @@ class Levels(NamedTuple):
         return f"memory x{self.memory:.3f}, compute x{self.compute:.3f}"
 
 
-def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> tuple[FittedCostModel, Levels]:
+def refine(base: FittedCostModel | CpuFormModel, feats: list[StepFeatures],
+           y: np.ndarray) -> tuple[FittedCostModel | CpuFormModel, Levels]:
     """The profile `base` fitted to served steps (see the module docstring): the
     refined model and the fitted levels."""
     parts = np.array([base.parts(f) for f in feats], dtype=float).reshape(-1, 2)  # no context terms
@@ -146,18 +147,19 @@ def refine(base: FittedCostModel, feats: list[StepFeatures], y: np.ndarray) -> t
     comp = float(x[1]) if two else mem
     d_chunk, d_seq, ap, ai, st = (float(v) for v in x[k:])
     m = base.at_speed(mem, comp) if mem > 0 and comp > 0 else base
-    m = replace(m, per_chunk_s=max(0.0, m.per_chunk_s + d_chunk), per_seq_s=max(0.0, m.per_seq_s + d_seq),
-                after_prefill_s=max(0.0, ap), after_idle_s=max(0.0, ai), steady_s=st)
+    m = m.with_terms(max(0.0, m.per_chunk_s + d_chunk), max(0.0, m.per_seq_s + d_seq), max(0.0, ap),
+                     max(0.0, ai), st)
     # The robust fit prices the typical step; latencies add steps up, so they need the
     # mean one (served steps are skewed slow: measured mean / median 1.02-1.09). Re-level
     # to the mean: the steady decodes by their fixed term, then the compute side on the
     # steps with a prefill chunk; contended steps (over CONTENDED x their price) left out.
     r_comp, shift = mean_levels(m, feats, y, compute=two)
     out = m.at_speed(1.0, r_comp)
-    return replace(out, steady_s=m.steady_s + shift), Levels(mem, comp * r_comp)
+    return (out.with_terms(out.per_chunk_s, out.per_seq_s, out.after_prefill_s, out.after_idle_s,
+                           m.steady_s + shift), Levels(mem, comp * r_comp))
 
 
-def mean_levels(m: FittedCostModel, feats: list[StepFeatures], y: np.ndarray,
+def mean_levels(m: FittedCostModel | CpuFormModel, feats: list[StepFeatures], y: np.ndarray,
                 compute: bool = True) -> tuple[float, float]:
     """(factor on the compute side, then seconds added to every steady decode) that make
     `m`'s total time equal the measured total: over the prefill-bearing steps, and over

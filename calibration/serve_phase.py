@@ -21,8 +21,8 @@ from batchlab.calibration.contention import ContendedCalibration, check_prices, 
 from batchlab.calibration.fresh_process import run_fresh
 from batchlab.calibration.serve_fit import judge_kinds, missing_kinds, predict, refine
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost import CostForm
 from batchlab.core.features import StepFeatures
-from batchlab.core.fitted_cost import FittedCostModel
 from batchlab.core.loop_time import Overhead, busy_gaps, fit_gaps
 from batchlab.core.step_table import step_features
 from batchlab.core.workload import Workload
@@ -45,7 +45,7 @@ POLICIES = (("chunked", CHUNK_BUDGET, 1, MAX_OUTPUT), ("chunked", BIG_CHUNK_BUDG
             ("continuous", None, 1, MAX_OUTPUT), ("continuous", None, BURST, BURST_OUTPUT))
 
 
-def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int = 0,
+def workload(model: CostForm, max_prompt: int, seconds: float, seed: int = 0,
              max_context: int | None = None, burst: int = 1, max_output: int = MAX_OUTPUT) -> Workload:
     """About `seconds` of arrivals at LOAD, priced with `model`, `burst` at a time;
     prompt lengths distinct, prompt + output within max_context."""
@@ -75,7 +75,7 @@ def workload(model: FittedCostModel, max_prompt: int, seconds: float, seed: int 
 Served = list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]
 
 
-def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
+def _serve_all(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
                seed: int) -> Served:
     """Per policy (seconds / len(POLICIES) each): its step table, and its busy gaps
     between steps with the next step's sequences (core/loop_time.py)."""
@@ -90,17 +90,19 @@ def _serve_all(runtime: Runtime, model: FittedCostModel, max_prompt: int, second
     return out
 
 
-def _serve_fresh(args: dict, model: FittedCostModel, max_prompt: int, seconds: float,
+def _serve_fresh(args: dict, model: CostForm, max_prompt: int, seconds: float,
                  seed: int) -> Served:
     from batchlab.backend.runtime import Runtime
     return _serve_all(Runtime(**args), model, max_prompt, seconds, seed)
 
 
-def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: float,
-          seed: int = 0, fresh_process: bool = True) -> tuple[FittedCostModel, dict, Overhead]:
+def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
+          seed: int = 0, fresh_process: bool = True,
+          also: CostForm | None = None) -> tuple[CostForm, dict, Overhead, CostForm | None]:
     """Serve the phase's workload under each policy and refine `model` on every step;
-    returns the refined model, what to record in the profile, and the serving loop's
-    time between steps fitted on the phase's busy gaps.
+    returns the refined model, what to record in the profile, the serving loop's time
+    between steps fitted on the phase's busy gaps, and `also` (the profile's other cost
+    form, core/cpu_form.py or core/fitted_cost.py) refined on the same steps (None: none).
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
@@ -122,6 +124,9 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
     check_served(model, feats, y)  # mostly contended steps: refused (calibrate retries once)
     refined, levels = refine(model, feats, y)
     check_prices(refined, feats, "the refit on the serving phase")
+    other = refine(also, feats, y)[0] if also is not None else None
+    if other is not None:
+        check_prices(other, feats, "the other form's refit on the serving phase")
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
             "loop": loop.as_dict(),
@@ -129,4 +134,7 @@ def serve(runtime: Runtime, model: FittedCostModel, max_prompt: int, seconds: fl
                          + (f", {n} requests at a time" if n > 1 else "") for p, b, n, _ in POLICIES],
             "before": judge_kinds(steps, predict(model, feats)),
             "after": judge_kinds(steps, predict(refined, feats))}
-    return refined, info, loop
+    if other is not None:  # the form that does not price the profile, judged alike
+        info["other_form"] = {"before": judge_kinds(steps, predict(also, feats))["all"],
+                              "after": judge_kinds(steps, predict(other, feats))["all"]}
+    return refined, info, loop, other

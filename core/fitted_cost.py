@@ -246,6 +246,13 @@ class FittedCostModel(FormDefaults):
             self.after_prefill_s * overhead, self.after_idle_s * overhead,
             self.s_per_masked_flop / flops, self.steady_s * overhead)
 
+    def with_terms(self, per_chunk_s: float, per_seq_s: float, after_prefill_s: float,
+                   after_idle_s: float, steady_s: float) -> "FittedCostModel":
+        """The serving refit's terms set (calibration/serve_fit.py refine; core/cpu_form.py
+        has the same)."""
+        return replace(self, per_chunk_s=per_chunk_s, per_seq_s=per_seq_s, after_prefill_s=after_prefill_s,
+                       after_idle_s=after_idle_s, steady_s=steady_s)
+
     def swept(self) -> "FittedCostModel":
         """The model as the sweep timed steps: without the steady-decode term (a sweep
         point follows some other shape, never a decode of its own)."""

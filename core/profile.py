@@ -11,10 +11,12 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from batchlab.core.checks import Count, Finite, NonNegative, Tokens, field_error
 from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.cpu_form import CpuFormModel
+from batchlab.core.cpu_form_doc import GpuFormParams
 from batchlab.core.document import parse_document, read_document
 from batchlab.core.fitted_cost import FittedCostModel, Shape
 from batchlab.core.front_end import FrontEnd
@@ -29,9 +31,13 @@ PROFILE_FORMAT = "batchlab-profile"
 # still load, their missing terms 0. Version 4 added s_per_masked_flop (the rate of the
 # pairs attention computes beyond causal) and steady_s (a steady decode's change);
 # versions before it price them at 0. Version 5 added `front_end` (a server's front end,
-# fitted from client timings); versions before it have none.
-PROFILE_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# fitted from client timings); versions before it have none. Version 6 added `gpu_form`
+# (the GPU form's constants fitted on the sweep, core/cpu_form.py) and `form` (which of
+# the two prices the profile); versions before it carry the old form only and are priced
+# by it, as before.
+PROFILE_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+FORMS = ("fitted", "gpu")
 # A fitted rate this many times the machine's measured one: its term fitted to ~0, the
 # grid did not resolve it (recorded as None, reported as such).
 UNRESOLVED_RATIO = 100.0
@@ -165,7 +171,7 @@ class FrontEndParams(BaseModel):
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     format: Literal["batchlab-profile"] = PROFILE_FORMAT
-    version: Literal[1, 2, 3, 4, 5] = PROFILE_VERSION
+    version: Literal[1, 2, 3, 4, 5, 6] = PROFILE_VERSION
     created: str = ""
     model: ModelSpec
     model_source: str = Field("", description="preset name or checkpoint directory")
@@ -191,12 +197,34 @@ class Profile(BaseModel):
     front_end: FrontEndParams | None = Field(
         None, description="the server's front end, where the profile was fitted from client "
         "timings (calibrate --from-replay / --endpoint): simulated before the engine")
+    gpu_form: GpuFormParams | None = Field(
+        None, description="the GPU form's constants fitted on the same steps (core/cpu_form.py); "
+        "absent before version 6")
+    form: Literal["fitted", "gpu"] = Field(
+        "fitted", description="which form prices the profile: fitted (`cost`, core/fitted_cost.py) "
+        "or gpu (`gpu_form`)")
     notes: str = ""
 
+    @model_validator(mode="after")
+    def _form_present(self) -> "Profile":
+        if self.form == "gpu" and self.gpu_form is None:
+            raise ValueError("form 'gpu' needs gpu_form (the GPU form's constants)")
+        if self.gpu_form is not None:
+            self.gpu_form.model(self.model)  # constants the form cannot use: refused on reading
+        return self
+
     def cost_model(self, bandwidth: float = 1.0, flops: float = 1.0,
-                   overhead: float = 1.0) -> FittedCostModel:
-        """The fitted cost model; the factors make a what-if machine (2.0: twice the
-        memory bandwidth / FLOP rate / fixed costs of the one measured)."""
+                   overhead: float = 1.0) -> FittedCostModel | CpuFormModel:
+        """The cost model of the profile's form; the factors make a what-if machine (2.0:
+        twice the memory bandwidth / FLOP rate / fixed costs of the one measured)."""
+        if self.form == "gpu":
+            assert self.gpu_form is not None  # the validator's
+            return self.gpu_form.model(self.model, bandwidth, flops, overhead)
+        return self.fitted_cost_model(bandwidth, flops, overhead)
+
+    def fitted_cost_model(self, bandwidth: float = 1.0, flops: float = 1.0,
+                          overhead: float = 1.0) -> FittedCostModel:
+        """The old form (`cost`), whichever form prices the profile."""
         c = self.cost
         m = FittedCostModel(Shape.of(self.model), c.overhead_s, c.per_seq_s, c.per_chunk_s,
                             c.s_per_weight_byte, c.s_per_flop, c.s_per_kv_byte,

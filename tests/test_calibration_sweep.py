@@ -100,7 +100,10 @@ def test_calibrate_saves_a_loadable_profile(tmp_path):
     assert q.effective.measured_read_bandwidth > 0 and q.effective.measured_matmul_flops > 0
     # the serving phase: steps in context, the sweep's fit refined to them
     assert q.serving["steps"] > 20 and q.serving["after"]["after_idle"]["n"] >= 5
-    assert q.runs == ["calibration serving phase"] and q.version == PROFILE_VERSION == 5
+    assert q.runs == ["calibration serving phase"] and q.version == PROFILE_VERSION == 6
+    # both cost forms fitted and refined on the serving phase; the GPU form prices it
+    assert q.form == "gpu" and q.gpu_form is not None and q.gpu_form.after_idle_s.value >= 0
+    assert "other_form" in q.serving
     lines = measurements_path(out).read_text().splitlines()
     assert all(json.loads(line)["model"] == "batchlab-tiny" for line in lines)
 
