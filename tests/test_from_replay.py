@@ -15,7 +15,7 @@ from batchlab.calibration.from_replay.fit import fit
 from batchlab.calibration.from_replay.predict import Case, predict
 from batchlab.calibration.from_replay.read import read_all, read_one
 from batchlab.calibration.from_replay.settings import parse_metrics
-from batchlab.calibration.from_replay.space import fitted_form_space
+from batchlab.calibration.from_replay.space import fitted_form_space, gpu_form_space, prior_space
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.profile import load_profile
 from tests.serve_helpers import batchlab
@@ -223,6 +223,45 @@ def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
     assert out["settings"]["num_kv_blocks"]["source"] == "the prior profile"
     fitted = load_profile(tmp_path / "fit.json")
     assert fitted.model.name == "llama-3.1-8b" and fitted.device.name == "h100-sxm"
+
+
+def test_cli_gpu_form_prior_is_refitted_in_its_own_constants(tmp_path):
+    """A CPU profile priced by the GPU form (new calibrations are): --from-replay fits the
+    GPU form's constants. Timings simulated from the prior with a 1.5x step cost and a
+    0.6x compute efficiency: the held-out error falls below the prior's, the written
+    profile is priced by the GPU form with constants moved toward that truth, and the
+    old form's `cost` is the prior's, untouched."""
+    from batchlab.calibration.profile_forms import refit
+    from batchlab.core.workload.workload import Workload
+    prior = refit(load_profile("batchlab-tiny-cpu"), "gpu")
+    (tmp_path / "prior.json").write_text(prior.model_dump_json())
+    base = prior.cost_model()
+    space = prior_space(base, prior.model, None)
+    assert set(space.names) >= {"step_s", "compute_efficiency", "mem_efficiency"}
+    truth = space.fitted({"step_s": base.params.step_s * 1.5,
+                          "compute_efficiency": base.params.compute_efficiency * 0.6})
+    sched = SchedulerConfig(max_num_seqs=16, num_kv_blocks=prior.num_kv_blocks)
+    rng = np.random.default_rng(5)
+    for k, rate in enumerate((2, 8, 20)):
+        n = 30
+        w = Workload(np.cumsum(rng.exponential(1 / rate, n)), rng.integers(16, 512, n), rng.integers(4, 48, n))
+        t, tp = predict(Case("t", w, np.zeros(n), np.zeros(n)), sched,
+                        gpu_form_space(truth, prior.model, None).priced({}))
+        out = w.output_len.tolist()
+        d = {"model_id": "batchlab-tiny", "backend": "vllm", "input_lens": w.prompt_len.tolist(),
+             "output_lens": out, "ttfts": t.tolist(), "itls": [[float(g)] * (o - 1) for g, o in zip(tp, out)],
+             "start_times": w.arrival.tolist(), "errors": [""] * n}
+        (tmp_path / f"r{k}.json").write_text(json.dumps(d))
+    r = batchlab("calibrate", "--from-replay", *(str(tmp_path / f"r{k}.json") for k in range(3)),
+                 "--profile", str(tmp_path / "prior.json"), "--max-num-seqs", "16",
+                 "--out", str(tmp_path / "fit.json"), "--format", "json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["heldout"]["tpot_median_pct"] < out["heldout_prior"]["tpot_median_pct"]
+    fitted = load_profile(tmp_path / "fit.json")
+    assert fitted.form == "gpu" and fitted.cost == prior.cost
+    assert fitted.gpu_form.step_s.value > prior.gpu_form.step_s.value
+    assert "GPU form refitted" in fitted.notes
 
 
 @settings(max_examples=60, deadline=None)

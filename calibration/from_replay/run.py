@@ -4,7 +4,7 @@ profile it makes. Every problem is a one-line ValueError."""
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,8 +14,9 @@ from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
-from batchlab.calibration.from_replay.space import ParamSpace, fitted_form_space
+from batchlab.calibration.from_replay.space import ParamSpace, prior_space
 from batchlab.calibration.profile_parts import cost_params, effective
+from batchlab.core.cpu_form import CpuFormModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.profile import PROFILE_VERSION, FitQuality, FrontEndParams, Profile, RegionError
 
@@ -67,6 +68,21 @@ def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
         [c.where for c, h in zip(cases, held) if h]
 
 
+def refitted_form(prior: Profile, model) -> dict:
+    """The profile fields of the refitted form: the GPU form's constants where it priced
+    the prior (the old form's `cost` kept as the prior had it), else the old form's."""
+    if isinstance(model, CpuFormModel):
+        assert prior.gpu_form is not None  # a CpuFormModel prices only a profile carrying it
+        return {"gpu_form": prior.gpu_form.refined(model), "form": "gpu"}
+    return {"cost": cost_params(model), "effective": effective(model, {}), "gpu_form": None, "form": "fitted"}
+
+
+def form_note(model) -> str:
+    if isinstance(model, CpuFormModel):
+        return "the GPU form refitted (the old form's cost: the prior's, not refitted)"
+    return "the old CPU form refitted"
+
+
 def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],
            settings: EngineSettings) -> Errors | None:
     """The per-request error of `values` (the front end's among them, else none)."""
@@ -108,7 +124,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     cases = [Case.of(r) for r in replays]
     check_servable(cases, settings, prior)
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
-    space = fitted_form_space(prior.cost_model(), prior.loop_overhead())
+    space = prior_space(prior.cost_model(), prior.model, prior.loop_overhead())
     sched = settings.scheduler()
     result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space)
     heldout = judged(space, result.values, cases, judge_m, settings)
@@ -122,7 +138,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             one = [np.ones(len(c), bool) & m]
             per_replay.append((c.where, judged(space, result.values, [c], one, settings),
                                judged(space, prior_front, [c], one, settings)))
-    model = replace(prior.cost_model(), **{k: v for k, v in result.values.items() if k in space.names})
+    model = space.fitted(result.values)
     src = heldout or train
 
     def region(ape: float, n: int) -> RegionError:
@@ -138,7 +154,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
     profile = prior.model_copy(update={
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "cost": cost_params(model), "fit": quality, "effective": effective(model, {}),
+        **refitted_form(prior, model), "fit": quality,
         "num_kv_blocks": int(settings.num_kv_blocks.value), "block_size": int(settings.block_size.value),
         "measurements": None, "measurements_path": None, "serving": None, "grid": None, "sweep_s": None, "total_s": None,
         "runs": fitted_on, "version": PROFILE_VERSION,
@@ -147,7 +163,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             f"the engine, and a handling time a request of a burst")),
         "notes": (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
-               f"prior {prior_where}; told by the data: {', '.join(told) or 'none'}; told only in "
+               f"prior {prior_where}; {form_note(model)}; told by the data: {', '.join(told) or 'none'}; told only in "
                f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
                f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
                f"(front_end, simulated before the engine): {ro * 1e3:.1f} ms a request from send "
