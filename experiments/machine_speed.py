@@ -46,6 +46,7 @@ import math
 import numpy as np
 
 from batchlab.core.cost import CostModel
+from batchlab.core.cpu_form import CpuFormModel
 from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
 from batchlab.core.fitted_cost import FittedCostModel
 from batchlab.core.run_meta import MachineSpeed
@@ -161,7 +162,7 @@ def compute_speed(steps: dict[str, np.ndarray], cost: CostModel, factor: float) 
     compute side's speed (module docstring) given the memory side's `factor`;
     compute_factor None (and compute_why) where it cannot be measured."""
     out: dict = {"compute_method": COMPUTE_METHOD, "compute_factor": None, "compute_steps": 0}
-    if not isinstance(cost, FittedCostModel):
+    if not isinstance(cost, (FittedCostModel, CpuFormModel)):  # the CPU forms split their sides
         return {**out, "compute_why": "the profile's cost form does not separate FLOP terms"}
     at_memory_speed = cost.at_speed(factor)
     feats = step_features(steps)

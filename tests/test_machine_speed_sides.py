@@ -67,6 +67,17 @@ def test_a_machine_far_slower_than_the_profiles_is_measured_not_dropped():
     assert ms.compute_factor == pytest.approx(3.0, rel=1e-2) and ms.compute_steps == 12
 
 
+def test_both_sides_are_measured_under_the_gpu_form_of_a_cpu_profile():
+    """A CPU profile priced by the GPU form splits its sides too (CpuFormModel.parts)."""
+    from batchlab.calibration.profile_forms import refit
+    from batchlab.core.profile import load_profile
+    gpu_form = refit(load_profile("batchlab-small-cpu"), "gpu").cost_model()
+    run = table(served([384, 512, 448, 640] * 3), gpu_form.at_speed(1.2, 0.9))
+    ms = machine_speed(run, gpu_form, "test")
+    assert ms.factor == pytest.approx(1.2, rel=2e-3)
+    assert ms.compute_factor == pytest.approx(0.9, rel=1e-2) and ms.compute_steps == 12
+
+
 def test_a_run_without_compute_bound_steps_keeps_the_flop_rates():
     run = table(served([16, 24] * 3), MODEL.at_speed(1.1, 0.8))  # short prompts: memory-bound
     ms = machine_speed(run, MODEL)
