@@ -14,3 +14,7 @@ _checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not os.path.isdir(os.path.join(os.path.dirname(__file__), "core")) and os.path.isfile(
         os.path.join(_checkout, "core", "__init__.py")):
     __path__.append(_checkout)  # a source checkout: batchlab.core is ./core
+
+if os.environ.get("BATCHLAB_PURE", "") not in ("", "0"):  # the pure-Python hot path
+    from batchlab._compiled import force_pure
+    force_pure()

@@ -102,7 +102,9 @@ class Replica:
     def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> tuple[DecodeRun, list]:
         """The group's next k steps priced (the first in `context`), and their start
         times then end times, summed in order as the clock advances when stepping."""
-        run = self.scheduler.group.price(cost, k, context)
+        group = self.scheduler.group
+        assert group is not None  # fast-forward keeps the decodes in a group
+        run = group.price(cost, k, context)
         return run, list(accumulate(run.durations, initial=t0))
 
     def _fast_forward(self, batch: Batch, context: tuple[int, int],
@@ -124,7 +126,7 @@ class Replica:
             # Steps from sensitive_from on must start before the next arrival, which
             # usually comes long before step k: price a guess of the steps up to it
             # first, all k if that falls short.
-            arrival = self.next_arrival()
+            arrival = self.next_arrival() if self.next_arrival is not None else math.inf
             first = cost.step_time(step_features(batch, *context))
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
                      if first > 0 and arrival < math.inf else k)
@@ -140,6 +142,7 @@ class Replica:
             m = k
             run, times = self._run(k, t0, context, cost)
         group, kv = sched.group, sched.kv
+        assert group is not None
         # Spare blocks only: a run never evicts a cached block (which one stepping
         # would evict depends on when finishing members free theirs).
         m = group.kv_steps(m, kv.num_spare)
