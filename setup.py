@@ -65,6 +65,11 @@ class OptionalBuildExt(build_ext):
     """A failed compile (no C compiler, a mypyc error) leaves the pure-Python package:
     every extension is dropped, so that none is half there."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:  # one C file per module: compile them side by side
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         try:
             super().run()

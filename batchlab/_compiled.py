@@ -65,6 +65,22 @@ class PureFinder:
         return None
 
 
+def stale_source(package: str) -> str | None:
+    """In a checkout built in place (pip install -e), the first hot module whose .py changed
+    after the hot path was compiled (its extension would run the old code), else None.
+    package: the folder of batchlab/__init__.py."""
+    libs = [f for f in os.listdir(package) if f.startswith("_hot__mypyc.")]
+    checkout = os.path.dirname(package)
+    if not libs or not os.path.isfile(os.path.join(checkout, "setup.py")):
+        return None
+    built = min(os.stat(os.path.join(package, f)).st_mtime for f in libs)
+    for name in HOT:
+        source = os.path.join(checkout, *name.split(".")[1:]) + ".py"
+        if os.path.isfile(source) and os.stat(source).st_mtime > built:
+            return os.path.relpath(source, checkout)
+    return None
+
+
 def force_pure() -> None:
     if PureFinder not in sys.meta_path:
         sys.meta_path.insert(0, PureFinder)

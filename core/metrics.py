@@ -48,6 +48,7 @@ class MetricsRecorder:
         self._seat_fraction = 0.0
         self._kv_fraction = 0.0
         self._preemptions = 0
+        self.decisions = 0  # engine iterations recorded: a step, or a fast-forward run
         self.itl_gap = array("d")  # inter-token gaps, seconds ...
         self.itl_count = array("q")  # ... and how many tokens had each
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
@@ -83,6 +84,7 @@ class MetricsRecorder:
                 seq.last_token = end
         self._maybe_fold()
         self._num_steps += 1
+        self.decisions += 1
         self._seat_fraction += features.num_seqs / seats
         self._kv_fraction += kv_blocks_used / kv_blocks_total
         self._preemptions += len(batch.preempted)
@@ -143,6 +145,7 @@ class MetricsRecorder:
             self.itl_count.extend(num_seqs[1:])
         self._maybe_fold()
         self._num_steps += m
+        self.decisions += 1
         self._seat_fraction += sum(num_seqs) / seats
         self._kv_fraction += sum(kv_blocks_used) / kv_blocks_total
         if self._step is None:
