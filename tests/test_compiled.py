@@ -36,10 +36,12 @@ def _compiled_in(pure: bool) -> list[str]:
 def _is_built() -> bool:
     """Whether the build left an extension beside any hot module's source."""
     import importlib.machinery
-    import importlib.util
-    spec = importlib.util.find_spec("batchlab.core.kv")
-    folder = Path(spec.origin).parent
-    return any((folder / ("kv" + s)).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+    import batchlab.core
+    # The package's folder, not kv.__file__: a compiled module names a path beside the
+    # shared library, which an in-place build does not put in the package.
+    return any((Path(folder) / ("kv" + s)).exists() for folder in batchlab.core.__path__
+               for s in importlib.machinery.EXTENSION_SUFFIXES)
 
 
 def test_the_install_runs_the_hot_path_compiled_where_it_was_built():
