@@ -3,9 +3,10 @@ calibration fits the linear form to measured backend steps."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from batchlab.core.features import FEATURE_NAMES, StepFeatures
 from batchlab.core.layout import Layout
@@ -54,6 +55,7 @@ def stretch_times(cost: CostModel, n: int, kv0: int, m: int) -> list[float]:
     return cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py): other forms extend it
 class FormDefaults:
     """The CostModel methods most forms share: decode stretches priced by stretch_times,
     one level whatever the clock (at: itself), and at a measured speed every step slowed
@@ -61,13 +63,13 @@ class FormDefaults:
     __slots__ = ()
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        return stretch_times(self, n, kv0, m)
+        return stretch_times(cast(CostModel, self), n, kv0, m)
 
     def at(self, now: float) -> CostModel:
-        return self
+        return cast(CostModel, self)
 
     def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
-        return Slowed(self, memory)
+        return Slowed(cast(CostModel, self), memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +155,12 @@ def attention_window(cost: CostModel) -> int:
     """The sliding window of the model `cost` prices (0: none), through any wrappers
     (CostAtSpeed, Slowed: their `base`): the simulator computes the windowed step
     features with it."""
-    while cost is not None:
-        window = getattr(cost, "window", 0)
+    wrapped: object = cost
+    while wrapped is not None:
+        window = getattr(wrapped, "window", 0)
         if window:
             return window
-        cost = getattr(cost, "base", None)
+        wrapped = getattr(wrapped, "base", None)
     return 0
 
 
@@ -280,7 +283,7 @@ class LinearCostModel(FormDefaults):
         kv, pairs = _growing(f, m)
         grown = {"kv_tokens_read": kv, "attention_pairs": pairs}
         later = f._replace(after_prefill=0, after_idle=0)  # the context is the first step's
-        total = 0
+        total: Any = 0  # a number or an array (compiled: not checked as an int)
         for n, c in self.coef.items():
             total = total + c * grown.get(n, getattr(later, n))
         t = self.intercept + np.broadcast_to(total, (m,)).astype(float)

@@ -157,7 +157,8 @@ class BlockManager:
         refs = self.cache.refs
         if not refs:
             return [len(t) for t in tables]
-        u, dropped, out = self.unit, {}, []
+        u, out = self.unit, []
+        dropped: dict[int, int] = {}
         for t in tables:
             n = len(t)
             for i in range(0, len(t) - u + 1, u):

@@ -41,12 +41,24 @@ class MetricsRecorder:
     def __init__(self, record_steps: bool = True) -> None:
         self._req = {c: _column(c) for c in REQUEST_COLUMNS}
         self._req_append = [col.append for col in self._req.values()]
-        self._step = {c: _column(c) for c in STEP_COLUMNS} if record_steps else None
-        # Running totals over steps: what the summary needs when there is no step table.
-        self.totals = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}
+        self._step: dict[str, array] | None = (
+            {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
+        # Running totals over steps: what the summary needs when there is no step table
+        # (typed: compiled, a dict of floats would make the counts floats).
+        self._num_steps = 0
+        self._seat_fraction = 0.0
+        self._kv_fraction = 0.0
+        self._preemptions = 0
+        self.decisions = 0  # engine iterations recorded: a step, or a fast-forward run
         self.itl_gap = array("d")  # inter-token gaps, seconds ...
         self.itl_count = array("q")  # ... and how many tokens had each
-        self._itl_hist = None if record_steps else GapHistogram()
+        self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
+
+    @property
+    def totals(self) -> dict[str, int | float]:
+        """num_steps, seat_fraction and kv_fraction (summed over steps), preemptions."""
+        return {"num_steps": self._num_steps, "seat_fraction": self._seat_fraction,
+                "kv_fraction": self._kv_fraction, "preemptions": self._preemptions}
 
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
@@ -72,13 +84,14 @@ class MetricsRecorder:
                     self.itl_count.append(1)
                 seq.last_token = end
         self._maybe_fold()
-        t = self.totals
-        t["num_steps"] += 1
-        t["seat_fraction"] += features.num_seqs / seats
-        t["kv_fraction"] += kv_blocks_used / kv_blocks_total
-        t["preemptions"] += len(batch.preempted)
+        self._num_steps += 1
+        self.decisions += 1
+        self._seat_fraction += features.num_seqs / seats
+        self._kv_fraction += kv_blocks_used / kv_blocks_total
+        self._preemptions += len(batch.preempted)
         if self._step is not None:
-            row = (replica, start, end - start, features.num_seqs, features.num_prefill_seqs,
+            # object: compiled, a tuple of ints and floats would iterate as floats
+            row: tuple[object, ...] = (replica, start, end - start, features.num_seqs, features.num_prefill_seqs,
                    features.prefill_tokens, features.decode_tokens, features.kv_tokens_read,
                    features.attention_pairs, len(batch.preempted), kv_blocks_used,
                    kv_blocks_total, seats, cached_blocks, features.after_prefill,
@@ -105,6 +118,7 @@ class MetricsRecorder:
         """Gaps of the decode group's tokens stamped `end` (core/decode_group.py): the
         members that took part in the group's last step share its token time."""
         group, fresh = batch.group, batch.group_fresh
+        assert group is not None  # a batch with group decodes names its group
         old = batch.group_decodes - len(fresh)
         if old and group.last != start:
             self.itl_gap.append(end - group.last)
@@ -125,22 +139,24 @@ class MetricsRecorder:
         of record_step."""
         m = len(num_seqs)
         self._group_gaps(times[0], times[1], batch)
-        batch.group.last = times[m]
+        group = batch.group
+        assert group is not None
+        group.last = times[m]
         if m > 1:  # everyone in step j >= 2 was in step j - 1
             self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
             self.itl_count.extend(num_seqs[1:])
         self._maybe_fold()
-        t = self.totals
-        t["num_steps"] += m
-        t["seat_fraction"] += sum(num_seqs) / seats
-        t["kv_fraction"] += sum(kv_blocks_used) / kv_blocks_total
+        self._num_steps += m
+        self.decisions += 1
+        self._seat_fraction += sum(num_seqs) / seats
+        self._kv_fraction += sum(kv_blocks_used) / kv_blocks_total
         if self._step is None:
             return
         const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,
                  "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats,
                  "cached_blocks": cached_blocks, "masked_pairs": 0, "prefill_attention_pairs": 0,
                  "prefill_self_pairs": 0}
-        varying = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
+        varying: dict[str, list] = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
                    "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
                    "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used,
                    # grouped decodes are a window-free model's: windowed = full
@@ -155,7 +171,7 @@ class MetricsRecorder:
         appends = self._req_append
         for seq in seqs:
             r = seq.request
-            row = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
+            row: tuple[object, ...] = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
                    seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
                    seq.status.value, seq.reject_reason, seq.cached_tokens)
             for append, v in zip(appends, row):
@@ -167,7 +183,7 @@ class MetricsRecorder:
 
     @property
     def num_steps(self) -> int:
-        return self.totals["num_steps"]
+        return self._num_steps
 
     def request_table(self) -> dict[str, np.ndarray]:
         """Columns as arrays, sorted by request id; unset times are NaN. (Built a column
@@ -196,7 +212,9 @@ class MetricsRecorder:
             self._fold()
 
     def _fold(self) -> None:
-        self._itl_hist.add(_np(self.itl_gap), _np(self.itl_count))
+        hist = self._itl_hist
+        assert hist is not None
+        hist.add(_np(self.itl_gap), _np(self.itl_count))
         self.itl_gap, self.itl_count = array("d"), array("q")
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:

@@ -63,37 +63,40 @@ class Replica:
         env, sched, rec = self.env, self.scheduler, self.recorder
         seats, kv = sched.max_seqs, sched.kv
         while True:
-            batch = sched.schedule(env.now)
+            now = env.now  # read once: a property call into SimPy each time
+            batch = sched.schedule(now)
             if batch.is_empty:
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 self._wake = env.event()
-                wakeup = sched.next_wakeup(env.now)
+                wakeup = sched.next_wakeup(now)
                 if wakeup is None:
                     yield self._wake
                 else:
-                    yield self._wake | env.timeout(max(0.0, wakeup - env.now))
+                    yield self._wake | env.timeout(max(0.0, wakeup - now))
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
-            context = self.history.context(env.now)
-            cost = self.cost.at(env.now)  # the price where the level moves with the clock
+            context = self.history.context(now)
+            cost = self.cost.at(now)  # the price where the level moves with the clock
             run = self._fast_forward(batch, context, cost) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
-                yield env.timeout(end - env.now)
-                self.history.ran(env.now, False)
-                sched.retire(finished, env.now)
+                yield env.timeout(end - now)
+                now = env.now
+                self.history.ran(now, False)
+                sched.retire(finished, now)
             else:
                 features = step_features(batch, *context, window=self.window)
                 kv_used, cached = kv.num_used, kv.num_cached
-                start = env.now
+                start = now
                 yield env.timeout(cost.step_time(features))
-                self.history.ran(env.now, features.num_prefill_seqs > 0)
-                finished = sched.complete(batch, env.now)
-                rec.record_step(self.index, start, env.now, batch, features,
+                now = env.now
+                self.history.ran(now, features.num_prefill_seqs > 0)
+                finished = sched.complete(batch, now)
+                rec.record_step(self.index, start, now, batch, features,
                                 kv_used, kv.num_blocks, seats, cached)
                 if self.observer:
-                    self.observer(self.index, start, env.now - start, batch)
+                    self.observer(self.index, start, now - start, batch)
             if finished:
                 self._finish(finished)
                 if self.closed_loop:
@@ -102,7 +105,9 @@ class Replica:
     def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> tuple[DecodeRun, list]:
         """The group's next k steps priced (the first in `context`), and their start
         times then end times, summed in order as the clock advances when stepping."""
-        run = self.scheduler.group.price(cost, k, context)
+        group = self.scheduler.group
+        assert group is not None  # fast-forward keeps the decodes in a group
+        run = group.price(cost, k, context)
         return run, list(accumulate(run.durations, initial=t0))
 
     def _fast_forward(self, batch: Batch, context: tuple[int, int],
@@ -124,7 +129,7 @@ class Replica:
             # Steps from sensitive_from on must start before the next arrival, which
             # usually comes long before step k: price a guess of the steps up to it
             # first, all k if that falls short.
-            arrival = self.next_arrival()
+            arrival = self.next_arrival() if self.next_arrival is not None else math.inf
             first = cost.step_time(step_features(batch, *context))
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
                      if first > 0 and arrival < math.inf else k)
@@ -140,6 +145,7 @@ class Replica:
             m = k
             run, times = self._run(k, t0, context, cost)
         group, kv = sched.group, sched.kv
+        assert group is not None
         # Spare blocks only: a run never evicts a cached block (which one stepping
         # would evict depends on when finishing members free theirs).
         m = group.kv_steps(m, kv.num_spare)

@@ -7,8 +7,9 @@ KV blocks come from a BlockManager; running out means preemption by recompute
 from __future__ import annotations
 
 import heapq
-from abc import ABC, abstractmethod
 from typing import ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
@@ -21,7 +22,11 @@ from batchlab.core.prefix_cache import block_keys
 from batchlab.core.request import Request, Sequence, Status
 
 
-class Scheduler(ABC):
+# Compiled (setup.py), a class that a policy's own module may subclass must say so.
+@mypyc_attr(allow_interpreted_subclasses=True)
+# Not an ABC: compiled, ABCMeta's subclass cache is shared by every native class, and
+# isinstance(a memory_aware scheduler, ChunkedPrefillScheduler) came out True.
+class Scheduler:
     name: ClassVar[str]
     description: ClassVar[str] = ""  # one line for the listings (default: the docstring's)
     # The policy's parameters: a PolicyParams subclass; values arrive as self.params.
@@ -50,7 +55,7 @@ class Scheduler(ABC):
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls.fast_forward = bool(cls.__dict__.get("fast_forward", False))  # not inherited
+        cls.fast_forward = bool(vars(cls).get("fast_forward", False))  # not inherited
 
     def __init__(self, config: SchedulerConfig, kv: BlockManager) -> None:
         self.config = config
@@ -88,15 +93,16 @@ class Scheduler(ABC):
             self._push(seq)
         return seq
 
-    @abstractmethod
     def schedule(self, now: float) -> Batch:
         """Form the next step. An empty batch means nothing can run until an arrival
         (or `next_wakeup`)."""
+        raise NotImplementedError(f"policy {self.name!r} must define schedule()")
 
     def complete(self, batch: Batch, now: float) -> list[Sequence]:
         """Advance token counters after the step ran; free finished sequences.
         Sets batch.sampled: which items produced a new token in this step."""
-        finished = self.group.step() if batch.group_decodes else []
+        group = batch.group
+        finished = group.step() if group is not None and batch.group_decodes else []
         b = batch.bulk_decodes
         sampled = batch.sampled
         sampled[:] = [True] * b
@@ -145,6 +151,13 @@ class Scheduler(ABC):
         return self.config.max_num_batched_tokens or self.default_token_budget
 
     @property
+    def step_budget(self) -> int:
+        """token_budget of a policy that always has one (a default_token_budget)."""
+        budget = self.token_budget
+        assert budget is not None, f"{self.name}: no default_token_budget"
+        return budget
+
+    @property
     def num_waiting(self) -> int:
         return len(self._waiting)
 
@@ -170,9 +183,10 @@ class Scheduler(ABC):
         empty batch). Steps from sensitive_from on could admit an arrival (a seat is
         free by then): they may only run if they start before it. KV memory is not
         checked here: see DecodeGroup.kv_steps. None: step normally."""
-        if not batch.group_decodes or batch.seqs or batch.preempted:
+        group = self.group
+        if group is None or not batch.group_decodes or batch.seqs or batch.preempted:
             return None
-        first, last = self.group.steps_left()
+        first, last = group.steps_left()
         through = through_finishes and (not self._waiting or not self.admits_while_running)
         k = last if through else first
         seat_free = self.admits_while_running and len(self.running) < self.max_seqs
@@ -264,7 +278,7 @@ class Scheduler(ABC):
     def _head_prefill(self) -> tuple[Sequence, int]:
         """The head of the waiting queue and the tokens it must compute to catch up:
         all it knows, less its longest cached prefix (looked up now, for _admit_head)."""
-        head = self._peek()
+        head = self._waiting[0][2]
         if not self.prefix_caching:
             return head, head.known
         keys = self._keys(head)
@@ -285,7 +299,7 @@ class Scheduler(ABC):
         """Admit the head of the waiting queue with n tokens in this step, if the KV
         blocks for `fits` tokens (default n) beyond its cached prefix (_head_prefill)
         are free now. If not, nobody is admitted: order is kept, nobody overtakes."""
-        head = self._peek()
+        head = self._waiting[0][2]
         who, hit = self._hit
         if who is not head:
             hit = []
@@ -358,6 +372,7 @@ class Scheduler(ABC):
         group released) when that does not hold or KV memory is short, so that the
         general loop decides (and preempts) as in eager mode."""
         group, running, p = self.group, self.running, self._num_prefilling
+        assert group is not None  # called only when keeping decodes in a group
         budget = self.token_budget
         leads = (not p or (self._victims_as_admitted
                            and not any(s.decoding for s in running[-p:])))

@@ -7,12 +7,14 @@ first chunk, while budget and KV memory last. Prompt chunks and decodes share a 
 As in vLLM v1, no new request is admitted in a step that had to preempt."""
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from batchlab.core.batch import Batch
 from batchlab.core.schedulers import register
 from batchlab.core.schedulers.base import Scheduler
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: policies may extend it
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
     fast_forward = True  # obeys the contract in base.py
@@ -20,7 +22,7 @@ class ChunkedPrefillScheduler(Scheduler):
 
     def schedule(self, now: float) -> Batch:
         batch = Batch()
-        budget = self.token_budget
+        budget = self.step_budget
         preempted = self._reserve_running(
             batch, lambda seq: min(seq.remaining_prefill, budget - batch.total_tokens))
         if preempted:
@@ -33,3 +35,6 @@ class ChunkedPrefillScheduler(Scheduler):
             if not self._admit_head(batch, now, min(whole, budget - batch.total_tokens), whole):
                 break
         return batch
+
+
+register(ChunkedPrefillScheduler)  # not as a decorator: mypyc compiles only undecorated classes

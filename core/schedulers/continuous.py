@@ -6,22 +6,24 @@ token budget (whole prompt) and KV memory, run a prefill-only step admitting the
 by recompute when KV blocks run out."""
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from batchlab.core.batch import Batch
 from batchlab.core.request import Request
 from batchlab.core.schedulers import register
 from batchlab.core.schedulers.base import Scheduler
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled: policies may extend it
 class ContinuousScheduler(Scheduler):
     name = "continuous"
     fast_forward = True  # obeys the contract in base.py
     default_token_budget = 8192
 
     def reject_reason(self, request: Request) -> str:
-        if request.prompt_len > self.token_budget:
+        if request.prompt_len > self.step_budget:
             return (f"prompt of {request.prompt_len} tokens exceeds max_num_batched_tokens="
-                    f"{self.token_budget} and this policy does not chunk prefills")
+                    f"{self.step_budget} and this policy does not chunk prefills")
         return super().reject_reason(request)
 
     def schedule(self, now: float) -> Batch:
@@ -32,7 +34,7 @@ class ContinuousScheduler(Scheduler):
 
     def _admit_prefills(self, now: float) -> Batch:
         batch = Batch()
-        budget = self.token_budget
+        budget = self.step_budget
         while self._waiting and len(self.running) < self.max_seqs:
             # Whole prompt (plus generated tokens after a preemption), less its cached prefix.
             _, n = self._head_prefill()
@@ -42,3 +44,6 @@ class ContinuousScheduler(Scheduler):
             if not self._admit_head(batch, now, n):
                 break
         return batch
+
+
+register(ContinuousScheduler)  # not as a decorator: mypyc compiles only undecorated classes

@@ -1,0 +1,96 @@
+"""The simulator's hot path, compiled: which modules the normal install builds with mypyc
+(setup.py reads HOT from this file), whether this process runs them compiled, and the
+switch back to the pure-Python code.
+
+BATCHLAB_PURE=1 at build time skips compiling (setup.py); at run time it makes every
+module of HOT import from its .py, beside the extension, so one install runs either way.
+The pure code is the reference: both builds write byte-identical results
+(tests/test_compiled.py)."""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+# From a profile of the simulator (benchmarks/bench_sim.py --profile): the engine loop,
+# the scheduler and the decode group, KV blocks, metrics recording, requests and batches,
+# step features and the roofline (docs/results/2026-12-02-compiled.md).
+HOT = (
+    "batchlab.core.request",
+    "batchlab.core.batch",
+    "batchlab.core.features",
+    "batchlab.core.kv",
+    "batchlab.core.prefix_cache",
+    "batchlab.core.kv_reservation",
+    "batchlab.core.decode_group",
+    "batchlab.core.fast_forward",
+    "batchlab.core.metrics",
+    "batchlab.core.cost",
+    "batchlab.core.schedulers.base",
+    "batchlab.core.schedulers.continuous",
+    "batchlab.core.schedulers.chunked",
+    "batchlab.sim.engine",
+    "batchlab.sim.arrivals",
+)
+
+ENV = "BATCHLAB_PURE"
+
+
+def pure_requested() -> bool:
+    """BATCHLAB_PURE set to anything but "" or "0"."""
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+class PureFinder:
+    """A meta-path finder ahead of the others: a module of HOT is found as the rest find
+    it, then loaded from its .py instead of the compiled extension."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name not in HOT:
+            return None
+        for finder in sys.meta_path:
+            if finder is cls or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is None:
+                continue
+            origin = spec.origin or ""
+            if origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+                source = os.path.join(os.path.dirname(origin), name.rpartition(".")[2] + ".py")
+                if os.path.isfile(source):
+                    return importlib.util.spec_from_file_location(name, source)
+            return spec
+        return None
+
+
+def stale_source(package: str) -> str | None:
+    """In a checkout built in place (pip install -e), the first hot module whose .py changed
+    after the hot path was compiled (its extension would run the old code), else None.
+    package: the folder of batchlab/__init__.py."""
+    libs = [f for f in os.listdir(package) if f.startswith("_hot__mypyc.")]
+    checkout = os.path.dirname(package)
+    if not libs or not os.path.isfile(os.path.join(checkout, "setup.py")):
+        return None
+    built = min(os.stat(os.path.join(package, f)).st_mtime for f in libs)
+    for name in HOT:
+        source = os.path.join(checkout, *name.split(".")[1:]) + ".py"
+        if os.path.isfile(source) and os.stat(source).st_mtime > built:
+            return os.path.relpath(source, checkout)
+    return None
+
+
+def force_pure() -> None:
+    if PureFinder not in sys.meta_path:
+        sys.meta_path.insert(0, PureFinder)
+
+
+def compiled_modules() -> list[str]:
+    """The modules of HOT that this process runs compiled (imports them all)."""
+    out = []
+    for name in HOT:
+        module = importlib.import_module(name)
+        if not (module.__file__ or "").endswith(".py"):
+            out.append(name)
+    return out
