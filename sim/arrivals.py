@@ -4,6 +4,13 @@ Arrivals are scheduled URGENT, ahead of engine steps ending at the same instant,
 rule is simple and the same whether the engine steps or fast-forwards: a request that
 arrives at t is visible to the scheduler's decision at t (see sim/events.py).
 
+Open loop without a front end, arrivals need no event of their own (`pulled`): the engines
+pull the requests due (`pull(now)`) each time one of them resumes, before anything else it
+does at that instant, and an idle engine sleeps until the next arrival. Every resumption of
+any process at time t pulls what is due by t first, so a request is routed and queued in
+the state it would have met at its own instant: the same rule, one SimPy event fewer a
+request.
+
 With a front end (core/front_end.py: a server's HTTP side, from a profile fitted on client
 timings) a request sent at t reaches the engine at its front-end exit, keeping t as its
 arrival, so that its latencies are from the send, as a client measures them."""
@@ -21,22 +28,48 @@ from batchlab.core.workload import Workload
 from batchlab.sim.events import urgent
 
 
+BLOCK = 1024  # requests made at a time from the workload's columns (pull)
+PULL = True  # False: a process sends every request (the reference pulling must equal)
+
+
 class Arrivals:
     """Open loop: request i is sent at workload.arrival[i]. Closed loop (max_concurrency):
     at most that many in flight; a request is sent at max(its arrival, a free slot),
     a slot freeing think_time_s after a reply."""
 
     def __init__(self, env: simpy.Environment, workload: Workload,
-                 submit: Callable[[Request], None], front_end: FrontEnd | None = None) -> None:
+                 submit: Callable[[Request, float], None], front_end: FrontEnd | None = None) -> None:
+        """submit(request, now): hand `request` to the engines at `now` (its own instant)."""
         self.env, self.workload, self.submit = env, workload, submit
         self.front_end = None if front_end is None or front_end.empty else front_end
         self._last_exit = -math.inf  # when the front end last handed a request on
         self._in_front: list[float] = []  # exits of the requests in the front end (a heap)
-        self._next_time = 0.0 if len(workload) else math.inf
+        self._next_time = float(workload.arrival[0]) if len(workload) else math.inf
+        self._block: list[Request] = []  # pulled: requests made ahead, BLOCK at a time
+        self._block_end = 0  # the workload index after the last one made
         limit = workload.max_concurrency
         self._slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
         self._releases: list[float] = []  # times at which held slots come free
-        env.process(self._run())
+        # Open loop, no front end: the engines pull (module docstring); else a process sends.
+        self.pulled = PULL and self._slots is None and self.front_end is None
+        if not self.pulled:
+            self._next_time = 0.0 if len(workload) else math.inf
+            env.process(self._run())
+
+    def pull(self, now: float) -> None:
+        """Hand on every request due by `now`, in order, each at its own arrival time."""
+        while self._next_time <= now:
+            if not self._block:
+                lo = self._block_end
+                self._block_end = min(len(self.workload), lo + BLOCK)
+                self._block = self.workload.request_block(lo, self._block_end)[::-1]
+            request = self._block.pop()
+            if self._block:
+                self._next_time = self._block[-1].arrival
+            else:
+                w, i = self.workload, self._block_end
+                self._next_time = float(w.arrival[i]) if i < len(w) else math.inf
+            self.submit(request, request.arrival)
 
     @property
     def closed_loop(self) -> bool:
@@ -70,7 +103,7 @@ class Arrivals:
                 yield self._slots.get(1)
             request = w.request(i, arrival=env.now if self._slots is not None else None)
             if self.front_end is None:
-                self.submit(request)
+                self.submit(request, env.now)
             else:
                 self._last_exit = self.front_end.exit_after(self._last_exit, env.now)
                 heapq.heappush(self._in_front, self._last_exit)
@@ -81,4 +114,4 @@ class Arrivals:
         """The front end hands `request` to the engine at `exit_s` (exits come in send order)."""
         yield urgent(self.env, exit_s - self.env.now)
         heapq.heappop(self._in_front)
-        self.submit(request)
+        self.submit(request, self.env.now)

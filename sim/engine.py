@@ -29,13 +29,17 @@ class Replica:
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
                  observer: StepObserver | None = None, closed_loop: bool = False,
-                 window: int = 0) -> None:
+                 window: int = 0, pull: Callable[[float], None] | None = None,
+                 pull_next: Callable[[], float] | None = None) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
         never); given, it enables fast-forward over steady decode runs. closed_loop: a
         finish brings its user's next request, so fast-forward stops at finishes and
         the next step waits for a request sent at the same instant (as a real server
         sees it before forming that step). window: the model's sliding window (0: none),
-        for the windowed step features; a windowed model is never fast-forwarded."""
+        for the windowed step features; a windowed model is never fast-forwarded.
+        pull(now): hand on the arrivals due by now (sim/arrivals.py, open loop), called
+        first whenever this engine resumes; pull_next(): when the next of them is due,
+        until which an idle engine sleeps (both given, or neither)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer or window else next_arrival
@@ -47,33 +51,47 @@ class Replica:
         self._wake = env.event()
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
+        self.pull = pull
+        self._arrival_time = pull_next
+        self._sleeping = False  # idle, waiting on _wake
         env.process(self._loop())
 
-    def submit(self, request: Request) -> None:
-        seq = self.scheduler.add(request, self.env.now)
+    def submit(self, request: Request, now: float) -> None:
+        seq = self.scheduler.add(request, now)
         if seq.status is Status.REJECTED:
             self.recorder.record_requests([seq], self.index)
             self.on_done(seq)
             return
         self.outstanding += 1
-        if not self._wake.triggered:
+        if self._sleeping and not self._wake.triggered:
             self._wake.succeed()
 
     def _loop(self):
-        env, sched, rec = self.env, self.scheduler, self.recorder
+        env, sched, rec, pull = self.env, self.scheduler, self.recorder, self.pull
         seats, kv = sched.max_seqs, sched.kv
         while True:
             now = env.now  # read once: a property call into SimPy each time
+            if pull is not None:
+                pull(now)
             batch = sched.schedule(now)
             if batch.is_empty:
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 self._wake = env.event()
                 wakeup = sched.next_wakeup(now)
+                if self._arrival_time is not None:
+                    arrival = self._arrival_time()
+                    wakeup = arrival if wakeup is None else min(wakeup, arrival)
+                    if wakeup == math.inf:
+                        wakeup = None
+                self._sleeping = True
                 if wakeup is None:
                     yield self._wake
                 else:
                     yield self._wake | env.timeout(max(0.0, wakeup - now))
+                self._sleeping = False
+                if pull is not None:
+                    pull(env.now)
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             context = self.history.context(now)
@@ -83,6 +101,8 @@ class Replica:
                 end, finished = run
                 yield env.timeout(end - now)
                 now = env.now
+                if pull is not None:
+                    pull(now)
                 self.history.ran(now, False)
                 sched.retire(finished, now)
             else:
@@ -91,6 +111,8 @@ class Replica:
                 start = now
                 yield env.timeout(cost.step_time(features))
                 now = env.now
+                if pull is not None:
+                    pull(now)
                 self.history.ran(now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, now)
                 rec.record_step(self.index, start, now, batch, features,

@@ -47,8 +47,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     pick = make_router(router)
     engines: list[Replica] = []
 
-    def submit(request: Request) -> None:
-        pick(engines, request).submit(request)
+    def submit(request: Request, now: float) -> None:
+        pick(engines, request).submit(request, now)
 
     def on_done(seq: Sequence) -> None:
         arrivals.done(seq)
@@ -63,7 +63,9 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     for i in range(replicas):
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
                                on_done, next_arrival if fast_forward else None, observer,
-                               closed_loop=arrivals.closed_loop, window=attention_window(cost)))
+                               closed_loop=arrivals.closed_loop, window=attention_window(cost),
+                               pull=arrivals.pull if arrivals.pulled else None,
+                               pull_next=arrivals.next_time if arrivals.pulled else None))
     interrupted = False
     try:
         env.run()

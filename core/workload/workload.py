@@ -60,6 +60,16 @@ class Workload:
             hash_block_size=self.hash_block_size,
         )
 
+    def request_block(self, lo: int, hi: int) -> list[Request]:
+        """Requests lo..hi-1 as request(i) makes them, their columns read in one go."""
+        arrival, prompt, output = (c[lo:hi].tolist() for c in (self.arrival, self.prompt_len, self.output_len))
+        priority = self.priority[lo:hi].tolist() if self.priority is not None else [0] * (hi - lo)
+        hashes = self.prefix_hashes[lo:hi] if self.prefix_hashes is not None else [None] * (hi - lo)
+        size = self.hash_block_size
+        return [Request(id=lo + j, arrival=arrival[j], prompt_len=prompt[j], output_len=output[j],
+                        priority=priority[j], prefix_hashes=hashes[j], hash_block_size=size)
+                for j in range(hi - lo)]
+
     def requests(self) -> Iterator[Request]:
         for i in range(len(self)):
             yield self.request(i)
