@@ -3,7 +3,6 @@ pass built, KV pool sized from a memory budget. One Runtime serves several runs 
 one per policy); each run gets a fresh Engine over a (reused) KV pool."""
 from __future__ import annotations
 
-import platform
 import time
 
 import torch
@@ -16,22 +15,12 @@ from batchlab.backend.model_runner import ModelRunner
 from batchlab.backend.models import LoadedModel, load_model
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.sizes import gib
+from batchlab.core.cpu_name import cpu_name
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
 # free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost
 # seconds of page faults per run): a fixed size, as vLLM's CPU backend does.
 DEFAULT_KV_MEMORY = {"cpu": "1GiB", "cuda": "0.8"}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class Runtime:
@@ -118,7 +107,7 @@ class Runtime:
             "dtype": dtype_name(self.dtype), "device": str(self.device), "threads": self.threads,
             "matmul": self.runner.matmul,
             "torch": torch.__version__, "transformers": transformers.__version__,
-            "cpu": _cpu_name(), "kv_memory": str(self.kv_memory),
+            "cpu": cpu_name(), "kv_memory": str(self.kv_memory),
             "kv_budget_bytes": self.kv_budget_bytes, "model_load_s": round(self.load_s, 3),
         }
         if self.model.seed is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import re
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -18,6 +17,7 @@ from batchlab.experiments.figures import Figure
 from batchlab.experiments.output import to_json
 from batchlab.experiments.studies.common import Progress, command_line
 from batchlab.core import atomic
+from batchlab.core.cpu_name import cpu_name
 
 ReportFn = Callable[[dict], str]
 
@@ -48,7 +48,7 @@ class StudyRun:
 def provenance(command: str) -> dict:
     """The date, the command and the machine: CPU model and count, Python and numpy, and
     torch's version, threads and GPU where a backend variant loaded it."""
-    machine = {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
+    machine = {"cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
                "numpy": np.__version__}
     torch = sys.modules.get("torch")
     if torch is not None:  # imported by a --backend variant: never imported here
@@ -56,11 +56,3 @@ def provenance(command: str) -> dict:
                        gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "machine": machine}
-
-
-def cpu_model() -> str:
-    try:
-        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        found = None
-    return found.group(1).strip() if found else (platform.processor() or platform.machine())

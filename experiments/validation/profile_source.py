@@ -9,6 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from batchlab.core.cpu_name import cpu_name
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.validation.records import ProfileInfo
 
@@ -25,8 +26,9 @@ def check_model(profile, spec, name: str) -> None:
                         f"(batchlab calibrate --model {name}) or omit --profile")
 
 
-def check_profile(profile, runtime) -> list[str]:
-    """UserError if the profile is for another model; warnings for other conditions."""
+def check_profile(profile, runtime, cpu: bool = True) -> list[str]:
+    """UserError if the profile is for another model; warnings for other conditions (cpu:
+    also when it was measured on another CPU model)."""
     check_model(profile, runtime.spec, runtime.model.name)
     smoke = profile.smoke_test_warning()  # a --grid quick profile
     warnings = [smoke] if smoke else []
@@ -37,7 +39,19 @@ def check_profile(profile, runtime) -> list[str]:
         warnings.append(f"profile measured with {d.threads} thread(s), the real run uses {runtime.threads}")
     if d.dtype and d.dtype != str(runtime.dtype).removeprefix("torch."):
         warnings.append(f"profile measured in {d.dtype}, the real run is {runtime.dtype}")
+    if cpu and other_cpu(profile, runtime):
+        warnings.append(other_cpu(profile, runtime))
     return warnings
+
+
+def other_cpu(profile, runtime) -> str:
+    """'' if the profile was measured on this run's CPU model (or not on a CPU), else
+    the line that says which two they are."""
+    d = profile.device
+    if d.kind != "cpu" or runtime.device.type != "cpu":
+        return ""
+    here = cpu_name()
+    return "" if d.name == here else f"profile measured on {d.name}, the real run is on {here}"
 
 
 def shipped_match(runtime):
@@ -52,7 +66,8 @@ def shipped_match(runtime):
             profile = load_profile(name)
         except ProfileError:
             continue
-        if _shape(profile.model) == _shape(runtime.spec) and not check_profile(profile, runtime):
+        # Another CPU model of the same setup still matches: its speed factor says so.
+        if _shape(profile.model) == _shape(runtime.spec) and not check_profile(profile, runtime, cpu=False):
             return profile, name
     return None, ""
 
@@ -69,7 +84,10 @@ def speed_pricing(profile, path: str | None, runtime) -> tuple[object, str]:
     shipped, name = shipped_match(runtime)
     if shipped is None:
         return None, ""
-    return shipped.cost_model(), f"shipped {name}: {shipped.describe()}"
+    other = other_cpu(shipped, runtime)
+    note = (f" ({other}: the factor is this machine's speed against that one's, the CPU models' "
+            f"difference included)") if other else ""
+    return shipped.cost_model(), f"shipped {name}: {shipped.describe()}{note}"
 
 
 @contextmanager
