@@ -22,6 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.backend]
 TERMS = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte", "s_per_flop", "s_per_kv_byte",
          "s_per_attn_flop")
 WRONG = 4.0
+# Two sends of the same requests differing by more than this (median per request) mean the
+# machine's speed moved during the probes: docs/MEASURING.md saw 12-17% a request, up to 43%
+# median TPOT with five sessions sharing the machine; a CI run on 2026-12-03 met 77%, the
+# first probe's TTFT 5x the repeat's while the steady decodes ran at their usual price.
+UNSTEADY_PCT = 45.0
 ENGINE = ("--max-num-seqs", "16", "--num-kv-blocks", "4096")
 
 
@@ -99,11 +104,16 @@ def test_held_out_mix_within_the_servers_own_spread(served):
     """The second mix is judged, not fitted; the two mixes are the same request list, so
     their difference is the server's own spread. A perfect simulator's expected error on one
     run is about that spread over sqrt(2) (independent noise on both); allowing twice that,
-    the held-out median error must stay within 1.5x the spread."""
+    the held-out median error must stay within 1.5x the spread. Skipped, saying so, where the
+    two sends differ beyond UNSTEADY_PCT: the machine then moved, not the fit."""
     _, out, _ = served
     held, floor = out["heldout"], out["floor"]
     assert any("load-b" in j for j in out["judged_on"]) and any("load-fast" in j for j in out["judged_on"])
     assert floor is not None and held["n"] == 48
+    if max(floor["ttft_median_pct"], floor["tpot_median_pct"]) > UNSTEADY_PCT:
+        pytest.skip(f"the two sends of the same requests differed by {floor['ttft_median_pct']:.0f}% (TTFT) "
+                    f"and {floor['tpot_median_pct']:.0f}% (TPOT): the server's speed moved during the "
+                    f"probes, so no one spread stands for the noise the held-out runs met")
     assert held["tpot_median_pct"] <= 1.5 * floor["tpot_median_pct"] + 5, (held, floor)
     assert held["ttft_median_pct"] <= 1.5 * floor["ttft_median_pct"] + 5, (held, floor)
 
