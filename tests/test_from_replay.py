@@ -333,3 +333,11 @@ def test_batchlab_replay_folder_read_back(tmp_path, with_gaps):
     q = r.requests[0]
     assert q.ttft_s == pytest.approx(0.05) and q.tpot_s == pytest.approx(0.01)
     assert (q.gaps is not None) == with_gaps  # without result.json: the span only
+
+
+def test_a_spread_beyond_a_steady_servers_is_called_unsteady():
+    from batchlab.calibration.from_replay.judge import UNSTEADY_PCT, Errors
+    steady = Errors(24, UNSTEADY_PCT, 80.0, UNSTEADY_PCT, 90.0)  # the p90s do not count
+    assert not steady.unsteady
+    assert Errors(24, UNSTEADY_PCT + 1, 0.0, 10.0, 0.0).unsteady
+    assert Errors(24, 10.0, 0.0, UNSTEADY_PCT + 1, 0.0).unsteady

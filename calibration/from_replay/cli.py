@@ -146,6 +146,11 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
         for name, fitted, before in res.per_replay:
             print(f"  {name}: {fitted.line()}\n    prior: {before.line()}")
     print(f"server's own spread: {res.floor.line() if res.floor else res.floor_from}")
+    if res.floor and res.floor.unsteady:
+        from batchlab.calibration.from_replay.judge import UNSTEADY_PCT
+        print(f"WARNING: the same requests sent twice differed by more than {UNSTEADY_PCT:.0f}%: the "
+              f"server's speed moved during the replays, so the errors above measure that as much as "
+              f"the fit; replay again on a quiet server")
     print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
     return 0
 

@@ -14,6 +14,13 @@ from batchlab.calibration.from_replay.predict import Case
 SEND_SLACK_S, SEND_SLACK = 0.05, 0.02
 
 
+# Two sends of the same requests differing by more than this (median per request, TTFT or
+# TPOT) mean the machine's speed moved while they ran: docs/MEASURING.md saw 12-17% a
+# request, up to 43% median TPOT with five sessions sharing one machine. A fit judged
+# against such a spread measures the machine, not the fit.
+UNSTEADY_PCT = 45.0
+
+
 @dataclass(frozen=True)
 class Errors:
     n: int  # requests judged
@@ -28,6 +35,11 @@ class Errors:
     def line(self) -> str:
         return (f"TTFT median {self.ttft_median_pct:.1f}% (p90 {self.ttft_p90_pct:.1f}%), TPOT median "
                 f"{self.tpot_median_pct:.1f}% (p90 {self.tpot_p90_pct:.1f}%) over {self.n} requests")
+
+    @property
+    def unsteady(self) -> bool:
+        """As a spread between two sends of the same requests: beyond UNSTEADY_PCT."""
+        return max(self.ttft_median_pct, self.tpot_median_pct) > UNSTEADY_PCT
 
 
 def _ape(sim: np.ndarray, obs: np.ndarray) -> np.ndarray:
