@@ -64,11 +64,13 @@ def test_another_profile_gives_other_errors(validated, profile_file, tmp_path):
 
     out, _ = validated
     slow = load_profile(profile_file)
-    cost = slow.cost.model_copy(update={"overhead_s": slow.cost.overhead_s * 3})
+    # 1 ms more a step, added rather than multiplied: a fit can leave the fixed term at its
+    # bound of 0 (a suite run fitted step_s = 3e-32 s), which no factor makes slower.
+    cost = slow.cost.model_copy(update={"overhead_s": slow.cost.overhead_s + 1e-3})
     update = {"cost": cost}
     if slow.gpu_form is not None:  # a profile priced by the GPU form (core/cpu_form.py): its step cost
         g = slow.gpu_form
-        update["gpu_form"] = g.model_copy(update={"step_s": g.step_s.model_copy(update={"value": g.step_s.value * 3})})
+        update["gpu_form"] = g.model_copy(update={"step_s": g.step_s.model_copy(update={"value": g.step_s.value + 1e-3})})
     slow = slow.model_copy(update=update)
     path = tmp_path / "slow.json"
     slow.save(path)
