@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from batchlab.calibration.aggregate import spread_pct, summarize
-from batchlab.calibration.contention import ContendedCalibration, check_prices
+from batchlab.calibration.contention import MAX_CONTENDED_SHARE, ContendedCalibration, check_prices
 from batchlab.calibration.cpu_form_fit import fit_cpu_form
 from batchlab.calibration.fit import fit
 from batchlab.calibration.grid import Grid, blocks_needed, default_grid, max_chunk, max_context
+from batchlab.calibration.on_contention import on_contention_mode
 from batchlab.calibration.profile_forms import DEFAULT_FORM, gpu_form_params
 from batchlab.calibration.profile_parts import cost_params, effective
 from batchlab.calibration.serve_phase import serve
@@ -25,6 +26,7 @@ from batchlab.calibration.timing import ReferenceKernel, measure_roofline
 from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import GridInfo, LoopTime, Profile
+from batchlab.core.step_table import CONTENDED
 
 if TYPE_CHECKING:
     from batchlab.backend.runtime import Runtime
@@ -38,19 +40,22 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
               block_size: int = BLOCK_SIZE, kv_memory: str | None = None, dtype: str = "float32",
               progress: bool = True, seed: int = 0, normalise: str = "auto",
               embed_measurements: bool = True, log: Callable[[str], None] | None = None,
-              runtime: Runtime | None = None) -> Profile:
+              runtime: Runtime | None = None, on_contention: str | None = None) -> Profile:
     """Time `model` on `device` over `grid` (default_grid()), fit the cost model and
     return the profile; with `out`, save it there and keep raw timings in the JSONL
     next to it (a re-run with the same settings resumes from them).
 
     kv_memory: the KV budget whose block count the profile records (backend default:
     1GiB on CPU). runtime: an already loaded backend to time (its model, device, dtype
-    and threads win over the arguments). Raises ValueError (one line) for an unknown
-    model or absent device."""
+    and threads win over the arguments). on_contention: refuse (default:
+    $BATCHLAB_ON_CONTENTION, else refuse) or keep a serving phase contended twice
+    (calibration/contention.py). Raises ValueError (one line) for an unknown model or
+    absent device, or an unknown on_contention."""
     from batchlab.backend.models import params_label
     from batchlab.backend.runtime import Runtime  # torch: only when calibrating
 
     grid = grid or default_grid()
+    contention_mode = on_contention_mode(on_contention)
     say = log or (lambda msg: print(msg, file=sys.stderr))
     t_start = time.perf_counter()
     rt = runtime or Runtime(model, dtype=dtype, device=device, threads=threads,
@@ -132,7 +137,13 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         except ContendedCalibration as e:  # a neighbour's burst often passes: once more
             say(f"calibrate: {e}; serving again once")
             m, serving, loop, other = serve(rt, m, max_chunk(grid.points), grid.serve_s, seed + 1,
-                                            also=other)
+                                            also=other, strict=contention_mode == "refuse")
+        if serving["contended_share"] > MAX_CONTENDED_SHARE:  # kept, as asked
+            warning = (f"the serving phase was contended again: {serving['contended_share']:.0%} of its "
+                       f"{serving['steps']} steps took over {CONTENDED:g}x the sweep's price; kept (on "
+                       f"contention: keep), so the profile's serving level carries the contention")
+            say(f"calibrate: warning: {warning}")
+            notes += f"; WARNING: {warning}"
         if not serving["fresh_process"]:
             say("calibrate: warning: the serving phase ran in this process (a fresh one could not "
                 "start), where the sweep warmed every prefill shape: its prefills are priced low")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, load_note
+from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, contended_share, load_note
 from batchlab.calibration.fresh_process import run_fresh
 from batchlab.calibration.serve_fit import judge_kinds, missing_kinds, predict, refine
 from batchlab.core.config import SchedulerConfig
@@ -97,12 +97,14 @@ def _serve_fresh(args: dict, model: CostForm, max_prompt: int, seconds: float,
 
 
 def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
-          seed: int = 0, fresh_process: bool = True,
-          also: CostForm | None = None) -> tuple[CostForm, dict, Overhead, CostForm | None]:
+          seed: int = 0, fresh_process: bool = True, also: CostForm | None = None,
+          strict: bool = True) -> tuple[CostForm, dict, Overhead, CostForm | None]:
     """Serve the phase's workload under each policy and refine `model` on every step;
     returns the refined model, what to record in the profile, the serving loop's time
     between steps fitted on the phase's busy gaps, and `also` (the profile's other cost
     form, core/cpu_form.py or core/fitted_cost.py) refined on the same steps (None: none).
+    strict: refuse a contended phase (calibration/contention.py); else its share of
+    contended steps is only recorded (info["contended_share"]).
 
     fresh_process: serve in a new process, as `batchlab run` does. The sweep has just run
     nearly every token count up to the grid's longest chunk in this one, and a count
@@ -121,7 +123,8 @@ def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
     missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
     if missing:
         raise RuntimeError(f"the serving phase produced too few steps to fit: {', '.join(missing)}")
-    check_served(model, feats, y)  # mostly contended steps: refused (calibrate retries once)
+    if strict:
+        check_served(model, feats, y)  # mostly contended steps: refused (calibrate retries once)
     refined, levels = refine(model, feats, y)
     check_prices(refined, feats, "the refit on the serving phase")
     other = refine(also, feats, y)[0] if also is not None else None
@@ -129,6 +132,7 @@ def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
         check_prices(other, feats, "the other form's refit on the serving phase")
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
+            "contended_share": round(contended_share(model, feats, y), 4),
             "loop": loop.as_dict(),
             "policies": [(p if b is None else f"{p} ({b} tokens a step)")
                          + (f", {n} requests at a time" if n > 1 else "") for p, b, n, _ in POLICIES],

@@ -15,6 +15,7 @@ from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
+from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import late
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
@@ -29,17 +30,16 @@ class Replica:
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
                  observer: StepObserver | None = None, closed_loop: bool = False,
-                 window: int = 0, pull: Callable[[float], None] | None = None,
-                 pull_next: Callable[[], float] | None = None) -> None:
+                 window: int = 0, pulled: Arrivals | None = None) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
         never); given, it enables fast-forward over steady decode runs. closed_loop: a
         finish brings its user's next request, so fast-forward stops at finishes and
         the next step waits for a request sent at the same instant (as a real server
         sees it before forming that step). window: the model's sliding window (0: none),
         for the windowed step features; a windowed model is never fast-forwarded.
-        pull(now): hand on the arrivals due by now (sim/arrivals.py, open loop), called
-        first whenever this engine resumes; pull_next(): when the next of them is due,
-        until which an idle engine sleeps (both given, or neither)."""
+        pulled: the open loop's arrivals, which this engine pulls (sim/arrivals.py): those
+        due by now are handed on first whenever it resumes, and an idle engine sleeps
+        until the next of them is due."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer or window else next_arrival
@@ -51,8 +51,7 @@ class Replica:
         self._wake = env.event()
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
-        self.pull = pull
-        self._arrival_time = pull_next
+        self.pulled = pulled
         self._sleeping = False  # idle, waiting on _wake
         env.process(self._loop())
 
@@ -67,20 +66,20 @@ class Replica:
             self._wake.succeed()
 
     def _loop(self):
-        env, sched, rec, pull = self.env, self.scheduler, self.recorder, self.pull
+        env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
         seats, kv = sched.max_seqs, sched.kv
         while True:
             now = env.now  # read once: a property call into SimPy each time
-            if pull is not None:
-                pull(now)
+            if pulled is not None:
+                pulled.pull(now)
             batch = sched.schedule(now)
             if batch.is_empty:
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 self._wake = env.event()
                 wakeup = sched.next_wakeup(now)
-                if self._arrival_time is not None:
-                    arrival = self._arrival_time()
+                if pulled is not None:
+                    arrival = pulled.next_time()
                     wakeup = arrival if wakeup is None else min(wakeup, arrival)
                     if wakeup == math.inf:
                         wakeup = None
@@ -90,8 +89,8 @@ class Replica:
                 else:
                     yield self._wake | env.timeout(max(0.0, wakeup - now))
                 self._sleeping = False
-                if pull is not None:
-                    pull(env.now)
+                if pulled is not None:
+                    pulled.pull(env.now)
                 yield late(env)  # let the rest of a same-instant burst arrive first
                 continue
             context = self.history.context(now)
@@ -101,8 +100,8 @@ class Replica:
                 end, finished = run
                 yield env.timeout(end - now)
                 now = env.now
-                if pull is not None:
-                    pull(now)
+                if pulled is not None:
+                    pulled.pull(now)
                 self.history.ran(now, False)
                 sched.retire(finished, now)
             else:
@@ -111,8 +110,8 @@ class Replica:
                 start = now
                 yield env.timeout(cost.step_time(features))
                 now = env.now
-                if pull is not None:
-                    pull(now)
+                if pulled is not None:
+                    pulled.pull(now)
                 self.history.ran(now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, now)
                 rec.record_step(self.index, start, now, batch, features,

@@ -64,8 +64,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
                                on_done, next_arrival if fast_forward else None, observer,
                                closed_loop=arrivals.closed_loop, window=attention_window(cost),
-                               pull=arrivals.pull if arrivals.pulled else None,
-                               pull_next=arrivals.next_time if arrivals.pulled else None))
+                               pulled=arrivals if arrivals.pulled else None))
     interrupted = False
     try:
         env.run()

@@ -68,17 +68,54 @@ def test_calibrate_writes_no_profile_from_a_non_physical_sweep(tmp_path, monkeyp
     assert not out.exists()
 
 
-def test_a_contended_serving_phase_is_served_again_once_with_the_reason(tmp_path, monkeypatch):
+def test_a_contended_serving_phase_is_served_again_once_and_kept_if_asked(tmp_path, monkeypatch):
+    """The first serving refused (stood in for), the second served for real and contended
+    too (its share of steps over 2x their price forced to 60%): with keep, the profile is
+    written, warning in the log and in its notes."""
+    from batchlab.calibration import contention, serve_phase
     real_serve, calls, said = calibration_run.serve, [], []
 
     def once_contended(*args, **kw):
-        calls.append(args[-1])  # the seed
+        calls.append((args[-1], kw.get("strict", True)))  # the seed, and whether it may refuse
         if len(calls) == 1:
             raise ContendedCalibration("the serving phase was contended: 60% of its 90 steps took over 2x")
         return real_serve(*args, **kw)
 
     monkeypatch.setattr(calibration_run, "serve", once_contended)
-    p = calibration_run.calibrate("batchlab-tiny", "cpu", 1, tmp_path / "p.json", tiny_grid(), kv_memory="16MiB",
-                                  progress=False, log=said.append)
-    assert calls == [0, 1] and p.serving["steps"] > 0
+    monkeypatch.setattr(contention, "contended_share", lambda *a: 0.6)
+    monkeypatch.setattr(serve_phase, "contended_share", lambda *a: 0.6)
+    out = tmp_path / "p.json"
+    p = calibration_run.calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB",
+                                  progress=False, log=said.append, on_contention="keep")
+    assert calls == [(0, True), (1, False)] and p.serving["steps"] > 0 and out.exists()
     assert any("60% of its 90 steps" in s and "serving again once" in s for s in said)
+    assert p.serving["contended_share"] == 0.6
+    assert any(s.startswith("calibrate: warning: the serving phase was contended again: 60%") for s in said), said
+    assert "WARNING: the serving phase was contended again" in p.notes
+
+
+def test_a_serving_phase_contended_twice_is_refused_by_default(tmp_path, monkeypatch):
+    """refuse (the default, whatever the suite's environment says): the second serving is
+    strict, its refusal ends the calibration, nothing is written. (The serving itself is
+    stood in for: what is tested is what calibrate asks of it and does with its answer.)"""
+    asked = []
+
+    def contended(*args, strict=True, **kw):
+        asked.append(strict)
+        raise ContendedCalibration("the serving phase was contended: 60% of its 90 steps took over 2x")
+
+    monkeypatch.setattr(calibration_run, "serve", contended)
+    monkeypatch.delenv("BATCHLAB_ON_CONTENTION")
+    out = tmp_path / "p.json"
+    with pytest.raises(ContendedCalibration, match="60% of its 90 steps"):
+        calibration_run.calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB",
+                                  progress=False, log=lambda m: None)
+    assert asked == [True, True] and not out.exists()
+
+
+def test_an_unknown_contention_mode_is_one_line(monkeypatch):
+    from batchlab.calibration.on_contention import on_contention_mode
+    monkeypatch.setenv("BATCHLAB_ON_CONTENTION", "ignore")
+    with pytest.raises(ValueError, match="BATCHLAB_ON_CONTENTION is 'ignore'; expected one of refuse, keep"):
+        on_contention_mode()
+    assert on_contention_mode("refuse") == "refuse"

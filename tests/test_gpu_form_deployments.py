@@ -275,6 +275,17 @@ def setup(model, hardware, **layout):
         {"model": {"name": model}, "hardware": {"name": hardware, **layout}}))
 
 
+@pytest.mark.parametrize("hardware,why", [
+    ({"cost": "roofline"}, "asked for with cost = roofline"),
+    ({"mem_efficiency": 0.7}, "mem_efficiency given, a roofline constant"),
+    ({"step_overhead_s": 0.001, "allreduce_latency_s": 2e-5},
+     "step_overhead_s, allreduce_latency_s given, roofline constants")])
+def test_a_gpu_preset_priced_by_the_roofline_says_why(hardware, why):
+    s = setup("llama-3-8b", "a100-80gb", **hardware)
+    assert s.meta.cost_model == "roofline" and s.meta.roofline_because == why
+    assert f"(the roofline: {why})" in " ".join(s.assumptions())
+
+
 @pytest.mark.parametrize("model,hardware,layout,where", [
     ("qwen3-30b-a3b", "h100-sxm", {}, "shipped h100-sxm"),
     ("deepseek-v3", "h200", {"tensor_parallel": 8}, "shipped h100-sxm, scaled to h200"),

@@ -32,8 +32,8 @@ class ParamSpace:
     names: tuple[str, ...]  # the parameters fitted
     prior: tuple[float, ...]  # their prior values, each > 0
     build: Callable[[dict[str, float]], CostModel]  # values by name -> the price simulated
+    form: Callable[[dict[str, float]], object]  # values -> the bare form (a profile's)
     held: tuple[str, ...] = ()  # the form's other parameters, kept as the prior has them
-    form: Callable[[dict[str, float]], object] | None = None  # values -> the bare form (a profile's)
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.prior) or any(not v > 0 for v in self.prior):
@@ -44,7 +44,6 @@ class ParamSpace:
 
     def fitted(self, values: dict[str, float]):
         """The bare cost form at `values` (others: the prior's), as a profile stores it."""
-        assert self.form is not None
         return self.form({**dict(zip(self.names, self.prior)),
                           **{k: v for k, v in values.items() if k in self.names}})
 
@@ -62,7 +61,7 @@ def fitted_form_space(base: FittedCostModel, loop: Overhead | None,
     def build(values: dict[str, float]) -> CostModel:
         return CostAtSpeed(form(values), loop=loop)
 
-    return ParamSpace(names, tuple(float(getattr(base, n)) for n in names), build, zero, form)
+    return ParamSpace(names, tuple(float(getattr(base, n)) for n in names), build, form, held=zero)
 
 
 GPU_FORM_TERMS = ("step_s", "seq_s", "chunk_s", "mem_efficiency", "compute_efficiency",
@@ -88,7 +87,7 @@ def gpu_form_space(base: CpuFormModel, spec: ModelSpec, loop: Overhead | None,
     def build(values: dict[str, float]) -> CostModel:
         return CostAtSpeed(form(values), loop=loop)
 
-    return ParamSpace(names, tuple(value(n) for n in names), build, zero, form)
+    return ParamSpace(names, tuple(value(n) for n in names), build, form, held=zero)
 
 
 def prior_space(cost: object, spec: ModelSpec, loop: Overhead | None) -> ParamSpace:

@@ -50,18 +50,12 @@ class Workload:
         return len(self.arrival)
 
     def request(self, i: int, arrival: float | None = None) -> Request:
-        return Request(
-            id=i,
-            arrival=float(self.arrival[i]) if arrival is None else arrival,
-            prompt_len=int(self.prompt_len[i]),
-            output_len=int(self.output_len[i]),
-            priority=int(self.priority[i]) if self.priority is not None else 0,
-            prefix_hashes=self.prefix_hashes[i] if self.prefix_hashes is not None else None,
-            hash_block_size=self.hash_block_size,
-        )
+        """Request i; `arrival` instead of its own (a closed loop's send time)."""
+        request = self.request_block(i, i + 1)[0]
+        return request if arrival is None else dataclasses.replace(request, arrival=arrival)
 
     def request_block(self, lo: int, hi: int) -> list[Request]:
-        """Requests lo..hi-1 as request(i) makes them, their columns read in one go."""
+        """Requests lo..hi-1, their columns read in one go (plain Python numbers)."""
         arrival, prompt, output = (c[lo:hi].tolist() for c in (self.arrival, self.prompt_len, self.output_len))
         priority = self.priority[lo:hi].tolist() if self.priority is not None else [0] * (hi - lo)
         hashes = self.prefix_hashes[lo:hi] if self.prefix_hashes is not None else [None] * (hi - lo)

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from batchlab.calibration.on_contention import ON_CONTENTION, ON_CONTENTION_ENV
 from batchlab.core.specs import HARDWARE
 from batchlab.experiments.errors import UserError
 
@@ -37,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: fit quality and effective rates on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--on-contention", choices=ON_CONTENTION, default=None,
+                   help="when the serving phase is contended twice (other work took the CPU): refuse "
+                        f"(default; ${ON_CONTENTION_ENV} sets another) and write nothing, or keep it, warning")
     p.add_argument("--from-run", nargs="+", action="extend", metavar="DIR",  # repeated: all of them
                    help="fit from served runs instead of sweeping: the --out directories of "
                    "batchlab run / validate (see docs/calibration.md)")
@@ -97,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,
                             block_size=args.block_size, kv_memory=args.kv_memory,
-                            progress=not args.no_progress and sys.stderr.isatty())
+                            progress=not args.no_progress and sys.stderr.isatty(),
+                            on_contention=args.on_contention)
     except KeyboardInterrupt:
         kept = measurements_path(out)
         if kept.is_file() and kept.stat().st_size:

@@ -33,10 +33,19 @@ NEAREST = {"h200": "h100-sxm", "l4": "a40"}
 
 
 def wants_roofline(cfg: ExperimentConfig) -> bool:
+    return roofline_because(cfg) is not None
+
+
+def roofline_because(cfg: ExperimentConfig) -> str | None:
+    """Why cfg's GPU preset is priced by the roofline rather than a GPU profile (None: it
+    is not), in words for the assumption lines."""
     h = cfg.hardware
     if h.cost == "auto" and h.gpu_profile is None:
-        return bool(set(ROOFLINE_FIELDS) & h.model_fields_set) or not shipped_gpu_profiles()
-    return h.cost == "roofline"
+        given = [f for f in ROOFLINE_FIELDS if f in h.model_fields_set]
+        if given:
+            return f"{', '.join(given)} given, {'a roofline constant' if len(given) == 1 else 'roofline constants'}"
+        return None if shipped_gpu_profiles() else "no GPU profile is shipped with this install"
+    return "asked for with cost = roofline" if h.cost == "roofline" else None
 
 
 def _nearest(hw: HardwareSpec, shipped: list[str]) -> str:

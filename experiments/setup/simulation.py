@@ -11,7 +11,7 @@ from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
-from batchlab.experiments.setup.gpu import gpu_setup, wants_roofline
+from batchlab.experiments.setup.gpu import gpu_setup, roofline_because, wants_roofline
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
@@ -43,6 +43,7 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         hw = None  # a profiled device: the engine defaults key on a preset's memory
     elif wants_roofline(cfg):
         cost, blocks, meta = roofline_setup(cfg)
+        meta.roofline_because = roofline_because(cfg)
         hw = cfg.hardware.spec()
     else:
         cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
