@@ -84,15 +84,15 @@ def test_cheap_points_get_more_rounds(engine, tmp_path):
 
 
 @pytest.mark.slow  # a real calibration or a full study: tens of seconds
-def test_calibrate_saves_a_loadable_profile(tmp_path):
-    out = tmp_path / "tiny.json"
-    p = calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB", progress=False,
-                  log=lambda msg: None)
+def test_calibrate_saves_a_loadable_profile(profile_file, tmp_path):
+    """The suite's calibration of the tiny model on the quick grid (tests/conftest.py)."""
+    out = profile_file
     q = load_profile(out)
-    assert q == p
+    q.save(tmp_path / "again.json")
+    assert load_profile(tmp_path / "again.json") == q
     assert q.model.name == "batchlab-tiny" and q.device.threads == 1 and q.device.kind == "cpu"
-    # the capacity a backend run gets from the same budget
-    assert q.num_kv_blocks == 16 * 2**20 // (2 * 6 * 4 * 32 * 4 * 16)
+    # the capacity a backend run gets from the same budget (the CPU's default, 1 GiB)
+    assert q.num_kv_blocks == 2**30 // (2 * 6 * 4 * 32 * 4 * 16)
     assert q.measurements_path == str(measurements_path(out)) and measurements_path(out).exists()
     assert len(q.measurements) == len(tiny_grid().points)
     assert (q.grid.name, q.grid.points) == ("quick", len(tiny_grid().points))  # how it was measured

@@ -148,10 +148,14 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
 
 @pytest.mark.slow  # a real calibration or a full study: tens of seconds
 def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
+    from dataclasses import replace
+
     from batchlab.calibration.grid import tiny_grid
     from batchlab.experiments.validation import profile_source
 
-    monkeypatch.setattr(profile_source, "CALIBRATION_GRID", tiny_grid())
+    # The quick grid without its serving phase: what is tested is that validate calibrates
+    # first and judges with that profile (the serving phase has tests of its own).
+    monkeypatch.setattr(profile_source, "CALIBRATION_GRID", replace(tiny_grid(), serve_s=0.0))
     code, _, err = cli(["validate", *SMALL_VALIDATE[:1], "3", *SMALL_VALIDATE[2:], "--out", str(tmp_path)])
     assert code == 0, err
     assert (tmp_path / "profile.json").is_file() and "calibrating" in err
