@@ -173,7 +173,8 @@ class MetricsRecorder:
             r = seq.request
             row: tuple[object, ...] = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
                    seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
-                   seq.status.value, seq.reject_reason, seq.cached_tokens)
+                   # _value_: .value is a descriptor run in Python, once a request
+                   seq.status._value_, seq.reject_reason, seq.cached_tokens)
             for append, v in zip(appends, row):
                 append(v)
 

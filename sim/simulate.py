@@ -56,15 +56,18 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             progress(1)
 
     arrivals = Arrivals(env, workload, submit, front_end)
+    done = on_done if progress is not None else arrivals.done
     next_arrival = arrivals.next_time
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
     for i in range(replicas):
         engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
-                               on_done, next_arrival if fast_forward else None, observer,
+                               done, next_arrival if fast_forward else None, observer,
                                closed_loop=arrivals.closed_loop, window=attention_window(cost),
                                pulled=arrivals if arrivals.pulled else None))
+    if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
+        arrivals.submit = engines[0].submit
     interrupted = False
     try:
         env.run()
