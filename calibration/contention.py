@@ -50,10 +50,12 @@ def contended_share(sweep_cost, feats: list[StepFeatures], measured: np.ndarray)
     return float(np.mean(measured[ok] > CONTENDED * price[ok])) if ok.any() else 1.0
 
 
-def check_served(sweep_cost, feats: list[StepFeatures], measured: np.ndarray) -> None:
-    """Refuse a serving phase whose steps were mostly timed while something else ran."""
+def check_served(sweep_cost, feats: list[StepFeatures], measured: np.ndarray, refuse: bool = True) -> float:
+    """Refuse (with `refuse`) a serving phase whose steps were mostly timed while something
+    else ran; returns its contended share."""
     share = contended_share(sweep_cost, feats, measured)
-    if share > MAX_CONTENDED_SHARE:
+    if refuse and share > MAX_CONTENDED_SHARE:
         raise ContendedCalibration(
             f"the serving phase was contended: {share:.0%} of its {len(measured)} steps took over "
             f"{CONTENDED:g}x the sweep's price (at most {MAX_CONTENDED_SHARE:.0%} allowed){load_note()}")
+    return share

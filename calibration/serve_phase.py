@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, contended_share, load_note
+from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, load_note
 from batchlab.calibration.fresh_process import run_fresh
 from batchlab.calibration.serve_fit import judge_kinds, missing_kinds, predict, refine
 from batchlab.core.config import SchedulerConfig
@@ -123,8 +123,8 @@ def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
     missing = missing_kinds(feats, ("prefill", "after_prefill", "after_idle"))
     if missing:
         raise RuntimeError(f"the serving phase produced too few steps to fit: {', '.join(missing)}")
-    if strict:
-        check_served(model, feats, y)  # mostly contended steps: refused (calibrate retries once)
+    # mostly contended steps: refused where strict (calibrate retries once)
+    share = check_served(model, feats, y, refuse=strict)
     refined, levels = refine(model, feats, y)
     check_prices(refined, feats, "the refit on the serving phase")
     other = refine(also, feats, y)[0] if also is not None else None
@@ -132,7 +132,7 @@ def serve(runtime: Runtime, model: CostForm, max_prompt: int, seconds: float,
         check_prices(other, feats, "the other form's refit on the serving phase")
     info = {"scale": round(levels.memory, 4), "compute_scale": round(levels.compute, 4),
             "steps": int(y.size), "seconds": round(float(y.sum()), 2), "fresh_process": fresh,
-            "contended_share": round(contended_share(model, feats, y), 4),
+            "contended_share": round(share, 4),
             "loop": loop.as_dict(),
             "policies": [(p if b is None else f"{p} ({b} tokens a step)")
                          + (f", {n} requests at a time" if n > 1 else "") for p, b, n, _ in POLICIES],

@@ -72,7 +72,7 @@ def test_a_contended_serving_phase_is_served_again_once_and_kept_if_asked(tmp_pa
     """The first serving refused (stood in for), the second served for real and contended
     too (its share of steps over 2x their price forced to 60%): with keep, the profile is
     written, warning in the log and in its notes."""
-    from batchlab.calibration import contention, serve_phase
+    from batchlab.calibration import contention
     real_serve, calls, said = calibration_run.serve, [], []
 
     def once_contended(*args, **kw):
@@ -83,7 +83,6 @@ def test_a_contended_serving_phase_is_served_again_once_and_kept_if_asked(tmp_pa
 
     monkeypatch.setattr(calibration_run, "serve", once_contended)
     monkeypatch.setattr(contention, "contended_share", lambda *a: 0.6)
-    monkeypatch.setattr(serve_phase, "contended_share", lambda *a: 0.6)
     out = tmp_path / "p.json"
     p = calibration_run.calibrate("batchlab-tiny", "cpu", 1, out, tiny_grid(), kv_memory="16MiB",
                                   progress=False, log=said.append, on_contention="keep")

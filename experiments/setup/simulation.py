@@ -11,7 +11,7 @@ from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
-from batchlab.experiments.setup.gpu import gpu_setup, roofline_because, wants_roofline
+from batchlab.experiments.setup.gpu import gpu_setup, roofline_because
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
@@ -34,16 +34,17 @@ class SimSetup:
 
 def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: bool = False) -> SimSetup:
     """Everything is checked here, before anything runs or --out is cleared."""
-    if cfg.hardware.knobs and (cfg.profile.path or wants_roofline(cfg)):
+    because = None if cfg.profile.path else roofline_because(cfg)
+    if cfg.hardware.knobs and (cfg.profile.path or because):
         raise UserError(f"[hardware] knobs {sorted(cfg.hardware.knobs)}: they replace a GPU profile's "
                         f"constants, and this run is priced by the "
                         f"{'calibration profile' if cfg.profile.path else 'roofline'}")
     if cfg.profile.path:
         cost, blocks, meta = profile_setup(cfg, model_named, hardware_named)
         hw = None  # a profiled device: the engine defaults key on a preset's memory
-    elif wants_roofline(cfg):
+    elif because:
         cost, blocks, meta = roofline_setup(cfg)
-        meta.roofline_because = roofline_because(cfg)
+        meta.roofline_because = because
         hw = cfg.hardware.spec()
     else:
         cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)

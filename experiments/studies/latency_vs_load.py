@@ -343,6 +343,7 @@ def _backend_report(b: dict, study: dict) -> str:
     step_ms = float(np.median([x["decode_step_ms"] for rows in sweep.values() for x in rows]))
     ref = b["reference_ms"]
     return tpl("backend", command=command_line(NAME, b["size"], True), b=b, slo=b["slo"], step_ms=step_ms,
+               base=SLO_CPU.model_dump(exclude_none=True), ref_step_ms=REF_STEP_S * 1000,
                step_share=b["slo"]["tpot_ms"] / step_ms, limits=limits, breaks=breaks,
                search=tpl("search", b=b) if b["search_evals"] else tpl("no-search"),
                worst_tpot=max(x["p99_tpot_ms"] for rows in sweep.values() for x in rows),
