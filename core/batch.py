@@ -2,7 +2,6 @@
 (defined in core/features.py, re-exported here)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from batchlab.core.features import FEATURE_NAMES, StepFeatures, masked_pairs, window_pairs, window_reads
@@ -14,30 +13,39 @@ if TYPE_CHECKING:
     from batchlab.core.decode_group import DecodeGroup
 
 
-@dataclass(slots=True)
 class Batch:
     """One step: sequence i processes tokens [starts[i], starts[i] + num_tokens[i]).
 
     A prefill chunk has num_tokens >= 1 from wherever its prefill stands; a decode has
     exactly one token, the last one generated. `preempted` lists sequences evicted
-    (recompute) while forming this step; they are back in the waiting queue."""
+    (recompute) while forming this step; they are back in the waiting queue.
+    (A plain class with its own __init__: compiled, a dataclass's stays interpreted, and
+    a batch is made every decision.)"""
 
-    seqs: list[Sequence] = field(default_factory=list)
-    num_tokens: list[int] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    total_tokens: int = 0
-    sampled: list[bool] = field(default_factory=list)  # set by Scheduler.complete
-    # The first bulk_decodes items are decodes of running sequences, added in bulk by
-    # the scheduler, so the hot loops need not check them item by item.
-    bulk_decodes: int = 0
-    # Besides the listed items, one decode of each of the group_decodes members of a
-    # DecodeGroup (the simulator's lazy form of bulk decodes), reading group_kv cached
-    # tokens in all; group_fresh: those that joined since the group's last step.
-    group: DecodeGroup | None = None
-    group_decodes: int = 0
-    group_kv: int = 0
-    group_fresh: list[Sequence] = field(default_factory=list)
+    __slots__ = ("seqs", "num_tokens", "starts", "preempted", "total_tokens", "sampled",
+                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh")
+
+    def __init__(self) -> None:
+        self.seqs: list[Sequence] = []
+        self.num_tokens: list[int] = []
+        self.starts: list[int] = []
+        self.preempted: list[Sequence] = []
+        self.total_tokens = 0
+        self.sampled: list[bool] = []  # set by Scheduler.complete
+        # The first bulk_decodes items are decodes of running sequences, added in bulk by
+        # the scheduler, so the hot loops need not check them item by item.
+        self.bulk_decodes = 0
+        # Besides the listed items, one decode of each of the group_decodes members of a
+        # DecodeGroup (the simulator's lazy form of bulk decodes), reading group_kv cached
+        # tokens in all; group_fresh: those that joined since the group's last step.
+        self.group: DecodeGroup | None = None
+        self.group_decodes = 0
+        self.group_kv = 0
+        self.group_fresh: list[Sequence] = []
+
+    def __repr__(self) -> str:
+        return (f"Batch({len(self.seqs)} items, {self.total_tokens} tokens, "
+                f"{self.group_decodes} group decodes, {len(self.preempted)} preempted)")
 
     def add(self, seq: Sequence, n: int) -> None:
         self.total_tokens += n

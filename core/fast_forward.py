@@ -8,18 +8,19 @@ new token). A step's shape is then the count n_j of sequences still running and 
 they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from batchlab.core.cost import CostModel
 from batchlab.core.features import StepFeatures
 
 
-@dataclass
 class DecodeRun:
-    """Steps 1..len(durations) of a run: each one's duration, batch size and KV read."""
-    durations: list[float]
-    num_seqs: list[int]
-    kv_read: list[int]
+    """Steps 1..len(durations) of a run: each one's duration, batch size and KV read.
+    (A plain class: compiled, a dataclass's __init__ stays interpreted.)"""
+    __slots__ = ("durations", "num_seqs", "kv_read")
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self.num_seqs: list[int] = []
+        self.kv_read: list[int] = []
 
 
 def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int]],
@@ -29,16 +30,18 @@ def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int
     Between two finishes the batch size is constant and the KV read grows by n a step:
     a stretch of equal size is one call of the cost model's decode_times (which prices
     it in the cheapest form for its length)."""
-    run = DecodeRun([], [], [])
+    run = DecodeRun()
+    durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
     start = 1
     # Stretch by stretch, steps start..stop: the leaving steps are distinct, >= 1 and
-    # below k, so no stretch is empty.
+    # below k, so no stretch is empty. (Plain loops: compiled, no range or list per stretch.)
     for stop in sorted(leaving) + [k]:
         length = stop - start + 1
         kv0 = cached + start * n
-        run.durations += cost.decode_times(n, kv0, length)
-        run.num_seqs += [n] * length
-        run.kv_read += range(kv0, kv0 + length * n, n)
+        durations.extend(cost.decode_times(n, kv0, length))
+        for j in range(length):
+            sizes.append(n)
+            reads.append(kv0 + j * n)
         start = stop + 1
         if stop in leaving:  # sequences whose last step is `stop` leave after it
             count, c_sum = leaving[stop]

@@ -1,37 +1,69 @@
 """Requests (immutable) and the per-replica state of a sequence being served."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, Final
 
 
-@dataclass(frozen=True, slots=True)
+REQUEST_FIELDS = ("id", "arrival", "prompt_len", "output_len", "prompt_token_ids", "priority",
+                  "prefix_hashes", "hash_block_size")
+
+
 class Request:
     """One user request. Generation stops after exactly `output_len` tokens (EOS is
-    ignored, as `vllm bench serve --ignore-eos` does), so sim and real do identical work."""
+    ignored, as `vllm bench serve --ignore-eos` does), so sim and real do identical work.
 
-    id: int
-    arrival: float  # seconds since the start of the workload
-    prompt_len: int
-    output_len: int
-    prompt_token_ids: tuple[int, ...] | None = None
-    priority: int = 0  # lower value = more important (vLLM convention)
-    prefix_hashes: tuple[int, ...] | None = None  # hashes of leading prompt blocks
-    hash_block_size: int = 512  # tokens each prefix hash covers (Mooncake's 512)
+    Immutable: its fields are Final (the compiled build's type check refuses a write), and
+    a changed copy comes from replace(). A plain class, not a frozen dataclass: compiled,
+    a dataclass keeps its generated __init__ interpreted, one call a request."""
 
-    def __post_init__(self) -> None:
-        if self.prompt_len < 1:
-            raise ValueError(f"request {self.id}: prompt_len must be >= 1, got {self.prompt_len}")
-        if self.output_len < 1:
-            raise ValueError(f"request {self.id}: output_len must be >= 1, got {self.output_len}")
-        if self.hash_block_size < 1:
-            raise ValueError(f"request {self.id}: hash_block_size must be >= 1, got {self.hash_block_size}")
-        if not self.arrival >= 0:
-            raise ValueError(f"request {self.id}: arrival must be >= 0, got {self.arrival}")
-        if self.prompt_token_ids is not None and len(self.prompt_token_ids) != self.prompt_len:
+    __slots__ = REQUEST_FIELDS
+
+    def __init__(self, id: int, arrival: float, prompt_len: int, output_len: int,
+                 prompt_token_ids: tuple[int, ...] | None = None, priority: int = 0,
+                 prefix_hashes: tuple[int, ...] | None = None, hash_block_size: int = 512) -> None:
+        if prompt_len < 1:
+            raise ValueError(f"request {id}: prompt_len must be >= 1, got {prompt_len}")
+        if output_len < 1:
+            raise ValueError(f"request {id}: output_len must be >= 1, got {output_len}")
+        if hash_block_size < 1:
+            raise ValueError(f"request {id}: hash_block_size must be >= 1, got {hash_block_size}")
+        if not arrival >= 0:
+            raise ValueError(f"request {id}: arrival must be >= 0, got {arrival}")
+        if prompt_token_ids is not None and len(prompt_token_ids) != prompt_len:
             raise ValueError(
-                f"request {self.id}: {len(self.prompt_token_ids)} prompt token ids "
-                f"but prompt_len={self.prompt_len}")
+                f"request {id}: {len(prompt_token_ids)} prompt token ids but prompt_len={prompt_len}")
+        self.id: Final = id
+        self.arrival: Final = arrival  # seconds since the start of the workload
+        self.prompt_len: Final = prompt_len
+        self.output_len: Final = output_len
+        self.prompt_token_ids: Final = prompt_token_ids
+        self.priority: Final = priority  # lower value = more important (vLLM convention)
+        self.prefix_hashes: Final = prefix_hashes  # hashes of leading prompt blocks
+        self.hash_block_size: Final = hash_block_size  # tokens each prefix hash covers (Mooncake's 512)
+
+    def _values(self) -> tuple:
+        return (self.id, self.arrival, self.prompt_len, self.output_len, self.prompt_token_ids,
+                self.priority, self.prefix_hashes, self.hash_block_size)
+
+    def replace(self, **changes: Any) -> "Request":
+        """A copy with `changes` (field=value), validated as a new request is."""
+        unknown = set(changes) - set(REQUEST_FIELDS)
+        if unknown:
+            raise TypeError(f"Request has no field {sorted(unknown)[0]!r}")
+        values = dict(zip(REQUEST_FIELDS, self._values()))
+        values.update(changes)
+        return Request(**values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in zip(REQUEST_FIELDS, self._values()))
+        return f"Request({inner})"
 
     @property
     def max_kv_tokens(self) -> int:
@@ -49,7 +81,6 @@ class Status(Enum):
     FAILED = "failed"  # an error ended it alone; reject_reason says which (serve, replay)
 
 
-@dataclass(slots=True, eq=False)
 class Sequence:
     """A request's state on one replica.
 
@@ -57,28 +88,40 @@ class Sequence:
     the sequence knows `known = prompt_len + num_generated` tokens; `num_computed` of
     them have their KV in cache. A step processes tokens [num_computed, num_computed+n);
     when that reaches `known`, the step samples one new token.
+
+    A plain class with its own __init__ (compiled, a dataclass's would stay interpreted).
     """
 
-    request: Request
-    status: Status = Status.WAITING
-    num_computed: int = 0
-    num_generated: int = 0
-    block_table: list[int] = field(default_factory=list)
-    admit_order: int = -1  # set at each admission; larger = admitted more recently
-    decoding: bool = False  # sampled since its last admission: each step now adds one token
-    group_tick: int = -1  # >= 0: counters kept lazily by a DecodeGroup since that tick
-    preemptions: int = 0
-    first_scheduled: float = -1.0
-    first_token: float = -1.0
-    last_token: float = -1.0
-    finish: float = -1.0
-    reject_reason: str = ""
-    output_token_ids: list[int] = field(default_factory=list)  # filled by a real backend
-    # Prefix caching (core/prefix_cache.py): chained keys of its full prompt blocks (None
-    # until looked up, or with caching off), and the prompt tokens its first admission
-    # found cached (vLLM's num_cached_tokens).
-    block_keys: tuple[int, ...] | None = None
-    cached_tokens: int = 0
+    __slots__ = ("request", "status", "num_computed", "num_generated", "block_table",
+                 "admit_order", "decoding", "group_tick", "preemptions", "first_scheduled",
+                 "first_token", "last_token", "finish", "reject_reason", "output_token_ids",
+                 "block_keys", "cached_tokens")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.status = Status.WAITING
+        self.num_computed = 0
+        self.num_generated = 0
+        self.block_table: list[int] = []
+        self.admit_order = -1  # set at each admission; larger = admitted more recently
+        self.decoding = False  # sampled since its last admission: each step now adds one token
+        self.group_tick = -1  # >= 0: counters kept lazily by a DecodeGroup since that tick
+        self.preemptions = 0
+        self.first_scheduled = -1.0
+        self.first_token = -1.0
+        self.last_token = -1.0
+        self.finish = -1.0
+        self.reject_reason = ""
+        self.output_token_ids: list[int] = []  # filled by a real backend
+        # Prefix caching (core/prefix_cache.py): chained keys of its full prompt blocks (None
+        # until looked up, or with caching off), and the prompt tokens its first admission
+        # found cached (vLLM's num_cached_tokens).
+        self.block_keys: tuple[int, ...] | None = None
+        self.cached_tokens = 0
+
+    def __repr__(self) -> str:
+        return (f"Sequence(request={self.request.id}, status={self.status.name}, "
+                f"computed={self.num_computed}, generated={self.num_generated})")
 
     @property
     def id(self) -> int:

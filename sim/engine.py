@@ -150,9 +150,15 @@ class Replica:
             # Steps from sensitive_from on must start before the next arrival, which
             # usually comes long before step k: price a guess of the steps up to it
             # first, all k if that falls short.
-            arrival = self.next_arrival() if self.next_arrival is not None else math.inf
-            first = cost.step_time(step_features(batch, *context))
-            guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 4
+            # Pulled arrivals are the next_arrival (sim/simulate.py): called natively.
+            pulled = self.pulled
+            arrival = (pulled.next_time() if pulled is not None
+                       else self.next_arrival() if self.next_arrival is not None else math.inf)
+            # The guess only sizes the pricing; a decode step of the group as it stands
+            # (its context aside) is near enough.
+            g = batch.group_decodes
+            first = cost.decode_times(g, batch.group_kv + g, 1)[0]
+            guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 2
                      if first > 0 and arrival < math.inf else k)
             while True:
                 run, times = self._run(min(k, guess), t0, context, cost)

@@ -14,7 +14,6 @@ fails the requests in it and the loop goes on; only MAX_FAILED_STEPS failed step
 row (a broken engine, not a bad request) stop it."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -242,7 +241,7 @@ class EngineLoop:
         """A stop string ended it before max_tokens: finished, with the tokens it made."""
         self.sched.abort(seq, now)
         seq.status, seq.finish = Status.FINISHED, now
-        seq.request = dataclasses.replace(seq.request, output_len=seq.num_generated)
+        seq.request = seq.request.replace(output_len=seq.num_generated)
 
     def _step(self) -> bool:
         """One engine step if there is work; False when idle."""

@@ -52,7 +52,7 @@ class Workload:
     def request(self, i: int, arrival: float | None = None) -> Request:
         """Request i; `arrival` instead of its own (a closed loop's send time)."""
         request = self.request_block(i, i + 1)[0]
-        return request if arrival is None else dataclasses.replace(request, arrival=arrival)
+        return request if arrival is None else request.replace(arrival=arrival)
 
     def request_block(self, lo: int, hi: int) -> list[Request]:
         """Requests lo..hi-1, their columns read in one go (plain Python numbers)."""
