@@ -102,12 +102,20 @@ class DecodeGroup:
         """Durations, sizes and KV reads of the next k steps (k <= last finish); context:
         the first one's (after_prefill, after_idle), core/features.py."""
         t, entries = self.tick, self._by_finish
-        leaving: dict[int, list[int]] = {}  # step -> [count, sum of cached tokens]
-        for f, _, _, base, _ in entries[:bisect_left(entries, (t + k,))]:
-            e = leaving.setdefault(f - t, [0, 0])
-            e[0] += 1
-            e[1] += base + t
-        return decode_run(cost, self.size, self.kv_sum, leaving, k, *context)
+        # Members finishing before step k, grouped by their last step (entries are in
+        # finish order): the stretches of equal batch size between them.
+        stops: list[int] = []
+        counts: list[int] = []
+        c_sums: list[int] = []
+        for i in range(bisect_left(entries, (t + k,))):
+            f, _, _, base, _ = entries[i]
+            if not stops or stops[-1] != f - t:
+                stops.append(f - t)
+                counts.append(0)
+                c_sums.append(0)
+            counts[-1] += 1
+            c_sums[-1] += base + t
+        return decode_run(cost, self.size, self.kv_sum, stops, counts, c_sums, k, context[0], context[1])
 
     def kv_steps(self, m: int, free: int) -> int:
         """How many of the next m steps (the first one's blocks already reserved) fit

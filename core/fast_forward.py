@@ -23,19 +23,20 @@ class DecodeRun:
         self.kv_read: list[int] = []
 
 
-def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int]],
-               k: int, after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
+def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: list[int],
+               c_sums: list[int], k: int, after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
     """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
-    leaving[r] = [count, their cached tokens] of those whose last step is r (< k).
-    Between two finishes the batch size is constant and the KV read grows by n a step:
-    a stretch of equal size is one call of the cost model's decode_times (which prices
-    it in the cheapest form for its length)."""
+    counts[i] of them, holding c_sums[i] cached tokens, take their last step at stops[i]
+    (distinct, ascending, >= 1 and < k). Between two finishes the batch size is constant
+    and the KV read grows by n a step: a stretch of equal size is one call of the cost
+    model's decode_times (which prices it in the cheapest form for its length)."""
     run = DecodeRun()
     durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
     start = 1
-    # Stretch by stretch, steps start..stop: the leaving steps are distinct, >= 1 and
-    # below k, so no stretch is empty. (Plain loops: compiled, no range or list per stretch.)
-    for stop in sorted(leaving) + [k]:
+    # Stretch by stretch, steps start..stop; none is empty. (Plain loops: compiled, no
+    # range or list per stretch.)
+    for i in range(len(stops) + 1):
+        stop = stops[i] if i < len(stops) else k
         length = stop - start + 1
         kv0 = cached + start * n
         durations.extend(cost.decode_times(n, kv0, length))
@@ -43,11 +44,10 @@ def decode_run(cost: CostModel, n: int, cached: int, leaving: dict[int, list[int
             sizes.append(n)
             reads.append(kv0 + j * n)
         start = stop + 1
-        if stop in leaving:  # sequences whose last step is `stop` leave after it
-            count, c_sum = leaving[stop]
-            n, cached = n - count, cached - c_sum
+        if i < len(stops):  # sequences whose last step is `stop` leave after it
+            n, cached = n - counts[i], cached - c_sums[i]
     if after_prefill or after_idle:  # priced as stepping prices it: from its own features
-        kv = run.kv_read[0]
-        run.durations[0] = cost.step_time(StepFeatures(run.num_seqs[0], 0, 0, run.num_seqs[0], kv, kv,
-                                                       after_prefill, after_idle))
+        kv = reads[0]
+        durations[0] = cost.step_time(StepFeatures(sizes[0], 0, 0, sizes[0], kv, kv,
+                                                   after_prefill, after_idle))
     return run

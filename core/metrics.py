@@ -31,6 +31,7 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seq
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
 FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
+ROWS_EVERY = 4096  # request rows buffered in lists before they go into the typed columns
 
 
 def _column(name: str) -> array | list:
@@ -40,7 +41,10 @@ def _column(name: str) -> array | list:
 class MetricsRecorder:
     def __init__(self, record_steps: bool = True) -> None:
         self._req = {c: _column(c) for c in REQUEST_COLUMNS}
-        self._req_append = [col.append for col in self._req.values()]
+        # Rows wait in plain lists, a column each (REQUEST_COLUMNS' order), and go into the
+        # typed columns ROWS_EVERY at a time: compiled, a list append is a C call, where
+        # an array's append is a call through Python per field and request.
+        self._pending: list[list] = [[] for _ in REQUEST_COLUMNS]
         self._step: dict[str, array] | None = (
             {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
         # Running totals over steps: what the summary needs when there is no step table
@@ -111,8 +115,8 @@ class MetricsRecorder:
             self.itl_count.append(same)
         if same - also < len(last):
             other = [end - t for t in last if t != start]
-            self.itl_gap.extend(other)
-            self.itl_count.extend([1] * len(other))
+            self.itl_gap.fromlist(other)  # fromlist: twice as fast as extend from a list
+            self.itl_count.fromlist([1] * len(other))
 
     def _group_gaps(self, start: float, end: float, batch: Batch) -> None:
         """Gaps of the decode group's tokens stamped `end` (core/decode_group.py): the
@@ -143,8 +147,8 @@ class MetricsRecorder:
         assert group is not None
         group.last = times[m]
         if m > 1:  # everyone in step j >= 2 was in step j - 1
-            self.itl_gap.extend([b - a for a, b in zip(times[1:m], times[2:])])
-            self.itl_count.extend(num_seqs[1:])
+            self.itl_gap.fromlist([b - a for a, b in zip(times[1:m], times[2:])])
+            self.itl_count.fromlist(num_seqs[1:])
         self._maybe_fold()
         self._num_steps += m
         self.decisions += 1
@@ -164,23 +168,46 @@ class MetricsRecorder:
                    "after_prefill": [context[0]] + [0] * (m - 1),
                    "after_idle": [context[1]] + [0] * (m - 1)}
         for c, col in self._step.items():
-            col.extend(array(col.typecode, [const[c]]) * m if c in const else varying[c])
+            if c in const:
+                col.extend(array(col.typecode, [const[c]]) * m)
+            else:
+                col.fromlist(varying[c])
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
-        """Rows for finished, rejected or (at the end of an interrupted run) unfinished ones."""
-        appends = self._req_append
+        """Rows for finished, rejected or (at the end of an interrupted run) unfinished
+        ones, as they stand now."""
+        (ids, replicas, arrivals, prompts, outputs, priorities, scheduled, first, finish,
+         preemptions, status, reasons, cached) = self._pending
         for seq in seqs:
             r = seq.request
-            row: tuple[object, ...] = (r.id, replica, r.arrival, r.prompt_len, r.output_len, r.priority,
-                   seq.first_scheduled, seq.first_token, seq.finish, seq.preemptions,
-                   # _value_: .value is a descriptor run in Python, once a request
-                   seq.status._value_, seq.reject_reason, seq.cached_tokens)
-            for append, v in zip(appends, row):
-                append(v)
+            ids.append(r.id)
+            replicas.append(replica)
+            arrivals.append(r.arrival)
+            prompts.append(r.prompt_len)
+            outputs.append(r.output_len)
+            priorities.append(r.priority)
+            scheduled.append(seq.first_scheduled)
+            first.append(seq.first_token)
+            finish.append(seq.finish)
+            preemptions.append(seq.preemptions)
+            status.append(seq.status._value_)  # .value is a descriptor run in Python
+            reasons.append(seq.reject_reason)
+            cached.append(seq.cached_tokens)
+        if len(ids) >= ROWS_EVERY:
+            self._flush_rows()
+
+    def _flush_rows(self) -> None:
+        if self._pending[0]:
+            for col, rows in zip(self._req.values(), self._pending):
+                if isinstance(col, list):
+                    col.extend(rows)
+                else:
+                    col.fromlist(rows)
+            self._pending = [[] for _ in REQUEST_COLUMNS]
 
     @property
     def num_requests(self) -> int:
-        return len(self._req["request_id"])
+        return len(self._req["request_id"]) + len(self._pending[0])
 
     @property
     def num_steps(self) -> int:
@@ -190,6 +217,7 @@ class MetricsRecorder:
         """Columns as arrays, sorted by request id; unset times are NaN. (Built a column
         at a time, so that a replay of millions of requests peaks at about twice its
         rows, not four times.)"""
+        self._flush_rows()
         order = np.argsort(_np(self._req["request_id"]), kind="stable")
         t = {}
         for c, v in self._req.items():

@@ -72,6 +72,17 @@ class Request:
         return self.prompt_len + self.output_len - 1
 
 
+def requests_from_columns(first_id: int, arrival: list[float], prompt_len: list[int],
+                          output_len: list[int], priority: list[int],
+                          prefix_hashes: list[tuple[int, ...] | None],
+                          hash_block_size: int) -> list[Request]:
+    """Requests first_id, first_id + 1, ... from columns of plain Python numbers (the
+    workload's, core/workload/workload.py): a compiled loop, where an interpreted one
+    spent more than the rest of a request's arrival."""
+    return [Request(first_id + j, arrival[j], prompt_len[j], output_len[j], None, priority[j],
+                    prefix_hashes[j], hash_block_size) for j in range(len(arrival))]
+
+
 class Status(Enum):
     WAITING = "waiting"
     RUNNING = "running"

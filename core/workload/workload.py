@@ -8,7 +8,7 @@ from typing import Iterator
 
 import numpy as np
 
-from batchlab.core.request import Request
+from batchlab.core.request import Request, requests_from_columns
 
 
 @dataclass
@@ -59,10 +59,7 @@ class Workload:
         arrival, prompt, output = (c[lo:hi].tolist() for c in (self.arrival, self.prompt_len, self.output_len))
         priority = self.priority[lo:hi].tolist() if self.priority is not None else [0] * (hi - lo)
         hashes = self.prefix_hashes[lo:hi] if self.prefix_hashes is not None else [None] * (hi - lo)
-        size = self.hash_block_size
-        return [Request(id=lo + j, arrival=arrival[j], prompt_len=prompt[j], output_len=output[j],
-                        priority=priority[j], prefix_hashes=hashes[j], hash_block_size=size)
-                for j in range(hi - lo)]
+        return requests_from_columns(lo, arrival, prompt, output, priority, list(hashes), self.hash_block_size)
 
     def requests(self) -> Iterator[Request]:
         for i in range(len(self)):
