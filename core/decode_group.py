@@ -186,6 +186,5 @@ class DecodeGroup:
 
 def _cycle(phase: list[int], start: int, length: int) -> list[int]:
     """phase[(start + i) % len(phase)] for i in range(length)."""
-    s = start % len(phase)
-    rotated = phase[s:] + phase[:s]
-    return (rotated * (length // len(phase) + 1))[:length]
+    size = len(phase)
+    return [phase[(start + i) % size] for i in range(length)]
