@@ -105,7 +105,7 @@ class Replica:
                 self.history.ran(now, False)
                 sched.retire(finished, now)
             else:
-                features = step_features(batch, *context, window=self.window)
+                features = step_features(batch, context[0], context[1], self.window)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = now
                 yield env.timeout(cost.step_time(features))
