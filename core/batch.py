@@ -74,7 +74,11 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
     sizes the windowed features (a windowed model's decodes are never grouped)."""
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
-    kv_read = pairs = (sum(batch.starts[:b]) + b if b else 0) + (batch.group_kv + g if g else 0)
+    kv_read = b + (batch.group_kv + g if g else 0)
+    starts = batch.starts
+    for i in range(b):  # compiled: sum() of a slice is two calls through Python
+        kv_read += starts[i]
+    pairs = kv_read
     prefill_seqs = prefill = masked = prefill_pairs = self_pairs = 0
     decode = b + g
     for i in range(b, len(batch.seqs)):

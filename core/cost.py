@@ -135,8 +135,11 @@ class RooflineCostModel(FormDefaults):
         if self.comm_bytes_per_token:
             t_comm = self.comm_latency_s + self.comm_bytes_per_token * n / self.comm_bandwidth
         o = self.overhead_s
-        return [o + max((w + kvb * kv) / bw, (flops + afp * kv) / peak) + t_comm
-                for kv in range(kv0, kv0 + m * n, n)]
+        out: list[float] = []
+        for j in range(m):  # a for statement: compiled, a comprehension's range is a Python call
+            kv = kv0 + j * n
+            out.append(o + max((w + kvb * kv) / bw, (flops + afp * kv) / peak) + t_comm)
+        return out
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         """step_time of m steady decode steps, vectorised with the same arithmetic."""

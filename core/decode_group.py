@@ -132,8 +132,11 @@ class DecodeGroup:
         t = self.tick
         diffs = self._taken(m)
         used = kv.num_used
-        if sum(diffs):
-            self.owed += kv.take(sum(diffs))
+        total = 0
+        for d in diffs:
+            total += d
+        if total:
+            self.owed += kv.take(total)
         entries = self._by_finish
         n = bisect_left(entries, (t + m + 1,))
         leaving = entries[:n]
@@ -146,7 +149,11 @@ class DecodeGroup:
             if step < m:
                 diffs[step] -= blocks
         self.tick = t + m
-        return list(accumulate(diffs, initial=used))[1:], done
+        in_use: list[int] = []
+        for d in diffs:
+            used += d
+            in_use.append(used)
+        return in_use, done
 
     def _taken(self, m: int) -> list[int]:
         """Blocks taken at each of the next m steps (0 at the first: reserved)."""
@@ -187,4 +194,7 @@ class DecodeGroup:
 def _cycle(phase: list[int], start: int, length: int) -> list[int]:
     """phase[(start + i) % len(phase)] for i in range(length)."""
     size = len(phase)
-    return [phase[(start + i) % size] for i in range(length)]
+    out: list[int] = []
+    for i in range(length):  # a for statement: compiled, a comprehension's range is a Python call
+        out.append(phase[(start + i) % size])
+    return out

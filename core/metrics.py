@@ -147,13 +147,21 @@ class MetricsRecorder:
         assert group is not None
         group.last = times[m]
         if m > 1:  # everyone in step j >= 2 was in step j - 1
-            self.itl_gap.fromlist([b - a for a, b in zip(times[1:m], times[2:])])
+            gaps: list[float] = []
+            for j in range(1, m):  # compiled: zip in a comprehension is a call through Python
+                gaps.append(times[j + 1] - times[j])
+            self.itl_gap.fromlist(gaps)
             self.itl_count.fromlist(num_seqs[1:])
         self._maybe_fold()
         self._num_steps += m
         self.decisions += 1
-        self._seat_fraction += sum(num_seqs) / seats
-        self._kv_fraction += sum(kv_blocks_used) / kv_blocks_total
+        seat_steps = kv_steps = 0
+        for n in num_seqs:  # compiled: sum() over a list is a call through Python
+            seat_steps += n
+        for used in kv_blocks_used:
+            kv_steps += used
+        self._seat_fraction += seat_steps / seats
+        self._kv_fraction += kv_steps / kv_blocks_total
         if self._step is None:
             return
         const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,

@@ -79,8 +79,11 @@ def requests_from_columns(first_id: int, arrival: list[float], prompt_len: list[
     """Requests first_id, first_id + 1, ... from columns of plain Python numbers (the
     workload's, core/workload/workload.py): a compiled loop, where an interpreted one
     spent more than the rest of a request's arrival."""
-    return [Request(first_id + j, arrival[j], prompt_len[j], output_len[j], None, priority[j],
-                    prefix_hashes[j], hash_block_size) for j in range(len(arrival))]
+    out: list[Request] = []
+    for j in range(len(arrival)):  # a for statement: a comprehension's range is a Python call
+        out.append(Request(first_id + j, arrival[j], prompt_len[j], output_len[j], None, priority[j],
+                           prefix_hashes[j], hash_block_size))
+    return out
 
 
 class Status(Enum):

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
 from typing import Callable
 
 import simpy
@@ -129,7 +128,11 @@ class Replica:
         group = self.scheduler.group
         assert group is not None  # fast-forward keeps the decodes in a group
         run = group.price(cost, k, context)
-        return run, list(accumulate(run.durations, initial=t0))
+        times = [t0]
+        for d in run.durations:  # summed in order, as the clock advances (and compiled)
+            t0 += d
+            times.append(t0)
+        return run, times
 
     def _fast_forward(self, batch: Batch, context: tuple[int, int],
                       cost: CostModel) -> tuple[float, list] | None:
