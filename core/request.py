@@ -43,8 +43,7 @@ class Request:
         self.hash_block_size: Final = hash_block_size  # tokens each prefix hash covers (Mooncake's 512)
 
     def _values(self) -> tuple:
-        return (self.id, self.arrival, self.prompt_len, self.output_len, self.prompt_token_ids,
-                self.priority, self.prefix_hashes, self.hash_block_size)
+        return tuple(getattr(self, name) for name in REQUEST_FIELDS)
 
     def replace(self, **changes: Any) -> "Request":
         """A copy with `changes` (field=value), validated as a new request is."""

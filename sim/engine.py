@@ -51,6 +51,9 @@ class Replica:
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         self.pulled = pulled
+        # _fast_forward asks pulled arrivals natively for what next_arrival would say.
+        assert pulled is None or self.next_arrival in (None, pulled.next_time), \
+            "pulled arrivals come with their own next_time as next_arrival"
         self._sleeping = False  # idle, waiting on _wake
         env.process(self._loop())
 
