@@ -49,12 +49,19 @@ def _ape(sim: np.ndarray, obs: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(e), e, 900.0)  # not finished in the simulation: 10x off
 
 
+def per_request(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TPOT) absolute percentage errors of every request judged; parts: (simulated
+    ttft, simulated tpot, observed ttft, observed tpot) per case."""
+    if not parts:
+        return np.zeros(0), np.zeros(0)
+    return (np.concatenate([_ape(s, o) for s, _, o, _ in parts]),
+            np.concatenate([_ape(s, o) for _, s, _, o in parts]))
+
+
 def errors(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> Errors | None:
     """parts: (simulated ttft, simulated tpot, observed ttft, observed tpot) per case."""
-    if not parts:
-        return None
-    a = np.concatenate([_ape(s, o) for s, _, o, _ in parts])
-    b = np.concatenate([_ape(s, o) for _, s, _, o in parts])
+    a, b = per_request(parts)
     if not a.size:
         return None
 
