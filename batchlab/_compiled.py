@@ -27,6 +27,8 @@ HOT = (
     "batchlab.core.fast_forward",
     "batchlab.core.metrics",
     "batchlab.core.cost",
+    "batchlab.core.orders.admission",
+    "batchlab.core.orders.victims",
     "batchlab.core.schedulers.base",
     "batchlab.core.schedulers.continuous",
     "batchlab.core.schedulers.chunked",

@@ -32,9 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,7 +41,7 @@ from batchlab.core.cost import kv_capacity_blocks, roofline  # noqa: E402
 from batchlab.core.specs import lookup_hardware, lookup_model  # noqa: E402
 from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload  # noqa: E402
 from batchlab.sim import simulate  # noqa: E402
-from batchlab.sim.events import counting_events  # noqa: E402
+from batchlab.sim.events import counting_decisions, counting_events  # noqa: E402
 
 # ../shared/traces beside the checkout (a worktree of /work/wt/NAME: two levels up), or
 # BATCHLAB_TRACES.
@@ -70,25 +68,6 @@ def timed(workload, policy, fast_forward, cost, blocks, record_steps=True, repea
         run()
         best = min(best, time.perf_counter() - t0)
     return best, events[0], steps, decisions[0]
-
-
-@contextmanager
-def counting_decisions() -> Iterator[list[int]]:
-    """Count engine iterations (each records one step or one run) inside the block: the
-    recorders' own count (compiled, their methods cannot be wrapped)."""
-    import batchlab.sim.simulate as module
-    recorders, real = [], module.MetricsRecorder
-
-    def make(*args, **kw):
-        recorders.append(real(*args, **kw))
-        return recorders[-1]
-    count = [0]
-    module.MetricsRecorder = make
-    try:
-        yield count
-    finally:
-        module.MetricsRecorder = real
-        count[0] = sum(r.decisions for r in recorders)
 
 
 # Where simulator time goes, by the file a function lives in.

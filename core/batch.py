@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from batchlab.core.features import FEATURE_NAMES, StepFeatures, masked_pairs, window_pairs, window_reads
+from batchlab.core.features import (FEATURE_NAMES, StepFeatures, features_of, masked_pairs, window_pairs,
+                                    window_reads)
 from batchlab.core.request import Sequence
 
 __all__ = ["Batch", "FEATURE_NAMES", "StepFeatures", "StepObserver", "step_features"]
@@ -95,8 +96,8 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
             prefill_pairs += c * s + c * (c + 1) // 2
             self_pairs += c * (c + 1) // 2
     if not window:
-        return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                            after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs, self_pairs)
+        return features_of(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
+                           after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs, self_pairs)
     if g:
         raise ValueError("a windowed model's decodes cannot be grouped (their window reads "
                          "are per sequence): simulate it without fast-forward")
@@ -105,5 +106,5 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
         s, c = batch.starts[i], batch.num_tokens[i]
         w_kv += window_reads(c, s, window)
         w_pairs += window_pairs(c, s, window)
-    return StepFeatures(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
-                        after_prefill, after_idle, masked, w_kv, w_pairs, prefill_pairs, self_pairs)
+    return features_of(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
+                       after_prefill, after_idle, masked, w_kv, w_pairs, prefill_pairs, self_pairs)

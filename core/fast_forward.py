@@ -9,7 +9,7 @@ they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.
 from __future__ import annotations
 
 from batchlab.core.cost import CostModel
-from batchlab.core.features import StepFeatures
+from batchlab.core.features import features_of
 
 
 class DecodeRun:
@@ -48,6 +48,6 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
             n, cached = n - counts[i], cached - c_sums[i]
     if after_prefill or after_idle:  # priced as stepping prices it: from its own features
         kv = reads[0]
-        durations[0] = cost.step_time(StepFeatures(sizes[0], 0, 0, sizes[0], kv, kv,
-                                                   after_prefill, after_idle))
+        durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
+                                                  after_prefill, after_idle, 0, 0, 0, 0, 0))
     return run

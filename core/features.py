@@ -76,6 +76,19 @@ class StepFeatures(NamedTuple):
         return self.prefill_tokens + self.decode_tokens
 
 
+def features_of(num_seqs: int, num_prefill_seqs: int, prefill_tokens: int, decode_tokens: int,
+                kv_tokens_read: int, attention_pairs: int, after_prefill: int, after_idle: int,
+                masked_pairs: int, window_kv_tokens_read: int, window_attention_pairs: int,
+                prefill_attention_pairs: int, prefill_self_pairs: int) -> StepFeatures:
+    """StepFeatures(every field, in order), made without the named tuple's own __new__: a
+    Python function, which compiled code calls through the interpreter (a step's worth of
+    work, once a step)."""
+    return tuple.__new__(StepFeatures, (num_seqs, num_prefill_seqs, prefill_tokens, decode_tokens,
+                                        kv_tokens_read, attention_pairs, after_prefill, after_idle,
+                                        masked_pairs, window_kv_tokens_read, window_attention_pairs,
+                                        prefill_attention_pairs, prefill_self_pairs))
+
+
 # torch's CPU flash attention works on key tiles of 512 and, with is_causal, skips the
 # tiles above the diagonal: a fresh chunk computes its diagonal tiles whole.
 MASK_TILE = 512

@@ -23,6 +23,20 @@ from batchlab.sim.events import late
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 
 
+def moved_on(env: simpy.Environment, delay: float) -> bool:
+    """Move SimPy's clock on by `delay` where no other event is due by then: a timeout
+    would be the next event, and resuming at once from it is what this does, without the
+    event. Returns False (yield the timeout) where one is due first or at the same time
+    (an event scheduled earlier goes first at a tie). The time is SimPy's own sum for a
+    timeout, now + delay, so the clock reads the same either way."""
+    t = env._now + delay
+    queue = env._queue
+    if queue and queue[0][0] <= t:
+        return False
+    env._now = t
+    return True
+
+
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
                  cost: CostModel, recorder: MetricsRecorder,
@@ -71,7 +85,7 @@ class Replica:
         env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
         seats, kv = sched.max_seqs, sched.kv
         while True:
-            now = env.now  # read once: a property call into SimPy each time
+            now = env._now  # SimPy's `now` is a property: a Python call from compiled code
             if pulled is not None:
                 pulled.pull(now)
             batch = sched.schedule(now)
@@ -97,11 +111,12 @@ class Replica:
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now)  # the price where the level moves with the clock
-            run = self._fast_forward(batch, context, cost) if self.next_arrival is not None else None
+            run = self._fast_forward(batch, now, context, cost) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
-                yield env.timeout(end - now)
-                now = env.now
+                if not moved_on(env, end - now):
+                    yield env.timeout(end - now)
+                now = env._now
                 if pulled is not None:
                     pulled.pull(now)
                 self.history.ran(now, False)
@@ -110,8 +125,10 @@ class Replica:
                 features = step_features(batch, context[0], context[1], self.window)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = now
-                yield env.timeout(cost.step_time(features))
-                now = env.now
+                took = cost.step_time(features)
+                if not moved_on(env, took):
+                    yield env.timeout(took)
+                now = env._now
                 if pulled is not None:
                     pulled.pull(now)
                 self.history.ran(now, features.num_prefill_seqs > 0)
@@ -137,21 +154,20 @@ class Replica:
             times.append(t0)
         return run, times
 
-    def _fast_forward(self, batch: Batch, context: tuple[int, int],
+    def _fast_forward(self, batch: Batch, t0: float, context: tuple[int, int],
                       cost: CostModel) -> tuple[float, list] | None:
         """Advance over the run of decode steps this batch starts (core/decode_group.py):
         through finishes where they let nobody in, up to the last step that starts before
         the next possible arrival where one could join, or the last KV memory allows.
         Records every step, and finishes sequences at their times, as stepping would;
         returns (the time the run ends, the sequences that finish then), or None to step
-        normally. context: the first step's (after_prefill, after_idle); cost: the price
+        normally. t0: now; context: the first step's (after_prefill, after_idle); cost: the price
         of the run's steps (all at the level of the moment it starts)."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
             return None
         k, sensitive_from = plan
-        t0 = self.env.now
         if sensitive_from <= k:
             # Steps from sensitive_from on must start before the next arrival, which
             # usually comes long before step k: price a guess of the steps up to it

@@ -4,6 +4,7 @@ last (LATE), so a burst of requests arriving together is seen whole, in both the
 step-by-step and the fast-forward engine."""
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -46,3 +47,23 @@ def counting_events() -> Iterator[list[int]]:
         yield count
     finally:
         simpy.Environment.step = real_step
+
+
+@contextmanager
+def counting_decisions() -> Iterator[list[int]]:
+    """Count engine iterations (each records one step or one fast-forward run) of the
+    simulations run inside the block: the recorders' own count (compiled, their methods
+    cannot be wrapped)."""
+    module = importlib.import_module("batchlab.sim.simulate")  # the package's `simulate` is the function
+    recorders, real = [], module.MetricsRecorder
+
+    def make(*args, **kw):
+        recorders.append(real(*args, **kw))
+        return recorders[-1]
+    count = [0]
+    module.MetricsRecorder = make
+    try:
+        yield count
+    finally:
+        module.MetricsRecorder = real
+        count[0] = sum(r.decisions for r in recorders)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +15,8 @@ from batchlab.core.schedulers import SCHEDULERS
 from batchlab.core.schedulers.continuous import ContinuousScheduler
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from batchlab.sim.events import counting_events
+from batchlab.sim.engine import moved_on
+from batchlab.sim.events import counting_decisions, counting_events
 from tests.draws import params, policies
 from tests.same_runs import COSTS, assert_same
 
@@ -62,24 +64,52 @@ def test_fast_forward_equals_step_by_step(scenario):
     assert_same(stepped, fast)
 
 
-def count_events(work: Workload, fast_forward: bool) -> int:
-    with counting_events() as n:
+def count_decisions(work: Workload, fast_forward: bool) -> int:
+    with counting_decisions() as n:
         simulate(work, SchedulerConfig(policy="continuous", max_num_seqs=16), COSTS["roofline"],
                  100_000, fast_forward=fast_forward)
     return n[0]
 
 
-def test_fast_forward_events_do_not_grow_with_reply_length():
-    """Events scale with scheduling decisions (arrivals, finishes), not with tokens."""
+def test_fast_forward_decisions_do_not_grow_with_reply_length():
+    """Engine iterations scale with scheduling decisions (arrivals, finishes), not with
+    tokens."""
     rng = np.random.default_rng(0)
     prompts, outputs = rng.integers(10, 100, 64), rng.integers(100, 400, 64)
     short = Workload(np.zeros(64), prompts, outputs)
     long = Workload(np.zeros(64), prompts, outputs * 4)
-    stepped = count_events(short, False), count_events(long, False)
-    fast = count_events(short, True), count_events(long, True)
+    stepped = count_decisions(short, False), count_decisions(long, False)
+    fast = count_decisions(short, True), count_decisions(long, True)
     assert stepped[1] > 3.5 * stepped[0]
     assert fast[1] < 1.2 * fast[0]
-    assert fast[0] < 5 * 64  # a handful of events per request
+    assert fast[0] < 5 * 64  # a handful of decisions per request
+
+
+def test_an_engine_alone_takes_no_event_a_step():
+    """SimPy events only where the model needs them: one replica with nothing else due
+    before its step ends moves the clock on without one; a second replica's steps are
+    events the first must wait behind, and results equal stepping either way (the
+    property test above, with replicas)."""
+    rng = np.random.default_rng(2)
+    work = Workload(np.zeros(32), rng.integers(10, 100, 32), rng.integers(50, 200, 32))
+    cfg = SchedulerConfig(policy="continuous", max_num_seqs=8)
+    for replicas, most in ((1, 2), (2, None)):
+        with counting_events() as events, counting_decisions() as decisions:
+            r = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=False, replicas=replicas)
+        assert decisions[0] == r.summary()["num_steps"] > 100
+        if most is not None:
+            assert events[0] <= most, events[0]
+        else:  # two engines interleave: an event wherever the other is due first
+            assert events[0] > r.summary()["num_steps"] / 4, events[0]
+
+
+def test_moved_on_only_where_nothing_is_due_first():
+    env = simpy.Environment(initial_time=1.0)
+    assert moved_on(env, 0.25) and env.now == 1.0 + 0.25  # nothing scheduled
+    env.timeout(0.5)  # due at 1.75
+    assert not moved_on(env, 0.5) and env.now == 1.25  # a tie: the earlier-scheduled event first
+    assert not moved_on(env, 0.75) and env.now == 1.25
+    assert moved_on(env, 0.1 + 0.2) and env.now == 1.25 + (0.1 + 0.2)  # SimPy's own sum
 
 
 class PacedAdmission(ContinuousScheduler):
@@ -110,12 +140,12 @@ def test_a_policy_that_does_not_claim_fast_forward_is_stepped():
         rng = np.random.default_rng(1)
         work = Workload(np.zeros(30), rng.integers(10, 100, 30), rng.integers(50, 200, 30))
         cfg = SchedulerConfig(policy=PacedAdmission.name, max_num_seqs=8)
-        with counting_events() as n:
+        with counting_decisions() as n:
             fast = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=True)
         stepped = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=False)
     finally:
         del SCHEDULERS[PacedAdmission.name]
-    assert n[0] >= fast.summary()["num_steps"]  # an event for every step
+    assert n[0] == fast.summary()["num_steps"]  # a decision for every step
     assert_same(stepped, fast)
     # Admissions really are paced: no two first steps closer than 50 ms.
     starts = np.sort(fast.requests["first_scheduled_s"])
