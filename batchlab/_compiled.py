@@ -25,6 +25,7 @@ HOT = (
     "batchlab.core.kv_reservation",
     "batchlab.core.decode_group",
     "batchlab.core.fast_forward",
+    "batchlab.core.step_runs",
     "batchlab.core.metrics",
     "batchlab.core.cost",
     "batchlab.core.orders.admission",

@@ -18,6 +18,7 @@ from batchlab.core.batch import Batch
 from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
+from batchlab.core.step_runs import RunRows, with_runs
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
@@ -31,7 +32,7 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seq
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
 FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
-ROWS_EVERY = 4096  # request rows buffered in lists before they go into the typed columns
+ROWS_EVERY = 4096  # request and step rows buffered in lists before they go into the typed columns
 
 
 def _column(name: str) -> array | list:
@@ -47,6 +48,9 @@ class MetricsRecorder:
         self._pending: list[list] = [[] for _ in REQUEST_COLUMNS]
         self._step: dict[str, array] | None = (
             {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
+        self._step_pending: list[list] = [[] for _ in STEP_COLUMNS]  # stepped rows, as _pending
+        self._stepped = 0  # stepped rows recorded (in _step and _step_pending)
+        self._runs: list[RunRows] = []  # fast-forward runs' rows, kept as runs (core/step_runs.py)
         # Running totals over steps: what the summary needs when there is no step table
         # (typed: compiled, a dict of floats would make the counts floats).
         self._num_steps = 0
@@ -102,8 +106,12 @@ class MetricsRecorder:
                    features.after_idle, features.masked_pairs, features.window_kv_tokens_read,
                    features.window_attention_pairs, features.prefill_attention_pairs,
                    features.prefill_self_pairs)
-            for col, value in zip(self._step.values(), row):
+            pending = self._step_pending
+            for col, value in zip(pending, row):
                 col.append(value)
+            self._stepped += 1
+            if len(pending[0]) >= ROWS_EVERY:
+                self._flush_steps()
 
     def _gaps_after(self, start: float, end: float, last: list[float], also: int = 0) -> None:
         """Gaps of tokens stamped `end` whose previous tokens came at `last` (and of
@@ -162,24 +170,9 @@ class MetricsRecorder:
             kv_steps += used
         self._seat_fraction += seat_steps / seats
         self._kv_fraction += kv_steps / kv_blocks_total
-        if self._step is None:
-            return
-        const = {"replica": replica, "num_prefill_seqs": 0, "prefill_tokens": 0,
-                 "num_preempted": 0, "kv_blocks_total": kv_blocks_total, "seats": seats,
-                 "cached_blocks": cached_blocks, "masked_pairs": 0, "prefill_attention_pairs": 0,
-                 "prefill_self_pairs": 0}
-        varying: dict[str, list] = {"start_s": times[:m], "duration_s": [b - a for a, b in zip(times, times[1:])],
-                   "num_seqs": num_seqs, "decode_tokens": num_seqs, "kv_tokens_read": kv_read,
-                   "attention_pairs": kv_read, "kv_blocks_used": kv_blocks_used,
-                   # grouped decodes are a window-free model's: windowed = full
-                   "window_kv_tokens_read": kv_read, "window_attention_pairs": kv_read,
-                   "after_prefill": [context[0]] + [0] * (m - 1),
-                   "after_idle": [context[1]] + [0] * (m - 1)}
-        for c, col in self._step.items():
-            if c in const:
-                col.extend(array(col.typecode, [const[c]]) * m)
-            else:
-                col.fromlist(varying[c])
+        if self._step is not None:
+            self._runs.append(RunRows(self._stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
+                                      kv_blocks_total, seats, cached_blocks, context[0], context[1]))
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished
@@ -213,6 +206,12 @@ class MetricsRecorder:
                     col.fromlist(rows)
             self._pending = [[] for _ in REQUEST_COLUMNS]
 
+    def _flush_steps(self) -> None:
+        if self._step is not None and self._step_pending[0]:
+            for col, rows in zip(self._step.values(), self._step_pending):
+                col.fromlist(rows)
+            self._step_pending = [[] for _ in STEP_COLUMNS]
+
     @property
     def num_requests(self) -> int:
         return len(self._req["request_id"]) + len(self._pending[0])
@@ -239,7 +238,10 @@ class MetricsRecorder:
         """Columns as arrays, by replica, then in time order (None: not recorded)."""
         if self._step is None:
             return None
+        self._flush_steps()
         t = {c: _np(v) for c, v in self._step.items()}
+        if self._runs:
+            t = with_runs(t, self._runs)
         order = np.lexsort((t["start_s"], t["replica"]))
         return {c: v[order] for c, v in t.items()}
 
