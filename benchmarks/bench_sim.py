@@ -101,11 +101,10 @@ from batchlab.core.cost import kv_capacity_blocks, roofline
 from batchlab.core.specs import lookup_hardware, lookup_model
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.sim import simulate
-try:
+compiled = 0  # a revision from before the compiled build has no batchlab/_compiled.py (nor
+if Path(os.environ["PYTHONPATH"], "batchlab", "_compiled.py").is_file():  # the installed one's)
     from batchlab._compiled import compiled_modules
     compiled = len(compiled_modules())
-except ImportError:  # a revision from before the compiled build
-    compiled = 0
 
 def rss(field):
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -27,7 +27,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              progress: Callable[[int], None] | None = None,
              keep_on_interrupt: bool = False, front_end: FrontEnd | None = None) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
-    decode steps in one event, with identical results (see core/decode_group.py).
+    decode steps in one decision, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
     record_steps=False keeps step totals instead of the step table (result.steps is
     None) and inter-token gaps in a fixed-size histogram (0.005% resolution), so that a
