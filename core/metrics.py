@@ -11,6 +11,7 @@ resolution, core/gap_histogram.py): memory then grows with the request rows alon
 from __future__ import annotations
 
 from array import array
+from typing import Iterable
 
 import numpy as np
 
@@ -49,7 +50,6 @@ class MetricsRecorder:
         self._step: dict[str, array] | None = (
             {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
         self._step_pending: list[list] = [[] for _ in STEP_COLUMNS]  # stepped rows, as _pending
-        self._stepped = 0  # stepped rows recorded (in _step and _step_pending)
         self._runs: list[RunRows] = []  # fast-forward runs' rows, kept as runs (core/step_runs.py)
         # Running totals over steps: what the summary needs when there is no step table
         # (typed: compiled, a dict of floats would make the counts floats).
@@ -109,7 +109,6 @@ class MetricsRecorder:
             pending = self._step_pending
             for col, value in zip(pending, row):
                 col.append(value)
-            self._stepped += 1
             if len(pending[0]) >= ROWS_EVERY:
                 self._flush_steps()
 
@@ -170,8 +169,9 @@ class MetricsRecorder:
             kv_steps += used
         self._seat_fraction += seat_steps / seats
         self._kv_fraction += kv_steps / kv_blocks_total
-        if self._step is not None:
-            self._runs.append(RunRows(self._stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
+        if self._step is not None:  # after the stepped rows recorded so far, flushed or not
+            stepped = len(self._step["replica"]) + len(self._step_pending[0])
+            self._runs.append(RunRows(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
                                       kv_blocks_total, seats, cached_blocks, context[0], context[1]))
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
@@ -199,17 +199,12 @@ class MetricsRecorder:
 
     def _flush_rows(self) -> None:
         if self._pending[0]:
-            for col, rows in zip(self._req.values(), self._pending):
-                if isinstance(col, list):
-                    col.extend(rows)
-                else:
-                    col.fromlist(rows)
+            _move_rows(self._req.values(), self._pending)
             self._pending = [[] for _ in REQUEST_COLUMNS]
 
     def _flush_steps(self) -> None:
         if self._step is not None and self._step_pending[0]:
-            for col, rows in zip(self._step.values(), self._step_pending):
-                col.fromlist(rows)
+            _move_rows(self._step.values(), self._step_pending)
             self._step_pending = [[] for _ in STEP_COLUMNS]
 
     @property
@@ -263,6 +258,15 @@ class MetricsRecorder:
             return _np(self.itl_gap), _np(self.itl_count)
         self._fold()
         return self._itl_hist.pairs()
+
+
+def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
+    """Buffered rows, a list per column, onto the columns (text columns are lists)."""
+    for col, rows in zip(columns, pending):
+        if isinstance(col, list):
+            col.extend(rows)
+        else:
+            col.fromlist(rows)
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -9,6 +9,7 @@ recorder keeps each run's lists (RunRows) and where it fell among the stepped ro
 from __future__ import annotations
 
 from array import array
+
 import numpy as np
 
 
@@ -34,24 +35,24 @@ class RunRows:
         self.after_idle = after_idle
 
 
+def flat(lists, typecode: str = "q") -> np.ndarray:
+    """The lists, end to end, as an int64 ("q") or float64 ("d") array: through an array,
+    as numpy converts a list at twice the work."""
+    out: list = []
+    for values in lists:
+        out.extend(values)
+    return np.frombuffer(array(typecode, out), dtype=np.float64 if typecode == "d" else np.int64)
+
+
 def with_runs(stepped: dict[str, np.ndarray], runs: list[RunRows]) -> dict[str, np.ndarray]:
     """The step table's columns (stepped: the stepped rows, in recording order), with the
     runs' rows in the places they were recorded, as record_step would have written them."""
     lens = np.array([len(r.num_seqs) for r in runs], dtype=np.int64)
     n = int(lens.sum())
-    clock: list[float] = []
-    for r in runs:
-        clock.extend(r.times)
-    times = np.frombuffer(array("d", clock), dtype=np.float64)
+    times = flat((r.times for r in runs), "d")
     step = np.ones(len(times), bool)  # a time that starts a step (each run's last ends one)
     step[np.cumsum(lens + 1) - 1] = False
     first = np.cumsum(lens) - lens  # each run's first row
-
-    def flat(values) -> np.ndarray:  # through array: numpy converts a list at twice the work
-        out: list[int] = []
-        for v in values:
-            out.extend(v)
-        return np.frombuffer(array("q", out), dtype=np.int64)
 
     def each(values) -> np.ndarray:
         return np.repeat(np.array(list(values), dtype=np.int64), lens)

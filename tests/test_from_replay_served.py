@@ -113,10 +113,9 @@ def skip_if_unsteady(floor: dict) -> None:
                     f"and {floor['tpot_median_pct']:.0f}% (TPOT): the server's speed moved during the probes")
 
 
-def request_errors(d, profile: str, probe: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per request, (TTFT, TPOT) |error| % of `profile` on one probe, as the fit's
-    judgement computes them, from the probe's replay in the test's engine settings."""
-    c = probe_cases(d)[probe]
+def request_errors(d, profile: str, c: Case) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, (TTFT, TPOT) |error| % of `profile` on one probe's case, as the fit's
+    judgement computes them, in the test's engine settings."""
     p = load_profile(d / profile)
     cost, front = p.simulation_cost(), p.front_end.model() if p.front_end else NO_FRONT_END
     sched = SchedulerConfig(policy="continuous", max_num_seqs=16, num_kv_blocks=4096, block_size=16)
@@ -156,13 +155,13 @@ def test_held_out_repeat_within_the_servers_own_spread(served):
     spread = per_request([(b.ttft, b.tpot, a.ttft, a.tpot)])
     assert np.median(spread[1]) == pytest.approx(floor["tpot_median_pct"], rel=1e-6)
     by_replay = {Path(r["replay"].split(" (")[0]).name: r["fit"] for r in out["heldout_by_replay"]}
-    fitted = request_errors(d, "probes/profile.json", "load-b")
+    fitted = request_errors(d, "probes/profile.json", b)
     # The judgement's own figures, recomputed per request: the same requests, the same medians.
     assert np.median(fitted[0]) == pytest.approx(by_replay["load-b"]["ttft_median_pct"], rel=1e-6)
     for errs, what, s in zip(fitted, ("TTFT", "TPOT"), spread):
         p = worse_than_spread(errs, s)
         assert p >= 0.01, (what, p, by_replay, floor)
-    priors = [min(worse_than_spread(e, s) for e, s in zip(request_errors(d, prior, "load-b"), spread))
+    priors = [min(worse_than_spread(e, s) for e, s in zip(request_errors(d, prior, b), spread))
               for prior in ("dear.json", "cheap.json")]
     assert min(priors) < 0.01, priors
 
@@ -175,9 +174,10 @@ def test_held_out_other_load_far_better_than_the_priors(served):
     TPOT error on load-fast must be under half the worse prior's."""
     d, out, _ = served
     skip_if_unsteady(out["floor"])
-    fitted = [float(np.median(e)) for e in request_errors(d, "probes/profile.json", "load-fast")]
+    fast = probe_cases(d)["load-fast"]
+    fitted = [float(np.median(e)) for e in request_errors(d, "probes/profile.json", fast)]
     worst = [max(float(np.median(e)) for e in pair)
-             for pair in zip(request_errors(d, "dear.json", "load-fast"), request_errors(d, "cheap.json", "load-fast"))]
+             for pair in zip(request_errors(d, "dear.json", fast), request_errors(d, "cheap.json", fast))]
     assert min(worst) >= 75, worst  # what the priors were made to be
     assert all(f < w / 2 for f, w in zip(fitted, worst)), (fitted, worst)
 
