@@ -87,7 +87,7 @@ class BlockManager:
         if short:
             evicted = self.cache.evict(units)
             out += evicted[:short]
-            free.extend(reversed(evicted[short:]))
+            free.extend(evicted[short:][::-1])
         return out
 
     def free(self, block_table: list[int]) -> None:
@@ -103,11 +103,13 @@ class BlockManager:
                     rest += block_table[prev:i]
                     prev = i + u
                 rest += block_table[prev:]
-                self._free.extend(reversed(rest))
+                self._free.extend(rest[::-1])
                 self.cache.release([block_table[i] for i in reversed(heads)])
                 block_table.clear()
                 return
-        self._free.extend(reversed(block_table))
+        # A reversed slice, not reversed(): compiled, a slice is copied in C, where an
+        # iterator is stepped through Python's protocol a block at a time.
+        self._free.extend(block_table[::-1])
         block_table.clear()
 
     # -- prefix caching ------------------------------------------------------------

@@ -16,10 +16,11 @@ from typing import Iterable
 import numpy as np
 
 from batchlab.core.batch import Batch
+from batchlab.core.columns import extend
 from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
-from batchlab.core.step_runs import RunRows, with_runs
+from batchlab.core.step_runs import RunLog, with_runs
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
@@ -50,7 +51,7 @@ class MetricsRecorder:
         self._step: dict[str, array] | None = (
             {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
         self._step_pending: list[list] = [[] for _ in STEP_COLUMNS]  # stepped rows, as _pending
-        self._runs: list[RunRows] = []  # fast-forward runs' rows, kept as runs (core/step_runs.py)
+        self._runs = RunLog()  # fast-forward runs' rows, kept as runs (core/step_runs.py)
         # Running totals over steps: what the summary needs when there is no step table
         # (typed: compiled, a dict of floats would make the counts floats).
         self._num_steps = 0
@@ -171,8 +172,8 @@ class MetricsRecorder:
         self._kv_fraction += kv_steps / kv_blocks_total
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = len(self._step["replica"]) + len(self._step_pending[0])
-            self._runs.append(RunRows(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
-                                      kv_blocks_total, seats, cached_blocks, context[0], context[1]))
+            self._runs.add(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
+                           kv_blocks_total, seats, cached_blocks, context[0], context[1])
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished
@@ -235,9 +236,13 @@ class MetricsRecorder:
             return None
         self._flush_steps()
         t = {c: _np(v) for c, v in self._step.items()}
-        if self._runs:
+        if self._runs.runs:
             t = with_runs(t, self._runs)
-        order = np.lexsort((t["start_s"], t["replica"]))
+        replica, start = t["replica"], t["start_s"]
+        later = replica[1:] - replica[:-1]
+        if ((later > 0) | ((later == 0) & (start[1:] >= start[:-1]))).all():
+            return t  # already in order (one replica records in time order): a stable sort is the identity
+        order = np.lexsort((start, replica))
         return {c: v[order] for c, v in t.items()}
 
     def _maybe_fold(self) -> None:
@@ -266,7 +271,7 @@ def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
         if isinstance(col, list):
             col.extend(rows)
         else:
-            col.fromlist(rows)
+            extend(col, rows)
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -3,82 +3,125 @@ expanded into rows once, when the table is read.
 
 A run of m grouped decode steps (core/decode_group.py) has four values that vary by step
 (its clock, batch size, KV read, KV blocks in use) and seventeen that are constant or
-copies of those; writing all 21 columns row by row cost more than pricing the run. The
-recorder keeps each run's lists (RunRows) and where it fell among the stepped rows;
-`with_runs` builds the same rows, in the same order, with a few numpy calls."""
+copies of those; writing all 21 columns row by row cost more than pricing the run. A
+RunLog keeps every run's values end to end in typed columns, with where each run fell
+among the stepped rows; `with_runs` builds the same rows, in the same order, with a few
+numpy calls. Typed columns, not an object and four lists a run: those are containers the
+garbage collector walks at every collection while the simulation runs, and again when
+the simulation's objects are freed."""
 from __future__ import annotations
 
 from array import array
 
 import numpy as np
 
+from batchlab.core.columns import extend
 
-class RunRows:
-    """One run's rows as the recorder was given them. (A plain class: this module is
-    compiled with the hot path, where a named tuple's __new__ would run interpreted.)"""
-    __slots__ = ("after", "replica", "times", "num_seqs", "kv_read", "kv_blocks_used", "kv_blocks_total",
-                 "seats", "cached_blocks", "after_prefill", "after_idle")
-
-    def __init__(self, after: int, replica: int, times: list[float], num_seqs: list[int], kv_read: list[int],
-                 kv_blocks_used: list[int], kv_blocks_total: int, seats: int, cached_blocks: int,
-                 after_prefill: int, after_idle: int) -> None:
-        self.after = after  # stepped rows recorded before the run: its rows come after them
-        self.replica = replica
-        self.times = times  # m + 1: step j ran from times[j - 1] to times[j]
-        self.num_seqs = num_seqs  # m each, as are kv_read and kv_blocks_used
-        self.kv_read = kv_read
-        self.kv_blocks_used = kv_blocks_used
-        self.kv_blocks_total = kv_blocks_total
-        self.seats = seats
-        self.cached_blocks = cached_blocks
-        self.after_prefill = after_prefill  # the run's first step's; the later ones follow a decode
-        self.after_idle = after_idle
+# Each run's constants, one value a run (after: the stepped rows recorded before it; its
+# rows come after them; steps: m; after_prefill / after_idle: its first step's, the
+# later ones follow a decode) ...
+RUN_FIELDS = ("after", "replica", "steps", "kv_blocks_total", "seats", "cached_blocks",
+              "after_prefill", "after_idle")
+# ... and what varies by step, m values a run (times has m + 1: step j of a run ran from
+# its times[j - 1] to times[j]).
+STEP_FIELDS = ("num_seqs", "kv_read", "kv_blocks_used")
 
 
-def flat(lists, typecode: str = "q") -> np.ndarray:
-    """The lists, end to end, as an int64 ("q") or float64 ("d") array: through an array,
-    as numpy converts a list at twice the work."""
-    out: list = []
-    for values in lists:
-        out.extend(values)
-    return np.frombuffer(array(typecode, out), dtype=np.float64 if typecode == "d" else np.int64)
+class RunLog:
+    """Every run's values, buffered in lists (compiled, a list's append and extend are C
+    calls, an array's are calls through Python) and moved into typed columns
+    `flush_every` step times at a time."""
+
+    def __init__(self, flush_every: int = 4096) -> None:
+        self.flush_every = flush_every
+        self.runs = 0
+        self.per_run = [array("q") for _ in RUN_FIELDS]
+        self.times = array("d")
+        self.per_step = [array("q") for _ in STEP_FIELDS]
+        self._per_run: list[list[int]] = [[] for _ in RUN_FIELDS]
+        self._times: list[float] = []
+        self._per_step: list[list[int]] = [[] for _ in STEP_FIELDS]
+
+    def add(self, after: int, replica: int, times: list[float], num_seqs: list[int], kv_read: list[int],
+            kv_blocks_used: list[int], kv_blocks_total: int, seats: int, cached_blocks: int,
+            after_prefill: int, after_idle: int) -> None:
+        r = self._per_run
+        r[0].append(after)
+        r[1].append(replica)
+        r[2].append(len(num_seqs))
+        r[3].append(kv_blocks_total)
+        r[4].append(seats)
+        r[5].append(cached_blocks)
+        r[6].append(after_prefill)
+        r[7].append(after_idle)
+        self._times.extend(times)
+        s = self._per_step
+        s[0].extend(num_seqs)
+        s[1].extend(kv_read)
+        s[2].extend(kv_blocks_used)
+        self.runs += 1
+        if len(self._times) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        for col, values in zip(self.per_run, self._per_run):
+            extend(col, values)
+        extend(self.times, self._times)
+        for col, values in zip(self.per_step, self._per_step):
+            extend(col, values)
+        self._per_run = [[] for _ in RUN_FIELDS]
+        self._times = []
+        self._per_step = [[] for _ in STEP_FIELDS]
 
 
-def with_runs(stepped: dict[str, np.ndarray], runs: list[RunRows]) -> dict[str, np.ndarray]:
+def _ints(col: array) -> np.ndarray:
+    return np.frombuffer(col, dtype=np.int64)
+
+
+def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarray]:
     """The step table's columns (stepped: the stepped rows, in recording order), with the
     runs' rows in the places they were recorded, as record_step would have written them."""
-    lens = np.array([len(r.num_seqs) for r in runs], dtype=np.int64)
+    log.flush()
+    after, replica, lens, kv_total, seats, cached, after_prefill, after_idle = (
+        _ints(c) for c in log.per_run)
+    num_seqs, kv, kv_used = (_ints(c) for c in log.per_step)
+    times = np.frombuffer(log.times, dtype=np.float64)
     n = int(lens.sum())
-    times = flat((r.times for r in runs), "d")
     step = np.ones(len(times), bool)  # a time that starts a step (each run's last ends one)
     step[np.cumsum(lens + 1) - 1] = False
     first = np.cumsum(lens) - lens  # each run's first row
 
-    def each(values) -> np.ndarray:
-        return np.repeat(np.array(list(values), dtype=np.int64), lens)
-
-    def at_first(values) -> np.ndarray:
+    def at_first(values: np.ndarray) -> np.ndarray:
         col = np.zeros(n, dtype=np.int64)
-        col[first] = list(values)
+        col[first] = values
         return col
     zeros = np.zeros(n, dtype=np.int64)
-    num_seqs, kv = flat(r.num_seqs for r in runs), flat(r.kv_read for r in runs)
-    rows = {"replica": each(r.replica for r in runs), "start_s": times[step],
+    rows = {"replica": np.repeat(replica, lens), "start_s": times[step],
             "duration_s": (times[1:] - times[:-1])[step[:-1]], "num_seqs": num_seqs,
             "num_prefill_seqs": zeros, "prefill_tokens": zeros, "decode_tokens": num_seqs,
             "kv_tokens_read": kv, "attention_pairs": kv, "num_preempted": zeros,
-            "kv_blocks_used": flat(r.kv_blocks_used for r in runs),
-            "kv_blocks_total": each(r.kv_blocks_total for r in runs), "seats": each(r.seats for r in runs),
-            "cached_blocks": each(r.cached_blocks for r in runs),
-            "after_prefill": at_first(r.after_prefill for r in runs),
-            "after_idle": at_first(r.after_idle for r in runs), "masked_pairs": zeros,
+            "kv_blocks_used": kv_used, "kv_blocks_total": np.repeat(kv_total, lens),
+            "seats": np.repeat(seats, lens), "cached_blocks": np.repeat(cached, lens),
+            "after_prefill": at_first(after_prefill), "after_idle": at_first(after_idle),
+            "masked_pairs": zeros,
             # grouped decodes are a window-free model's: windowed = full
             "window_kv_tokens_read": kv, "window_attention_pairs": kv,
             "prefill_attention_pairs": zeros, "prefill_self_pairs": zeros}
     assert rows.keys() == stepped.keys(), "step_runs: the step table's columns changed"
-    # Recording order: stepped row i has key 2i + 1, a run after a stepped rows 2a (a
-    # stable sort keeps runs after the same row in the order they came).
-    after = np.repeat(np.array([r.after for r in runs], dtype=np.int64), lens)
+    # Recording order: a run recorded after a stepped rows comes before stepped row a
+    # (runs are recorded in order, so `after` never decreases). Stepped row i lands after
+    # i stepped rows and every run row recorded before it; the runs' rows fill the rest,
+    # in order: two scatters a column, not a sort.
     k = len(stepped["start_s"])
-    order = np.argsort(np.concatenate((2 * after, 2 * np.arange(k, dtype=np.int64) + 1)), kind="stable")
-    return {c: np.concatenate((rows[c], stepped[c]))[order] for c in stepped}
+    ends = np.cumsum(lens)
+    runs_before = np.searchsorted(after, np.arange(k), side="right")
+    at = np.arange(k) + np.concatenate(([0], ends))[runs_before]
+    is_run = np.ones(k + n, bool)
+    is_run[at] = False
+    out = {}
+    for c, col in stepped.items():
+        merged = np.empty(k + n, dtype=col.dtype)
+        merged[at] = col
+        merged[is_run] = rows[c]
+        out[c] = merged
+    return out

@@ -1,19 +1,36 @@
 """A step table's fast-forward runs, kept as runs and expanded when the table is read
 (core/step_runs.py), against the rows written one by one in recording order, as
-record_step writes a stepped row and record_decode_run used to write a run's."""
+record_step writes a stepped row and record_decode_run used to write a run's. The log's
+buffer is flushed every few values, so that runs split across flushes are covered."""
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchlab.core.metrics import STEP_COLUMNS
-from batchlab.core.step_runs import RunRows, with_runs
+from batchlab.core.step_runs import RunLog, with_runs
 
 FLOATS = {"start_s", "duration_s"}
 
 
-def run_rows(r: RunRows) -> list[dict]:
+class Run(NamedTuple):
+    after: int
+    replica: int
+    times: list[float]
+    num_seqs: list[int]
+    kv_read: list[int]
+    kv_blocks_used: list[int]
+    kv_blocks_total: int
+    seats: int
+    cached_blocks: int
+    after_prefill: int
+    after_idle: int
+
+
+def run_rows(r: Run) -> list[dict]:
     """The run's rows one by one (the old record_decode_run, row by row)."""
     out = []
     for j, n in enumerate(r.num_seqs):
@@ -32,8 +49,10 @@ def run_rows(r: RunRows) -> list[dict]:
 
 @st.composite
 def recordings(draw):
-    """(stepped rows, runs, every row in recording order): stepped rows and runs interleaved."""
-    stepped, runs, rows = [], [], []
+    """(stepped rows, the run log, every row in recording order): stepped rows and runs
+    interleaved."""
+    stepped, rows = [], []
+    log = RunLog(flush_every=draw(st.integers(1, 16)))
     clock = draw(st.floats(0, 100))
     for _ in range(draw(st.integers(0, 12))):
         if draw(st.booleans()):
@@ -50,21 +69,21 @@ def recordings(draw):
                 times.append(times[-1] + draw(st.floats(1e-6, 1.0)))
             clock = times[-1]
             ints = st.lists(st.integers(0, 2**40), min_size=m, max_size=m)
-            r = RunRows(len(stepped), draw(st.integers(0, 3)), times, draw(ints), draw(ints), draw(ints),
+            r = Run(len(stepped), draw(st.integers(0, 3)), times, draw(ints), draw(ints), draw(ints),
                         draw(st.integers(1, 10**6)), draw(st.integers(1, 1024)), draw(st.integers(0, 10**6)),
                         draw(st.integers(0, 1)), draw(st.integers(0, 1)))
-            runs.append(r)
+            log.add(*r)
             rows.extend(run_rows(r))
-    return stepped, runs, rows
+    return stepped, log, rows
 
 
 @settings(max_examples=200, deadline=None)
 @given(recordings())
 def test_runs_expand_to_the_rows_written_one_by_one_in_order(rec):
-    stepped, runs, rows = rec
+    stepped, log, rows = rec
     cols = {c: np.array([r[c] for r in stepped], dtype=np.float64 if c in FLOATS else np.int64)
             for c in STEP_COLUMNS}
-    got = with_runs(cols, runs) if runs else cols
+    got = with_runs(cols, log) if log.runs else cols
     for c in STEP_COLUMNS:
         want = np.array([r[c] for r in rows], dtype=np.float64 if c in FLOATS else np.int64)
         assert got[c].dtype == want.dtype and got[c].tolist() == want.tolist(), c

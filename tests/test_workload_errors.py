@@ -4,11 +4,14 @@ Timestamps that go backwards are sorted, with a warning."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from batchlab.core.workload import WorkloadConfig, WorkloadError, build_workload, load_trace
+from batchlab.core.workload import WorkloadConfig, WorkloadError, build_workload, load_trace, parse
 from tests.bad_cases import BROKEN, CORPUS
 
 
@@ -88,3 +91,26 @@ def test_config_rejects_bad_fields(fields, says):
     with pytest.raises(ValueError, match=".") as info:
         WorkloadConfig(**fields)
     assert says in str(info.value)
+
+
+NUMBERS = st.builds(lambda sign, whole, frac, exp: f"{sign}{whole}{frac}{exp}",
+                    st.sampled_from(["", "+", "-"]), st.integers(0, 10**12).map(str),
+                    st.sampled_from(["", ".", ".5", ".25"]),
+                    st.sampled_from(["", "e5", "e-5", "E+12", "e-05"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(NUMBERS, st.integers(0, 3))
+def test_a_bare_number_is_never_read_as_a_date_time(number, row):
+    """Whatever its sign, digits, fraction or exponent, a number in a date-time column is
+    refused with the bare-number hint, on its own line, among real date-times."""
+    values = ["2023-11-16 18:15:46.6805900"] * 4
+    values[row] = number
+    with pytest.raises(WorkloadError, match=f"t.csv:{row + 2}: TIMESTAMP is .*a bare number"):
+        parse.datetimes(values, [2, 3, 4, 5], "t.csv", "TIMESTAMP")
+
+
+@given(st.datetimes(min_value=datetime(1700, 1, 1), max_value=datetime(2200, 1, 1)))
+def test_an_iso_date_time_is_read_to_the_microsecond(when):
+    got = parse.datetimes([when.isoformat(sep=" ")], [2], "t.csv", "TIMESTAMP")
+    assert got[0] == np.datetime64(when.isoformat(), "ns")

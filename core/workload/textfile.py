@@ -24,13 +24,21 @@ from batchlab.core.workload.errors import WorkloadError
 
 CHUNK_BYTES = 1 << 20  # ~40k lines: a chunk of parsed text stays near 20 MB
 MAX_LINE_BYTES = 1 << 20  # a Mooncake line of a 128k-token prompt is ~3 kB
+HEAD_BYTES = 1 << 14  # first_line's reads: a header, not a chunk of the file to decode
 Chunk = tuple[list[int], dict[str, list]]
 
 
-def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
-    """(1-based line numbers, stripped texts) of the lines that hold data, in chunks.
-    A device (/dev/zero), a line longer than MAX_LINE_BYTES or a file too large for
-    this machine's memory is refused before it is read."""
+class _LongLine(WorkloadError):
+    """An unfinished line past MAX_LINE_BYTES. (When it is seen depends on the chunk
+    size: first_line's small reads then defer to the reader's own.)"""
+
+
+def line_chunks(path: str | Path, chunk_bytes: int = CHUNK_BYTES
+               ) -> Iterator[tuple[list[int], list[str]]]:
+    """(1-based line numbers, stripped texts) of the lines that hold data, in chunks of
+    about chunk_bytes (a longer line is read whole). A device (/dev/zero), a line longer
+    than MAX_LINE_BYTES or a file too large for this machine's memory is refused before
+    it is read."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -45,7 +53,7 @@ def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
             raise WorkloadError(path, None, "is a device, not a file; expected a trace file")
         start, rest, first = 1, b"", True
         while True:
-            block = f.read(CHUNK_BYTES)
+            block = f.read(chunk_bytes)
             data = rest + block
             if block and data.endswith(b"\r"):  # maybe a CR-LF cut in two: decide next time
                 data, cr = data[:-1], b"\r"
@@ -55,7 +63,7 @@ def line_chunks(path: str | Path) -> Iterator[tuple[list[int], list[str]]]:
             raw = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
             rest = raw.pop() + cr if block else b""  # an unfinished last line waits for more
             if len(rest) > MAX_LINE_BYTES:
-                raise WorkloadError(path, start + len(raw), f"a line longer than "
+                raise _LongLine(path, start + len(raw), f"a line longer than "
                                     f"{MAX_LINE_BYTES // 2**20} MiB; expected a CSV or JSON "
                                     f"lines trace")
             if raw == [b""] and not block:
@@ -92,8 +100,13 @@ def _is_utf8(raw: bytes) -> bool:
 
 
 def first_line(path: str | Path) -> tuple[int, str]:
-    for nos, texts in line_chunks(path):
-        return nos[0], texts[0]
+    """The first line that holds data, read a few kB at a time, not a whole chunk."""
+    try:
+        for nos, texts in line_chunks(path, HEAD_BYTES):
+            return nos[0], texts[0]
+    except _LongLine:
+        for nos, texts in line_chunks(path):
+            return nos[0], texts[0]
     raise WorkloadError(path, 1, "empty file; expected a CSV header or a JSON line")
 
 
