@@ -240,8 +240,9 @@ class MetricsRecorder:
             t = with_runs(t, self._runs)
         replica, start = t["replica"], t["start_s"]
         later = replica[1:] - replica[:-1]
+        # Already in order (one replica records in time order): a stable sort is the identity.
         if ((later > 0) | ((later == 0) & (start[1:] >= start[:-1]))).all():
-            return t  # already in order (one replica records in time order): a stable sort is the identity
+            return t
         order = np.lexsort((start, replica))
         return {c: v[order] for c, v in t.items()}
 
