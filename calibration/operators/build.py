@@ -10,7 +10,7 @@ from typing import NamedTuple
 from batchlab.calibration.operators.collectives import (allreduce_collectives, datasheet_collectives,
                                                         send_recv_fallback)
 from batchlab.calibration.operators.fit import best_tile, fit_attention
-from batchlab.calibration.operators.heldout import LayerJudgment, judge_attention, judge_layers
+from batchlab.calibration.operators.heldout import LayerJudgment, judge_attention, judge_layers, judge_steps
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
@@ -33,6 +33,7 @@ EAGER = ("operators timed one at a time in eager mode: no CUDA graphs, no overla
 class Built(NamedTuple):
     profile: GpuProfile
     judgment: LayerJudgment
+    steps: dict[str, ErrorStats]  # whole steps held out (judge_steps), where attention was timed
     skipped: list[str]  # tables left out, and why
     fit_s: float  # the one fit shipped
     judge_s: float  # the held-out fits
@@ -83,8 +84,9 @@ def _collectives(root: Path, vidur: str, hw: HardwareSpec) -> tuple[Collectives,
 
 
 def _attention(root: Path, vidur: str, hw: HardwareSpec):
-    """(fitted constants, held-out errors, where they come from): this GPU's attention
-    table, else the first measured GPU's, as fractions of its datasheet figures."""
+    """(fitted constants, held-out errors, where they come from, this GPU's own attention
+    timings): this GPU's attention table, else the first measured GPU's, as fractions of
+    its datasheet figures."""
     own = root / "attention" / vidur / "attention.csv"
     tables = [own] + sorted(p for p in (root / "attention").glob("*/attention.csv") if p != own)
     for path in tables:
@@ -98,11 +100,11 @@ def _attention(root: Path, vidur: str, hw: HardwareSpec):
         fitted = fit_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
         judged = judge_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
         if path == own:
-            return fitted, judged, f"fitted on {path.relative_to(root)}"
+            return fitted, judged, f"fitted on {path.relative_to(root)}", rows
         return fitted, {}, (f"fitted on {on.name} ({path.relative_to(root)}) and assumed to reach the "
                             f"same fractions of this GPU's datasheet bandwidth and 16-bit peak, with the "
-                            f"same fixed costs (no attention table for this GPU)")
-    return None, {}, "no attention table: assumed"
+                            f"same fixed costs (no attention table for this GPU)"), []
+    return None, {}, "no attention table: assumed", []
 
 
 def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
@@ -114,8 +116,9 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     tile, layers = best_tile(rows, hw.mem_bandwidth, peak)
     fit_s = time.perf_counter() - t0
     judgment = judge_layers(rows, hw.mem_bandwidth, peak, tile) if judge else None
+    attn, attn_judged, attn_where, attn_rows = _attention(root, vidur, hw)
+    steps = judge_steps(rows, attn_rows, hw.mem_bandwidth, peak, hw.flops_for("bf16"), tile) if judge else {}
     judge_s = time.perf_counter() - t0 - fit_s
-    attn, attn_judged, attn_where = _attention(root, vidur, hw)
     collectives, ar_error, ar_where = _collectives(root, vidur, hw)
     params = {n: Param(value=v, stderr=layers.stderr[n], source="fitted") for n, v in layers.values.items()}
     if attn is None:  # no attention timed anywhere: the roofline's view
@@ -151,4 +154,4 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
         fitted_on=FittedOn(models=sorted({r.label for r in rows}), tensor_parallel=sorted({r.tp for r in rows}),
                            shapes=len(rows), attention=attn_where),
         heldout=heldout, assumptions=assumptions, fit_s=round(fit_s + judge_s, 2))
-    return Built(profile, judgment, skipped, fit_s, judge_s)
+    return Built(profile, judgment, steps, skipped, fit_s, judge_s)

@@ -42,6 +42,9 @@ def render(built: Built, out: Path) -> str:
         rng = f" (range {c.low:.3g}-{c.high:.3g})" if c.low is not None and c.high is not None else ""
         lines.append(f"  {name:<28} {c.value:.4g}{err}{rng}  {c.source}")
     lines += heldout_tables(p)
+    if built.steps:
+        lines += error_table("whole steps, the layer's operators and attention (the one model shape and "
+                             "TP degree with attention timed; each half held out)", built.steps)
     lines += [f"assumes: {a}" for a in p.assumptions]
     lines.append(f"fit {built.fit_s:.1f} s; held-out judgment {built.judge_s:.1f} s")
     lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
