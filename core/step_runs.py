@@ -86,10 +86,11 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
         _ints(c) for c in log.per_run)
     num_seqs, kv, kv_used = (_ints(c) for c in log.per_step)
     times = np.frombuffer(log.times, dtype=np.float64)
-    n = int(lens.sum())
+    ends = np.cumsum(lens)  # past each run's last row
+    n = int(ends[-1])
     step = np.ones(len(times), bool)  # a time that starts a step (each run's last ends one)
-    step[np.cumsum(lens + 1) - 1] = False
-    first = np.cumsum(lens) - lens  # each run's first row
+    step[ends + np.arange(len(lens))] = False  # run i's times end at ends[i] + i
+    first = ends - lens  # each run's first row
 
     def at_first(values: np.ndarray) -> np.ndarray:
         col = np.zeros(n, dtype=np.int64)
@@ -113,7 +114,6 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
     # i stepped rows and every run row recorded before it; the runs' rows fill the rest,
     # in order: two scatters a column, not a sort.
     k = len(stepped["start_s"])
-    ends = np.cumsum(lens)
     runs_before = np.searchsorted(after, np.arange(k), side="right")
     at = np.arange(k) + np.concatenate(([0], ends))[runs_before]
     is_run = np.ones(k + n, bool)

@@ -8,7 +8,7 @@ import csv
 import pytest
 
 from batchlab.calibration.operators.build import build_profile, read_layers
-from batchlab.calibration.operators.heldout import judge_steps
+from batchlab.calibration.operators.heldout import heldout_attention, judge_steps
 from batchlab.calibration.operators.report import render
 from batchlab.calibration.operators.vidur import read_attention
 from tests.operator_tables import TRUE, mlp_path, write_tables
@@ -27,7 +27,9 @@ def tables(tmp_path):
 def judged(root):
     layers, _ = read_layers(root, "a100")
     attention = read_attention(root / "attention" / "a100" / "attention.csv")
-    return layers, attention, judge_steps(layers, attention, A100.mem_bandwidth, PEAK, PEAK, TRUE.gemm_tile_tokens)
+    priced = heldout_attention(attention, A100.mem_bandwidth, PEAK)
+    assert len(priced) == len(attention)  # four context lengths: every quarter judged
+    return layers, attention, judge_steps(layers, priced, A100.mem_bandwidth, PEAK, TRUE.gemm_tile_tokens)
 
 
 def test_exact_timings_give_exact_steps(tmp_path):

@@ -10,7 +10,8 @@ from typing import NamedTuple
 from batchlab.calibration.operators.collectives import (allreduce_collectives, datasheet_collectives,
                                                         send_recv_fallback)
 from batchlab.calibration.operators.fit import best_tile, fit_attention
-from batchlab.calibration.operators.heldout import LayerJudgment, judge_attention, judge_layers, judge_steps
+from batchlab.calibration.operators.heldout import (LayerJudgment, heldout_attention, judge_attention, judge_layers,
+                                                    judge_steps)
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
@@ -85,8 +86,8 @@ def _collectives(root: Path, vidur: str, hw: HardwareSpec) -> tuple[Collectives,
 
 def _attention(root: Path, vidur: str, hw: HardwareSpec):
     """(fitted constants, held-out errors, where they come from, this GPU's own attention
-    timings): this GPU's attention table, else the first measured GPU's, as fractions of
-    its datasheet figures."""
+    rows with their held-out prices): this GPU's attention table, else the first measured
+    GPU's, as fractions of its datasheet figures."""
     own = root / "attention" / vidur / "attention.csv"
     tables = [own] + sorted(p for p in (root / "attention").glob("*/attention.csv") if p != own)
     for path in tables:
@@ -98,9 +99,9 @@ def _attention(root: Path, vidur: str, hw: HardwareSpec):
             continue
         rows = read_attention(path)
         fitted = fit_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
-        judged = judge_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
-        if path == own:
-            return fitted, judged, f"fitted on {path.relative_to(root)}", rows
+        if path == own:  # judged on its own GPU only: another's is taken as it is
+            priced = heldout_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
+            return fitted, judge_attention(priced), f"fitted on {path.relative_to(root)}", priced
         return fitted, {}, (f"fitted on {on.name} ({path.relative_to(root)}) and assumed to reach the "
                             f"same fractions of this GPU's datasheet bandwidth and 16-bit peak, with the "
                             f"same fixed costs (no attention table for this GPU)"), []
@@ -116,8 +117,8 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     tile, layers = best_tile(rows, hw.mem_bandwidth, peak)
     fit_s = time.perf_counter() - t0
     judgment = judge_layers(rows, hw.mem_bandwidth, peak, tile) if judge else None
-    attn, attn_judged, attn_where, attn_rows = _attention(root, vidur, hw)
-    steps = judge_steps(rows, attn_rows, hw.mem_bandwidth, peak, hw.flops_for("bf16"), tile) if judge else {}
+    attn, attn_judged, attn_where, attn_priced = _attention(root, vidur, hw)
+    steps = judge_steps(rows, attn_priced, hw.mem_bandwidth, peak, tile) if judge else {}
     judge_s = time.perf_counter() - t0 - fit_s
     collectives, ar_error, ar_where = _collectives(root, vidur, hw)
     params = {n: Param(value=v, stderr=layers.stderr[n], source="fitted") for n, v in layers.values.items()}

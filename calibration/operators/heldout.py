@@ -52,66 +52,62 @@ def judge_layers(rows: Sequence[LayerTiming], bandwidth: float, peak: float, til
         {m: error_stats([e for r, e in errs if r.label == m]) for m in models}, fits)
 
 
-def judge_attention(rows: Sequence[AttentionTiming], bandwidth: float, peak16: float) -> dict[str, ErrorStats]:
-    errs = [(r.prefill, p / r.time_s - 1) for r, p in zip(rows, heldout_attention(rows, bandwidth, peak16))
-            if p is not None]
+def judge_attention(priced: Sequence[tuple[AttentionTiming, float]]) -> dict[str, ErrorStats]:
+    """Decode and prefill errors of attention rows priced by heldout_attention."""
+    errs = [(r.prefill, p / r.time_s - 1) for r, p in priced]
     return {"decode": error_stats([e for p, e in errs if not p]),
             "prefill": error_stats([e for p, e in errs if p])}
 
 
-def heldout_attention(rows: Sequence[AttentionTiming], bandwidth: float, peak16: float) -> list[float | None]:
-    """Each row's price from a fit on the other context quarters (None where the other
-    quarters hold nothing to fit on)."""
+def heldout_attention(rows: Sequence[AttentionTiming], bandwidth: float, peak16: float
+                      ) -> list[tuple[AttentionTiming, float]]:
+    """Each row with its price from a fit on the other context quarters (rows whose other
+    quarters hold nothing to fit on are left out)."""
     contexts = sorted({r.kv_tokens_read // r.num_seqs for r in rows})
     fold_of = {c: i % FOLDS for i, c in enumerate(contexts)}
-    fold = [fold_of[r.kv_tokens_read // r.num_seqs] for r in rows]
-    priced: list[float | None] = [None] * len(rows)
+    out: list[tuple[AttentionTiming, float]] = []
     for k in range(FOLDS):
-        idx = [i for i, f in enumerate(fold) if f == k]
-        train = [r for r, f in zip(rows, fold) if f != k]
-        if not idx or not train:
+        judged = [r for r in rows if fold_of[r.kv_tokens_read // r.num_seqs] == k]
+        train = [r for r in rows if fold_of[r.kv_tokens_read // r.num_seqs] != k]
+        if not judged or not train:
             continue
         x = list(fit_attention(train, bandwidth, peak16).values.values())
-        for i, p in zip(idx, attention_prices(x, AttentionArrays.of([rows[i] for i in idx]), bandwidth, peak16)):
-            priced[i] = float(p)
-    return priced
+        out += zip(judged, attention_prices(x, AttentionArrays.of(judged), bandwidth, peak16).tolist())
+    return out
 
 
-def judge_steps(layers: Sequence[LayerTiming], attention: Sequence[AttentionTiming], bandwidth: float,
-                peak: float, peak16: float, tile: float) -> dict[str, ErrorStats]:
+def judge_steps(layers: Sequence[LayerTiming], attention: Sequence[tuple[AttentionTiming, float]],
+                bandwidth: float, peak: float, tile: float) -> dict[str, ErrorStats]:
     """Whole steps where both halves were timed: one layer's operators at a step's tokens
     plus its attention kernel (times the layers, which cancel in the ratio), for the model
     shape the attention table times and every layer table of that shape at that TP degree.
     Each half priced by a fit that never saw it: the layers by one on the models of other
-    shapes at the other TP degrees, the attention by one on the other context quarters.
-    (All-reduce, priced from its own table, and the engine's assumed loop are left out.)
-    By region of the step's tokens: decode steps, then prefill chunks by size."""
+    shapes at the other TP degrees, the attention by heldout_attention (its rows and prices
+    given). (All-reduce, priced from its own table, and the engine's assumed loop are left
+    out.) By region of the step's tokens: decode steps, then prefill chunks by size."""
     if not attention:
         return {}
-    shape = attention[0].shapes
+    shape = attention[0][0].shapes
     tp = shape.tensor_parallel
 
     def same_shape(r: LayerTiming) -> bool:
         s = r.shapes
         return (s.kv_bytes_per_token, s.attn_flops_per_pair) == (shape.kv_bytes_per_token, shape.attn_flops_per_pair)
     twins = [r for r in layers if r.tp == tp and same_shape(r)]
-    train = [r for r in layers if r.tp != tp and not any(r.label == t.label for t in twins)]
+    labels = sorted({r.label for r in twins})
+    train = [r for r in layers if r.tp != tp and r.label not in labels]
     if not twins or len({r.label for r in train}) < 2:
         return {}
     x = list(fit_layers(train, bandwidth, peak, tile).values.values())
     g, e = layer_prices(x, LayerArrays.of(twins), bandwidth, peak, tile)
     layer_priced = {(r.label, r.tokens): (float(gp.sum() + ep), r.total_s) for r, gp, ep in zip(twins, g, e)}
-    attn_priced = heldout_attention(attention, bandwidth, peak16)
     errs: list[tuple[str, float]] = []
-    for r, a_priced in zip(attention, attn_priced):
-        if a_priced is None:
-            continue
+    for r, a_priced in attention:
         tokens = r.prefill_tokens if r.prefill else r.num_seqs
-        for label in sorted({t.label for t in twins}):
+        for label in labels:
             both = layer_priced.get((label, tokens))
             if both is not None:
                 priced, measured = both
                 errs.append((region(tokens), (priced + a_priced) / (measured + r.time_s) - 1))
     return {**{g: error_stats([e for k, e in errs if k == g]) for g in REGIONS if any(k == g for k, _ in errs)},
             "all": error_stats([e for _, e in errs])}
-

@@ -64,8 +64,8 @@ def line_chunks(path: str | Path, chunk_bytes: int = CHUNK_BYTES
             rest = raw.pop() + cr if block else b""  # an unfinished last line waits for more
             if len(rest) > MAX_LINE_BYTES:
                 raise _LongLine(path, start + len(raw), f"a line longer than "
-                                    f"{MAX_LINE_BYTES // 2**20} MiB; expected a CSV or JSON "
-                                    f"lines trace")
+                                f"{MAX_LINE_BYTES // 2**20} MiB; expected a CSV or JSON "
+                                f"lines trace")
             if raw == [b""] and not block:
                 break
             if first and stat.S_ISREG(st.st_mode) and block:
@@ -102,12 +102,13 @@ def _is_utf8(raw: bytes) -> bool:
 def first_line(path: str | Path) -> tuple[int, str]:
     """The first line that holds data, read a few kB at a time, not a whole chunk."""
     try:
-        for nos, texts in line_chunks(path, HEAD_BYTES):
-            return nos[0], texts[0]
+        chunk = next(line_chunks(path, HEAD_BYTES), None)
     except _LongLine:
-        for nos, texts in line_chunks(path):
-            return nos[0], texts[0]
-    raise WorkloadError(path, 1, "empty file; expected a CSV header or a JSON line")
+        chunk = next(line_chunks(path), None)
+    if chunk is None:
+        raise WorkloadError(path, 1, "empty file; expected a CSV header or a JSON line")
+    nos, texts = chunk
+    return nos[0], texts[0]
 
 
 def json_error(path: str | Path, no: int, e: json.JSONDecodeError) -> WorkloadError:
