@@ -183,3 +183,12 @@ def test_a_sweep_whose_points_tie_on_cost_plots_both_fronts(tmp_path, capsys):
     assert (tmp_path / "o" / "pareto.png").stat().st_size > 20_000
     tf = json.loads((tmp_path / "o" / "sweep.json").read_text())["pareto_throughput"]
     assert tf and all(r["passes"] for r in tf)
+
+
+def test_a_sweep_without_an_slo_says_what_a_point_passes_on(tmp_path, capsys):
+    """No [run.slo]: a point passes on its queue and its losses alone, and the line says so
+    (it once printed 'a point passes with p99 , a stable queue ...')."""
+    grid = BASE.split("[run.slo]")[0] + "[grid]\nrate = [5.0, 10.0]\n[sweep]\n"
+    out, _ = sweep(["--config", write(tmp_path, grid), "--out", str(tmp_path / "o"), "--workers", "1"], capsys)
+    assert "a point passes with a stable queue and every request served (no latency SLO given)" in out
+    assert "p99 ," not in out

@@ -73,6 +73,8 @@ class Criteria:
         lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
         lost = ("every request served" if not self.max_rejected_share else
                 f"at most {self.max_rejected_share * 100:.2g}% of requests rejected or unfinished")
+        if not lim:  # a sweep of simulations may set no SLO: then only the queue and losses count
+            return f"a stable queue and {lost} (no latency SLO given)"
         if self.goodput is not None:
             return f"goodput >= {self.goodput:.0%} of requests within {lim}, a stable queue and {lost}"
         return (f"p{self.percentile} {lim.replace(', ', f', p{self.percentile} ')}, a stable queue "
