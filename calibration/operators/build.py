@@ -85,9 +85,9 @@ def _collectives(root: Path, vidur: str, hw: HardwareSpec) -> tuple[Collectives,
 
 
 def _attention(root: Path, vidur: str, hw: HardwareSpec):
-    """(fitted constants, held-out errors, where they come from, this GPU's own attention
-    rows with their held-out prices): this GPU's attention table, else the first measured
-    GPU's, as fractions of its datasheet figures."""
+    """(fitted constants, this GPU's own attention rows ([] where the constants come from
+    another GPU's table, or from none), where they come from): this GPU's attention table,
+    else the first measured GPU's, as fractions of its datasheet figures."""
     own = root / "attention" / vidur / "attention.csv"
     tables = [own] + sorted(p for p in (root / "attention").glob("*/attention.csv") if p != own)
     for path in tables:
@@ -99,13 +99,12 @@ def _attention(root: Path, vidur: str, hw: HardwareSpec):
             continue
         rows = read_attention(path)
         fitted = fit_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
-        if path == own:  # judged on its own GPU only: another's is taken as it is
-            priced = heldout_attention(rows, on.mem_bandwidth, on.flops_for("bf16"))
-            return fitted, judge_attention(priced), f"fitted on {path.relative_to(root)}", priced
-        return fitted, {}, (f"fitted on {on.name} ({path.relative_to(root)}) and assumed to reach the "
+        if path == own:
+            return fitted, rows, f"fitted on {path.relative_to(root)}"
+        return fitted, [], (f"fitted on {on.name} ({path.relative_to(root)}) and assumed to reach the "
                             f"same fractions of this GPU's datasheet bandwidth and 16-bit peak, with the "
-                            f"same fixed costs (no attention table for this GPU)"), []
-    return None, {}, "no attention table: assumed", []
+                            f"same fixed costs (no attention table for this GPU)")
+    return None, [], "no attention table: assumed"
 
 
 def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
@@ -115,9 +114,12 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     peak = hw.flops_for("bf16")
     t0 = time.perf_counter()
     tile, layers = best_tile(rows, hw.mem_bandwidth, peak)
+    attn, own_attention, attn_where = _attention(root, vidur, hw)
     fit_s = time.perf_counter() - t0
     judgment = judge_layers(rows, hw.mem_bandwidth, peak, tile) if judge else None
-    attn, attn_judged, attn_where, attn_priced = _attention(root, vidur, hw)
+    # attention is judged on its own GPU only: another's is taken as it is
+    attn_priced = heldout_attention(own_attention, hw.mem_bandwidth, peak) if judge and own_attention else []
+    attn_judged = judge_attention(attn_priced) if judge and own_attention else {}
     steps = judge_steps(rows, attn_priced, hw.mem_bandwidth, peak, tile) if judge else {}
     judge_s = time.perf_counter() - t0 - fit_s
     collectives, ar_error, ar_where = _collectives(root, vidur, hw)
@@ -128,10 +130,10 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
             params[n] = Param(value=v, source="assumed: no attention table", low=v / 2, high=v * 2)
         params["attn_prefill_token_s"] = Param(value=0.0, source="assumed: no attention table")
     else:
-        src = "fitted" if attn_judged else "fitted on another GPU, same datasheet fractions"
+        src = "fitted" if own_attention else "fitted on another GPU, same datasheet fractions"
         for n, v in attn.values.items():
             se = attn.stderr[n]
-            params[n] = Param(value=v, stderr=se, source=src) if attn_judged else Param(
+            params[n] = Param(value=v, stderr=se, source=src) if own_attention else Param(
                 value=v, stderr=se, source=src, low=v * 0.7, high=v * 1.3)
     for n, (v, lo, hi) in ASSUMED.items():
         params[n] = Param(value=v, source=ASSUMED_WHY, low=lo, high=hi)
