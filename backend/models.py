@@ -106,6 +106,25 @@ def shipped_config(path: Path):
                                 pad_token_id=None)
 
 
+def seeded_weights(make, seed: int, dtype: torch.dtype, device: torch.device | str) -> torch.nn.Module:
+    """`make(**kw)` (a transformers model) with weights drawn from a generator seeded with
+    `seed`. On the CPU they are drawn in float32 and cast, as they always were. On a GPU
+    they are drawn there, in `dtype`: an 8B model's weights take the CPU's generator
+    minutes, one thread at a time, and the GPU's a moment. The values then differ from
+    the CPU's for the same seed; timing does not depend on them."""
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            hf = make()
+        return hf.to(device=dev, dtype=dtype).eval()
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    with torch.random.fork_rng(devices=[index], device_type=dev.type), torch.device(dev):
+        torch.manual_seed(seed)
+        hf = make(dtype=dtype)
+    return hf.to(device=dev, dtype=dtype).eval()
+
+
 def build_preset(name: str, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """The embedded model `name` with weights drawn from a seeded generator."""
@@ -120,10 +139,11 @@ def build_preset(name: str, dtype: torch.dtype = torch.float32,
     config._attn_implementation = "sdpa"
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = "eager"  # the reference loop over experts
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        hf = AutoModelForCausalLM.from_config(config) if shipped.is_file() else LlamaForCausalLM(config)
-    hf = hf.to(device=device, dtype=dtype).eval()
+    def make(**kw):
+        if shipped.is_file():
+            return AutoModelForCausalLM.from_config(config, **kw)
+        return LlamaForCausalLM._from_config(config, **kw) if kw else LlamaForCausalLM(config)
+    hf = seeded_weights(make, seed, dtype, device)
     return LoadedModel(hf, name, "preset", spec_from_config(name, config, dtype), seed)
 
 
@@ -180,10 +200,7 @@ def build_from_config(d: Path, dtype: torch.dtype, device: torch.device | str, s
     config._attn_implementation = "sdpa"
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = "eager"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        hf = AutoModelForCausalLM.from_config(config)
-    hf = hf.to(device=device, dtype=dtype).eval()
+    hf = seeded_weights(lambda **kw: AutoModelForCausalLM.from_config(config, **kw), seed, dtype, device)
     return LoadedModel(hf, str(d.resolve()), "config", spec_from_config(d.name, config, dtype), seed)
 
 

@@ -22,7 +22,7 @@ from batchlab.calibration.serve_phase import serve
 from batchlab.calibration.served_runs import device_info
 from batchlab.calibration.sweep import (Sweep, append_roofline, measurements_path, read_records,
                                read_roofline, widest_points)
-from batchlab.calibration.timing import ReferenceKernel, measure_roofline
+from batchlab.calibration.timing import ReferenceKernel, roofline_for
 from batchlab.core.features import StepFeatures
 from batchlab.core.fitted_cost import Shape
 from batchlab.core.profile import GridInfo, LoopTime, Profile
@@ -74,7 +74,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
              "dtype": meta.dtype, "matmul": meta.matmul, "block_size": block_size}
     path = measurements_path(out) if out else Path(tempfile.mkdtemp()) / "measurements.jsonl"
 
-    roof = measure_roofline(rt.device)
+    roof = roofline_for(rt.device, rt.dtype)
     append_roofline(path, ident, roof)
     say(f"calibrate: roofline read {roof['read_bandwidth'] / 1e9:.1f} GB/s, copy "
         f"{roof['copy_bandwidth'] / 1e9:.1f} GB/s, matmul {roof['matmul_flops'] / 1e9:.0f} GFLOP/s")
@@ -99,7 +99,7 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
         say(f"calibrate: every point already measured in {path}: re-fitting only "
             f"(delete that file to measure afresh)")
     if added:  # measured again after the sweep; the profile keeps the best of all
-        append_roofline(path, ident, measure_roofline(rt.device))
+        append_roofline(path, ident, roofline_for(rt.device, rt.dtype))
     roof = read_roofline(path, ident)
 
     records = [r for r in read_records(path, ident) if r["round"] >= 0]

@@ -56,17 +56,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def roofline_for(device: torch.device, dtype: torch.dtype) -> dict[str, float]:
+    """The roofline a calibration compares its fitted rates with. On a GPU the matmul runs
+    in the model's dtype and large enough to fill the chip: a small float32 product
+    measures a few percent of a GPU's 16-bit GEMM rate
+    (docs/results/2026-12-04-h200-backend-check.md)."""
+    if device.type == "cuda":
+        return measure_roofline(device, matmul_n=8192, matmul_dtype=dtype)
+    return measure_roofline(device)
+
+
 @torch.inference_mode()
 def measure_roofline(device: torch.device, mib: int = 256, matmul_n: int = 1024,
-                     reps: int = 5) -> dict[str, float]:
-    """Bytes/s of a large read (sum) and copy (read + write counted), FLOP/s of an n^3
-    matmul: this device's roofline at the current thread count, float32; and the
-    host's load average then (other work lowers all three)."""
+                     reps: int = 5, matmul_dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Bytes/s of a large read (sum) and copy (read + write counted), float32, FLOP/s of
+    an n^3 matmul in matmul_dtype: this device's roofline at the current thread count;
+    and the host's load average then (other work lowers all three)."""
     n = mib * 2**20 // 4
     src = torch.ones(n, device=device)
     dst = torch.empty_like(src)
-    a = torch.randn(matmul_n, matmul_n, device=device)
-    b = torch.randn(matmul_n, matmul_n, device=device)
+    a = torch.randn(matmul_n, matmul_n, device=device, dtype=matmul_dtype)
+    b = torch.randn(matmul_n, matmul_n, device=device, dtype=matmul_dtype)
 
     def timed(fn) -> float:
         fn()  # untimed: page faults, kernel choice

@@ -34,6 +34,36 @@ def test_preset_weights_are_seeded():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_cpu_weights_are_drawn_as_they_always_were():
+    """The CPU path draws float32 weights with the global generator seeded, then casts:
+    the weights every CPU profile and run so far was measured on."""
+    from transformers import LlamaForCausalLM
+
+    from batchlab.backend.models import preset_config
+    config = preset_config(MODELS["batchlab-tiny"])
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(3)
+    expected = LlamaForCausalLM(config).to(torch.bfloat16).lm_head.weight
+    got = build_preset("batchlab-tiny", torch.bfloat16, seed=3).hf.lm_head.weight
+    assert got.dtype == torch.bfloat16 and torch.equal(got, expected)
+
+
+def test_building_leaves_the_callers_generator_alone():
+    torch.manual_seed(11)
+    expected = torch.rand(4)
+    torch.manual_seed(11)
+    build_preset("batchlab-tiny", seed=5)
+    assert torch.equal(torch.rand(4), expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_weights_are_drawn_there_seeded_in_the_dtype():
+    a, b, c = (build_preset("batchlab-tiny", torch.bfloat16, "cuda", seed=s).hf.lm_head.weight
+               for s in (1, 1, 2))
+    assert a.is_cuda and a.dtype == torch.bfloat16
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
 @pytest.mark.parametrize("name, msg", [
     ("no-such-model", "unknown backend model 'no-such-model'"),
     ("llama-2-7b", "simulator-only preset"),

@@ -151,14 +151,14 @@ def test_gpu_needs_from_operators_and_from_operators_needs_gpu(tmp_path):
         one_line_error(code, err, expected)
 
 
-def steps_profile(tmp_path, kind="cuda", n=40):
+def steps_profile(tmp_path, kind="cuda", n=40, mem_efficiency=0.7):
     """A batchlab profile (calibrate --device cuda) whose steps the shipped A100 profile
-    prices with step_s 2 ms and memory efficiency 0.7 instead of its own."""
+    prices with step_s 2 ms and memory efficiency 0.7 (or as given) instead of its own."""
     from batchlab.core.features import StepFeatures
     from batchlab.core.specs import HARDWARE, MODELS
 
     base = load_gpu_profile("a100-80gb")
-    truth = base.with_values({"step_s": 2e-3, "mem_efficiency": 0.7})
+    truth = base.with_values({"step_s": 2e-3, "mem_efficiency": mem_efficiency})
     model = MODELS["llama-3-8b"]
     cost = truth.cost(model, 1, HARDWARE["a100-80gb"])
     measurements = []
@@ -189,6 +189,18 @@ def test_batchlabs_own_gpu_steps_refine_the_public_profile(tmp_path):
     assert p.params["ridge_k"].value == load_gpu_profile("a100-80gb").params["ridge_k"].value  # kept
     assert p.heldout.overall.n == 10 and p.heldout.overall.median < 0.01
     assert "refined on 30 of batchlab's steps" in text
+
+
+def test_a_refit_past_the_datasheet_stops_there_and_says_so(tmp_path):
+    """Steps faster than the datasheet bandwidth allows (here: made so) cannot fit an
+    efficiency above 1; the constant stays at 1 and the output says the steps do not
+    resolve it."""
+    out = tmp_path / "refined.json"
+    code, text, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path, mem_efficiency=1.6)),
+                           "--gpu", "a100-80gb", "--out", str(out)])
+    assert code == 0, err
+    assert load_gpu_profile(out).params["mem_efficiency"].value == pytest.approx(1.0)
+    assert "mem_efficiency" in text.split("warning:")[1] and "at its bound" in text
 
 
 def test_steps_timed_on_a_cpu_cannot_refine_a_gpu_profile(tmp_path):

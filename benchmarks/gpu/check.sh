@@ -11,12 +11,8 @@
 set -uo pipefail
 DEVICE=${DEVICE:-cuda}; MODEL=${MODEL:-batchlab-small}; GRID=${GRID:-default}
 OUT=${OUT:-out/gpu_check}; N=${N:-64}; KV=${KV:-4GiB}
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD" BATCHLAB_TRACES="${BATCHLAB_TRACES:-$PWD/.gpu/traces}"
-if [ -d .gpu/wheels ] && ! python3 -c "import simpy, pydantic" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .gpu/wheels/*.whl || exit 1
-  export PYTHONPATH="/tmp/site:$PWD"
-fi
+export BATCHLAB_TRACES="${BATCHLAB_TRACES:-$PWD/.gpu/traces}"
+. benchmarks/gpu/wheels.sh
 mkdir -p "$OUT/work"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | head -3
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"

@@ -28,6 +28,15 @@ class Refined(NamedTuple):
     profile: GpuProfile
     fitted_steps: int
     judged_steps: int
+    at_bound: tuple[str, ...] = ()  # constants the steps pushed to a bound: not resolved by them
+
+
+def _bounds(x0: list[float]) -> tuple[list[float], list[float]]:
+    """Each constant within 1e3 of its public-data value either way; an efficiency at most
+    the datasheet (1): host-bound steps, whose time no kernel rate explains, would
+    otherwise fit a GPU 100 times faster than its datasheet."""
+    upper = [min(v * 1e3, 1.0) if n.endswith("_efficiency") else v * 1e3 for n, v in zip(REFIT, x0)]
+    return [v * 1e-3 for v in x0], upper
 
 
 def _steps(measured: Profile, heldout: bool) -> list[tuple[str, StepFeatures, float]]:
@@ -59,8 +68,11 @@ def refine_on_steps(path: Path, base: GpuProfile) -> Refined:
         return np.array([cost.step_time(f) for _, f, _ in steps])
 
     x0 = [base.params[n].value for n in REFIT]
+    lower, upper = _bounds(x0)
     res = least_squares(lambda x: np.log(priced(x, train)) - t, x0, x_scale=np.array(x0),
-                        bounds=([v * 1e-3 for v in x0], [v * 1e3 for v in x0]))
+                        bounds=(lower, upper))
+    at_bound = tuple(n for n, v, lo, hi in zip(REFIT, res.x, lower, upper)
+                     if v >= hi * (1 - 1e-6) or v <= lo * (1 + 1e-6))
     se = _stderr(res, len(res.fun))
     where = f"batchlab calibrate --device cuda steps ({path.name}: {measured.describe()})"
     params = dict(base.params)
@@ -79,4 +91,4 @@ def refine_on_steps(path: Path, base: GpuProfile) -> Refined:
         "fitted_on": FittedOn(models=[measured.model.name], tensor_parallel=[1], shapes=len(train),
                               attention=f"refitted on {where}"),
         "assumptions": [refit_note, *base.assumptions]})
-    return Refined(profile, len(train), len(judged))
+    return Refined(profile, len(train), len(judged), at_bound)

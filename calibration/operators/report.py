@@ -59,7 +59,12 @@ def render_refined(refined, base_where: str, out: Path) -> str:
     for name, c in p.params.items():
         if c.source.startswith("refitted"):
             err = f" +- {c.stderr:.3g}" if c.stderr is not None else ""
-            lines.append(f"  {name:<28} {c.value:.4g}{err}")
+            bound = "  (at its bound: these steps do not resolve it)" if name in refined.at_bound else ""
+            lines.append(f"  {name:<28} {c.value:.4g}{err}{bound}")
+    if refined.at_bound:
+        lines.append(f"warning: {', '.join(refined.at_bound)} ended at a bound: the steps' times are not "
+                     f"the kernels' (a host-bound engine, or too few shapes); price with the "
+                     f"public-data profile instead")
     lines.append(f"held out: {p.heldout.scheme}")
     lines += error_table("per-step |error| by region", {**p.heldout.by_region, "all": p.heldout.overall})
     lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
