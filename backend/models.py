@@ -109,9 +109,9 @@ def shipped_config(path: Path):
 def seeded_weights(make, seed: int, dtype: torch.dtype, device: torch.device | str) -> torch.nn.Module:
     """`make(**kw)` (a transformers model) with weights drawn from a generator seeded with
     `seed`. On the CPU they are drawn in float32 and cast, as they always were. On a GPU
-    they are drawn there, in `dtype`: an 8B model's weights take the CPU's generator
-    minutes, one thread at a time, and the GPU's a moment. The values then differ from
-    the CPU's for the same seed; timing does not depend on them."""
+    they are drawn there, in `dtype`, in moments, where a small CPU would take minutes for
+    an 8B model's (docs/results/2026-12-04-h200-backend-check.md).
+    The values then differ from the CPU's for the same seed; timing does not depend on them."""
     dev = torch.device(device)
     if dev.type == "cpu":
         with torch.random.fork_rng(devices=[]):
