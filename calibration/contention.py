@@ -30,6 +30,12 @@ def load_note() -> str:
     return f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs now)"
 
 
+def host_idle() -> bool:
+    """The load average leaves half the CPUs or more unused: no other work is running
+    here (a hypervisor's neighbours do not show in it)."""
+    return hasattr(os, "getloadavg") and os.getloadavg()[0] < (os.cpu_count() or 1) / 2
+
+
 def check_prices(cost, feats: list[StepFeatures], what: str) -> None:
     """Refuse a model that prices any of these steps at or below 0 s, or not at all."""
     prices = np.array([cost.step_time(f) for f in feats], dtype=float)
@@ -55,7 +61,10 @@ def check_served(sweep_cost, feats: list[StepFeatures], measured: np.ndarray, re
     else ran; returns its contended share."""
     share = contended_share(sweep_cost, feats, measured)
     if refuse and share > MAX_CONTENDED_SHARE:
+        why = ("; no other work shows in the load average, so the steps' own times vary (an engine "
+               "bound by its host, as on a GPU, or a VM's neighbours)") if host_idle() else ""
         raise ContendedCalibration(
             f"the serving phase was contended: {share:.0%} of its {len(measured)} steps took over "
-            f"{CONTENDED:g}x the sweep's price (at most {MAX_CONTENDED_SHARE:.0%} allowed){load_note()}")
+            f"{CONTENDED:g}x the sweep's price (at most {MAX_CONTENDED_SHARE:.0%} allowed){load_note()}"
+            f"{why}; --on-contention keep keeps such a phase")
     return share

@@ -52,6 +52,22 @@ def test_a_mostly_contended_serving_phase_is_refused():
         check_served(GOOD, feats, noisy)
 
 
+@pytest.mark.parametrize("load, idle", [(0.7, True), (12.0, False)])
+def test_a_refusal_says_whether_other_work_shows_and_how_to_keep(monkeypatch, load, idle):
+    """On a 16-CPU GPU host at load 0.7 the served steps' spread is the engine's own, not
+    a neighbour's: the refusal says so; either way it names the option that keeps it."""
+    from batchlab.calibration import contention
+    monkeypatch.setattr(contention.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(contention.os, "cpu_count", lambda: 16)
+    feats = [StepFeatures(2, 0, 0, 2, 20 + i, 20 + i) for i in range(40)]
+    noisy = np.array([GOOD.step_time(f) for f in feats]) * 3.0
+    with pytest.raises(ContendedCalibration) as e:
+        check_served(GOOD, feats, noisy)
+    msg = str(e.value)
+    assert msg.endswith("--on-contention keep keeps such a phase") and "\n" not in msg
+    assert ("no other work shows in the load average" in msg) == idle
+
+
 def test_calibrate_writes_no_profile_from_a_non_physical_sweep(tmp_path, monkeypatch):
     real_fit = calibration_run.fit
 
