@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 from pathlib import Path
+
+from compare_operators import table  # this folder's: the same error table
 
 from batchlab.calibration.grid import features_of, parse_key
 from batchlab.core.model_config import read_config_file, spec_from_config
@@ -53,17 +54,6 @@ def priced_parts(profile, model, hw, features) -> dict[str, float]:
             "elementwise": prices[2] - prices[3], "gemm": prices[3], "kernels": prices[1]}
 
 
-def summary(rows: list[tuple[str, float]], title: str) -> str:
-    out = [title, f"  {'region':<8} {'steps':>5} {'median':>8} {'p90':>8} {'signed':>8} {'high':>6}"]
-    for region in sorted({r for r, _ in rows}) + ["all"]:
-        e = [x for r, x in rows if region in (r, "all")]
-        a = sorted(abs(x) for x in e)
-        out.append(f"  {region:<8} {len(e):>5} {statistics.median(a):>8.1%} "
-                   f"{a[min(len(a) - 1, int(0.9 * len(a)))]:>8.1%} {statistics.median(e):>+8.1%} "
-                   f"{sum(x > 0 for x in e) / len(e):>6.0%}")
-    return "\n".join(out)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernels", nargs="+", type=Path)
@@ -87,11 +77,13 @@ def main() -> None:
         for part, kinds in MEASURED.items():
             if all(kind in k for kind in kinds):
                 parts[part].append((point.region, priced[part] / sum(k[kind] for kind in kinds) - 1))
-    print(summary(parts["kernels"], "the step's kernels (input copies aside): priced / measured - 1"))
+    print(table(parts["kernels"], "the step's kernels (input copies aside): priced / measured - 1",
+                signed=True))
     for part in MEASURED:
         if parts[part]:
-            print(summary(parts[part], f"{part}: priced / measured - 1"))
-    print(summary(parts["host"], "the step's wall time / its kernels' time - 1 (the host's share)"))
+            print(table(parts[part], f"{part}: priced / measured - 1", signed=True))
+    print(table(parts["host"], "the step's wall time / its kernels' time - 1 (the host's share)",
+                signed=True))
     shapes = OperatorShapes.of(model, 1)
     for key, tokens in (("p16@0", 16), ("p4096@0", 4096)):
         k = points.get(key, {}).get("kernels_s", {})

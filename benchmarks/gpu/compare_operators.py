@@ -35,13 +35,18 @@ def detect() -> str:
     sys.exit(f"compare_operators: no hardware preset for GPU {name!r}; give --gpu")
 
 
-def table(rows: list[tuple[str, float]], title: str) -> str:
-    out = [title, f"  {'region':<10} {'steps':>5} {'median':>8} {'p90':>8} {'high':>6}"]
+def table(rows: list[tuple[str, float]], title: str, signed: bool = False) -> str:
+    """Relative errors (region, error) by region: median and p90 of |error|, the signed
+    median (with `signed`), and the share priced high."""
+    out = [title, f"  {'region':<10} {'steps':>5} {'median':>8} {'p90':>8} "
+                  f"{'signed':>8} {'high':>6}" if signed else
+           f"  {'region':<10} {'steps':>5} {'median':>8} {'p90':>8} {'high':>6}"]
     for region in sorted({r for r, _ in rows}) + ["all"]:
         e = [x for r, x in rows if region in (r, "all")]
         a = sorted(abs(x) for x in e)
         p90 = a[min(len(a) - 1, int(0.9 * len(a)))]
-        out.append(f"  {region:<10} {len(e):>5} {statistics.median(a):>8.1%} {p90:>8.1%} "
+        mid = f" {statistics.median(e):>+8.1%}" if signed else ""
+        out.append(f"  {region:<10} {len(e):>5} {statistics.median(a):>8.1%} {p90:>8.1%}{mid} "
                    f"{sum(x > 0 for x in e) / len(e):>6.0%}")
     return "\n".join(out)
 

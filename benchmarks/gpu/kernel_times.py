@@ -31,6 +31,7 @@ from batchlab.core.kv import BlockManager
 
 REPS = 5
 PROBE = GridPoint(chunk=128)
+OTHER = GridPoint(16, 512)  # the shape the probe alternates with
 EXTRA = [GridPoint(chunk=c) for c in (1024, 2048, 4096)] + [
     GridPoint(b, c) for b, c in ((128, 512), (256, 512), (128, 1024))]
 
@@ -52,9 +53,7 @@ def step_kernels(engine, batch, device, reps: int) -> tuple[dict[str, float], in
     """Seconds of GPU kernels a step, by kind, and kernels a step."""
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=acts) as prof:
-        for _ in range(reps):
-            engine.execute(batch)
-            reset_batch(batch)
+        timed(engine, batch, reps)
     by: dict[str, float] = {}
     count = 0
     for e in prof.events():
@@ -97,28 +96,26 @@ def probe_runs(engine, kv, device) -> dict:
         before = mallocs(device)
         runs[label] = {"wall_s": timed(engine, batch, 40), "mallocs": mallocs(device) - before}
     gc.enable()
-    other = build_batch(GridPoint(16, 512), kv)
+    other = build_batch(OTHER, kv)
     before, alternate = mallocs(device), []
     for _ in range(20):
         timed(engine, other, 1)
         alternate += timed(engine, batch, 1)
     runs["alternating"] = {"wall_s": alternate, "mallocs": mallocs(device) - before}
     done(engine, other, kv)
+    for label, r in runs.items():
+        w = sorted(r["wall_s"])
+        print(f"{PROBE.key} x{len(w)} {label}: median {statistics.median(w) * 1e3:.1f} ms, "
+              f"min {w[0] * 1e3:.1f}, max {w[-1] * 1e3:.1f}, over 2x the min: "
+              f"{sum(x > 2 * w[0] for x in w)}, cudaMallocs {r['mallocs']}", flush=True)
     with profile(activities=[ProfilerActivity.CPU]) as prof:  # where the host's time goes
         host = timed(engine, batch, 20)
     top = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:15]
     runs["host_top"] = {"wall_s": host, "ops": [(a.key, a.count, a.self_cpu_time_total * 1e-6 / 20)
                                                 for a in top]}
+    print("host time a step, by op (self):", ", ".join(
+        f"{a.key} x{a.count // 20} {a.self_cpu_time_total * 1e-3 / 20:.2f} ms" for a in top[:8]))
     done(engine, batch, kv)
-    for label, r in runs.items():
-        if label == "host_top":
-            print("host time a step, by op (self):", ", ".join(
-                f"{k} x{c // 20} {t * 1e3:.2f} ms" for k, c, t in r["ops"][:8]))
-            continue
-        w = sorted(r["wall_s"])
-        print(f"{PROBE.key} x{len(w)} {label}: median {statistics.median(w) * 1e3:.1f} ms, "
-              f"min {w[0] * 1e3:.1f}, max {w[-1] * 1e3:.1f}, over 2x the min: "
-              f"{sum(x > 2 * w[0] for x in w)}, cudaMallocs {r['mallocs']}", flush=True)
     return runs
 
 
@@ -138,7 +135,7 @@ def main() -> None:
     points = [p for p in default_grid().points if p.region in regions][:args.limit or None]
     points += EXTRA if args.extra else []
     rt = Runtime(args.model, dtype=args.dtype, device=args.device, threads=1, kv_memory=args.kv_memory)
-    engine = rt.engine(blocks_needed(points + [PROBE, GridPoint(16, 512)], 16), 16)
+    engine = rt.engine(blocks_needed(points + [PROBE, OTHER], 16), 16)
     engine.warmup()
     kv = BlockManager(engine.cache.num_blocks, engine.cache.block_size)
     info = {"model": rt.meta().model, "device": str(rt.device),
