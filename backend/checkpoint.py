@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from batchlab.backend.device import free_memory_bytes
 from batchlab.core.checks import Count, Tokens, shown
-from batchlab.core.model_config import spec_from_config
+from batchlab.core.model.config_json import spec_from_config
 from batchlab.core.sizes import gib
 
 
@@ -30,7 +31,6 @@ class CheckpointShape(BaseModel):
 def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device | str) -> None:
     """ValueError (one line) for a shape field that is not a sensible count, or weights
     larger than the device's free memory."""
-    from batchlab.backend.device import free_memory_bytes
     try:
         CheckpointShape.model_validate(raw, strict=True)  # the fields, as strict counts
     except ValidationError as e:
@@ -38,7 +38,7 @@ def check_shape(raw: dict, where: Path, dtype: torch.dtype, device: torch.device
         loc = ".".join(str(p) for p in first["loc"])
         got = "" if first["type"] == "missing" else f" (got {shown(first.get('input'))})"
         raise ValueError(f"{where}: {loc}: {first['msg'].removeprefix('Value error, ')}{got}") from None
-    # Every expert of a MoE counts (core/model_config.py reads the experts; the Llama
+    # Every expert of a MoE counts (core/model/config_json.py reads the experts; the Llama
     # fields above would count one).
     params = spec_from_config(raw, where.parent.name, str(where)).params
     need = params * torch.empty(0, dtype=dtype).element_size()

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable
 
+from tqdm import tqdm
+
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.step import run_step
 from batchlab.core.batch import StepObserver
@@ -53,7 +55,6 @@ class _Stop:
 
 
 def _progress(total: int, enabled: bool):
-    from tqdm import tqdm
     return tqdm(total=total, unit="req", desc="batchlab run", disable=not enabled,
                 dynamic_ncols=True, mininterval=0.5)
 

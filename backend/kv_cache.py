@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from batchlab.core.specs import ModelSpec
+from batchlab.core.model.spec import ModelSpec
 
 
 def bytes_per_block(spec: ModelSpec, block_size: int, dtype: torch.dtype) -> int:

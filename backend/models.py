@@ -2,9 +2,9 @@
 local Hugging Face checkpoint directory of a supported (Llama-family, Mixtral)
 architecture.
 
-The embedded presets are core.specs.MODELS entries named batchlab-*, so the simulator
+The embedded presets are core.model.presets.MODELS entries named batchlab-*, so the simulator
 prices exactly the shape the backend executes: Llama shapes (batchlab-tiny, -small), and
-the ones shipped as config.json (core/presets/models: batchlab-tiny-moe, a Mixtral;
+the ones shipped as config.json (core/model/presets/models: batchlab-tiny-moe, a Mixtral;
 batchlab-tiny-swa, a Qwen2 with alternating sliding-window layers). Timing does not depend on weight values,
 which is why random weights are enough to measure; the oracle tests compare against
 transformers on the same weights."""
@@ -19,9 +19,10 @@ import torch
 
 from batchlab.backend.checkpoint import check_shape
 from batchlab.core.checks import shown
-from batchlab.core.model_config import read_config_file
-from batchlab.core.model_config import spec_from_config as core_spec
-from batchlab.core.specs import MODELS, PRESET_CONFIGS, ModelSpec
+from batchlab.core.model.config_json import read_config_file
+from batchlab.core.model.config_json import spec_from_config as core_spec
+from batchlab.core.model.presets import MODELS, PRESET_CONFIGS
+from batchlab.core.model.spec import ModelSpec
 
 PRESET_PREFIX = "batchlab-"
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "mixtral")
@@ -67,7 +68,7 @@ def check_supported(config) -> None:
 
 
 def spec_from_config(name: str, config, dtype: torch.dtype) -> ModelSpec:
-    """The simulator's shape of a transformers config (core/model_config.py reads it, as
+    """The simulator's shape of a transformers config (core/model/config_json.py reads it, as
     it reads any config.json), in the dtype the backend runs."""
     spec = core_spec(config.to_dict(), name, f"{name} config")
     return spec.model_copy(update={"dtype_bytes": torch.empty(0, dtype=dtype).element_size(),
@@ -86,7 +87,7 @@ def params_label(n: int) -> str:
 def preset_config(spec: ModelSpec):
     """A LlamaConfig with the preset's shape. No special tokens: generation never stops
     early (EOS is ignored, as in the simulator)."""
-    from transformers import LlamaConfig
+    from transformers import LlamaConfig  # lazy: transformers (seconds), only to build a model
     return LlamaConfig(
         vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
@@ -99,7 +100,7 @@ def preset_config(spec: ModelSpec):
 def shipped_config(path: Path):
     """A transformers config from a shipped preset's config.json, without special tokens
     (generation never stops early: EOS is ignored, as in the simulator)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: transformers (seconds), only to build a model
     raw, _ = read_config_file(path)
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures")}
     return AutoConfig.for_model(raw["model_type"], **fields, bos_token_id=None, eos_token_id=None,
@@ -128,7 +129,7 @@ def seeded_weights(make, seed: int, dtype: torch.dtype, device: torch.device | s
 def build_preset(name: str, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """The embedded model `name` with weights drawn from a seeded generator."""
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM  # lazy: transformers (seconds), as above
     if name not in MODELS or not name.startswith(PRESET_PREFIX):
         hint = (" (a simulator-only preset: its weights are not available here; pass "
                 "--model DIR for a local checkpoint)" if name in MODELS else "")
@@ -151,8 +152,8 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
                     device: torch.device | str = "cpu", seed: int = 0) -> LoadedModel:
     """A local Hugging Face checkpoint directory (config.json + safetensors); one holding
     a config.json and no weights is built from it with seeded random weights."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoConfig, AutoModelForCausalLM  # lazy: transformers (seconds), only to load a model
+    from transformers.utils import logging as hf_logging  # lazy: as above
     d = Path(path)
     if d.exists() and not d.is_dir():
         raise ValueError(f"model {str(path)!r} is a file; expected a preset "
@@ -194,7 +195,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32,
 def build_from_config(d: Path, dtype: torch.dtype, device: torch.device | str, seed: int) -> LoadedModel:
     """A directory's config.json with weights drawn from a seeded generator, as the embedded
     presets are built: timing does not depend on weight values (source "config")."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: transformers (seconds), only to build a model
     config = shipped_config(d / "config.json")
     check_supported(config)
     config._attn_implementation = "sdpa"

@@ -98,7 +98,7 @@ class Runtime:
     def meta(self) -> RunMeta:
         """What ran (model, dtype, device, machine), the part of a real run's meta the
         runtime knows."""
-        import transformers
+        import transformers  # lazy: transformers (seconds to import), loaded with the model by now
         spec = self.spec
         info = {
             "model": self.model.name, "model_source": self.model.source,

@@ -20,8 +20,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from batchlab.calibration import calibrate  # noqa: E402
-from batchlab.calibration.grid import default_grid, tiny_grid  # noqa: E402
-from batchlab.calibration.report import fit_table, points_table, rates_table  # noqa: E402
+from batchlab.calibration.sweep.grid import default_grid, tiny_grid  # noqa: E402
+from batchlab.calibration.fit.report import fit_table, points_table, rates_table  # noqa: E402
 
 TARGET_S, TARGET_MEDIAN_APE = 300.0, 3.0
 

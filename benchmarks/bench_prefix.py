@@ -27,8 +27,12 @@ if not TRACES.exists():
 CHILD = r"""
 import json, sys, time
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import kv_capacity_blocks, roofline
-from batchlab.core.specs import lookup_hardware, lookup_model
+try:  # the step price's homes (2026-12-06); a baseline from before has flat modules
+    from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+    from batchlab.core.model.presets import lookup_hardware, lookup_model
+except ImportError:
+    from batchlab.core.cost import kv_capacity_blocks, roofline
+    from batchlab.core.specs import lookup_hardware, lookup_model
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.sim import simulate
 path, policy, n, caching = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

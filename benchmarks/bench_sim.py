@@ -37,11 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batchlab.core.config import SchedulerConfig  # noqa: E402
-from batchlab.core.cost import kv_capacity_blocks, roofline  # noqa: E402
-from batchlab.core.specs import lookup_hardware, lookup_model  # noqa: E402
+from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload  # noqa: E402
 from batchlab.sim import simulate  # noqa: E402
-from batchlab.sim.events import counting_decisions, counting_events  # noqa: E402
+from batchlab.sim.counting import counting_decisions, counting_events  # noqa: E402
 
 # ../shared/traces beside the checkout (a worktree of /work/wt/NAME: two levels up), or
 # BATCHLAB_TRACES.
@@ -97,8 +97,12 @@ CHILD = r"""
 import json, os, sys, time
 from pathlib import Path
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import kv_capacity_blocks, roofline
-from batchlab.core.specs import lookup_hardware, lookup_model
+try:  # the step price's homes (2026-12-06); a baseline from before has flat modules
+    from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+    from batchlab.core.model.presets import lookup_hardware, lookup_model
+except ImportError:
+    from batchlab.core.cost import kv_capacity_blocks, roofline
+    from batchlab.core.specs import lookup_hardware, lookup_model
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.sim import simulate
 compiled = 0  # a revision from before the compiled build has no batchlab/_compiled.py (nor

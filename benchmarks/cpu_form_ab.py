@@ -1,5 +1,5 @@
 """The two CPU cost forms side by side on one profile's sweep: writes OUT/NAME-fitted.json and
-OUT/NAME-gpu.json (calibration/profile_forms.py refit) and prints their held-out step errors.
+OUT/NAME-gpu.json (calibration/fit/both_forms.py refit) and prints their held-out step errors.
 Judge both with `batchlab validate` (docs/results/2026-12-02-cpu-gpu-form.md), then set
 their `validate --real --out` judgements side by side:
 
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from batchlab.calibration.profile_forms import refit  # noqa: E402
-from batchlab.core.profile import load_profile  # noqa: E402
+from batchlab.calibration.fit.both_forms import refit  # noqa: E402
+from batchlab.core.cost.profile import load_profile
 
 
 def main(name: str, out: str) -> None:

@@ -23,35 +23,30 @@ from batchlab.experiments.cli import main
 
 GPT = "docs/performance-lab/gpt-oss-20b/h100.md (vLLM v0.11.0, `vllm serve openai/gpt-oss-20b`)"
 R1 = "docs/performance-lab/deepseek-r1/h200.md (vLLM v0.11.0, `vllm serve deepseek-ai/DeepSeek-R1-0528 -tp 8`)"
-# (label, model, hardware, tp, prompt, output, requests, published: duration s, total tok/s,
-#  mean TTFT ms, mean TPOT ms, source)
-CASES = [
-    ("gpt-oss-20b, 1 x H100, 32000/100", "gpt-oss-20b", "h100-sxm", 1, 32000, 100, 100,
-     (107.95, 29730.30, 53687.69, 239.44), GPT),
-    ("gpt-oss-20b, 1 x H100, 4000/200", "gpt-oss-20b", "h100-sxm", 1, 4000, 200, 500,
-     (61.73, 33236.17, 31245.12, 184.26), GPT),
-    ("gpt-oss-20b, 1 x H100, 2000/100", "gpt-oss-20b", "h100-sxm", 1, 2000, 100, 500,
-     (32.58, 32113.65, 16515.86, 149.76), GPT),
-    ("gpt-oss-20b, 1 x H100, 128/4", "gpt-oss-20b", "h100-sxm", 1, 128, 4, 1000,
-     (4.70, 28032.23, 3174.14, 178.91), GPT),
-    ("DeepSeek-R1, 8 x H200 TP8, 32000/100", "deepseek-r1", "h200", 8, 32000, 100, 100,
-     (206.90, 15514.57, 101351.99, 365.79), R1),
-    ("DeepSeek-R1, 8 x H200 TP8, 4000/200", "deepseek-r1", "h200", 8, 4000, 200, 500,
-     (132.68, 15808.55, 63058.71, 164.23), R1),
-]
 Q = "docs/performance-lab/qwen3-235b-a22b/h100.md (vLLM v0.11.0)"
-CASES += [
-    ("Qwen3-235B-A22B, 8 x H100 TP8, 32000/100", "qwen3-235b-a22b", "h100-sxm", 8, 32000, 100, 100,
-     (141.60, 22657.51, 70409.55, 132.10), Q),
-    ("Qwen3-235B-A22B, 8 x H100 TP8, 4000/200", "qwen3-235b-a22b", "h100-sxm", 8, 4000, 200, 500,
-     (98.99, 21113.53, 47811.58, 68.94), Q),
-    ("Qwen3-235B-A22B, 8 x H100 TP8, 2000/100", "qwen3-235b-a22b", "h100-sxm", 8, 2000, 100, 500,
-     (43.91, 23858.69, 21313.79, 101.08), Q),
-    ("Qwen3-235B-A22B FP8, 4 x H100 TP4, 32000/100", "qwen3-235b-a22b:fp8", "h100-sxm", 4, 32000, 100, 100,
-     (208.79, 15366.32, 103754.50, 194.60), Q),
-    ("Qwen3-235B-A22B FP8, 4 x H100 TP4, 4000/200", "qwen3-235b-a22b:fp8", "h100-sxm", 4, 4000, 200, 500,
-     (126.76, 16478.79, 60513.14, 89.52), Q),
-]
+# Per source and deployment (the label's name, model, hardware, tp): (prompt, output,
+# requests, published: duration s, total tok/s, mean TTFT ms, mean TPOT ms) per case.
+PUBLISHED = {
+    GPT: {("gpt-oss-20b, 1 x H100", "gpt-oss-20b", "h100-sxm", 1): [
+        (32000, 100, 100, (107.95, 29730.30, 53687.69, 239.44)),
+        (4000, 200, 500, (61.73, 33236.17, 31245.12, 184.26)),
+        (2000, 100, 500, (32.58, 32113.65, 16515.86, 149.76)),
+        (128, 4, 1000, (4.70, 28032.23, 3174.14, 178.91))]},
+    R1: {("DeepSeek-R1, 8 x H200 TP8", "deepseek-r1", "h200", 8): [
+        (32000, 100, 100, (206.90, 15514.57, 101351.99, 365.79)),
+        (4000, 200, 500, (132.68, 15808.55, 63058.71, 164.23))]},
+    Q: {("Qwen3-235B-A22B, 8 x H100 TP8", "qwen3-235b-a22b", "h100-sxm", 8): [
+        (32000, 100, 100, (141.60, 22657.51, 70409.55, 132.10)),
+        (4000, 200, 500, (98.99, 21113.53, 47811.58, 68.94)),
+        (2000, 100, 500, (43.91, 23858.69, 21313.79, 101.08))],
+        ("Qwen3-235B-A22B FP8, 4 x H100 TP4", "qwen3-235b-a22b:fp8", "h100-sxm", 4): [
+        (32000, 100, 100, (208.79, 15366.32, 103754.50, 194.60)),
+        (4000, 200, 500, (126.76, 16478.79, 60513.14, 89.52))]},
+}
+# (label, model, hardware, tp, prompt, output, requests, published, source)
+CASES = [(f"{name}, {p}/{o}", model, hw, tp, p, o, n, pub, source)
+         for source, deployments in PUBLISHED.items()
+         for (name, model, hw, tp), cases in deployments.items() for p, o, n, pub in cases]
 KEYS = ("duration", "total_token_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
 

@@ -22,7 +22,7 @@ from bisect import bisect_left, insort
 from itertools import accumulate
 from typing import Callable
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.fast_forward import DecodeRun, decode_run
 from batchlab.core.kv import BlockManager
 from batchlab.core.request import Sequence

@@ -8,7 +8,7 @@ new token). A step's shape is then the count n_j of sequences still running and 
 they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)"""
 from __future__ import annotations
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.features import features_of
 
 

@@ -112,7 +112,7 @@ class MachineSpeed(Record):
 
     @property
     def windows(self) -> tuple[tuple[float, float], ...]:
-        """(start_s, memory level) of each window, for core/cost_at_speed.py."""
+        """(start_s, memory level) of each window, for core/cost/at_speed.py."""
         return tuple((float(t), float(k)) for t, k in self.drift_levels or ())
 
 

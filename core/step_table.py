@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.features import FEATURE_NAMES, StepFeatures
 
 # A measured step over this many times its price had its core taken (a neighbour ran):

@@ -7,10 +7,11 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Iterable
 
 from batchlab.experiments.commands import COMMANDS
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.options import FLAGS
+from batchlab.experiments.options import note_flags
 
 
 # Writes that fail for the disk's sake (full, quota, read-only): one line, not a traceback.
@@ -22,20 +23,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The `batchlab` parser: every command listed with its help line, and the options of
+    `commands` (by default all), whose modules are imported; the others' are not."""
     parser = _Parser(prog="batchlab", description="LLM serving: simulate, run, calibrate, validate.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in COMMANDS:  # each module is light: its library loads when it runs
-        importlib.import_module(f"batchlab.experiments.commands.{name}").add_parser(sub)
+    for name, help_line in COMMANDS.items():  # in this order, as `batchlab --help` lists them
+        if name in commands:
+            importlib.import_module(f"batchlab.experiments.commands.{name}").add_parser(sub)
+        else:  # listed, never parsed: main() builds the command it runs
+            sub.add_parser(name, help=help_line)
     for command in sub.choices.values():  # so that a field's error can name its option
-        for action in command._actions:
-            if action.option_strings and action.dest not in FLAGS:
-                FLAGS[action.dest] = action.option_strings[0]
+        note_flags(command)
     return parser
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The command `argv` runs: its first argument that is not an option (`batchlab` takes
+    no option but --help before it); None for none, or for a name that is not a command."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = command_of(argv)  # only its module loads: `batchlab --help` loads none
+    args = build_parser(() if command is None else (command,)).parse_args(argv)
     logging.basicConfig(format="batchlab: warning: %(message)s", level=logging.WARNING)
     try:
         return args.func(args)

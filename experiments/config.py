@@ -9,13 +9,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from batchlab.core import text_input
-from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Positive, Seconds, shown
+from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from batchlab.core.params import validate_params
 from batchlab.core.schedulers import SCHEDULERS
-from batchlab.core.hardware import HARDWARE, HardwareFigures, HardwareSpec
-from batchlab.core.layout import Layout
+from batchlab.core.model.hardware import DATASHEET_FIELDS, HARDWARE, DatasheetFigures, HardwareFigures, HardwareSpec
+from batchlab.core.model.layout import Layout
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
@@ -35,11 +35,12 @@ class ModelConfig(BaseModel):
     matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
 
 
-class HardwareConfig(BaseModel):
-    """The GPU (a catalogue name, or a name with its datasheet figures for one the
-    catalogue lacks: the same fields as core/presets/hardware.toml; figures given with a
-    catalogue name replace its own) and the layout of one replica over such GPUs."""
-    model_config = ConfigDict(extra="forbid")
+class _HardwareHead(BaseModel):
+    """HardwareConfig's first fields, the GPU's name and the replica's layout: a base of its
+    own so that the datasheet figures HardwareConfig inherits (declared once, in
+    core/model/hardware.py DatasheetFigures) come after them. Pydantic orders inherited
+    fields base first (HardwareConfig(DatasheetFigures, _HardwareHead): these, the figures,
+    then its own), the order config.json is dumped in."""
     name: str = Field("a100-80gb", description=f"one of {', '.join(HARDWARE)}, or any name "
                       "with the GPU's figures below")
     tensor_parallel: Count = Field(1, le=4096)
@@ -48,14 +49,13 @@ class HardwareConfig(BaseModel):
                                    "over (1, or tensor_parallel)")
     data_parallel_attention: bool = Field(False, description="attention data-parallel over "
                                           "the tensor-parallel GPUs (MLA engines)")
-    memory_gib: Positive | None = None
-    memory_mib: Positive | None = None
-    mem_bandwidth_gbs: Positive | None = None
-    bf16_tflops: Positive | None = None
-    fp8_tflops: NonNegative | None = None
-    fp4_tflops: NonNegative | None = None
-    interconnect: str | None = None
-    interconnect_gbs: NonNegative | None = None
+
+
+class HardwareConfig(DatasheetFigures, _HardwareHead):
+    """The GPU (a catalogue name, or a name with its datasheet figures for one the
+    catalogue lacks: the same fields as core/model/presets/hardware.toml; figures given with a
+    catalogue name replace its own) and the layout of one replica over such GPUs."""
+    model_config = ConfigDict(extra="forbid")
     mem_efficiency: Efficiency = Field(0.8, description="achieved fraction of datasheet bandwidth")
     compute_efficiency: Efficiency = Field(0.6, description="achieved fraction of datasheet FLOP/s")
     step_overhead_s: Seconds = Field(0.002, description="fixed per-step cost (launches, scheduling)")
@@ -75,8 +75,7 @@ class HardwareConfig(BaseModel):
     def spec(self) -> HardwareSpec:
         """The GPU: the catalogue's, or the one these figures describe (UserError, one
         line naming the field, where they are incomplete or the name is unknown)."""
-        figures = HardwareFigures(**{k: getattr(self, k) for k in HardwareFigures.model_fields
-                                     if k != "source"})
+        figures = HardwareFigures(**{k: getattr(self, k) for k in DATASHEET_FIELDS})
         base = HARDWARE.get(self.name)
         if base is None and not figures.given():
             raise UserError(f"unknown hardware preset {shown(self.name)}; expected one of "

@@ -12,9 +12,12 @@ even one killed with kill -9."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
-from concurrent.futures import Executor, Future
+import signal
+import threading
+from concurrent.futures import Executor, Future, as_completed
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -64,7 +67,7 @@ def make_executor(workers: int | None = None, dask: str | None = None) -> Iterat
     if n == 1:
         yield SerialExecutor(), "serial (1 process)"
         return
-    from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
+    from concurrent.futures import ProcessPoolExecutor  # lazy: multiprocessing, only for a local pool
 
     with ProcessPoolExecutor(max_workers=n, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         yield pool, f"process pool ({n} workers)"
@@ -78,10 +81,7 @@ def die_with_parent(parent: int) -> None:
     """In a pool worker: end this process when `parent` ends, however it ends. Linux
     sends SIGKILL at the parent's death (prctl PR_SET_PDEATHSIG); everywhere, a thread
     also checks the parent is still ours (a parent gone before prctl, other systems)."""
-    import signal
-    import threading
     try:
-        import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux
         pass
@@ -99,7 +99,7 @@ def die_with_parent(parent: int) -> None:
 @contextmanager
 def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client, LocalCluster  # lazy: dask, only with --dask
     except ImportError:
         raise UserError("--dask needs Dask: pip install 'batchlab[distributed]'") from None
     # Dask logs each worker and comm it closes at shutdown as a warning: not ours to show.
@@ -125,7 +125,6 @@ def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
 def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[int, Any], None] | None = None) -> list:
     """fn(task) for every task; results in task order; on_done(i, result) as each ends
     (in a serial run, before the next one starts)."""
-    from concurrent.futures import as_completed
     if isinstance(executor, SerialExecutor):
         results = []
         for i, t in enumerate(tasks):

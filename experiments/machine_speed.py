@@ -19,7 +19,7 @@ COMPUTE_SHARE or more: prefill chunks of a few hundred tokens), their measured t
 their memory side at the measured factor, over their FLOP terms' price.
 
 Both factors are ratios of sums (the mean step), not medians of ratios, because that is
-how calibration levels a profile (calibration/serve_fit.py: latencies add steps up, so it
+how calibration levels a profile (calibration/fit/served_steps.py: latencies add steps up, so it
 prices the mean served step, and served steps are skewed slow): a median factor reads a
 run at its calibration's speed as fast, and the normalised simulation then leans fast.
 Steps over CONTENDED x their price (a neighbour took the core) are left out, as
@@ -31,7 +31,7 @@ A run's one factor is its mean level; on a shared VM the level also moves within
 in swings of tens of seconds. `drift` says how much: the same ratio over each
 DRIFT_WINDOW_S of the run's clock, p90 - p10 of the windows over the factor, and each
 window's level, which the normalised simulation follows on the memory side
-(experiments/validation/normalised.py, core/cost_at_speed.py).
+(experiments/validation/normalised.py, core/cost/at_speed.py).
 
 This is an observation of a run, so it lives with the code that judges runs: `batchlab
 run` and `serve` label a run's meta with it (run_labels.py), validation normalises by it.
@@ -45,10 +45,10 @@ import math
 
 import numpy as np
 
-from batchlab.core.cost import CostModel
-from batchlab.core.cpu_form import CpuFormModel
+from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.cpu_form import CpuFormModel
 from batchlab.core.features import IDLE_GAP_S  # a step starting this long after the last woke from idle
-from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.cost.fitted import FittedCostModel
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.step_table import CONTENDED, price, step_features
 

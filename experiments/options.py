@@ -68,6 +68,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--out", metavar="DIR", help="write tables (CSV), summary (JSON) here")
     g.add_argument("--format", choices=("table", "json"), default="table",
                    help="json: the summary on stdout, keyed by policy")
+    note_flags(parser)
 
 
 def add_plot_option(parser: argparse.ArgumentParser) -> None:
@@ -102,10 +103,7 @@ def reject_unused(args: argparse.Namespace, command: str, unused: dict[str, str]
         unused = {**unused, **{d: unused["hw_tensor_parallel"] for d in LAYOUT_DESTS}}
     for dest, why in unused.items():
         if getattr(args, dest, None) is not None:
-            flag = "--" + {"hw_name": "hardware", "hw_tensor_parallel": "tp", "pr_path": "profile",
-                           "ru_router": "router", "hw_pipeline_parallel": "pp",
-                           "hw_expert_parallel": "ep", "hw_data_parallel_attention": "dp-attention",
-                           }.get(dest, dest.replace("_", "-"))
+            flag = FLAGS.get(dest, "--" + dest.replace("_", "-"))
             raise UserError(f"{flag} does not apply to batchlab {command}: {why}")
 
 
@@ -199,8 +197,16 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
     return cfg
 
 
-# argparse dest -> the option that sets it (filled by experiments.cli.build_parser).
+# argparse dest -> the option that sets it, its first option string as the parser has it
+# (filled by add_common_options and experiments.cli.build_parser), the first parser's first.
 FLAGS: dict[str, str] = {}
+
+
+def note_flags(parser: argparse.ArgumentParser) -> None:
+    """Record the options parser has so far in FLAGS: errors name a field's flag."""
+    for action in parser._actions:
+        if action.option_strings:
+            FLAGS.setdefault(action.dest, action.option_strings[0])
 
 
 def name_flag(message: str, args: argparse.Namespace) -> str:

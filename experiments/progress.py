@@ -18,6 +18,6 @@ def progress_bar(**tqdm_args: Any) -> Iterator[Any]:
     if not sys.stderr.isatty():
         yield _Silent()
         return
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: tqdm, only where stderr is a terminal
     with tqdm(**tqdm_args) as bar:
         yield bar

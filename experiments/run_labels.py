@@ -4,7 +4,7 @@ the machine ran during it (experiments/machine_speed.py: its steady decode steps
 by a profile). Shared by `batchlab run`, `serve` and `validate`."""
 from __future__ import annotations
 
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import MachineSpeed, Stability
 from batchlab.core.stability import queue_stability

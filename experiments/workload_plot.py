@@ -20,7 +20,7 @@ def check_plot_path(path: str) -> None:
         what = "not a directory" if p.parent.exists() else "no such directory"
         raise UserError(f"--plot {path}: {p.parent} is {what}; expected a file in an "
                         "existing directory")
-    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backend_bases import FigureCanvasBase  # lazy: matplotlib, only with --plot
     kinds = FigureCanvasBase.get_supported_filetypes()
     if p.suffix.lstrip(".").lower() not in kinds:
         raise UserError(f"--plot {path}: unknown image type {p.suffix or '(none)'}; expected "
@@ -28,7 +28,7 @@ def check_plot_path(path: str) -> None:
 
 
 def plot(w: Workload, path: str) -> None:
-    from batchlab.experiments.plots import figure, mark_x, save
+    from batchlab.experiments.plots import figure, mark_x, save  # lazy: matplotlib, only with --plot
 
     title = textwrap.fill(w.describe(), 150)  # every step, so the figure says what it shows
     fig, (ax_t, ax_p, ax_o) = figure(1, 3, title=title, width=5.0, height=3.6)

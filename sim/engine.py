@@ -8,7 +8,7 @@ from typing import Callable
 import simpy
 
 from batchlab.core.batch import Batch, StepObserver, step_features
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.fast_forward import DecodeRun
 from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder

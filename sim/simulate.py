@@ -6,7 +6,7 @@ from typing import Callable
 import simpy
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel, attention_window
+from batchlab.core.cost.form import attention_window, CostModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence

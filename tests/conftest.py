@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-os.environ.setdefault("BATCHLAB_ON_CONTENTION", "keep")  # calibration/on_contention.py
+os.environ.setdefault("BATCHLAB_ON_CONTENTION", "keep")  # calibration/sweep/on_contention.py
 BACKEND_MODULES = ("torch", "transformers", "fastapi", "uvicorn")
 HAVE_BACKEND = all(importlib.util.find_spec(m) is not None for m in BACKEND_MODULES)
 
@@ -79,7 +79,7 @@ def hf_runtime(tiny):
 def profile_file(tmp_path_factory):
     """A real calibration of the tiny model on the tests' tiny grid (seconds)."""
     from batchlab.calibration import calibrate
-    from batchlab.calibration.grid import tiny_grid
+    from batchlab.calibration.sweep.grid import tiny_grid
 
     path = tmp_path_factory.mktemp("profile") / "tiny.json"
     calibrate("batchlab-tiny", "cpu", threads=1, out=path, grid=tiny_grid(), progress=False,

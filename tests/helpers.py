@@ -15,6 +15,17 @@ SMALL_RUN = ["--num-requests", "6", "--rate", "inf", "--max-prompt-len", "48", "
 SMALL_VALIDATE = ["--num-requests", "6", "--rate", "40", "--max-prompt-len", "48", "--max-output-len", "8",
                   "--kv-memory", "16MiB", "--threads", "1", "--no-progress"]
 
+# A sweep's [workload] and SLO (batchlab sweep; a grid and [sweep] follow).
+SWEEP_BASE = """
+[workload]
+source = "chat"
+num_requests = 200
+rate = 10.0
+[run.slo]
+ttft_ms = 1000.0
+tpot_ms = 60.0
+"""
+
 
 def run_cli(args, capsys):
     """The CLI in-process: (exit code, stdout, stderr)."""

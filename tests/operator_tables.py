@@ -7,9 +7,10 @@ import csv
 from pathlib import Path
 
 from batchlab.calibration.operators.vidur import ELEMENTWISE_OPS, GEMM_OPS, SHAPE_COLUMNS
-from batchlab.core.gpu_cost import AllReduce, GpuCostParams, gpu_cost
-from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.specs import ModelSpec, lookup_hardware
+from batchlab.core.cost.dispatch import gpu_cost, operator_shapes
+from batchlab.core.cost.gpu_form import AllReduce, GpuCostParams
+from batchlab.core.model.presets import lookup_hardware
+from batchlab.core.model.spec import ModelSpec
 
 TRUE = GpuCostParams(mem_efficiency=0.82, compute_efficiency=0.72, ridge_k=2.5, gemm_fixed_s=6e-6,
                      layer_fixed_s=8e-6, elementwise_efficiency=0.55, elementwise_row_efficiency=0.006,
@@ -35,7 +36,7 @@ def row(heads, kv, hidden, inter, vocab, tp, tokens, gpu="a100-80gb", params=TRU
     h = lookup_hardware(gpu)
     m = ModelSpec(name="t", num_layers=1, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
                   head_dim=hidden // heads, intermediate_size=inter, vocab_size=vocab)
-    form = gpu_cost(OperatorShapes.of(m, tp), params, h.mem_bandwidth, h.peak_flops, h.peak_flops, NONE)
+    form = gpu_cost(operator_shapes(m, tp), params, h.mem_bandwidth, h.peak_flops, h.peak_flops, NONE)
     out = {f"time_stats.emb.{s}": "0.001" for s in ("min", "max", "mean", "median", "std")}
     gemms = [form._gemm(mem, fl, tokens) for mem, fl in zip(form._gemm_mem, form._gemm_flop)]
     times = dict(zip(GEMM_OPS, gemms)) | {op: form._elementwise(tokens) / 5 for op in ELEMENTWISE_OPS}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.profile import CostParams, DeviceInfo, Effective, FitQuality, Profile, RegionError
-from batchlab.core.specs import MODELS
+from batchlab.core.cost.fitted import FittedCostModel, Shape
+from batchlab.core.cost.profile import CostParams, DeviceInfo, Effective, FitQuality, Profile, RegionError
+from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 

@@ -6,11 +6,12 @@ import dataclasses
 
 import numpy as np
 
-from batchlab.core.cost import LinearCostModel, roofline
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.loop_time import Overhead
-from batchlab.core.profile import load_profile
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.cost.dispatch import roofline
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import Overhead
+from batchlab.core.cost.profile import load_profile
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 
 COSTS = {
     "linear": LinearCostModel(0.004, {"num_seqs": 1e-5, "prefill_tokens": 2e-5,
@@ -23,7 +24,7 @@ COSTS = {
     # ... with context terms: a decode run's first step priced after a prefill / idle gap
     "calibrated_context": dataclasses.replace(load_profile("default").cost_model(),
                                               after_prefill_s=0.004, after_idle_s=0.006),
-    # ... at a measured speed, plus the loop's time between steps (core/cost_at_speed.py)
+    # ... at a measured speed, plus the loop's time between steps (core/cost/at_speed.py)
     "calibrated_at_speed": CostAtSpeed(load_profile("default").cost_model(), 1.1, 0.9,
                                        loop=Overhead(2e-4, 1e-5, 0.0, 0)),
     "roofline_at_speed": CostAtSpeed(roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"),

@@ -61,7 +61,7 @@ def test_an_oserror_of_a_full_disk_outside_the_helper_is_one_line(capsys, monkey
 
 PACKAGE_FOLDERS = ("core", "sim", "backend", "calibration", "experiments")
 # Writes that are not whole files: append logs whose reader skips a cut last line.
-APPEND_LOGS = {"experiments/sweep/store.py", "calibration/sweep.py", "experiments/jsonl_log.py"}
+APPEND_LOGS = {"experiments/sweep/store.py", "calibration/sweep/runner.py", "experiments/jsonl_log.py"}
 WRITES = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.savefig\(|\.to_csv\(|"
                     r"np\.save|json\.dump\(|pq\.write_table\(")
 

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")  # the backend extra; without it the module
 
 from batchlab.backend.driver import run_workload
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 

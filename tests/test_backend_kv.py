@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")  # the backend extra; without it the module
 from batchlab.backend.attention import _split, build_metadata
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from batchlab.core.kv import BlockManager
-from batchlab.core.specs import MODELS
+from batchlab.core.model.presets import MODELS
 
 SPEC = MODELS["batchlab-tiny"]
 

@@ -15,7 +15,7 @@ from batchlab.backend.engine import synthetic_prompt
 from batchlab.backend.models import build_preset, load_model, preset_names
 from batchlab.backend.runtime import Runtime
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.specs import MODELS
+from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import Workload
 from tests.checkpoints import small_config
 

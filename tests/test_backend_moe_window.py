@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
-from tests.test_backend_oracle import _reference, _serve, _workload
+from tests.test_backend_oracle import _reference, _serve, _workload, preempted_as_reference
 from batchlab.backend.models import build_preset
 from batchlab.backend.runtime import Runtime
-from batchlab.core.specs import MODELS
+from batchlab.core.model.presets import MODELS
 
 # Contexts well past the 32-token window, some prompts longer than it.
 W = _workload([5, 45, 12, 70, 1, 33], [30, 12, 40, 9, 50, 20])
@@ -48,10 +48,8 @@ def test_continuous(runtime, reference):
 
 
 def test_chunked_with_preemption(runtime, reference):
-    out, res = _serve(runtime, W, policy="chunked", block_size=4, num_kv_blocks=30,
-                      max_num_batched_tokens=16)
-    assert res.requests["preemptions"].sum() > 0
-    assert out == reference
+    preempted_as_reference(runtime, W, reference, policy="chunked", block_size=4, num_kv_blocks=30,
+                           max_num_batched_tokens=16)
 
 
 def test_recorded_steps_count_the_window(model, runtime):
@@ -67,7 +65,7 @@ def test_recorded_steps_count_the_window(model, runtime):
 
 def test_a_moe_checkpoint_too_large_counts_every_expert(tmp_path):
     from batchlab.backend.models import load_model
-    from batchlab.core.specs import PRESET_CONFIGS
+    from batchlab.core.model.presets import PRESET_CONFIGS
     (tmp_path / "config.json").write_text((PRESET_CONFIGS / "mixtral-8x22b.json").read_text())
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match=r"140,6\d\d,\d{3},\d{3} parameters"):
@@ -83,9 +81,9 @@ def test_calibrate_fits_and_validate_judges_the_new_models(name, tmp_path):
 
     from tests.helpers import SMALL_VALIDATE, cli
     from batchlab.calibration import calibrate
-    from batchlab.calibration.grid import tiny_grid
-    from batchlab.core.fitted_cost import Shape
-    from batchlab.core.profile import load_profile
+    from batchlab.calibration.sweep.grid import tiny_grid
+    from batchlab.core.cost.fitted import Shape
+    from batchlab.core.cost.profile import load_profile
 
     path = tmp_path / "p.json"
     calibrate(name, "cpu", threads=1, out=path, grid=tiny_grid(), progress=False, log=lambda _m: None)
@@ -105,7 +103,7 @@ def test_a_config_only_directory_runs_with_seeded_weights(tmp_path):
     import json
 
     from batchlab.backend.models import load_model
-    from batchlab.core.specs import PRESET_CONFIGS
+    from batchlab.core.model.presets import PRESET_CONFIGS
     cfg = json.loads((PRESET_CONFIGS / "batchlab-tiny-moe.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
     a, b = load_model(str(tmp_path), seed=3), load_model(str(tmp_path), seed=3)

@@ -40,6 +40,14 @@ def _serve(hf_runtime, w, **sched):
     return outputs, res
 
 
+def preempted_as_reference(hf_runtime, w, reference, **sched):
+    """Served under sched with at least one preemption, every reply still the reference's
+    (the recomputed prefix continues as if never evicted)."""
+    out, res = _serve(hf_runtime, w, **sched)
+    assert res.requests["preemptions"].sum() > 0
+    assert out == reference
+
+
 W_MIXED = _workload([5, 37, 12, 64, 1, 23, 50, 9], [20, 7, 33, 12, 15, 1, 25, 30])
 
 
@@ -65,16 +73,12 @@ def test_chunked_prefill_small_budget(hf_runtime, reference):
 
 def test_preemption_recompute(hf_runtime, reference):
     # 22 blocks of 4 tokens: far fewer than the 8 sequences need together
-    out, res = _serve(hf_runtime, W_MIXED, policy="chunked", block_size=4, num_kv_blocks=22,
-                      max_num_batched_tokens=32)
-    assert res.requests["preemptions"].sum() > 0
-    assert out == reference
+    preempted_as_reference(hf_runtime, W_MIXED, reference, policy="chunked", block_size=4,
+                           num_kv_blocks=22, max_num_batched_tokens=32)
 
 
 def test_preemption_continuous(hf_runtime, reference):
-    out, res = _serve(hf_runtime, W_MIXED, policy="continuous", block_size=4, num_kv_blocks=24)
-    assert res.requests["preemptions"].sum() > 0
-    assert out == reference
+    preempted_as_reference(hf_runtime, W_MIXED, reference, policy="continuous", block_size=4, num_kv_blocks=24)
 
 
 def test_static_batches(hf_runtime, reference):

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")  # the backend extra; without it the module
 from batchlab.backend.driver import run_workload
 from batchlab.backend.prompt_ids import request_prompt
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 

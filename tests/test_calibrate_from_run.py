@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from batchlab.core.fitted_cost import FittedCostModel
+from batchlab.core.cost.fitted import FittedCostModel
 from batchlab.experiments.cli import main
 from batchlab.core.run_folder import write_table
 from tests.helpers import one_line_error, run_cli
@@ -40,7 +40,7 @@ def test_fit_from_scratch_recovers_the_model_and_judges_held_out_runs(tmp_path, 
     held = rep["heldout"]
     assert held["all"]["n"] > 30 and held["all"]["median_ape"] < 0.5
     assert held["after_idle"]["n"] >= 5 and held["after_idle"]["median_ape"] < 1.0
-    from batchlab.core.profile import load_profile
+    from batchlab.core.cost.profile import load_profile
     p = load_profile(out)
     assert p.cost.after_idle_s == pytest.approx(0.0012, rel=0.05)
     assert p.cost.after_prefill_s == pytest.approx(0.0006, rel=0.1)
@@ -123,7 +123,7 @@ def test_from_a_real_run_end_to_end(tmp_path, capsys):
 def test_a_validate_repeats_out_dir_gives_every_real_run(tmp_path):
     """validate --repeats 3 --out writes POLICY/real, real_2, real_3 (and simulated runs
     beside them): all three real runs are read, in order, and no simulated one."""
-    from batchlab.calibration.served_runs import read_runs
+    from batchlab.calibration.served.runs import read_runs
     d = tmp_path / "val"
     for policy in ("chunked", "continuous"):
         for i, name in enumerate(("real", "real_2", "real_3", "real_10", "sim", "sim_normalised_2")):

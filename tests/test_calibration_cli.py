@@ -103,7 +103,7 @@ def test_calibrate_then_simulate_end_to_end(tmp_path, capsys):
 
 
 def test_simulate_warns_only_for_a_quick_grid_profile(tmp_path, capsys):
-    from batchlab.core.profile import GridInfo
+    from batchlab.core.cost.profile import GridInfo
     path = tmp_path / "p.json"
     make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0)).save(path)
     code, _, err = run_cli(["simulate", *SMALL, "--profile", str(path)], capsys)

@@ -1,5 +1,5 @@
 """Calibration on a contended machine is refused with the reason, never a crash and never
-a non-physical profile (calibration/contention.py)."""
+a non-physical profile (calibration/sweep/contention.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,14 +7,14 @@ import pytest
 
 pytest.importorskip("torch")  # calibration's sweep times the backend
 
-from batchlab.calibration import run as calibration_run  # noqa: E402
-from batchlab.calibration.contention import ContendedCalibration, check_prices, check_served, contended_share  # noqa: E402
-from batchlab.calibration.fit import FitResult  # noqa: E402
-from batchlab.calibration.grid import tiny_grid  # noqa: E402
-from batchlab.calibration.serve_phase import workload  # noqa: E402
+from batchlab.calibration.sweep import run as calibration_run  # noqa: E402
+from batchlab.calibration.sweep.contention import ContendedCalibration, check_prices, check_served, contended_share  # noqa: E402
+from batchlab.calibration.fit.fitted_form import FitResult  # noqa: E402
+from batchlab.calibration.sweep.grid import tiny_grid  # noqa: E402
+from batchlab.calibration.sweep.serve_phase import workload  # noqa: E402
 from batchlab.core.features import StepFeatures  # noqa: E402
-from batchlab.core.fitted_cost import FittedCostModel, Shape  # noqa: E402
-from batchlab.core.specs import MODELS  # noqa: E402
+from batchlab.core.cost.fitted import FittedCostModel, Shape
+from batchlab.core.model.presets import MODELS
 
 SHAPE = Shape.of(MODELS["batchlab-tiny"])
 GOOD = FittedCostModel(SHAPE, overhead_s=0.002, per_seq_s=1e-5, per_chunk_s=1e-4, s_per_weight_byte=1 / 20e9,
@@ -56,7 +56,7 @@ def test_a_mostly_contended_serving_phase_is_refused():
 def test_a_refusal_says_whether_other_work_shows_and_how_to_keep(monkeypatch, load, idle):
     """On a 16-CPU GPU host at load 0.7 the served steps' spread is the engine's own, not
     a neighbour's: the refusal says so; either way it names the option that keeps it."""
-    from batchlab.calibration import contention
+    from batchlab.calibration.sweep import contention
     monkeypatch.setattr(contention.os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(contention.os, "cpu_count", lambda: 16)
     feats = [StepFeatures(2, 0, 0, 2, 20 + i, 20 + i) for i in range(40)]
@@ -88,7 +88,7 @@ def test_a_contended_serving_phase_is_served_again_once_and_kept_if_asked(tmp_pa
     """The first serving refused (stood in for), the second served for real and contended
     too (its share of steps over 2x their price forced to 60%): with keep, the profile is
     written, warning in the log and in its notes."""
-    from batchlab.calibration import contention
+    from batchlab.calibration.sweep import contention
     real_serve, calls, said = calibration_run.serve, [], []
 
     def once_contended(*args, **kw):
@@ -129,7 +129,7 @@ def test_a_serving_phase_contended_twice_is_refused_by_default(tmp_path, monkeyp
 
 
 def test_an_unknown_contention_mode_is_one_line(monkeypatch):
-    from batchlab.calibration.on_contention import on_contention_mode
+    from batchlab.calibration.sweep.on_contention import on_contention_mode
     monkeypatch.setenv("BATCHLAB_ON_CONTENTION", "ignore")
     with pytest.raises(ValueError, match="BATCHLAB_ON_CONTENTION is 'ignore'; expected one of refuse, keep"):
         on_contention_mode()

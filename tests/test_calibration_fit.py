@@ -7,12 +7,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from batchlab.calibration.fit import SMALL_ROWS, fit
-from batchlab.calibration.grid import default_grid, features_of
+from batchlab.calibration.fit.fitted_form import SMALL_ROWS, fit
+from batchlab.calibration.sweep.grid import default_grid, features_of
 from batchlab.core.batch import StepFeatures
-from batchlab.core.fitted_cost import PARAM_NAMES, FittedCostModel, Shape
-from batchlab.core.profile import Measurement
-from batchlab.core.specs import MODELS
+from batchlab.core.cost.fitted import FittedCostModel, PARAM_NAMES, Shape
+from batchlab.core.cost.profile import Measurement
+from batchlab.core.model.presets import MODELS
 
 SHAPE = Shape.of(MODELS["batchlab-small"])
 # Plausible CPU figures: 30 ms overhead, 20 GB/s weights, 90 GFLOP/s matmuls, ...

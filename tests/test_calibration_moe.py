@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.test_calibration_fit import SMALL, TRUTH, synthetic
-from batchlab.calibration.fit import fit
+from batchlab.calibration.fit.fitted_form import fit
 from batchlab.core.features import StepFeatures
-from batchlab.core.fitted_cost import PARAM_NAMES, FittedCostModel, Shape
-from batchlab.core.specs import MODELS
+from batchlab.core.cost.fitted import FittedCostModel, PARAM_NAMES, Shape
+from batchlab.core.model.presets import MODELS
 
 MOE, SWA = MODELS["batchlab-tiny-moe"], MODELS["batchlab-tiny-swa"]
 

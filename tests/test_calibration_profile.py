@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from batchlab.calibration.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
+from batchlab.calibration.sweep.grid import GridPoint, build_batch, default_grid, features_of, parse_key, tiny_grid
 from batchlab.core.batch import StepFeatures, step_features
 from batchlab.core.kv import BlockManager
-from batchlab.core.profile import (PROFILE_VERSION, ProfileError, load_profile, shipped_profiles)
-from batchlab.core.specs import MODELS
+from batchlab.core.cost.profile import load_profile, PROFILE_VERSION, ProfileError, shipped_profiles
+from batchlab.core.model.presets import MODELS
 from tests.profiles import make_profile
 from tests.same_runs import assert_same
 
@@ -67,9 +67,9 @@ def test_shipped_default_loads_by_name():
 
 
 def test_simulator_reads_a_profile_without_torch_or_calibration():
-    code = ("import sys; from core.profile import load_profile; import sim; "
+    code = ("import sys; from batchlab.core.cost.profile import load_profile; import batchlab.sim; "
             "p = load_profile('default'); p.cost_model(); "
-            "bad = [m for m in ('torch', 'calibration', 'backend') if m in sys.modules]; "
+            "bad = [m for m in ('torch', 'batchlab.calibration', 'batchlab.backend') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -129,7 +129,7 @@ def test_a_version_1_profile_still_loads(tmp_path):
 
 
 def test_quick_grid_profiles_carry_a_warning():
-    from batchlab.core.profile import GridInfo, Measurement
+    from batchlab.core.cost.profile import GridInfo, Measurement
     assert make_profile().smoke_test_warning() is None
     quick = make_profile(grid=GridInfo(name="quick", points=18, rounds=3, target_s=0))
     assert "quick grid" in quick.smoke_test_warning() and "--grid default" in quick.smoke_test_warning()
@@ -144,8 +144,8 @@ def test_quick_grid_profiles_carry_a_warning():
 def test_unresolved_and_non_physical_rates_are_reported_as_such():
     """A term fitted to ~0 is not an infinite bandwidth; a rate far above the machine's
     measured peak is not a measurement."""
-    from batchlab.calibration.report import rates_table
-    from batchlab.calibration.profile_parts import _resolved
+    from batchlab.calibration.fit.report import rates_table
+    from batchlab.calibration.fit.profile_parts import _resolved
     assert _resolved(float("inf"), 25e9) is None and _resolved(9e30, 25e9) is None
     assert _resolved(3e9, 25e9) == 3e9
     eff = make_profile().effective.model_copy(update={

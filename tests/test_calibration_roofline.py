@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the backend extra
 
-from batchlab.calibration import timing
+from batchlab.calibration.sweep import timing
 
 
 def matmul_asked(monkeypatch, device: str) -> dict:

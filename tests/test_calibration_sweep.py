@@ -11,9 +11,9 @@ pytest.importorskip("torch")
 
 from batchlab.backend.runtime import Runtime  # noqa: E402
 from batchlab.calibration import calibrate  # noqa: E402
-from batchlab.calibration.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
-from batchlab.calibration.sweep import Sweep, measurements_path, read_records, widest_points  # noqa: E402
-from batchlab.core.profile import PROFILE_VERSION, load_profile  # noqa: E402
+from batchlab.calibration.sweep.grid import Grid, GridPoint, blocks_needed, tiny_grid  # noqa: E402
+from batchlab.calibration.sweep.runner import Sweep, measurements_path, read_records, widest_points  # noqa: E402
+from batchlab.core.cost.profile import load_profile, PROFILE_VERSION
 from tests.checkpoints import tiny_checkpoint  # noqa: E402
 
 IDENT = {"model": "batchlab-tiny", "device": "cpu", "threads": 1, "dtype": "float32",
@@ -117,7 +117,7 @@ def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
     the phase as contended twice)."""
     from dataclasses import replace
 
-    from batchlab.calibration.grid import max_context
+    from batchlab.calibration.sweep.grid import max_context
     tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     said: list[str] = []
     calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, replace(tiny_grid(), serve_s=0.0), kv_memory="16MiB",

@@ -1,9 +1,11 @@
-"""The command line loads what a command needs and nothing more: building the parser
+"""The command line loads what a command needs and nothing more: `batchlab --help` imports
+no command module, `batchlab CMD` imports CMD's module only, building any command's parser
 imports no heavy module, `batchlab simulate` loads neither plots, nor torch, nor the
 studies, and no command module imports another (what two share is a library module).
 Checked in a fresh interpreter, by the modules it holds, not by timing."""
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import subprocess
@@ -14,7 +16,7 @@ COMMANDS = Path(__file__).resolve().parents[1] / "experiments" / "commands"
 # Loaded only by the commands (or options) that use them.
 HEAVY = ("matplotlib", "torch", "scipy.optimize", "httpx")
 # Besides those, what a plain simulation never needs.
-NOT_FOR_SIMULATE = HEAVY + ("scipy", "pyarrow", "tqdm", "multiprocessing", "batchlab.core.profile",
+NOT_FOR_SIMULATE = HEAVY + ("scipy", "pyarrow", "tqdm", "multiprocessing", "batchlab.core.cost.profile",
                             "batchlab.experiments.studies", "batchlab.experiments.capacity.search",
                             "batchlab.experiments.validation", "batchlab.backend")
 
@@ -26,9 +28,37 @@ def _loaded_after(code: str, names: tuple[str, ...]) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _command_modules() -> tuple[str, ...]:
+    return tuple(f"batchlab.experiments.commands.{p.stem}" for p in sorted(COMMANDS.glob("*.py"))
+                 if p.stem != "__init__")
+
+
 def test_building_the_parser_imports_no_heavy_module():
+    """Every command's parser at once (its module imported): `batchlab CMD --help` is light."""
     code = "from batchlab.experiments.cli import build_parser\nbuild_parser()"
     assert _loaded_after(code, HEAVY) == []
+
+
+def _listed(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """(command, help line) as `batchlab --help` lists them."""
+    sub, = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [(a.dest, a.help) for a in sub._choices_actions]
+
+
+def test_the_command_list_imports_no_command_module():
+    code = ("from batchlab.experiments.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0")
+    assert _loaded_after(code, _command_modules()) == []
+    # ... and lists each command with the help line its module gives it
+    from batchlab.experiments.cli import build_parser
+    from batchlab.experiments.commands import COMMANDS as HELP
+    assert _listed(build_parser(())) == _listed(build_parser()) == list(HELP.items())
+
+
+def test_a_command_imports_its_module_only():
+    code = ("from batchlab.experiments.cli import main\n"
+            "assert main(['workload', 'stats', '--num-requests', '3']) == 0")
+    assert _loaded_after(code, _command_modules()) == ["batchlab.experiments.commands.workload"]
 
 
 def test_simulate_loads_no_plotting_backend_or_study():

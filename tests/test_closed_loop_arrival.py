@@ -13,9 +13,9 @@ from scipy import stats
 from batchlab.backend.driver import run_workload
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.batch import FEATURE_NAMES
-from batchlab.core.cost import LinearCostModel
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.loop_time import fit_overhead
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import fit_overhead
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation.pair import run_real, run_sim, sim_scheduler

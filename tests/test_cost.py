@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from batchlab.core.batch import Batch, StepFeatures, step_features
-from batchlab.core.cost import LinearCostModel, kv_capacity_blocks, roofline
+from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.request import Request, Sequence
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 
 
 @pytest.mark.parametrize("name,billions", [("llama-2-7b", 6.74), ("llama-2-13b", 13.02),

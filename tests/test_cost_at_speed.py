@@ -1,5 +1,5 @@
 """A cost model at a measured speed whose level changes with the clock
-(core/cost_at_speed.py windows): the simulation prices each step, and each fast-forwarded
+(core/cost/at_speed.py windows): the simulation prices each step, and each fast-forwarded
 run, at the level of the window it starts in; the normalised variant moves a fitted
 profile's memory side with a run's measured windows and keeps its FLOP terms at the run's
 compute factor."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
-from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.cost.at_speed import CostAtSpeed
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 
@@ -65,9 +65,9 @@ def test_without_a_clock_it_prices_at_the_mean_and_bad_windows_are_refused():
 
 def test_the_normalised_variant_moves_the_memory_side_only():
     from batchlab.core.batch import StepFeatures
-    from batchlab.core.fitted_cost import FittedCostModel, Shape
+    from batchlab.core.cost.fitted import FittedCostModel, Shape
     from batchlab.core.run_meta import MachineSpeed
-    from batchlab.core.specs import MODELS
+    from batchlab.core.model.presets import MODELS
     from batchlab.experiments.validation.normalised import normalised_cost
 
     model = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,

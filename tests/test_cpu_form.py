@@ -1,5 +1,5 @@
-"""The CPU backend priced by the GPU form (core/cpu_form.py) and its calibration
-(calibration/cpu_form_fit.py): the fit recovers the constants of steps the form itself
+"""The CPU backend priced by the GPU form (core/cost/cpu_form.py) and its calibration
+(calibration/fit/gpu_form.py): the fit recovers the constants of steps the form itself
 priced, a decode run equals its steps bit for bit, profiles of every version price as
 their form says (older ones exactly as before), and bad input is refused in one line."""
 from __future__ import annotations
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.calibration.cpu_form_fit import fit_cpu_form
-from batchlab.calibration.grid import default_grid, features_of
-from batchlab.calibration.profile_forms import refit
-from batchlab.core.cpu_form import CpuExtras, CpuFormModel, cpu_form, cpu_gpu_params
+from batchlab.calibration.fit.gpu_form import fit_cpu_form
+from batchlab.calibration.sweep.grid import default_grid, features_of
+from batchlab.calibration.fit.both_forms import refit
+from batchlab.core.cost.cpu_form import cpu_form, cpu_gpu_params, CpuExtras, CpuFormModel
 from batchlab.core.features import StepFeatures
-from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.profile import Measurement, ProfileError, load_profile, parse_profile
-from batchlab.core.specs import MODELS
+from batchlab.core.cost.fitted import FittedCostModel, Shape
+from batchlab.core.cost.profile import load_profile, Measurement, parse_profile, ProfileError
+from batchlab.core.model.presets import MODELS
 
 TINY = MODELS["batchlab-tiny"]
 READ, FLOPS = 30e9, 90e9  # a machine's measured figures
@@ -175,7 +175,7 @@ def test_bad_fit_input_is_refused():
 def test_the_serving_refit_recovers_served_levels_and_terms_of_the_gpu_form(k):
     """Exactly where the ridge is a sum (the form is then linear in the two sides' levels,
     as refine's split assumes); to first order in the levels' change otherwise."""
-    from batchlab.calibration.serve_fit import refine
+    from batchlab.calibration.fit.served_steps import refine
     base = cpu_form(TINY, cpu_gpu_params({**TRUE, "ridge_k": k}), READ, FLOPS, EXTRAS)
     rng = np.random.default_rng(0)
     feats = []
@@ -202,7 +202,7 @@ def test_the_serving_refit_recovers_served_levels_and_terms_of_the_gpu_form(k):
 
 
 def test_from_run_refines_both_forms_of_a_profile_and_keeps_its_form(tmp_path, capsys):
-    from batchlab.core.cpu_form_doc import GpuFormParams
+    from batchlab.core.cost.cpu_form_params import GpuFormParams
     from tests.helpers import run_cli
     from tests.test_calibrate_from_run import served_dir
     base = cpu_form(TINY, cpu_gpu_params({**TRUE, "ridge_k": 1.0}), READ, FLOPS, CpuExtras(chunk_s=1e-4))
@@ -216,7 +216,7 @@ def test_from_run_refines_both_forms_of_a_profile_and_keeps_its_form(tmp_path, c
     assert code == 0, err
     out = load_profile(tmp_path / "o.json")
     assert out.form == "gpu" and isinstance(out.cost_model(), CpuFormModel)
-    assert isinstance(out.fitted_cost_model(), FittedCostModel)  # the old form refined alongside
+    assert isinstance(out.fitted_cost_model(), FittedCostModel)  # the fitted form refined alongside
     assert json.loads(text)["heldout"]["all"]["median_ape"] < 0.5  # the GPU form judged, and exact
     assert out.gpu_form.after_idle_s.value == pytest.approx(1.2e-3, rel=0.05)
 
@@ -231,7 +231,7 @@ def test_a_model_the_gpu_forms_shapes_do_not_cover_is_refused_in_one_line(change
 
 
 def test_at_a_measured_speed_without_a_compute_factor_flops_stay_as_priced():
-    """The CostForm contract (core/cost.py): compute None is the compute side as priced."""
+    """The CostForm contract (core/cost/form.py): compute None is the compute side as priced."""
     cost = model()
     prefill = StepFeatures(1, 1, 512, 0, 512, 512 * 513 // 2)
     assert cost.at_speed(2.0).step_time(prefill) == cost.at_speed(2.0, 1.0).step_time(prefill)

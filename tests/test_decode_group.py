@@ -5,11 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchlab.core.batch import StepFeatures
-from batchlab.core.cost import roofline
+from batchlab.core.cost.dispatch import roofline
 from batchlab.core.decode_group import DecodeGroup
 from batchlab.core.kv import BlockManager, blocks_for
 from batchlab.core.request import Request, Sequence, Status
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 
 COST = roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002)
 
@@ -56,6 +56,14 @@ def state(seq: Sequence) -> tuple:
     return seq.num_computed, seq.num_generated, len(seq.block_table)
 
 
+def built(case):
+    """A drawn case's group, KV cache and members (build), and the steps until every
+    member finishes."""
+    bs, members, ticks, _ = case
+    group, kv, seqs = build(bs, members, ticks)
+    return group, kv, seqs, group.steps_left()[1]
+
+
 @settings(max_examples=150, deadline=None)
 @given(groups())
 def test_a_run_equals_its_steps(case):
@@ -95,9 +103,8 @@ def test_release_mid_run_gives_the_stepped_counters(case, m):
 @settings(max_examples=150, deadline=None)
 @given(groups())
 def test_kv_steps_is_the_longest_run_the_free_blocks_allow(case):
-    bs, members, ticks, free = case
-    group, kv, seqs = build(bs, members, ticks)
-    m = group.steps_left()[1]
+    bs, free = case[0], case[3]
+    group, kv, seqs, m = built(case)
     j = group.kv_steps(m, free)
     # A direct count: blocks member i needs over steps 2..j (step 1 is reserved).
     def need(j):
@@ -115,9 +122,7 @@ def test_kv_steps_is_the_longest_run_the_free_blocks_allow(case):
 @settings(max_examples=100, deadline=None)
 @given(groups())
 def test_price_is_step_time_of_each_step(case):
-    bs, members, ticks, _ = case
-    group, _, seqs = build(bs, members, ticks)
-    k = group.steps_left()[1]
+    group, _, seqs, k = built(case)
     run = group.price(COST, k)
     for j in range(1, k + 1):
         alive = [s for s in seqs if s.request.output_len - s.num_generated >= j]

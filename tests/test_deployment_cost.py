@@ -7,11 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.core.cost import RooflineCostModel, kv_capacity_blocks, roofline
-from batchlab.core.deployment_cost import DeploymentRoofline, deployment_roofline
+from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+from batchlab.core.cost.roofline import RooflineCostModel
+from batchlab.core.cost.deployment import deployment_roofline, DeploymentRoofline
 from batchlab.core.features import StepFeatures, window_pairs, window_reads
-from batchlab.core.layout import Layout
-from batchlab.core.specs import HARDWARE, MODELS, HardwareSpec
+from batchlab.core.model.layout import Layout
+from batchlab.core.model.hardware import HARDWARE, HardwareSpec
+from batchlab.core.model.presets import MODELS
 
 H100 = HARDWARE["h100-sxm"]
 # A GPU whose compute is free (memory-bound steps) and one whose memory is (compute-bound).

@@ -16,7 +16,7 @@ from batchlab.core.schedulers.continuous import ContinuousScheduler
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from batchlab.sim.engine import moved_on
-from batchlab.sim.events import counting_decisions, counting_events
+from batchlab.sim.counting import counting_decisions, counting_events
 from tests.draws import params, policies
 from tests.same_runs import COSTS, assert_same
 

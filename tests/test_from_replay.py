@@ -17,7 +17,7 @@ from batchlab.calibration.from_replay.read import read_all, read_one
 from batchlab.calibration.from_replay.settings import parse_metrics
 from batchlab.calibration.from_replay.space import fitted_form_space, gpu_form_space, prior_space
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.profile import load_profile
+from batchlab.core.cost.profile import load_profile
 from tests.serve_helpers import batchlab
 
 SCHED = SchedulerConfig(policy="continuous", max_num_seqs=16, num_kv_blocks=2000)
@@ -196,7 +196,8 @@ def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
     1.6x slower on every term; the fit must move toward it (held-out error below the
     prior's) and write a profile of the preset's shape on that hardware."""
     from batchlab.calibration.from_replay.prior import roofline_prior
-    from batchlab.core.specs import HARDWARE, MODELS
+    from batchlab.core.model.hardware import HARDWARE
+    from batchlab.core.model.presets import MODELS
     from batchlab.core.workload.workload import Workload
     prior = roofline_prior(MODELS["llama-3.1-8b"], HARDWARE["h100-sxm"], 0.8, 0.6, 0.002)
     base = prior.cost_model()
@@ -230,8 +231,8 @@ def test_cli_gpu_form_prior_is_refitted_in_its_own_constants(tmp_path):
     GPU form's constants. Timings simulated from the prior with a 1.5x step cost and a
     0.6x compute efficiency: the held-out error falls below the prior's, the written
     profile is priced by the GPU form with constants moved toward that truth, and the
-    old form's `cost` is the prior's, untouched."""
-    from batchlab.calibration.profile_forms import refit
+    fitted form's `cost` is the prior's, untouched."""
+    from batchlab.calibration.fit.both_forms import refit
     from batchlab.core.workload.workload import Workload
     prior = refit(load_profile("batchlab-tiny-cpu"), "gpu")
     (tmp_path / "prior.json").write_text(prior.model_dump_json())
@@ -302,7 +303,7 @@ def _replay_folder(directory, with_gaps: bool):
     20 finished (5 tokens, 10 ms apart) and one failed."""
     from batchlab.core.run_folder import to_json
     from batchlab.experiments.output import ResultWriter
-    from batchlab.experiments.replay.client import Outcome
+    from batchlab.experiments.replay.outcome import Outcome
     from batchlab.experiments.replay.results import run_result, vllm_bench_json
     from batchlab.experiments.replay.sender import Replay
     rep = Replay(t0=100.0)

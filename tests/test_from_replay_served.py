@@ -20,7 +20,7 @@ from batchlab.calibration.from_replay.probes import HELD
 from batchlab.calibration.from_replay.read import read_all
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import IDLE_GAP_S
-from batchlab.core.profile import load_profile
+from batchlab.core.cost.profile import load_profile
 from batchlab.core.run_folder import find_runs
 from batchlab.core.step_table import step_features
 from tests.serve_helpers import ServeProcess, batchlab

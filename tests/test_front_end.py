@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.front_end import FrontEnd
-from batchlab.core.profile import FrontEndParams, load_profile, parse_profile
+from batchlab.core.cost.profile import FrontEndParams, load_profile, parse_profile
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 

@@ -1,4 +1,4 @@
-"""The attention terms of the GPU form (core/gpu_cost.py): prefill_self_pairs, a chunk's
+"""The attention terms of the GPU form (core/cost/gpu_form.py): prefill_self_pairs, a chunk's
 pairs with itself, counted alike by the simulator and the real backend, estimated for step
 tables written before it; the fit (calibration/operators) finds the constants that made
 synthetic attention timings; the calibration's prices are the form's; a version-1 profile
@@ -18,11 +18,12 @@ from batchlab.calibration.operators.fit import ATTN_PARAMS, AttentionArrays, att
 from batchlab.calibration.operators.vidur import ATTENTION_COLUMNS, read_attention
 from batchlab.core.batch import Batch, step_features
 from batchlab.core.features import StepFeatures, self_pairs_estimate
-from batchlab.core.gpu_cost import AllReduce, GpuCostParams, gpu_cost
-from batchlab.core.gpu_profile import load_gpu_profile, parse_gpu_profile, shipped_gpu_dir
-from batchlab.core.operator_shapes import OperatorShapes
+from batchlab.core.cost.dispatch import gpu_cost, operator_shapes
+from batchlab.core.cost.gpu_form import AllReduce, GpuCostParams
+from batchlab.core.cost.gpu_profile import load_gpu_profile, parse_gpu_profile, shipped_gpu_dir
 from batchlab.core.request import Request, Sequence
-from batchlab.core.specs import MODELS, ModelSpec, lookup_hardware
+from batchlab.core.model.presets import lookup_hardware, MODELS
+from batchlab.core.model.spec import ModelSpec
 
 A100 = lookup_hardware("a100-80gb")
 TRUE = {"attn_layer_s": 14e-6, "attn_seq_s": 0.4e-6, "attn_kv_efficiency": 0.8,
@@ -87,7 +88,7 @@ def test_the_real_driver_counts_the_same_pairs_as_the_simulator(runtime, policy,
     requests then shared batches they did not share in the simulator)."""
     from batchlab.backend.driver import run_workload
     from batchlab.core.config import SchedulerConfig
-    from batchlab.core.cost import LinearCostModel
+    from batchlab.core.cost.linear import LinearCostModel
     from batchlab.core.workload import Workload
     from batchlab.sim import simulate
     from tests.test_step_context import W
@@ -103,7 +104,7 @@ def test_the_real_driver_counts_the_same_pairs_as_the_simulator(runtime, policy,
 
 # -- the fit on synthetic timings --------------------------------------------------------
 
-SHAPE = OperatorShapes.of(ModelSpec(name="attention", num_layers=1, hidden_size=8192, num_heads=64,
+SHAPE = operator_shapes(ModelSpec(name="attention", num_layers=1, hidden_size=8192, num_heads=64,
                                     num_kv_heads=8, head_dim=128, intermediate_size=1, vocab_size=1), 2)
 
 

@@ -1,5 +1,5 @@
-"""The GPU cost form (core/gpu_cost.py) and the per-GPU operator shapes it prices
-(core/operator_shapes.py): shapes add up to the model, the form's decode runs equal its
+"""The GPU cost form (core/cost/gpu_form.py) and the per-GPU operator shapes it prices
+(core/cost/operator_shapes.py): shapes add up to the model, the form's decode runs equal its
 steps bit for bit, the ridge sits between max and sum, the all-reduce table interpolates,
 and the calibration's vectorised prices are the form's own."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from batchlab.calibration.operators.fit import LayerArrays, layer_prices
 from batchlab.calibration.operators.vidur import LayerTiming
 from batchlab.core.features import StepFeatures
-from batchlab.core.gpu_cost import AllReduce, GpuCostParams, gemm_rows, gpu_cost, smooth
-from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.specs import MODELS, lookup_hardware
+from batchlab.core.cost.dispatch import gpu_cost, operator_shapes
+from batchlab.core.cost.gpu_form import AllReduce, gemm_rows, GpuCostParams, smooth
+from batchlab.core.model.presets import lookup_hardware, MODELS
 
 PARAMS = GpuCostParams(mem_efficiency=0.85, compute_efficiency=0.7, ridge_k=1.5, gemm_fixed_s=6e-6,
                        layer_fixed_s=6e-6, elementwise_efficiency=0.6, elementwise_row_efficiency=0.006,
@@ -27,7 +27,7 @@ TABLE = AllReduce({2: ((1e4, 1e6, 1e8), (20e-6, 40e-6, 1e-3))}, latency_s=30e-6,
 
 def cost(model="llama-3-70b", tp=4, hw="h100-sxm", params=PARAMS):
     h = lookup_hardware(hw)
-    return gpu_cost(OperatorShapes.of(MODELS[model], tp), params, h.mem_bandwidth, h.peak_flops,
+    return gpu_cost(operator_shapes(MODELS[model], tp), params, h.mem_bandwidth, h.peak_flops,
                     h.peak_flops, TABLE)
 
 
@@ -35,7 +35,7 @@ def cost(model="llama-3-70b", tp=4, hw="h100-sxm", params=PARAMS):
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_shapes_add_up_to_the_models_weights_and_flops(name, tp):
     m = MODELS[name]
-    s = OperatorShapes.of(m, tp)
+    s = operator_shapes(m, tp)
     norms = 2 * m.hidden_size  # two RMSNorm weight vectors per layer: not GEMMs
     kv_replicas = tp // min(tp, m.num_kv_heads)  # heads replicated where tp exceeds them
     assert kv_replicas == 1  # these models' KV heads split at these TP degrees
@@ -52,7 +52,7 @@ def test_shapes_add_up_to_the_models_weights_and_flops(name, tp):
 
 def test_norms_and_residual_do_not_shrink_with_tp():
     m = MODELS["llama-3-70b"]
-    one, eight = OperatorShapes.of(m, 1), OperatorShapes.of(m, 8)
+    one, eight = operator_shapes(m, 1), operator_shapes(m, 8)
     fixed = (4 * m.hidden_size + 3 * m.hidden_size) * 2  # two norms, a residual add
     assert eight.elementwise_bytes_per_token > fixed
     assert eight.elementwise_bytes_per_token > one.elementwise_bytes_per_token / 8
@@ -61,11 +61,11 @@ def test_norms_and_residual_do_not_shrink_with_tp():
 
 def test_kv_heads_are_replicated_where_tp_exceeds_them():
     m = MODELS["llama-3-8b"]  # 32 heads, 8 KV heads
-    s = OperatorShapes.of(m, 16)
+    s = operator_shapes(m, 16)
     assert s.kv_bytes_per_token == 2 * 1 * m.head_dim * 2  # one KV head per GPU
     assert s.attn_flops_per_pair == 4 * 2 * m.head_dim  # two query heads per GPU
     with pytest.raises(ValueError, match="does not split"):
-        OperatorShapes.of(MODELS["qwen2.5-0.5b"], 4)  # 14 heads
+        operator_shapes(MODELS["qwen2.5-0.5b"], 4)  # 14 heads
 
 
 @settings(max_examples=60, deadline=None)
@@ -132,7 +132,7 @@ def test_the_all_reduce_table_interpolates_in_log_log_and_falls_back_elsewhere()
 
 def test_the_calibrations_vectorised_prices_are_the_forms():
     m = MODELS["llama-3-8b"].model_copy(update={"num_layers": 1})
-    rows = [LayerTiming("x", OperatorShapes.of(m, tp), t, (1.0, 1.0, 1.0, 1.0), 1.0)
+    rows = [LayerTiming("x", operator_shapes(m, tp), t, (1.0, 1.0, 1.0, 1.0), 1.0)
             for tp in (1, 2, 8) for t in (1, 100, 333, 4096)]
     x = [getattr(PARAMS, n) for n in ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s",
                                       "layer_fixed_s", "elementwise_efficiency", "elementwise_row_efficiency")]

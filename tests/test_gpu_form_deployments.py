@@ -1,5 +1,5 @@
 """The GPU cost form prices mixtures of experts, latent attention, sliding windows and
-PP/EP/DP-attention layouts (core/operator_shapes_deployed.py, core/gpu_cost_deployed.py):
+PP/EP/DP-attention layouts (core/cost/deployment_shapes.py, core/cost/gpu_deployment.py):
 a dense model at TP prices exactly as before, the new terms add up to the model's
 weights and FLOPs, and the properties the structure implies hold (a MoE routing every
 token to every expert is a dense MLP of their width; EP halves the experts a GPU reads;
@@ -14,16 +14,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.core import gpu_cost_deployed as deployed
-from batchlab.core.cost import kv_shards
-from batchlab.core.deployment_cost import DeploymentRoofline, deployment_kv_blocks
+from batchlab.core.cost import gpu_deployment as deployed
+from batchlab.core.model.layout import kv_shards
+from batchlab.core.cost.deployment import deployment_kv_blocks, DeploymentRoofline
 from batchlab.core.features import StepFeatures, window_pairs, window_reads
-from batchlab.core.gpu_cost import GpuCostModel, gemm_rows, smooth
-from batchlab.core.gpu_profile import load_gpu_profile
-from batchlab.core.layout import Layout
-from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.operator_shapes_deployed import deployed_shapes
-from batchlab.core.specs import HARDWARE, MODELS
+from batchlab.core.cost.gpu_form import gemm_rows, GpuCostModel, smooth
+from batchlab.core.cost.gpu_profile import load_gpu_profile
+from batchlab.core.model.layout import Layout
+from batchlab.core.cost.dispatch import operator_shapes
+from batchlab.core.cost.deployment_shapes import deployed_shapes
+from batchlab.core.model.hardware import HARDWARE
+from batchlab.core.model.presets import MODELS
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import sim_setup
 from tests.helpers import cli
@@ -60,7 +61,7 @@ def prefill(chunk: int, cached: int = 0, window: int = 0, decodes: int = 0, cont
 def reference_step(model, tp: int, hw, profile, f: StepFeatures) -> float:
     """The form as it priced a dense model at TP before MoE / window / layout terms
     existed, written out from the model (frozen: the shapes and the arithmetic in the
-    order core/gpu_cost.py used), with the prefill chunks' own attention terms."""
+    order core/cost/gpu_form.py used), with the prefill chunks' own attention terms."""
     p = profile.cost_params()
     ar = profile.allreduce()
     shards = kv_shards(model, tp)
@@ -116,7 +117,7 @@ def test_a_dense_model_at_tp_prices_exactly_as_before(case, gpu, seqs, chunk, co
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b", "mixtral-8x7b", "llama-4-scout"])
 def test_moe_and_mla_shapes_add_up_to_the_models_weights_and_active_flops(name):
     m = MODELS[name]
-    s = OperatorShapes.of(m, 1)
+    s = operator_shapes(m, 1)
     e = s.experts
 
     def total(gs, attr):
@@ -137,7 +138,7 @@ def test_moe_and_mla_shapes_add_up_to_the_models_weights_and_active_flops(name):
 
 def test_mla_reads_the_whole_latent_under_tp_and_a_share_under_dp_attention():
     m = MODELS["deepseek-v3"]
-    tp, dp = OperatorShapes.of(m, Layout(tp=8)), OperatorShapes.of(m, Layout(tp=8, ep=8, dp_attention=True))
+    tp, dp = operator_shapes(m, Layout(tp=8)), operator_shapes(m, Layout(tp=8, ep=8, dp_attention=True))
     assert tp.kv_bytes_per_token == m.kv_bytes_per_token_layer  # one latent KV head: every GPU holds it
     assert dp.kv_bytes_per_token == pytest.approx(m.kv_bytes_per_token_layer / 8)
     assert tp.prefill_attn_flops_per_pair < tp.attn_flops_per_pair  # applied projections: fewer FLOPs a pair
@@ -166,7 +167,7 @@ def test_experts_all_routed_to_price_as_a_dense_mlp_of_their_width(experts, widt
     moe, dense = moe_variant(experts, width, tp)
     e = moe.shapes.experts
     assert e.experts * e.expert_bytes == pytest.approx(sum(g.weight_bytes for g in dense.shapes.gemms[2:]), rel=1e-12)
-    d = moe._deployed
+    d = moe.terms
     router = sum(moe._gemm(mem, flop, tokens) for mem, flop in d.moe)
     experts_time = deployed._moe_layer(moe, d, tokens) - router
     mlp = sum(dense._gemm(mem, flop, tokens) for mem, flop in zip(dense._gemm_mem[2:], dense._gemm_flop[2:]))
@@ -176,8 +177,8 @@ def test_experts_all_routed_to_price_as_a_dense_mlp_of_their_width(experts, widt
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b", "deepseek-v3", "mixtral-8x7b"])
 def test_ep_halves_the_expert_bytes_a_gpu_reads(name):
     m = MODELS[name]
-    ep = {n: OperatorShapes.of(m, Layout(tp=n, ep=n)).experts for n in (2, 4) if m.num_experts % n == 0}
-    sliced = OperatorShapes.of(m, Layout(tp=2)).experts
+    ep = {n: operator_shapes(m, Layout(tp=n, ep=n)).experts for n in (2, 4) if m.num_experts % n == 0}
+    sliced = operator_shapes(m, Layout(tp=2)).experts
     assert ep[2].experts * ep[2].expert_bytes == pytest.approx(sliced.experts * sliced.expert_bytes)
     if 4 in ep:
         assert ep[4].experts * ep[4].expert_bytes == pytest.approx(ep[2].experts * ep[2].expert_bytes / 2)
@@ -230,7 +231,7 @@ def test_one_stage_is_no_pipeline_and_a_round_adds_the_head_and_hops(name, tp):
 def test_the_general_shapes_of_a_dense_model_agree_with_the_dense_ones():
     m = MODELS["llama-3-70b"]
     for tp in (1, 4, 8):
-        dense, general = OperatorShapes.of(m, tp), deployed_shapes(m, Layout(tp=tp))
+        dense, general = operator_shapes(m, tp), deployed_shapes(m, Layout(tp=tp))
         assert [g.weight_bytes for g in general.gemms] == pytest.approx([g.weight_bytes for g in dense.gemms])
         assert general.elementwise_bytes_per_token == pytest.approx(dense.elementwise_bytes_per_token)
         assert general.kv_bytes_per_token == pytest.approx(dense.kv_bytes_per_token)

@@ -1,4 +1,4 @@
-"""The GPU profile (core/gpu_profile.py): shipped ones load and price their preset, a bad
+"""The GPU profile (core/cost/gpu_profile.py): shipped ones load and price their preset, a bad
 document is one line naming the field, knobs carry every constant with a range around it,
 and a preset without data is priced from the nearest measured GPU, saying so."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from batchlab.core.features import StepFeatures
-from batchlab.core.gpu_cost import GpuCostParams
-from batchlab.core.gpu_profile import (GpuProfileError, load_gpu_profile, parse_gpu_profile, scaled_to,
-                                       shipped_gpu_dir, shipped_gpu_profiles)
-from batchlab.core.specs import HARDWARE, MODELS
+from batchlab.core.cost.gpu_form import GpuCostParams
+from batchlab.core.cost.gpu_profile import GpuProfileError, load_gpu_profile, parse_gpu_profile, scaled_to, shipped_gpu_dir, shipped_gpu_profiles
+from batchlab.core.model.hardware import HARDWARE
+from batchlab.core.model.presets import MODELS
 from tests.operator_tables import shared_vidur
 
 

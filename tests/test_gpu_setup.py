@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from batchlab.core.gpu_cost import GpuCostModel
-from batchlab.core.cost import RooflineCostModel
+from batchlab.core.cost.gpu_form import GpuCostModel
+from batchlab.core.cost.roofline import RooflineCostModel
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup import sim_setup

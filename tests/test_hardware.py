@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from tests.helpers import cli, one_line_error
-from batchlab.core.hardware import CATALOGUE, HARDWARE, MIB
+from batchlab.core.model.hardware import CATALOGUE, HARDWARE, MIB
 
 ASKED = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "h20", "b200", "mi300x", "mi325x",
          "l40s", "l4", "a10g", "rtx-4090", "rtx-pro-6000", "a40")

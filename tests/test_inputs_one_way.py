@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.core.profile import load_profile
+from batchlab.core.cost.profile import load_profile
 from batchlab.core.run_folder import read_steps
 from batchlab.core.text_input import loads, normalise
 from batchlab.core.workload.formats import load_trace
@@ -138,9 +138,9 @@ def test_the_newer_readers_read_one_way_too(tmp_path):
     line endings read as the plain file; a key or a column given twice is refused, named."""
     from batchlab.calibration.from_replay.read import read_one
     from batchlab.calibration.operators.tables import OperatorTableError, read_rows
-    from batchlab.core.gpu_profile import load_gpu_profile, shipped_gpu_dir
-    from batchlab.core.model_config import read_config_file
-    from batchlab.core.specs import PRESET_CONFIGS
+    from batchlab.core.cost.gpu_profile import load_gpu_profile, shipped_gpu_dir
+    from batchlab.core.model.config_json import read_config_file
+    from batchlab.core.model.presets import PRESET_CONFIGS
 
     text = (shipped_gpu_dir() / "a100-80gb.json").read_text()
     (tmp_path / "g.json").write_text("\ufeff" + text.replace("\n", "\r\n"), newline="")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from batchlab.core.knobs import Knob
+from batchlab.core.cost.knobs import Knob
 from batchlab.experiments.cli import main
 from batchlab.experiments.config import ExperimentConfig, build_config
 from batchlab.experiments.errors import UserError
@@ -35,7 +35,7 @@ def test_the_roofline_knobs_with_their_ranges():
 def test_a_gpu_profile_prices_with_its_own_knobs():
     """A preset priced by its GPU profile: the profile's constants are the knobs, moved
     values travel in [hardware] knobs and reach the price."""
-    from batchlab.core.gpu_profile import load_gpu_profile
+    from batchlab.core.cost.gpu_profile import load_gpu_profile
     base = cfg(tensor_parallel=4)
     profile = load_gpu_profile("h100-sxm")
     ks = {k.name: k for k in price_knobs(base)}

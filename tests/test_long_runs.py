@@ -16,17 +16,10 @@ import pytest
 from batchlab.experiments.cli import main
 from batchlab.experiments.executor import SerialExecutor, run_all
 from batchlab.experiments.jsonl_log import read_jsonl
+from tests.helpers import SWEEP_BASE
 from tests.serve_helpers import ROOT
 
-GRID = """
-[workload]
-source = "chat"
-num_requests = 200
-rate = 10.0
-[run.slo]
-ttft_ms = 1000.0
-tpot_ms = 60.0
-[grid]
+GRID = SWEEP_BASE + """[grid]
 "scheduler.max_num_seqs" = [2, 4, 8, 16, 32, 64]
 [sweep]
 gpu_hour_price = 2.0
@@ -125,8 +118,8 @@ def test_pool_workers_end_when_the_sweep_is_killed(tmp_path):
 @pytest.mark.backend
 @pytest.mark.parametrize("timed", [False, True])
 def test_ctrl_c_in_calibrate_names_only_a_timings_file_that_exists(timed, tmp_path, capsys, monkeypatch):
-    from batchlab.calibration import run as calibration_run
-    from batchlab.calibration.sweep import measurements_path
+    from batchlab.calibration.sweep import run as calibration_run
+    from batchlab.calibration.sweep.runner import measurements_path
     out = tmp_path / "p.json"
 
     def interrupted(*a, **k):

@@ -1,4 +1,4 @@
-"""The serving loop's time between steps (core/loop_time.py): fitted from busy gaps,
+"""The serving loop's time between steps (core/cost/loop_time.py): fitted from busy gaps,
 recorded in a profile, and added by the simulator to every step the profile prices."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.loop_time import Overhead, fit_gaps, table_gaps
-from batchlab.core.profile import LoopTime
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import fit_gaps, Overhead, table_gaps
+from batchlab.core.cost.profile import LoopTime
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from tests.profiles import BASE, make_profile

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from batchlab.core.batch import FEATURE_NAMES, StepFeatures
-from batchlab.core.cost import LinearCostModel
-from batchlab.core.fitted_cost import FittedCostModel, Shape
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.cost.fitted import FittedCostModel, Shape
 from batchlab.core.step_table import price
 from batchlab.experiments.machine_speed import describe, machine_speed, steady_decode
-from batchlab.core.specs import MODELS
+from batchlab.core.model.presets import MODELS
 
 MODEL = FittedCostModel(Shape.of(MODELS["batchlab-small"]), overhead_s=0.016, per_seq_s=2e-4,
                         per_chunk_s=5e-4, s_per_weight_byte=1 / 20e9, s_per_flop=1 / 90e9,
@@ -69,8 +69,8 @@ def test_a_machine_far_slower_than_the_profiles_is_measured_not_dropped():
 
 def test_both_sides_are_measured_under_the_gpu_form_of_a_cpu_profile():
     """A CPU profile priced by the GPU form splits its sides too (CpuFormModel.parts)."""
-    from batchlab.calibration.profile_forms import refit
-    from batchlab.core.profile import load_profile
+    from batchlab.calibration.fit.both_forms import refit
+    from batchlab.core.cost.profile import load_profile
     gpu_form = refit(load_profile("batchlab-small-cpu"), "gpu").cost_model()
     run = table(served([384, 512, 448, 640] * 3), gpu_form.at_speed(1.2, 0.9))
     ms = machine_speed(run, gpu_form, "test")

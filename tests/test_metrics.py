@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import roofline
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.cost.dispatch import roofline
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 from batchlab.core.gap_histogram import G0, G_MAX, R, GapHistogram
 from batchlab.core.summary import weighted_percentiles
 from batchlab.core.workload import WorkloadConfig, build_workload

@@ -9,9 +9,9 @@ import tomllib
 import pytest
 
 from tests.helpers import cli, one_line_error
-from batchlab.core.model_config import spec_from_config, spec_from_file
-from batchlab.core.model_spec import MXFP4_BYTES
-from batchlab.core.specs import MODELS, PRESET_CONFIGS, lookup_model
+from batchlab.core.model.config_json import spec_from_config, spec_from_file
+from batchlab.core.model.spec import MXFP4_BYTES
+from batchlab.core.model.presets import lookup_model, MODELS, PRESET_CONFIGS
 
 # Model cards' figures: (total parameters, active parameters) in billions, as published
 # (the language model only, for multimodal ones). Cards count active parameters with the

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from batchlab.calibration.operators.build import build_profile
 from batchlab.calibration.operators.tables import OperatorTableError
-from batchlab.core.gpu_profile import load_gpu_profile
+from batchlab.core.cost.gpu_profile import load_gpu_profile
 from tests.helpers import cli, one_line_error
 from tests.operator_tables import TRUE, header, mlp_path, write_csv, write_tables
 
@@ -155,7 +155,8 @@ def steps_profile(tmp_path, kind="cuda", n=40, mem_efficiency=0.7):
     """A batchlab profile (calibrate --device cuda) whose steps the shipped A100 profile
     prices with step_s 2 ms and memory efficiency 0.7 (or as given) instead of its own."""
     from batchlab.core.features import StepFeatures
-    from batchlab.core.specs import HARDWARE, MODELS
+    from batchlab.core.model.hardware import HARDWARE
+    from batchlab.core.model.presets import MODELS
 
     base = load_gpu_profile("a100-80gb")
     truth = base.with_values({"step_s": 2e-3, "mem_efficiency": mem_efficiency})
@@ -169,7 +170,7 @@ def steps_profile(tmp_path, kind="cuda", n=40, mem_efficiency=0.7):
         region = "decode" if not chunk else "prefill" if seqs == 1 else "mixed"
         measurements.append({"point": f"p{i}", "region": region, "features": f._asdict(),
                              "median_s": cost.step_time(f), "mad_s": 0.0, "reps": 3, "heldout": i % 4 == 3})
-    from batchlab.core.profile import load_profile
+    from batchlab.core.cost.profile import load_profile
     doc = json.loads(load_profile("batchlab-small-cpu").model_dump_json())
     doc.update(model=model.model_dump(), measurements=measurements, measurements_path=None)
     doc["device"].update(kind=kind, name="NVIDIA A100-SXM4-80GB", dtype="bfloat16")

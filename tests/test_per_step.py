@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.features import FEATURE_NAMES
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.experiments.validation.per_step import describe, identical_work_spread, per_step

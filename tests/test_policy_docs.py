@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate

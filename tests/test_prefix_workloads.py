@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.workload import Workload, WorkloadConfig, WorkloadError, build_workload
 from batchlab.core.workload.conversations import HASH_BLOCK, prompt_hashes
 from batchlab.core.workload.stats import reusable_prefix_fraction

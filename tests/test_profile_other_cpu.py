@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from batchlab.core.cpu_name import cpu_name
-from batchlab.core.profile import load_profile
+from batchlab.core.cost.profile import load_profile
 from batchlab.experiments.validation import profile_source
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from batchlab.core.batch import StepFeatures
-from batchlab.core.cost import kv_capacity_blocks, roofline
-from batchlab.core.specs import lookup_hardware, lookup_model, with_dtypes
+from batchlab.core.cost.dispatch import kv_capacity_blocks, roofline
+from batchlab.core.model.presets import lookup_hardware, lookup_model, with_dtypes
 from batchlab.experiments.cli import main
 
 SMALL = ["--workload", "chat", "--num-requests", "120", "--rate", "20", "--policy", "chunked"]

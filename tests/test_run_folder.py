@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.run_folder import RunSet, find_runs, parse_meta, to_json, write_run
 from batchlab.core.run_meta import MachineSpeed, RunMeta, Stability
 from batchlab.core.workload import Workload

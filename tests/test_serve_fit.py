@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from batchlab.calibration.from_run import split
-from batchlab.calibration.serve_fit import judge, kinds, missing_kinds, predict, refine
+from batchlab.calibration.served.from_run import split
+from batchlab.calibration.fit.served_steps import judge, kinds, missing_kinds, predict, refine
 from batchlab.core.step_table import step_features as features
-from batchlab.calibration.served_runs import ServedRun
+from batchlab.calibration.served.runs import ServedRun
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.features import StepFeatures
-from batchlab.core.fitted_cost import FittedCostModel, is_steady
+from batchlab.core.cost.fitted import FittedCostModel, is_steady
 from tests.profiles import BASE, served_table
 
 
@@ -98,8 +98,8 @@ def test_holding_out_runs_or_the_tail_of_one():
 
 
 def test_sweep_times_prefill_points_in_shapes_never_run_before():
-    from batchlab.calibration.grid import GridPoint
-    from batchlab.calibration.sweep import fresh_count, fresh_variant, widest_variant
+    from batchlab.calibration.sweep.grid import GridPoint
+    from batchlab.calibration.sweep.runner import fresh_count, fresh_variant, widest_variant
     seen: set = set()
     for point in (GridPoint(chunk=16), GridPoint(chunk=8, cached=16), GridPoint(4, 32, 16, 0)):
         got = []
@@ -117,7 +117,7 @@ def test_sweep_times_prefill_points_in_shapes_never_run_before():
 
 
 def test_serving_phase_workload_has_distinct_prompts_at_half_load():
-    from batchlab.calibration.serve_phase import LOAD, workload
+    from batchlab.calibration.sweep.serve_phase import LOAD, workload
     w = workload(BASE, 512, 20.0, seed=3, max_context=256)
     assert len(set(w.prompt_len.tolist())) == len(w) >= 12
     assert w.prompt_len.min() >= 2 and (w.prompt_len + w.output_len).max() <= 256
@@ -132,7 +132,7 @@ def test_serving_phase_workload_has_distinct_prompts_at_half_load():
 def test_serving_phase_bursts_arrive_together_with_longer_replies():
     """The burst run: requests BURST at a time (runs of steady decodes of several
     sequences), still about LOAD of the time busy."""
-    from batchlab.calibration.serve_phase import BURST, BURST_OUTPUT, MAX_OUTPUT, POLICIES, workload
+    from batchlab.calibration.sweep.serve_phase import BURST, BURST_OUTPUT, MAX_OUTPUT, POLICIES, workload
     w = workload(BASE, 512, 20.0, seed=4, max_context=2048, burst=BURST, max_output=BURST_OUTPUT)
     _, sizes = np.unique(w.arrival, return_counts=True)
     assert (sizes[:-1] == BURST).all() and 1 <= sizes[-1] <= BURST and len(sizes) >= 2
@@ -146,8 +146,8 @@ def test_serving_phase_refuses_a_sweep_fit_that_prices_steps_below_zero(fixed):
     from it (it failed with numpy's "scale < 0"); the fit is refused with the reason."""
     from dataclasses import replace as with_
 
-    from batchlab.calibration.contention import ContendedCalibration
-    from batchlab.calibration.serve_phase import workload
+    from batchlab.calibration.sweep.contention import ContendedCalibration
+    from batchlab.calibration.sweep.serve_phase import workload
     bad = with_(BASE, overhead_s=fixed)
     assert not BASE.step_time(StepFeatures(1, 0, 0, 1, 8, 8)) + fixed > 0
     with pytest.raises(ContendedCalibration, match="at or below 0 s"):

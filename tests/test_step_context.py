@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.features import IDLE_GAP_S, StepHistory
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate

@@ -8,20 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from batchlab.core.gpu_profile import load_gpu_profile
+from batchlab.core.cost.gpu_profile import load_gpu_profile
 from batchlab.experiments.cli import main
 from batchlab.experiments.sweep.grid import load_sweep
 from batchlab.experiments.sweep.pareto import pareto
 
-BASE = """
-[workload]
-source = "chat"
-num_requests = 200
-rate = 10.0
-[run.slo]
-ttft_ms = 1000.0
-tpot_ms = 60.0
-"""
+from tests.helpers import SWEEP_BASE as BASE
+
 GRID = BASE + """
 [grid]
 policy = ["continuous", "chunked"]

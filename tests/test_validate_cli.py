@@ -136,8 +136,8 @@ def test_not_a_profile_is_a_one_line_error(tmp_path):
 
 
 def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
-    from batchlab.core.profile import load_profile
-    from batchlab.core.specs import MODELS
+    from batchlab.core.cost.profile import load_profile
+    from batchlab.core.model.presets import MODELS
 
     p = load_profile(profile_file).model_copy(update={"model": MODELS["batchlab-small"]})
     other = tmp_path / "small.json"
@@ -150,7 +150,7 @@ def test_a_profile_of_another_model_is_refused(profile_file, tmp_path):
 def test_without_a_profile_it_calibrates_first(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from batchlab.calibration.grid import tiny_grid
+    from batchlab.calibration.sweep.grid import tiny_grid
     from batchlab.experiments.validation import profile_source
 
     # The quick grid without its serving phase: what is tested is that validate calibrates

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.loop_time import Overhead, busy_gaps, fit_overhead
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import busy_gaps, fit_overhead, Overhead
 from batchlab.core.run_folder import to_json
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.experiments.validation import metrics, render

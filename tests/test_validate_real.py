@@ -60,7 +60,7 @@ def test_the_validating_profile_gives_validates_own_errors(validated, profile_fi
 
 
 def test_another_profile_gives_other_errors(validated, profile_file, tmp_path):
-    from batchlab.core.profile import load_profile
+    from batchlab.core.cost.profile import load_profile
 
     out, _ = validated
     slow = load_profile(profile_file)
@@ -68,7 +68,7 @@ def test_another_profile_gives_other_errors(validated, profile_file, tmp_path):
     # bound of 0 (a suite run fitted step_s = 3e-32 s), which no factor makes slower.
     cost = slow.cost.model_copy(update={"overhead_s": slow.cost.overhead_s + 1e-3})
     update = {"cost": cost}
-    if slow.gpu_form is not None:  # a profile priced by the GPU form (core/cpu_form.py): its step cost
+    if slow.gpu_form is not None:  # a profile priced by the GPU form (core/cost/cpu_form.py): its step cost
         g = slow.gpu_form
         update["gpu_form"] = g.model_copy(update={"step_s": g.step_s.model_copy(update={"value": g.step_s.value + 1e-3})})
     slow = slow.model_copy(update=update)

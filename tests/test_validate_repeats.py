@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.experiments.machine_speed import machine_speed, steady_decode
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation.judge import Judge

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import sys
 
+import uvicorn
+
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.server.app import create_app
 from batchlab.backend.server.engine_loop import EngineLoop
@@ -33,7 +35,6 @@ class Server:
 
     def run(self, sock: socket.socket, grace_s: float = 5.0) -> None:
         """Serve on `sock` (see bind) until Ctrl-C / SIGTERM, then stop the engine loop."""
-        import uvicorn
         config = uvicorn.Config(self.app, log_level="warning",
                                 access_log=False, timeout_graceful_shutdown=grace_s, lifespan="off")
         # The engine thread holds the GIL between torch kernels; a shorter switch

@@ -50,7 +50,7 @@ class HFCodec:
     """A checkpoint's own tokenizer (transformers)."""
 
     def __init__(self, directory: str) -> None:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers (seconds), only for a checkpoint's tokenizer
         self.tok = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.name = f"tokenizer of {directory}"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from compare_operators import table  # this folder's: the same error table
 
-from batchlab.calibration.grid import features_of, parse_key
-from batchlab.core.model_config import read_config_file, spec_from_config
-from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.specs import HARDWARE
+from batchlab.calibration.sweep.grid import features_of, parse_key
+from batchlab.core.model.config_json import read_config_file, spec_from_config
+from batchlab.core.cost.dispatch import operator_shapes
+from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup.gpu import gpu_profile_for
 
@@ -84,7 +84,7 @@ def main() -> None:
             print(table(parts[part], f"{part}: priced / measured - 1", signed=True))
     print(table(parts["host"], "the step's wall time / its kernels' time - 1 (the host's share)",
                 signed=True))
-    shapes = OperatorShapes.of(model, 1)
+    shapes = operator_shapes(model, 1)
     for key, tokens in (("p16@0", 16), ("p4096@0", 4096)):
         k = points.get(key, {}).get("kernels_s", {})
         if "gemm" in k:

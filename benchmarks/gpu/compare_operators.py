@@ -17,8 +17,8 @@ import statistics
 import sys
 
 from batchlab.core.features import recorded_features
-from batchlab.core.profile import load_profile
-from batchlab.core.specs import HARDWARE
+from batchlab.core.cost.profile import load_profile
+from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup.gpu import gpu_profile_for
 

@@ -24,7 +24,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from batchlab.backend.runtime import Runtime
-from batchlab.calibration.grid import (GridPoint, blocks_needed, build_batch, default_grid,
+from batchlab.calibration.sweep.grid import (GridPoint, blocks_needed, build_batch, default_grid,
                                        release_batch, reset_batch)
 from batchlab.core.atomic import write_text
 from batchlab.core.kv import BlockManager

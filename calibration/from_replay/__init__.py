@@ -10,5 +10,5 @@ predict.py    the observed request list simulated under a candidate cost
 fit.py        the fit (scipy least_squares) and what the data can tell (identifiability)
 judge.py      per-request error on held-out replays, beside the server's own spread
 run.py        the whole fit: readers -> settings -> fit -> judged profile
-probes.py     the designed probe workloads of --endpoint
-cli.py        the calibrate command's options and output for both"""
+probes.py     the designed probe workloads of --endpoint (sent by experiments/calibrate/endpoint.py)
+The command line (options, the prior chosen, what is printed) is experiments/calibrate/'s."""

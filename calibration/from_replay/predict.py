@@ -16,7 +16,7 @@ import numpy as np
 
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.workload.workload import Workload
 from batchlab.sim.simulate import simulate

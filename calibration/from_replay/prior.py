@@ -1,5 +1,5 @@
 """A prior for a model no profile was measured for (a GPU server, typically): the CPU cost
-form (core/fitted_cost.py) with its rates from a hardware preset's datasheet at assumed
+form (core/cost/fitted.py) with its rates from a hardware preset's datasheet at assumed
 efficiencies, the same figures the roofline simulates with (experiments/config.py
 HardwareConfig). Only the model's shape and the datasheet are known: every term is an
 assumption the fit may move, and where the timings cannot tell a term the datasheet's
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import datetime
 
-from batchlab.calibration.profile_parts import cost_params, effective
-from batchlab.core.cost import kv_capacity_blocks
-from batchlab.core.fitted_cost import FittedCostModel, Shape
-from batchlab.core.profile import DeviceInfo, FitQuality, Profile, RegionError
-from batchlab.core.specs import HardwareSpec, ModelSpec
+from batchlab.calibration.fit.profile_parts import cost_params, effective
+from batchlab.core.cost.dispatch import kv_capacity_blocks
+from batchlab.core.cost.fitted import FittedCostModel, Shape
+from batchlab.core.cost.profile import DeviceInfo, FitQuality, Profile, RegionError
+from batchlab.core.model.hardware import HardwareSpec
+from batchlab.core.model.spec import ModelSpec
 
 # Per-sequence and per-chunk costs have no datasheet figure: small fractions of the fixed
 # step cost, enough to be scaled by the fit (a prior of 0 could not be).

@@ -15,10 +15,10 @@ from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, prior_space
-from batchlab.calibration.profile_parts import cost_params, effective
-from batchlab.core.cpu_form import CpuFormModel
+from batchlab.calibration.fit.profile_parts import cost_params, effective
+from batchlab.core.cost.cpu_form import CpuFormModel
 from batchlab.core.front_end import FrontEnd
-from batchlab.core.profile import PROFILE_VERSION, FitQuality, FrontEndParams, Profile, RegionError
+from batchlab.core.cost.profile import FitQuality, FrontEndParams, Profile, PROFILE_VERSION, RegionError
 
 HOLDOUT_SHARE = 0.25  # one replay only: the requests sent last are judged, not fitted
 
@@ -70,7 +70,7 @@ def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
 
 def refitted_form(prior: Profile, model) -> dict:
     """The profile fields of the refitted form: the GPU form's constants where it priced
-    the prior (the old form's `cost` kept as the prior had it), else the old form's."""
+    the prior (the fitted form's `cost` kept as the prior had it), else the fitted form's."""
     if isinstance(model, CpuFormModel):
         assert prior.gpu_form is not None  # a CpuFormModel prices only a profile carrying it
         return {"gpu_form": prior.gpu_form.refined(model), "form": "gpu"}
@@ -78,9 +78,11 @@ def refitted_form(prior: Profile, model) -> dict:
 
 
 def form_note(model) -> str:
+    """What was refitted, for the profile's notes: the GPU form (core/cost/cpu_form.py) or
+    the fitted form (core/cost/fitted.py)."""
     if isinstance(model, CpuFormModel):
-        return "the GPU form refitted (the old form's cost: the prior's, not refitted)"
-    return "the old CPU form refitted"
+        return "the GPU form refitted (the fitted form's cost: the prior's, not refitted)"
+    return "the fitted form refitted"
 
 
 def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],

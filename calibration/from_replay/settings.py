@@ -74,7 +74,7 @@ def parse_metrics(text: str) -> dict[str, object]:
 
 def scrape(base_url: str, headers: dict[str, str] | None = None) -> tuple[dict[str, object], str]:
     """(settings from the server's /metrics, '' or why none could be read)."""
-    import httpx
+    import httpx  # lazy: httpx, only when a server is asked
     url = base_url.rstrip("/").removesuffix("/completions").removesuffix("/v1") + "/metrics"
     try:
         r = httpx.get(url, headers=headers or {}, timeout=10.0, trust_env=False)

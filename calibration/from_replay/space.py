@@ -1,13 +1,13 @@
 """A cost form as the fit sees it: named positive parameters, a prior value for each, and
 how a set of values becomes a price. The fit (fit.py) knows nothing else of the form, so a
-GPU form (core/gpu_cost.py) plugs in with a space of its own.
+GPU form (core/cost/gpu_form.py) plugs in with a space of its own.
 
-The old CPU form's space (core/fitted_cost.py FittedCostModel) fits the terms request timings
+The fitted form's space (core/cost/fitted.py FittedCostModel) fits the terms request timings
 can reach: the fixed step cost, per sequence and per prefill chunk, weight streaming, the
 matmul FLOP rate, KV reads and attention FLOPs. The context terms (after_prefill, after_idle,
 steady, masked pairs, small_rows) and the serving loop's time between steps stay as the
 prior has them: a client sees no step, so nothing tells them apart from the fixed cost.
-A CPU profile priced by the GPU form (core/cpu_form.py CpuFormModel) fits the same kinds of
+A CPU profile priced by the GPU form (core/cost/cpu_form.py CpuFormModel) fits the same kinds of
 term in its own constants (gpu_form_space): the step and per-sequence costs, the chunk
 cost, and the efficiencies of weight streaming, the GEMMs' FLOPs, KV reads and attention;
 the ridge's sharpness and the context terms stay the prior's."""
@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from collections.abc import Callable
 
-from batchlab.core.cost import CostModel
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.cpu_form import CpuFormModel, cpu_form
-from batchlab.core.fitted_cost import FittedCostModel
-from batchlab.core.loop_time import Overhead
-from batchlab.core.specs import ModelSpec
+from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.cpu_form import cpu_form, CpuFormModel
+from batchlab.core.cost.fitted import FittedCostModel
+from batchlab.core.cost.loop_time import Overhead
+from batchlab.core.model.spec import ModelSpec
 
 FITTED_FORM_TERMS = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte", "s_per_flop",
                      "s_per_kv_byte", "s_per_attn_flop")

@@ -15,9 +15,9 @@ from batchlab.calibration.operators.heldout import (LayerJudgment, heldout_atten
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
-from batchlab.core.gpu_profile import Collectives, ErrorStats, FittedOn, GpuProfile, HeldOut, Param
-from batchlab.core.specs import HARDWARE, HardwareSpec
-from batchlab.core.specs import ALLREDUCE_LATENCY_S
+from batchlab.core.cost.gpu_profile import Collectives, ErrorStats, FittedOn, GpuProfile, HeldOut, Param
+from batchlab.core.model.hardware import HARDWARE, HardwareSpec
+from batchlab.core.model.hardware import ALLREDUCE_LATENCY_S
 
 SOURCE = ("Vidur profiling data (microsoft/vidur @ 7d47513 compute, network; @ e2d00e9 attention: "
           "data/profiling/), MIT licence")

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from batchlab.calibration.operators.vidur import CollectiveTiming
-from batchlab.core.gpu_cost import AllReduce
-from batchlab.core.gpu_profile import Collectives, ErrorStats
+from batchlab.core.cost.gpu_form import AllReduce
+from batchlab.core.cost.gpu_profile import Collectives, ErrorStats
 
 
 def error_stats(errors: Sequence[float]) -> ErrorStats:

@@ -2,7 +2,7 @@
 times: every shape's relative error weighs alike). The layer's GEMMs and elementwise
 kernels give the efficiencies, the ridge's k and the fixed costs; attention kernels give
 the attention terms. Predictions here are the form's own arithmetic, vectorised
-(tests/test_gpu_cost.py checks them against core/gpu_cost.py)."""
+(tests/test_gpu_cost.py checks them against core/cost/gpu_form.py)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -12,7 +12,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from batchlab.calibration.operators.vidur import AttentionTiming, LayerTiming
-from batchlab.core.gpu_cost import GEMM_TILE_TOKENS, SMALL_M_ROWS, TILE_CHOICES
+from batchlab.core.cost.gpu_form import GEMM_TILE_TOKENS, SMALL_M_ROWS, TILE_CHOICES
 
 LAYER_PARAMS = ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s", "layer_fixed_s",
                 "elementwise_efficiency", "elementwise_row_efficiency")
@@ -147,7 +147,7 @@ class AttentionArrays(NamedTuple):
 
 
 def attention_prices(x: Sequence[float], d: AttentionArrays, bandwidth: float, peak16: float) -> np.ndarray:
-    """core/gpu_cost.py's attention terms for one layer."""
+    """core/cost/gpu_form.py's attention terms for one layer."""
     c, a_seq, kv_eff, pair_eff, self_cost, a_tok = x
     pair = 1 / (peak16 * pair_eff)
     return (c + a_seq * d.seqs + d.kv_bytes / (bandwidth * kv_eff) + d.pair_flops * pair

@@ -15,9 +15,9 @@ from batchlab.calibration.operators.collectives import error_stats
 from batchlab.calibration.operators.fit import _stderr
 from batchlab.calibration.operators.tables import OperatorTableError
 from batchlab.core.features import StepFeatures, recorded_features
-from batchlab.core.gpu_profile import FittedOn, GpuProfile, HeldOut, Param
-from batchlab.core.profile import Profile, ProfileError, load_profile
-from batchlab.core.specs import HARDWARE
+from batchlab.core.cost.gpu_profile import FittedOn, GpuProfile, HeldOut, Param
+from batchlab.core.cost.profile import load_profile, Profile, ProfileError
+from batchlab.core.model.hardware import HARDWARE
 
 # What whole steps can tell apart; the per-kernel constants stay the operator tables'.
 REFIT = ("mem_efficiency", "compute_efficiency", "attn_kv_efficiency", "attn_pair_efficiency",

@@ -11,7 +11,7 @@ from batchlab.calibration.operators.collectives import error_stats
 from batchlab.calibration.operators.fit import (REGIONS, AttentionArrays, LayerArrays, attention_prices,
                                                 fit_attention, fit_layers, layer_prices, region)
 from batchlab.calibration.operators.vidur import AttentionTiming, LayerTiming
-from batchlab.core.gpu_profile import ErrorStats
+from batchlab.core.cost.gpu_profile import ErrorStats
 
 FOLDS = 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchlab.calibration.operators.build import Built
-from batchlab.core.gpu_profile import ErrorStats, GpuProfile
+from batchlab.core.cost.gpu_profile import ErrorStats, GpuProfile
 
 
 def _row(name: str, s: ErrorStats) -> str:

@@ -9,8 +9,9 @@ from typing import NamedTuple
 
 from batchlab.calibration.operators.tables import (OperatorTableError, check_repeat, count, number,
                                                    read_rows, time_ms, where)
-from batchlab.core.operator_shapes import OperatorShapes
-from batchlab.core.specs import ModelSpec
+from batchlab.core.cost.dispatch import operator_shapes
+from batchlab.core.cost.operator_shapes import OperatorShapes
+from batchlab.core.model.spec import ModelSpec
 
 # batchlab's hardware preset -> Vidur's GPU folder name
 VIDUR_GPUS = {"a100-80gb": "a100", "h100-sxm": "h100", "a40": "a40"}
@@ -55,7 +56,7 @@ def _model(path: Path, line: int, row: dict[str, str], label: str) -> ModelSpec:
 
 def _shapes(path: Path, line: int, model: ModelSpec, tp: int) -> OperatorShapes:
     try:
-        return OperatorShapes.of(model, tp)
+        return operator_shapes(model, tp)
     except ValueError as e:
         raise OperatorTableError(f"{where(path, line, 'num_tensor_parallel_workers')}: {e}") from None
 

@@ -8,11 +8,21 @@ import re
 import sys
 
 from batchlab.core import atomic
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.model.presets import lookup_hardware, lookup_model
+from batchlab.experiments.capacity import deploy_report
+from batchlab.experiments.capacity import tasks as searches  # run_task read when called: tests patch it
+from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up, search_deployments
 from batchlab.experiments.capacity.options import check_samples, criteria_from
+from batchlab.experiments.capacity.point import sample_configs
 from batchlab.experiments.capacity.space import DeploySpace, parse_list
+from batchlab.experiments.capacity.tasks import build_tasks, busiest_window
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import make_executor, run_all
 from batchlab.experiments.options import load_experiment
+from batchlab.experiments.output import make_out_dir, to_json
+from batchlab.experiments.progress import progress_bar
+from batchlab.experiments.seed_effect import check_seeds_vary
+from batchlab.experiments.setup import CAPACITY_EXPERIMENT
 
 
 def read_prices(items: list[str] | None) -> dict[str, float] | None:
@@ -32,16 +42,6 @@ def read_prices(items: list[str] | None) -> dict[str, float] | None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from batchlab.experiments.capacity import deploy_report
-    from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up, search_deployments
-    from batchlab.experiments.capacity.point import sample_configs
-    from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task
-    from batchlab.experiments.executor import make_executor, run_all
-    from batchlab.experiments.output import make_out_dir, to_json
-    from batchlab.experiments.progress import progress_bar
-    from batchlab.experiments.seed_effect import check_seeds_vary
-    from batchlab.experiments.setup import CAPACITY_EXPERIMENT
-
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
     criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
@@ -104,7 +104,8 @@ def run_deploy(args: argparse.Namespace) -> int:
             best = ranked(options, criteria)
             for o in [o for o in (best[0] if best else None, runner_up(best)) if o is not None]:
                 tasks = build_tasks("replicas", o.cfg, criteria, samples, args.max_replicas, None, True)[1:]
-                sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], run_all(ex, run_task, tasks))))
+                answers = run_all(ex, searches.run_task, tasks)
+                sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], answers)))
     header.append(f"ran on {where}")
     text = deploy_report.render(options, criteria, header, prices, sens)
     if out:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import TYPE_CHECKING
 
 from batchlab.core.summary import SLO
+from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.errors import UserError
-
-if TYPE_CHECKING:  # the point machinery (the simulator) loads when a search runs
-    from batchlab.experiments.capacity.point import Criteria
+from batchlab.experiments.limits import check_samples as check_runs
 
 
 def positive_price(text: str) -> float:
@@ -43,8 +41,6 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
 
 def criteria_from(slo: SLO | None, percentile: int, goodput: float | None,
                   max_rejected_share: float = 0.0) -> Criteria:
-    from batchlab.experiments.capacity.point import Criteria
-
     if slo is None or not any((slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
         raise UserError("capacity needs an SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2el-ms "
                         "(or [run.slo] in the config)")
@@ -60,6 +56,5 @@ def check_samples(seeds: int, windows: int) -> None:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
     if windows < 1:
         raise UserError(f"--windows must be >= 1, got {windows}")
-    from batchlab.experiments.limits import check_samples as check_runs
     check_runs(f"--seeds {seeds} x --windows {windows}" if windows > 1 else f"--seeds {seeds}",
                seeds * windows)

@@ -14,9 +14,9 @@ from batchlab.experiments.capacity.limits import spread_limits
 
 
 def plot_answers(path: Path, answers: list[Answer], criteria: Criteria, title: str) -> str:
-    import matplotlib
+    import matplotlib  # lazy: matplotlib, only when --out writes the plots
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above
 
     metrics = [m for m, _ in criteria.limits()] or ["ttft"]
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)

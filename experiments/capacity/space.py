@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from batchlab.core.layout import Layout
-from batchlab.core.specs import lookup_hardware, lookup_model
+from batchlab.core.model.layout import Layout
+from batchlab.core.model.presets import lookup_hardware, lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 
@@ -58,7 +58,7 @@ class DeploySpace:
 
 def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int, int]]:
     """(pp, ep) layouts to try with this model at this TP degree: every PP degree asked
-    for; EP off, and on (the experts spread over the TP GPUs: ep = tp, core/layout.py) for a
+    for; EP off, and on (the experts spread over the TP GPUs: ep = tp, core/model/layout.py) for a
     mixture of experts at TP > 1 where asked. Whether a layout fits the model is why_not's."""
     moe = lookup_model(model).is_moe
     eps = ([1] if "off" in ep else []) + ([tp] if "on" in ep and moe and tp > 1 else [])

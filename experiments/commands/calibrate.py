@@ -10,11 +10,22 @@ import json
 import sys
 from pathlib import Path
 
-from batchlab.calibration.on_contention import ON_CONTENTION, ON_CONTENTION_ENV
-from batchlab.core.specs import HARDWARE
+from batchlab.calibration.operators.tables import OperatorTableError
+from batchlab.calibration.sweep.grid import default_grid, tiny_grid
+from batchlab.calibration.sweep.on_contention import ON_CONTENTION, ON_CONTENTION_ENV
+from batchlab.calibration.sweep.runner import measurements_path
+from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
+from batchlab.core.model.hardware import HARDWARE
+from batchlab.experiments.calibrate.replay_options import add_options
+from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.output import profile_out_path, save_fitted_profile
+from batchlab.experiments.served_report import served_terms, table
 
 GRIDS = ("default", "quick")
+# Modules this command imports where it uses them, with the reason on the line: the parser
+# of every command imports this file, and a plain simulation loads neither scipy, torch
+# nor the profile model (tests/test_cli_imports.py).
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +61,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--holdout-every", type=int, default=3, metavar="K",
                    help="with --from-run / --from-replay: judge on 1 in K runs, not fitted on (a single "
                    "run: its last quarter); 0: fit on all (default 3)")
-    from batchlab.calibration.from_replay.cli import add_options
     add_options(p)
     p.add_argument("--from-operators", metavar="DIR|PROFILE",
                    help="fit a GPU profile on operator tables in Vidur's layout (DIR/compute/GPU/"
@@ -69,21 +79,16 @@ def run(args: argparse.Namespace) -> int:
     if args.from_run:
         return run_from_runs(args)
     if args.from_replay or args.endpoint:
-        from batchlab.calibration.from_replay.cli import run
-        return run(args)
+        return run_from_timings(args)
     if args.block_size is None:
         args.block_size = 16
     if args.model is None:
         args.model = "batchlab-small"
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
-    from batchlab.calibration.grid import default_grid, tiny_grid
-    from batchlab.calibration.report import fit_table, points_table, rates_table
-    from batchlab.calibration.sweep import measurements_path
-    from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
-    from batchlab.experiments.output import profile_out_path
+    from batchlab.calibration.fit.report import fit_table, points_table, rates_table  # lazy: profile model
     try:
-        from batchlab.calibration.run import calibrate
+        from batchlab.calibration.sweep.run import calibrate  # lazy: torch (an optional dependency)
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"calibration needs the backend: torch and transformers ({e}); "
                         "install batchlab[backend]") from None
@@ -126,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(rates_table(profile))
     if profile.serving:
-        from batchlab.experiments.served_report import served_terms, table
         sv = profile.serving
         print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
               f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
@@ -148,11 +152,9 @@ def run(args: argparse.Namespace) -> int:
 def run_from_runs(args: argparse.Namespace) -> int:
     """--from-run DIR [DIR ...]: fit (or, with --profile, refine) the cost model on served
     runs' step tables and print its error per step kind on the runs it was not fitted on
-    (calibration/from_run.py)."""
-    from batchlab.calibration.from_run import from_runs
-    from batchlab.core.profile import ProfileError, load_profile
-    from batchlab.experiments.output import profile_out_path, save_fitted_profile
-    from batchlab.experiments.served_report import served_terms, table
+    (calibration/served/from_run.py)."""
+    from batchlab.calibration.served.from_run import from_runs  # lazy: scipy
+    from batchlab.core.cost.profile import load_profile, ProfileError  # lazy: profile model
 
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
@@ -187,9 +189,8 @@ def run_from_runs(args: argparse.Namespace) -> int:
 
 def run_from_operators(args: argparse.Namespace) -> int:
     """--from-operators DIR --gpu PRESET: a GPU profile (calibration/operators/)."""
-    from batchlab.calibration.operators.build import build_profile
-    from batchlab.calibration.operators.report import render
-    from batchlab.calibration.operators.tables import OperatorTableError
+    from batchlab.calibration.operators.build import build_profile  # lazy: scipy
+    from batchlab.calibration.operators.report import render  # lazy: scipy (through build)
 
     if not args.gpu:
         raise UserError("--from-operators needs --gpu PRESET (a100-80gb | h100-sxm | a40)")
@@ -218,11 +219,9 @@ def run_from_operators(args: argparse.Namespace) -> int:
 def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
     """--from-operators PROFILE.json: the steps `calibrate --device cuda` measured refit the
     GPU profile of --gpu (calibration/operators/from_steps.py)."""
-    from batchlab.calibration.operators.from_steps import refine_on_steps
-    from batchlab.calibration.operators.report import render_refined
-    from batchlab.calibration.operators.tables import OperatorTableError
-    from batchlab.experiments.config import ExperimentConfig
-    from batchlab.experiments.setup.gpu import gpu_profile_for
+    from batchlab.calibration.operators.from_steps import refine_on_steps  # lazy: scipy
+    from batchlab.calibration.operators.report import render_refined  # lazy: scipy (through build)
+    from batchlab.experiments.setup.gpu import gpu_profile_for  # lazy: the GPU profiles, for --from-operators only
 
     if args.gpu not in HARDWARE:
         raise UserError(f"unknown GPU {args.gpu!r} (--gpu): expected one of {', '.join(HARDWARE)}")
@@ -234,3 +233,17 @@ def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
     refined.profile.save(out)
     print(render_refined(refined, where, out))
     return 0
+
+
+def run_from_timings(args: argparse.Namespace) -> int:
+    """--from-replay PATH ... or --endpoint URL: fit request timings
+    (experiments/calibrate/from_replay.py, endpoint.py)."""
+    if args.from_replay and args.endpoint:
+        raise UserError("give --from-replay or --endpoint, not both")
+    if args.from_run:
+        raise UserError("--from-run fits step tables; --from-replay / --endpoint fit request timings: give one")
+    if args.endpoint:
+        from batchlab.experiments.calibrate.endpoint import run_endpoint  # lazy: httpx, scipy
+        return run_endpoint(args)
+    from batchlab.experiments.calibrate.from_replay import run_from_replay  # lazy: scipy
+    return run_from_replay(args)

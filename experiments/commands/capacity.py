@@ -5,15 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
-from batchlab.experiments.errors import UserError
-from batchlab.experiments.executor import add_executor_options
-from batchlab.experiments.options import add_common_options, load_experiment
-from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.core import atomic
+from batchlab.experiments.capacity import report
+from batchlab.experiments.capacity import tasks as searches  # run_task read when called: tests patch it
+from batchlab.experiments.capacity.deploy_command import run_deploy
+from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
+from batchlab.experiments.capacity.point import sample_configs
+from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, setup_or_none
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import add_executor_options, make_executor, run_all
+from batchlab.experiments.jsonl_log import JsonlLog
+from batchlab.experiments.options import add_common_options, load_experiment
+from batchlab.experiments.output import make_out_dir, to_json
+from batchlab.experiments.progress import progress_bar
+from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.experiments.seed_effect import check_seeds_vary
+from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
 
-# max-rate's description: what capacity.search.search_max_rate does (not imported here:
-# the search machinery loads when the command runs).
+# max-rate's description: what capacity.search.search_max_rate does.
 MAX_RATE = "Bisection on the rate scale from 1 (the workload as configured)."
 DEPLOY = ("Every deployment of the space (models x GPUs x TP degrees x dtypes x seats x token budgets), "
           "each sized to its fewest replicas, cheapest per replica first; a deployment that cannot beat "
@@ -80,18 +89,7 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.capacity_command == "deploy":
-        from batchlab.experiments.capacity.deploy_command import run_deploy
         return run_deploy(args)
-    from batchlab.experiments.capacity import report
-    from batchlab.experiments.capacity.point import sample_configs
-    from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, run_task, setup_or_none
-    from batchlab.experiments.executor import make_executor, run_all
-    from batchlab.experiments.jsonl_log import JsonlLog
-    from batchlab.experiments.output import make_out_dir, to_json
-    from batchlab.experiments.progress import progress_bar
-    from batchlab.experiments.seed_effect import check_seeds_vary
-    from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
-
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
     criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
@@ -128,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with make_executor(args.workers, args.dask) as (ex, where), \
                 progress_bar(total=len(tasks), desc=kind, unit="search", leave=False) as bar:
-            answers = run_all(ex, run_task, tasks, finished)
+            answers = run_all(ex, searches.run_task, tasks, finished)
     except KeyboardInterrupt:
         kept = f"; the searches that finished are in {log.path}" if log is not None else ""
         print(f"batchlab: interrupted{kept}", file=sys.stderr)

@@ -7,6 +7,9 @@ import argparse
 from pathlib import Path
 
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.output import check_out_dir, to_json
+from batchlab.experiments.studies import STUDIES, get_study
+from batchlab.experiments.validation import profile_source
 
 DEFAULT_OUT = Path("out/experiments")
 
@@ -29,9 +32,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.experiments.output import to_json
-    from batchlab.experiments.studies import STUDIES  # the studies (and matplotlib) load here
-
     if args.list:
         return _list(args.format)
     if not args.name:
@@ -44,14 +44,12 @@ def run(args: argparse.Namespace) -> int:
             with_profile = ", ".join(s.name for s in STUDIES.values() if s.profile)
             raise UserError(f"--profile applies to one study that calibrates ({with_profile}), "
                             f"not to {args.name}")
-        from batchlab.experiments.validation import profile_source
         profile_source.load(args.profile)  # a bad profile: an error before anything runs
     if args.backend:
         for n in names if args.name != "all" else []:
             if not STUDIES[n].backend:
                 with_backend = ", ".join(s.name for s in STUDIES.values() if s.backend)
                 raise UserError(f"experiment {n} has no --backend variant (studies with one: {with_backend})")
-    from batchlab.experiments.output import check_out_dir
     for n in names:  # before any study runs: an --out that is a file is one line
         if args.out is not None:
             check_out_dir(args.out)
@@ -75,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _lookup(name: str) -> str:
-    from batchlab.experiments.studies import get_study
-
     try:
         return get_study(name).name
     except ValueError as e:
@@ -90,15 +86,12 @@ def _out_dir(out: str | None, name: str, several: bool) -> Path:
 
 
 def _list(fmt: str) -> int:
-    from batchlab.experiments.output import to_json
-    from batchlab.experiments.studies import STUDIES as studies
-
     if fmt == "json":
         print(to_json([{"name": s.name, "description": s.description, "backend": s.backend}
-                       for s in studies.values()]))
+                       for s in STUDIES.values()]))
         return 0
-    width = max(len(n) for n in studies)
-    for s in studies.values():
+    width = max(len(n) for n in STUDIES)
+    for s in STUDIES.values():
         flag = " [--backend]" if s.backend else ""
         print(f"{s.name.ljust(width)}  {s.description}{flag}")
     return 0

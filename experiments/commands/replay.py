@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+from batchlab.core import atomic
+from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import load_experiment, reject_unused_tables
+from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
+from batchlab.experiments.report import comparison_table, slo_line
+from batchlab.experiments.setup import REPLAY_EXPERIMENT
 from batchlab.experiments.workload_options import add_workload_options
-from batchlab.core import atomic
 
 NAME = "replay"  # the results' folder and summary key
 
@@ -33,12 +37,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.core.workload import build_workload
-    from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
-    from batchlab.experiments.replay.measure import measure
-    from batchlab.experiments.replay.results import failure_summary, vllm_bench_json
-    from batchlab.experiments.report import comparison_table, slo_line
-    from batchlab.experiments.setup import REPLAY_EXPERIMENT
+    from batchlab.experiments.replay.measure import measure  # lazy: httpx, not while parsing (--help)
+    from batchlab.experiments.replay.results import failure_summary, vllm_bench_json  # lazy: httpx, as above
 
     cfg = load_experiment(args, REPLAY_EXPERIMENT)
     reject_unused_tables(cfg, NAME, {t: "the server decides it; replay only sends the workload"

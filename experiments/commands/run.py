@@ -7,9 +7,17 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from batchlab.core.class_summary import breakdowns
+from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.machine_speed import describe as describe_speed
 from batchlab.experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                           reject_unused, reject_unused_fields, reject_unused_tables)
+from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
+from batchlab.experiments.report import comparison_table, footer
+from batchlab.experiments.run_labels import label_real
+from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
+from batchlab.experiments.validation import profile_source
 
 if TYPE_CHECKING:
     from batchlab.core.run_meta import RunMeta
@@ -29,14 +37,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.core.class_summary import breakdowns
-    from batchlab.core.workload import build_workload
-    from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
-    from batchlab.experiments.report import comparison_table, footer
-    from batchlab.experiments.run_labels import label_real
-    from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
-    from batchlab.experiments.validation import profile_source
-
     reject_unused(args, "run", {"hw_name": "it serves on this machine's device (--device)",
                    "hw_tensor_parallel": "the backend runs on one device",
                    "ru_router": "it serves one replica"})
@@ -53,13 +53,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_out_dir(args.out)  # before the model loads
     if args.plot:
-        from batchlab.experiments.run_plots import check_plot_dir
+        from batchlab.experiments.run_plots import check_plot_dir  # lazy: matplotlib, only with --plot
         check_plot_dir(args.plot)
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
-    from batchlab.backend.device import dtype_name  # torch is loaded by now
-    from batchlab.backend.driver import run_workload
-    from batchlab.backend.models import params_label
+    from batchlab.backend.device import dtype_name  # lazy: torch, loaded with the model by now
+    from batchlab.backend.driver import run_workload  # lazy: torch, as above
+    from batchlab.backend.models import params_label  # lazy: torch, as above
 
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
           f"({params_label(rt.spec.params)} params, {cfg.model.dtype} on {rt.device}, "
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         if m.interrupted:
             break  # Ctrl-C: keep what finished, run no further policy
     if results:
-        from batchlab.experiments.run_plots import write_run_plots
+        from batchlab.experiments.run_plots import write_run_plots  # lazy: matplotlib, only with --plot
         files = write_run_plots(args.plot, results)
         print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if args.format == "json":
@@ -116,8 +116,6 @@ def run(args: argparse.Namespace) -> int:
 
 def labels_line(metas: dict[str, RunMeta]) -> str:
     """The machine's measured speed during each run, one line."""
-    from batchlab.experiments.machine_speed import describe as describe_speed
-
     parts = []
     for policy, m in metas.items():
         ms = m.machine_speed

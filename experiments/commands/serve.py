@@ -9,9 +9,14 @@ import os
 import sys
 import time
 
+from batchlab.backend.server.listen import bind, bound_port
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                           reject_unused_tables)
+from batchlab.experiments.output import ResultWriter, check_out_dir
+from batchlab.experiments.run_labels import label_real
+from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
+from batchlab.experiments.validation import profile_source
 
 API_KEY_ENV = "BATCHLAB_API_KEY"  # as vLLM's VLLM_API_KEY
 
@@ -35,11 +40,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.experiments.output import ResultWriter, check_out_dir
-    from batchlab.experiments.run_labels import label_real
-    from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
-    from batchlab.experiments.validation import profile_source
-
     workload = [k[3:] for k, v in vars(args).items() if k.startswith("wl_") and k != "wl_seed"
                 and v is not None]
     if workload:  # --seed stays: it seeds sampling
@@ -63,14 +63,13 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
-    from batchlab.backend.server.listen import bind, bound_port
     try:
         sock = bind(args.host, args.port)
     except ValueError as e:
         raise UserError(f"--host/--port: {e}") from None
     # The backend (torch) only once the arguments are known to be good and the port bound.
-    from batchlab.backend.models import params_label
-    from batchlab.backend.server.server import Server
+    from batchlab.backend.models import params_label  # lazy: torch, once the port is bound
+    from batchlab.backend.server.server import Server  # lazy: torch, once the port is bound
     port = bound_port(sock)
     if args.out:
         check_out_dir(args.out)

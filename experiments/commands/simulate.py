@@ -5,12 +5,25 @@ import argparse
 import sys
 import time
 
+from batchlab import sim
+from batchlab.core import atomic
+from batchlab.core.class_summary import breakdowns
+from batchlab.core.model.hardware import DATASHEET_FIELDS
+from batchlab.core.sizes import check_run_size
+from batchlab.core.stability import queue_stability
+from batchlab.core.workload import build_workload
+from batchlab.experiments import listing
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.limits import check_samples
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
                                           reject_unused_fields)
+from batchlab.experiments.output import ResultWriter, to_json
+from batchlab.experiments.progress import progress_bar
+from batchlab.experiments.repeats import repeats_summary, repeats_table
+from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.roofline_options import add_roofline_options
-from batchlab.core import atomic
-from batchlab.experiments.limits import check_samples
+from batchlab.experiments.seed_effect import check_seeds_vary
+from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -24,8 +37,7 @@ _PROFILED = "a profile's fitted cost model prices the device and dtype it was me
 PROFILE_REPLACES = {f"hardware.{f}": _PROFILED for f in (
     "mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s",
     "gpu_memory_utilization", "pipeline_parallel", "expert_parallel", "data_parallel_attention",
-    "memory_gib", "memory_mib", "mem_bandwidth_gbs", "bf16_tflops", "fp8_tflops", "fp4_tflops",
-    "interconnect", "interconnect_gbs", "cost", "gpu_profile", "knobs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
+    *DATASHEET_FIELDS, "cost", "gpu_profile", "knobs")} | {"model.dtype": _PROFILED, "model.kv_cache_dtype": _PROFILED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,15 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.core.sizes import check_run_size
-    from batchlab.core.workload import build_workload
-    from batchlab.experiments.seed_effect import check_seeds_vary
-    from batchlab.experiments.output import ResultWriter, to_json
-    from batchlab.experiments.report import comparison_table
-    from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
-
     if args.list_policies:
-        from batchlab.experiments import listing
         print(to_json(listing.registry()) if args.format == "json" else listing.render())
         return 0
     if args.seeds < 1:
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     weights, kv = setup.meta.served_dtypes
     ran = {"model.dtype": weights, "model.kv_cache_dtype": kv}
     if args.plot:
-        from batchlab.experiments.run_plots import check_plot_dir
+        from batchlab.experiments.run_plots import check_plot_dir  # lazy: matplotlib, only with --plot
         check_plot_dir(args.plot, args.step_table)
     writer = ResultWriter(args.out, cfg.record(tuple(BACKEND_ONLY), ran)) if args.out else None
     kept: dict | None = {} if args.plot else None  # the first seed's runs, for --plot
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             break
     workload = workloads[seeds[0]]
     if kept:
-        from batchlab.experiments.run_plots import write_run_plots
+        from batchlab.experiments.run_plots import write_run_plots  # lazy: matplotlib, only with --plot
         files = write_run_plots(args.plot, kept)
         print(f"plots: {', '.join(str(f) for f in files)}", file=sys.stderr)
     if len(seeds) > 1 and not interrupted:
@@ -116,14 +120,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None) -> tuple[dict, bool]:
-    from batchlab.core.class_summary import breakdowns
-    from batchlab.core.stability import queue_stability
-    from batchlab.experiments.progress import progress_bar
-    from batchlab.sim import simulate
-
     t0 = time.perf_counter()
     with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
-        result = simulate(workload, scheduler, setup.cost, setup.blocks,
+        result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
                           progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end)
@@ -152,17 +151,12 @@ def _print_header(workload, setup, cfg) -> None:
 
 
 def _print_footer(cfg, writer, summaries: dict | None = None) -> None:
-    from batchlab.experiments.report import footer
-
     text = footer(cfg.run.slo, summaries, writer.dir if writer else None)
     if text:
         print(text)
 
 
 def _report_repeats(runs, seeds, seeds_vary, workload, setup, cfg, args, writer) -> int:
-    from batchlab.experiments.output import to_json
-    from batchlab.experiments.repeats import repeats_summary, repeats_table
-
     names = list(runs)
     out = repeats_summary(runs, seeds)
     if writer:

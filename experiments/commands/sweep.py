@@ -8,15 +8,21 @@ import argparse
 import sys
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from batchlab.experiments.capacity.options import positive_price
-from batchlab.experiments.errors import UserError
-from batchlab.experiments.executor import add_executor_options
 from batchlab.core import atomic
-
-if TYPE_CHECKING:  # the sweep machinery loads when the command runs
-    from batchlab.experiments.sweep.grid import Sweep
+from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.capacity.options import positive_price
+from batchlab.experiments.capacity.tables import text_table, write_rows
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import add_executor_options, make_executor, run_all
+from batchlab.experiments.output import check_out_dir, to_json
+from batchlab.experiments.progress import progress_bar
+from batchlab.experiments.seed_effect import check_seeds_vary
+from batchlab.experiments.setup import sim_setup
+from batchlab.experiments.sweep import run as point_runs  # run_point read when called: tests patch it
+from batchlab.experiments.sweep.grid import Sweep, load_sweep
+from batchlab.experiments.sweep.pareto import PER_GPU, PER_USER, cost_key, pareto, throughput_front, with_rates
+from batchlab.experiments.sweep.store import PointStore, restore
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,14 +39,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchlab.experiments.executor import make_executor, run_all
-    from batchlab.experiments.output import check_out_dir
-    from batchlab.experiments.progress import progress_bar
-    from batchlab.experiments.sweep.grid import load_sweep
-    from batchlab.experiments.sweep.run import run_point
-    from batchlab.experiments.sweep.pareto import with_rates
-    from batchlab.experiments.sweep.store import PointStore, restore
-
     sweep = load_sweep(args.config)
     if args.gpu_hour_price is not None:
         sweep.settings = sweep.settings.model_copy(update={"gpu_hour_price": args.gpu_hour_price})
@@ -55,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         if todo:
             with make_executor(args.workers, args.dask) as (ex, where), \
                     progress_bar(total=len(sweep.points), initial=resumed, desc="sweep", unit="point") as bar:
-                run_all(ex, run_point, [(p, sweep.settings) for p in todo],
+                run_all(ex, point_runs.run_point, [(p, sweep.settings) for p in todo],
                         lambda i, row: (store.add(row), bar.update()))
     except KeyboardInterrupt:
         print(f"batchlab: interrupted; {len(store.done)} of {len(sweep.points)} points are kept in "
@@ -71,11 +69,6 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
     """Every point's presets and settings, before anything runs (a model too large for
     its GPUs is a row saying so, not an error); the distinct assumptions, each with the
     points that make them."""
-    from batchlab.experiments.setup import sim_setup
-
-    from batchlab.core.workload import WorkloadConfig
-    from batchlab.experiments.seed_effect import check_seeds_vary
-
     assumptions: dict[tuple, list[str]] = {}
     for wl_json in {p.config.workload.model_dump_json(): None for p in sweep.points}:
         try:
@@ -100,11 +93,7 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
 
 def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where: str,
             assumptions: dict[tuple, list[str]]) -> int:
-    from batchlab.experiments.capacity.tables import text_table, write_rows
-    from batchlab.experiments.output import to_json
-    from batchlab.experiments.sweep.pareto import PER_GPU, PER_USER, cost_key, pareto, throughput_front
-    from batchlab.experiments.sweep.plot import plot_pareto
-    from batchlab.experiments.sweep.run import criteria_for
+    from batchlab.experiments.sweep.plot import plot_pareto  # lazy: matplotlib, not while parsing (--help)
 
     s = sweep.settings
     metric = s.pareto_metric or ("answer" if s.point == "max-rate" else "p99_ttft_ms")
@@ -126,7 +115,7 @@ def _report(args, sweep: Sweep, rows: list[dict], out: Path, resumed: int, where
         return 0
     print(f"sweep {sweep.path}: {len(rows)} points ({s.point}), {resumed} from an earlier run, "
           f"ran on {where}")
-    print(f"a point passes with {criteria_for(sweep.points[0], s).describe()}")
+    print(f"a point passes with {point_runs.criteria_for(sweep.points[0], s).describe()}")
     for i, (lines, points) in enumerate(assumptions.items()):
         if i == MAX_ASSUMPTION_BLOCKS:
             print(f"... {len(assumptions) - i} more sets: each point's are columns of results.csv")

@@ -13,13 +13,20 @@ import sys
 import time
 from pathlib import Path
 
+from batchlab.core import atomic
+from batchlab.core.model.presets import MODELS
+from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.limits import check_samples
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                           reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
-from batchlab.core import atomic
-from batchlab.experiments.limits import check_samples
+from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # RUN_EXPERIMENT: `batchlab run`'s defaults
+from batchlab.experiments.validation import profile_source, render
+from batchlab.experiments.validation.judge import Judge
+from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
+from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -42,11 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.real:
         return judge_stored(args)
-    from batchlab.core.specs import MODELS
-    from batchlab.core.workload import build_workload
-    from batchlab.experiments.setup import RUN_EXPERIMENT  # the defaults of `batchlab run`
-    from batchlab.experiments.validation import endpoint, profile_source
-
     no_slo = "it compares latencies, not goodput"
     reject_unused(args, "validate", {"hw_name": "it serves on this machine's device (--device)",
                                      "hw_tensor_parallel": "the backend runs on one device",
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.endpoint and (args.api_key or args.served_model_name):
         raise UserError("--api-key and --served-model-name apply with --endpoint only")
     if args.endpoint:
+        from batchlab.experiments.validation import endpoint  # lazy: httpx, only with --endpoint
         if args.repeats != 1:
             raise UserError("--repeats does not apply with --endpoint (one replay per validation)")
         endpoint.check_args(args, path)
@@ -84,11 +87,6 @@ def run(args: argparse.Namespace) -> int:
 
 def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> int:
     """Serve each policy here (--repeats times), judge the profile on the runs."""
-    from batchlab.experiments.setup import load_runtime
-    from batchlab.experiments.validation import profile_source, render
-    from batchlab.experiments.validation.judge import Judge
-    from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
-
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
     print(f"model {rt.model.name} loaded in {time.perf_counter() - t0:.1f} s "
@@ -99,7 +97,6 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
         rt.pool_blocks(sched.num_kv_blocks, sched.block_size)
     writer = None
     if args.out:
-        from batchlab.experiments.validation.output import ValidationWriter  # matplotlib only with --out
         writer = ValidationWriter(args.out, cfg.record(("hardware",)))
     profile, info = profile_source.resolve(path, rt, Path(args.out) if args.out else None)
     judge = Judge.of(profile, info)
@@ -132,8 +129,7 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
 
 def judge_endpoint(args: argparse.Namespace, cfg, workload, profile, path: str) -> int:
     """Replay against --endpoint once, judge the profile on the replay."""
-    from batchlab.experiments.validation import endpoint, profile_source, render
-    from batchlab.experiments.validation.judge import Judge
+    from batchlab.experiments.validation import endpoint  # lazy: httpx, only with --endpoint
 
     info = profile_source.describe(path, profile)
     judge = Judge.of(profile, info)
@@ -141,7 +137,6 @@ def judge_endpoint(args: argparse.Namespace, cfg, workload, profile, path: str) 
     judged = judge.cell(side, info.as_dict())
     judgement = judge.report([judged])
     if args.out:
-        from batchlab.experiments.validation.output import write_endpoint
         write_endpoint(args.out, cfg.model_dump(), judged, judgement)
     if args.format == "json":
         print(to_json(judgement.as_dict()))
@@ -159,8 +154,7 @@ WITH_REAL = {"real", "pr_path", "format", "out", "no_progress", "func", "command
 
 def judge_stored(args: argparse.Namespace) -> int:
     """validate --real: the profile judged on stored real runs, without serving again."""
-    from batchlab.experiments.validation import profile_source, render, stored
-    from batchlab.experiments.validation.judge import Judge
+    from batchlab.experiments.validation import stored  # lazy: scipy.optimize (calibration), only with --real
 
     parser = argparse.ArgumentParser()  # validate's own options, for their defaults and flags
     subparsers = parser.add_subparsers(dest="command")

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from batchlab.core.workload import WorkloadConfig, build_workload
+from batchlab.core.workload import WorkloadConfig, build_workload, format_stats, workload_stats, write_trace
 from batchlab.experiments.config import build_config, read_toml
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import name_flag
+from batchlab.experiments.output import to_json
 from batchlab.experiments.workload_options import add_workload_options, workload_overrides
+from batchlab.experiments.workload_plot import check_plot_path, plot
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,11 +62,7 @@ def workload_config(args: argparse.Namespace) -> WorkloadConfig:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from batchlab.core.workload import format_stats, workload_stats
-    from batchlab.experiments.output import to_json
-
     if args.plot:
-        from batchlab.experiments.workload_plot import check_plot_path
         check_plot_path(args.plot)  # before the work, not after it
     w = build_workload(workload_config(args))
     s = workload_stats(w)
@@ -74,15 +72,12 @@ def stats(args: argparse.Namespace) -> int:
         print(f"workload: {w.describe()}\n")
         print(format_stats(s))
     if args.plot:
-        from batchlab.experiments.workload_plot import plot
         plot(w, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
 
 
 def convert(args: argparse.Namespace) -> int:
-    from batchlab.core.workload import write_trace
-
     w = build_workload(workload_config(args))
     write_trace(w, args.output)
     print(f"wrote {len(w)} requests to {args.output}", file=sys.stderr)

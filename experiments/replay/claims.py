@@ -7,10 +7,7 @@ ignore_eos and no speculative decoding); a server that packs several tokens in a
 is reported as such, not silently re-counted."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from batchlab.experiments.replay.client import Outcome
+from batchlab.experiments.replay.outcome import Outcome
 
 
 def _count(value: object) -> int | None:

@@ -19,7 +19,7 @@ import numpy as np
 from batchlab.core.metrics import REQUEST_COLUMNS
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
-from batchlab.experiments.replay.client import Outcome
+from batchlab.experiments.replay.outcome import Outcome
 from batchlab.experiments.replay.sender import Replay
 
 NO_STEPS = {"num_steps": 0, "seat_fraction": 0.0, "kv_fraction": 0.0, "preemptions": 0}

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+from tqdm import tqdm
 
 from batchlab.core.workload import Workload
-from batchlab.experiments.replay.client import Outcome, send
+from batchlab.experiments.replay.client import send
+from batchlab.experiments.replay.outcome import Outcome
 from batchlab.experiments.replay.prompts import completion_body, prompt_ids
 
 
@@ -87,7 +89,6 @@ async def _warm_up(client: httpx.AsyncClient, target: Target) -> None:
 
 def replay(workload: Workload, target: Target, *, time_scale: float = 1.0,
            progress: bool = False) -> Replay:
-    from tqdm import tqdm
     rep = Replay()
     with tqdm(total=len(workload), unit="req", desc="batchlab replay", disable=not progress,
               dynamic_ncols=True, mininterval=0.5) as bar:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlparse
 
+import httpx
+
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.replay.options import API_KEY_ENV
 from batchlab.experiments.replay.sender import Target
@@ -23,7 +25,6 @@ def api_base(endpoint: str) -> str:
 
 def served_model(base: str, headers: dict[str, str], timeout_s: float = 10.0) -> str:
     """The first model the server lists; a one-line error if it cannot say."""
-    import httpx
     try:
         r = httpx.get(f"{base}/models", headers=headers, timeout=timeout_s, trust_env=False)
     except httpx.HTTPError as e:

@@ -2,7 +2,8 @@
 user set them, else the preset's own."""
 from __future__ import annotations
 
-from batchlab.core.specs import ModelSpec, canonical_dtype, with_dtypes
+from batchlab.core.model.presets import canonical_dtype, with_dtypes
+from batchlab.core.model.spec import ModelSpec
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.schedulers import SCHEDULERS
 from batchlab.core.schedulers.chunked import ChunkedPrefillScheduler
-from batchlab.core.specs import HardwareSpec
+from batchlab.core.model.hardware import HardwareSpec
 
 LARGE_GPU_BYTES = 70 * 2**30
 

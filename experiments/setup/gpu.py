@@ -1,28 +1,30 @@
 """The GPU-profile setup: a GPU preset priced by the GPU cost form with constants fitted on
-measured operators (core/gpu_profile.py): the preset's shipped profile, or the nearest
+measured operators (core/cost/gpu_profile.py): the preset's shipped profile, or the nearest
 measured GPU's scaled by datasheet ratios. The roofline setup stays for `--cost roofline`,
 for a roofline constant the user gives, and where no profile is shipped.
 
 Mixtures of experts, latent attention, sliding windows and PP/EP/DP-attention layouts are
-priced by the same profile (core/gpu_cost_deployed.py); their KV capacity is the
-deployment's (core/deployment_cost.py deployment_kv_blocks: the hybrid allocator's rule)."""
+priced by the same profile (core/cost/gpu_deployment.py); their KV capacity is the
+deployment's (core/cost/deployment.py deployment_kv_blocks: the hybrid allocator's rule)."""
 from __future__ import annotations
 
-from batchlab.core.cost import CostModel, allreduces_per_step, is_plain, kv_capacity_blocks
-from batchlab.core.deployment_cost import allreduces_per_step as deployment_allreduces
-from batchlab.core.deployment_cost import model_terms
-from batchlab.core.gpu_profile import Collectives
-from batchlab.core.layout import Layout
-from batchlab.core.model_spec import ModelSpec
-from batchlab.core.gpu_profile import (GpuProfile, GpuProfileError, load_gpu_profile, scaled_to,
-                                       shipped_gpu_profiles)
-from batchlab.core.knobs import Knob
-from batchlab.core.specs import HARDWARE, HardwareSpec, lookup_model
+from batchlab.core.cost.dispatch import is_plain
+from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.roofline import allreduces_per_step
+from batchlab.core.cost.deployment import allreduces_per_step as deployment_allreduces
+from batchlab.core.cost.deployment import model_terms
+from batchlab.core.cost.gpu_profile import Collectives
+from batchlab.core.model.layout import Layout
+from batchlab.core.model.spec import ModelSpec
+from batchlab.core.cost.gpu_profile import GpuProfile, GpuProfileError, load_gpu_profile, scaled_to, shipped_gpu_profiles
+from batchlab.core.cost.knobs import Knob
+from batchlab.core.model.hardware import HARDWARE, HardwareSpec
+from batchlab.core.model.presets import lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.dtypes import served_model
 from batchlab.experiments.setup.meta import SetupMeta
-from batchlab.experiments.setup.roofline import warn_if_kv_cannot_fit
+from batchlab.experiments.setup.roofline import kv_blocks
 
 # Giving one of these asks for the roofline (cost = auto).
 ROOFLINE_FIELDS = ("mem_efficiency", "compute_efficiency", "step_overhead_s", "allreduce_latency_s")
@@ -92,13 +94,9 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
         model, weights, kv = served_model(cfg, lookup_model(cfg.model.name))
         layout = h.layout()
         cost = profile.cost(model, layout, hw)
-        blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization,
-            layout=layout, max_num_seqs=cfg.scheduler.max_num_seqs)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if cfg.scheduler.num_kv_blocks:
-        warn_if_kv_cannot_fit(cfg, model, hw)
+    blocks = kv_blocks(cfg, model, hw)
     held = profile.heldout
     regions = ", ".join(f"{r} {s.median:.1%}" for r, s in held.by_region.items())
     p = profile.params

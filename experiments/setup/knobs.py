@@ -1,4 +1,4 @@
-"""The knobs of a configuration's price (core/knobs.py Knob records) and the configuration
+"""The knobs of a configuration's price (core/cost/knobs.py Knob records) and the configuration
 with knobs moved: what `capacity --sensitivity` varies, without knowing which cost form
 it varies.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from batchlab.core.knobs import Knob
+from batchlab.core.cost.knobs import Knob
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.gpu import gpu_knobs, wants_roofline
@@ -68,7 +68,7 @@ class RooflineKnobs:
 class GpuProfileKnobs:
     """A GPU preset priced by a GPU profile (experiments/setup/gpu.py): every constant the
     profile fitted or assumed, over the range its standard error and held-out error allow
-    (core/gpu_profile.py GpuProfile.knobs). Moved values travel in the config's [hardware]
+    (core/cost/gpu_profile.py GpuProfile.knobs). Moved values travel in the config's [hardware]
     knobs table, which the GPU setup applies to the profile."""
 
     def applies(self, cfg: ExperimentConfig) -> bool:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from batchlab.core.specs import MODELS
+from batchlab.core.model.presets import MODELS
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.setup.meta import SetupMeta
 
 if TYPE_CHECKING:
-    from batchlab.core.cost import CostModel
+    from batchlab.core.cost.form import CostModel
 
 
 def _same_model(name: str, profile) -> bool:
@@ -32,7 +32,7 @@ def profile_setup(cfg: ExperimentConfig, model_named: bool = False,
     (model_named, hardware_named: by flag or config file) or a tensor parallelism that
     contradicts the profile is an error; cfg is updated to the model and device the
     profile prices, so that config.json records what was simulated."""
-    from batchlab.core.profile import ProfileError, load_profile  # only when a profile is used
+    from batchlab.core.cost.profile import load_profile, ProfileError  # lazy: only with --profile
 
     where = str(cfg.profile.path)
     try:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from batchlab.core.cost import CostModel, allreduces_per_step, is_plain, kv_capacity_blocks, roofline
-from batchlab.core.deployment_cost import allreduces_per_step as deployment_allreduces
-from batchlab.core.deployment_cost import deployment_terms
-from batchlab.core.specs import HardwareSpec, ModelSpec, lookup_model
+from batchlab.core.cost.dispatch import is_plain, kv_capacity_blocks, roofline
+from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.roofline import allreduces_per_step
+from batchlab.core.cost.deployment import allreduces_per_step as deployment_allreduces
+from batchlab.core.cost.deployment import deployment_terms
+from batchlab.core.model.hardware import HardwareSpec
+from batchlab.core.model.presets import lookup_model
+from batchlab.core.model.spec import ModelSpec
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.dtypes import served_model
@@ -27,13 +31,9 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
         layout = h.layout()
         cost = roofline(model, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
                         h.step_overhead_s, h.allreduce_latency_s, layout=layout)
-        blocks = cfg.scheduler.num_kv_blocks or kv_capacity_blocks(
-            model, hw, h.tensor_parallel, cfg.scheduler.block_size, h.gpu_memory_utilization,
-            layout=layout, max_num_seqs=cfg.scheduler.max_num_seqs)
     except ValueError as e:
         raise UserError(str(e)) from None
-    if cfg.scheduler.num_kv_blocks:
-        warn_if_kv_cannot_fit(cfg, model, hw)
+    blocks = kv_blocks(cfg, model, hw)
     latency = hw.allreduce_latency_s if h.allreduce_latency_s is None else h.allreduce_latency_s
     meta = SetupMeta(model=model.name, hardware=hw.name, tensor_parallel=h.tensor_parallel,
                      cost_model="roofline", max_context=model.max_context,
@@ -51,13 +51,31 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
     return cost, blocks, meta
 
 
+def kv_blocks(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> int:
+    """The KV pool in blocks (every setup's): [scheduler] num_kv_blocks where given, warned
+    about where the memory cannot hold it, else what [hardware] gpu_memory_utilization of
+    the memory holds after the weights (UserError where the weights leave none)."""
+    if cfg.scheduler.num_kv_blocks:
+        warn_if_kv_cannot_fit(cfg, model, hw)
+        return cfg.scheduler.num_kv_blocks
+    try:
+        return _capacity(cfg, model, hw, cfg.hardware.gpu_memory_utilization)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _capacity(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec, utilization: float) -> int:
+    h, sc = cfg.hardware, cfg.scheduler
+    return kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, utilization,
+                              layout=h.layout(), max_num_seqs=sc.max_num_seqs)
+
+
 def warn_if_kv_cannot_fit(cfg: ExperimentConfig, model: ModelSpec, hw: HardwareSpec) -> None:
     """A KV pool given in blocks is the user's call, but one larger than all the memory
     the weights leave would price steps for memory the hardware does not have."""
     h, sc = cfg.hardware, cfg.scheduler
     try:
-        most = kv_capacity_blocks(model, hw, h.tensor_parallel, sc.block_size, 1.0,
-                                  layout=h.layout(), max_num_seqs=sc.max_num_seqs)
+        most = _capacity(cfg, model, hw, 1.0)
     except ValueError:
         most = 0  # the weights alone fill the memory
     if sc.num_kv_blocks > most:

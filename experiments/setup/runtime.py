@@ -10,7 +10,7 @@ def load_runtime(cfg: ExperimentConfig):
     """The backend Runtime for cfg.model; a one-line error without torch, or for a
     checkpoint transformers cannot read."""
     try:
-        from batchlab.backend.runtime import Runtime
+        from batchlab.backend.runtime import Runtime  # lazy: torch, only when serving
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"the backend needs torch and transformers ({e}); "
                         "install batchlab[backend]") from None

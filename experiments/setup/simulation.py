@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError

@@ -7,16 +7,18 @@ The format of a study
   plan (what it serves: constants, PARAMS by size "full"/"small", workload builders), the
   simulation half, the backend half (`--backend`: functions that import torch, via
   common_backend, only inside themselves, so the module imports without torch), the
-  figures, the report, and last `run`, registered:
+  figures, the report, and last `run`, registered with its backend half and report
+  (output.py register_study, which makes run(out_dir, size, backend, quiet) from them):
 
-      @register(NAME, "one line for --list", backend=True, report=report)
-      def run(out_dir, size="full", backend=False, quiet=False) -> dict:
-          study = StudyRun(NAME, out_dir, size, backend, quiet)   # output.py
+      @register_study(NAME, "one line for --list", PARAMS, _serve, report)
+      def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:  # p: PARAMS[size]
           ...                                  # RowLog CSVs, study.progress(...)
-          result = {"name": NAME, "size": size, ..., "files": [csv, *fg.filenames(figures)]}
-          return study.finish(result, figures, report)
+          return {..., "files": [csv, *fg.filenames(figures)]}, figures
 
-  `result` holds what was measured and is JSON-able (numbers, strings, lists, dicts with
+  register_study adds "name" and "size", the backend half's result (`_serve(out_dir,
+  size, progress) -> (dict, figures)`) under "backend" with --backend, and ends the run
+  (StudyRun.finish). A study without that shape (fidelity) calls registry.register and
+  StudyRun itself. `result` holds what was measured and is JSON-able (numbers, strings, lists, dicts with
   string keys): it is returned (`--format json`), written as study.json and is all the
   report reads. finish() draws the figures, writes report.md and study.json, and adds the
   elapsed time and `provenance` (date, command, machine: CPU, Python, numpy, and torch's

@@ -22,8 +22,7 @@ from batchlab.core.workload import Workload
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.templates import template
 
 NAME = "batching"
@@ -134,7 +133,7 @@ def _batch_axes(panels: tuple[fg.Panel, ...], ticks: list[int]) -> None:
 
 def decode_steps(runtime, batch: int, steps: int) -> np.ndarray:
     """Seconds of each full decode step of `batch` sequences (after WARM of them)."""
-    from batchlab.backend.driver import run_workload
+    from batchlab.backend.driver import run_workload  # lazy: torch (the --backend half)
     out = steps + WARM + 1  # +1: the prefill step samples the first token
     w = Workload(np.zeros(batch), np.full(batch, PROMPT), np.full(batch, out),
                  description=[f"{batch} requests at t=0, prompt {PROMPT}, reply {out} tokens"])
@@ -148,6 +147,7 @@ def decode_steps(runtime, batch: int, steps: int) -> np.ndarray:
 
 def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """Time decode steps per model and batch size. Needs torch and transformers."""
+    # lazy: torch (the --backend half)
     from batchlab.experiments.studies.common_backend import THREADS, runtime as shared_runtime
     p = pick(BACKEND_PARAMS, size)
     models = []
@@ -253,12 +253,10 @@ def _backend_report(b: dict) -> str:
                slow_two=" " + tpl("slow-two", models=", ".join(slow2)) if slow2 else "")
 
 
-@register(NAME, "claim 1: decode step time and tokens/s vs batch size (1 vs 8, where the "
+@register_study(NAME, "claim 1: decode step time and tokens/s vs batch size (1 vs 8, where the "
                 "curve bends), roofline on GPU presets; --backend times the CPU torch backend",
-          backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     sweeps = []
     with RowLog(study.out_dir / "roofline.csv", COLUMNS) as log:
         for hw in p["hardware"]:
@@ -267,11 +265,6 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             study.progress(f"{hw}: step 1 -> 8 sequences x{s['step_ratio_8_vs_1']:.2f} time, "
                            f"x{s['speedup_8_vs_1']:.2f} tokens/s")
     figures = [_roofline_figure(sweeps)]
-    result = {"name": NAME, "size": size, "model": MODEL, "context": CONTEXT,
-              "roofline": [{k: v for k, v in s.items() if k != "rows"} for s in sweeps],
-              "files": ["roofline.csv", figures[0].filename]}
-    if backend:
-        result["backend"], more = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-        figures += more
-    return study.finish(result, figures, report)
+    return {"model": MODEL, "context": CONTEXT,
+            "roofline": [{k: v for k, v in s.items() if k != "rows"} for s in sweeps],
+            "files": ["roofline.csv", figures[0].filename]}, figures

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from batchlab.core import atomic
-from batchlab.core.cost import CostModel
-from batchlab.core.specs import ModelSpec, lookup_model
+from batchlab.core.cost.form import CostModel
+from batchlab.core.model.presets import lookup_model
+from batchlab.core.model.spec import ModelSpec
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import roofline_setup
 from batchlab.experiments.setup.meta import SetupMeta

@@ -25,8 +25,13 @@ from batchlab.experiments.studies.common import command_line, pick
 from batchlab.experiments.studies.output import StudyRun
 from batchlab.experiments.studies.registry import register
 from batchlab.experiments.studies.templates import template
+from batchlab.experiments.validation import profile_source
+from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.numbers import drifts, speeds
+from batchlab.experiments.validation.output import ValidationWriter, figures as cell_figures
+from batchlab.experiments.validation.per_step import describe as describe_per_step
 from batchlab.experiments.validation.records import JudgedCell, KindRow, PerStep, ProfileInfo, Totals
+from batchlab.experiments.validation.sources import serve_here
 
 NAME = "fidelity"
 MODEL, THREADS, SEATS, KV_MEMORY = "batchlab-tiny", 1, 32, "32MiB"
@@ -84,11 +89,7 @@ def _serve(study: StudyRun, size: str, profile: str | None, sources: dict[str, s
            ) -> tuple[dict, list[fg.Figure]]:
     """Calibrate (or load the profile), serve and judge every cell: the result's measured
     part, and the CDF figures of every cell."""
-    from batchlab.backend.runtime import Runtime
-    from batchlab.experiments.validation import profile_source
-    from batchlab.experiments.validation.judge import Judge
-    from batchlab.experiments.validation.output import ValidationWriter, figures
-    from batchlab.experiments.validation.sources import serve_here
+    from batchlab.backend.runtime import Runtime  # lazy: torch (the served half)
 
     p = pick(SIZES, size)
     configs = {s.name: workload_config(s, size, sources) for s in SHAPES}
@@ -107,7 +108,7 @@ def _serve(study: StudyRun, size: str, profile: str | None, sources: dict[str, s
             judged.append(judge.cell(side, info.as_dict()))
             shape_of.append(shape.name)
             writer.add(judged[-1], judge.report([j for j, s in zip(judged, shape_of) if s == shape.name]))
-            drawn += [replace(f, filename=f"cells/{shape.name}/{f.filename}") for f in figures(judged[-1])]
+            drawn += [replace(f, filename=f"cells/{shape.name}/{f.filename}") for f in cell_figures(judged[-1])]
             c = judged[-1].cell
             v = c.totals.verdicts
             study.progress(f"{shape.name:12s} {policy:10s} {v.ok} ok, {v.miss} miss, {v.undecidable} undecidable, "
@@ -215,7 +216,6 @@ def lean_sentence(fast: int, latency: int) -> str:
 
 def report(r: dict) -> str:
     """report.md from the study's result (live, or read back from study.json)."""
-    from batchlab.experiments.validation.per_step import describe as describe_per_step
 
     cells = [(c["workload"], JudgedCell.model_validate(c)) for c in r["cells"]]
     t, profile = Totals.model_validate(r["totals"]), ProfileInfo.model_validate(r["profile"])

@@ -22,8 +22,7 @@ from batchlab.core.workload.lengths import LengthSpec
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import fmt, table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.slo_search import ABS_TOL, REL_TOL, max_rate
 from batchlab.experiments.studies.templates import template
 from batchlab.sim import simulate
@@ -358,12 +357,11 @@ def _backend_report(b: dict, study: dict) -> str:
                cdf_rate=cdf_rate(sweep))
 
 
-@register(NAME, "claim 4: TTFT/TPOT p50 and p99 vs request rate for static, continuous and "
+@register_study(NAME, "claim 4: TTFT/TPOT p50 and p99 vs request rate for static, continuous and "
                 "chunked; max rate under TTFT p99 < 2 s and TPOT p99 < 100 ms (bisection); "
-                "--backend sweeps rates on the CPU torch backend", backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
+                "--backend sweeps rates on the CPU torch backend",
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     sweep: dict[str, list[dict]] = {}
     limits: dict[str, dict] = {}
     with RowLog(study.out_dir / "sweep.csv", COLUMNS) as log:
@@ -380,13 +378,8 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             study.progress(f"{policy}: sustains {found.rate:.2f} req/s under the SLO "
                            f"(fails at {found.failing:.2f}, {len(found.evaluations)} searches)")
     figures = _figures(sweep, limits, runner.samples)
-    result = {"name": NAME, "size": size, "setup": setup_line(runner.meta),
-              "workload": runner.workload(1.0).describe().replace("1 req/s", "R req/s"),
-              "seats": SEATS, "slo": SLO_SPEC.model_dump(exclude_none=True),
-              "tolerance": {"abs_req_s": ABS_TOL, "rel": REL_TOL}, "max_rate": limits,
-              "sweep": sweep, "elapsed_s": 0.0, "files": ["sweep.csv", *fg.filenames(figures)]}
-    if backend:
-        result["backend"], more = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-        figures += more
-    return study.finish(result, figures, report)
+    return {"setup": setup_line(runner.meta),
+            "workload": runner.workload(1.0).describe().replace("1 req/s", "R req/s"),
+            "seats": SEATS, "slo": SLO_SPEC.model_dump(exclude_none=True),
+            "tolerance": {"abs_req_s": ABS_TOL, "rel": REL_TOL}, "max_rate": limits,
+            "sweep": sweep, "elapsed_s": 0.0, "files": ["sweep.csv", *fg.filenames(figures)]}, figures

@@ -15,11 +15,16 @@ import numpy as np
 
 from batchlab.experiments.figures import Figure
 from batchlab.experiments.output import to_json
-from batchlab.experiments.studies.common import Progress, command_line
+from batchlab.experiments.studies.common import Progress, command_line, pick
+from batchlab.experiments.studies.registry import RunFn, register
 from batchlab.core import atomic
 from batchlab.core.cpu_name import cpu_name
 
 ReportFn = Callable[[dict], str]
+# The simulation half: (the result's fields, its figures) from the run and the size's PARAMS.
+SimFn = Callable[["StudyRun", dict], "tuple[dict, list[Figure]]"]
+# The --backend half: (result["backend"], its figures) from the output folder, size, progress.
+ServeFn = Callable[[Path, str, Progress], "tuple[dict, list[Figure]]"]
 
 
 class StudyRun:
@@ -56,3 +61,24 @@ def provenance(command: str) -> dict:
                        gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "machine": machine}
+
+
+def register_study(name: str, description: str, params: dict[str, dict], serve: ServeFn,
+                   report: ReportFn) -> Callable[[SimFn], RunFn]:
+    """Register (registry.register) a study with a --backend variant, its
+    run(out_dir, size, backend, quiet) made here from its two halves: the size's params
+    picked, the StudyRun opened, the simulation half run, the backend half served under
+    result["backend"] if asked, and the end (StudyRun.finish)."""
+    def deco(simulate: SimFn) -> RunFn:
+        def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
+            p = pick(params, size)
+            this = StudyRun(name, out_dir, size, backend, quiet)
+            fields, figures = simulate(this, p)
+            result = {"name": name, "size": size, **fields}
+            if backend:
+                result["backend"], more = serve(this.out_dir, size, this.progress)
+                result["files"] += result["backend"]["files"]
+                figures = [*figures, *more]
+            return this.finish(result, figures, report)
+        return register(name, description, backend=True, report=report)(run)
+    return deco

@@ -17,15 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.kv import blocks_for
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.templates import template
 from batchlab.sim import simulate
 
@@ -116,9 +115,9 @@ def _figure(rows: dict) -> fg.Figure:
                      "continuous", width=3.6, height=3.6)
 
 
-def _serve(out_dir: Path, size: str, progress: Progress) -> dict:
+def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """The reduced grid served by batchlab-tiny on the CPU. Needs torch and transformers."""
-    from batchlab.experiments.studies.common_backend import machine, serve
+    from batchlab.experiments.studies.common_backend import machine, serve  # lazy: torch (the --backend half)
     p = pick(BACKEND_PARAMS, size)
     w = workload(p["requests"], p["prompt"], p["output"], users=None)
     rows = {}
@@ -140,7 +139,7 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> dict:
                      f"{row['output_throughput']:.0f} tok/s, {row['preemptions']} preemptions")
     return {"machine": machine(), "workload": w.describe(), "pool": f"{p['blocks']} blocks of "
             f"{p['block']} tokens ({p['blocks'] * p['block']} tokens)", "seats": p["seats"],
-            "rows": rows, "files": ["backend_results.csv"]}
+            "rows": rows, "files": ["backend_results.csv"]}, []  # no figures of its own
 
 
 CELLS = (("batching", "batching", None), ("KV", "kv_allocation", None),
@@ -167,12 +166,11 @@ def report(r: dict) -> str:
                backend=tpl("backend", b=b, table=table_of(b["rows"].values(), BACKEND_CELLS)) if b else "") + "\n"
 
 
-@register(NAME, "paging vs continuous batching, independent: static/continuous x reserved/paged "
+@register_study(NAME, "paging vs continuous batching, independent: static/continuous x reserved/paged "
                 "KV: sequences that fit, throughput, TTFT, preemptions; --backend: a reduced "
-                "grid on the CPU torch backend", backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
+                "grid on the CPU torch backend",
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     cost, blocks, meta, _ = preset(MODEL, HARDWARE, block_size=BLOCK, num_kv_blocks=p["blocks"])
     w = workload(p["requests"], PROMPT, OUTPUT, p["users"])
     rows = {}
@@ -184,9 +182,5 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
             study.progress(f"{label(batching, allocation)}: {r['mean_concurrency']:.1f} concurrent, "
                            f"{r['output_throughput']:.0f} tok/s, {r['preemptions']} preemptions")
     figures = [_figure(rows)]
-    result = {"name": NAME, "size": size, "setup": setup_line(meta), "workload": w.describe(),
-              "seats": p["seats"], "rows": rows, "files": ["results.csv", figures[0].filename]}
-    if backend:
-        result["backend"] = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-    return study.finish(result, figures, report)
+    return {"setup": setup_line(meta), "workload": w.describe(),
+            "seats": p["seats"], "rows": rows, "files": ["results.csv", figures[0].filename]}, figures

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import LinearCostModel
+from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.result import RunResult
 from batchlab.core.summary import SLO
 from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload
@@ -21,8 +21,7 @@ from batchlab.core.workload.transforms import set_rate
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import fmt, table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.slo_search import max_rate
 from batchlab.experiments.studies.templates import template
 from batchlab.sim import simulate
@@ -95,10 +94,10 @@ def _figures(fixed: dict, limits: dict, routing: dict) -> list[fg.Figure]:
                       height=4.0)]
 
 
-def _serve(out_dir: Path, size: str, progress: Progress) -> dict:
+def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """A small multi-turn chat served by batchlab-tiny on the CPU, and simulated. Needs
     torch and transformers."""
-    from batchlab.experiments.studies.common_backend import machine, serve
+    from batchlab.experiments.studies.common_backend import machine, serve  # lazy: torch (the --backend half)
     p = pick(BACKEND_PARAMS, size)
     w = build_workload(WorkloadConfig(
         source="multiturn", num_requests=p["requests"], rate=p["rate"], turns=4, turn_gap_s=1.5,
@@ -114,7 +113,7 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> dict:
             progress(f"backend study, {world}: hit rate {s['prefix_cache_hit_rate']:.1%}")
     return {"machine": machine(), "workload": w.describe(),
             "pool": f"{p['blocks']} blocks of 16 tokens", "rows": rows,
-            "files": ["backend_results.csv"]}
+            "files": ["backend_results.csv"]}, []  # no figures of its own
 
 
 def report(r: dict) -> str:
@@ -137,12 +136,11 @@ def report(r: dict) -> str:
                multiturn_off=fmt(r["max_rate"]["multiturn, caching off"], "{:.2f}"), backend=backend) + "\n"
 
 
-@register(NAME, "prefix caching on Mooncake and multi-turn chat: TTFT p50/p99, throughput and "
+@register_study(NAME, "prefix caching on Mooncake and multi-turn chat: TTFT p50/p99, throughput and "
                 "max rate under an SLO with and without it; prefix-aware vs least-loaded routing "
-                "on 4 replicas; --backend: real hit rate beside the simulation's", backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
+                "on 4 replicas; --backend: real hit rate beside the simulation's",
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     cost, blocks, meta, _ = preset(MODEL, HARDWARE)
     fixed, limits, routing = {}, {}, {}
     with RowLog(study.out_dir / "results.csv", COLUMNS) as log:
@@ -168,11 +166,7 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
                 study.progress(f"{kind} on {p['replicas']} replicas, {router}: hit rate "
                                f"{row['prefix_cache_hit_rate']:.1%}, TTFT p99 {row['p99_ttft_ms']:.0f} ms")
     figures = _figures(fixed, limits, routing)
-    result = {"name": NAME, "size": size, "setup": setup_line(meta), "policy": POLICY,
-              "workloads": {k: workload(k, p["n"][k], p["rate"][k]).describe() for k in KINDS},
-              "slo": SLO_SPEC.model_dump(exclude_none=True), "fixed": fixed, "max_rate": limits,
-              "routing": routing, "replicas": p["replicas"], "files": ["results.csv", *fg.filenames(figures)]}
-    if backend:
-        result["backend"] = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-    return study.finish(result, figures, report)
+    return {"setup": setup_line(meta), "policy": POLICY,
+            "workloads": {k: workload(k, p["n"][k], p["rate"][k]).describe() for k in KINDS},
+            "slo": SLO_SPEC.model_dump(exclude_none=True), "fixed": fixed, "max_rate": limits,
+            "routing": routing, "replicas": p["replicas"], "files": ["results.csv", *fg.filenames(figures)]}, figures

@@ -20,8 +20,7 @@ from batchlab.core.workload import Workload
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.seats import SeatTracker, utilisation_over_time
 from batchlab.experiments.studies.templates import template
 from batchlab.sim import simulate
@@ -148,7 +147,7 @@ def _figures(runs: dict, trackers: dict, long_ids: frozenset[int], seats: int) -
 # -- the real backend (--backend) --------------------------------------------------------
 
 def _measure(world: str, policy: str, res: RunResult, tracker: SeatTracker, seats: int) -> dict:
-    from batchlab.experiments.studies.common_backend import decode_step_ms
+    from batchlab.experiments.studies.common_backend import decode_step_ms  # lazy: torch (the --backend half)
     s, st, req = res.summary(), res.steps, res.requests
     dur, used = st["duration_s"], st["num_seqs"] / seats
     # Steady state: steps before the last request was admitted. After it, seats can only
@@ -166,6 +165,7 @@ def _measure(world: str, policy: str, res: RunResult, tracker: SeatTracker, seat
 def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """Each policy served once by batchlab-tiny on the CPU, then simulated on the same
     requests and KV pool. Needs torch and transformers."""
+    # lazy: torch (the --backend half)
     from batchlab.experiments.studies.common_backend import MODEL as REAL_MODEL, machine, serve
     p = pick(BACKEND_PARAMS, size)
     seats = p["seats"]
@@ -317,16 +317,10 @@ def _backend_report(b: dict, study: dict) -> str:
                table=table_of((x for both in rows.values() for x in both.values()), BACKEND_RESULTS))
 
 
-@register(NAME, "claim 2: 8 seats, one ~500-token reply among short ones: slot utilisation, "
+@register_study(NAME, "claim 2: 8 seats, one ~500-token reply among short ones: slot utilisation, "
                 "throughput and queueing delay of static vs continuous (and chunked); "
-                "--backend serves a reduced workload on the CPU torch backend", backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
+                "--backend serves a reduced workload on the CPU torch backend",
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     sim, figures = _simulate(study.out_dir, p, study.progress)
-    result = {"name": NAME, "size": size, **sim, "files": ["results.csv", *fg.filenames(figures)]}
-    if backend:
-        result["backend"], more = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-        figures += more
-    return study.finish(result, figures, report)
+    return {**sim, "files": ["results.csv", *fg.filenames(figures)]}, figures

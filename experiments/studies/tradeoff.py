@@ -21,8 +21,7 @@ from batchlab.core.workload import Workload
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import table_of
 from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
-from batchlab.experiments.studies.output import StudyRun
-from batchlab.experiments.studies.registry import register
+from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.templates import template
 from batchlab.sim import simulate
 
@@ -142,6 +141,7 @@ def _figure(by_policy: dict[str, list[dict]], title: str | None = None, limit_ms
 
 def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """The sweep served by batchlab-tiny on the CPU. Needs torch and transformers."""
+    # lazy: torch (the --backend half)
     from batchlab.experiments.studies.common_backend import MODEL as REAL_MODEL, machine, runtime, serve
     p = pick(BACKEND_PARAMS, size)
     cost, _, meta, _ = preset(MODEL, HARDWARE, block_size=BACKEND_BLOCK)  # for the schedule only
@@ -240,14 +240,13 @@ def _backend_report(b: dict, study: dict) -> str:
                kv=kv, past=past, tables=_tables(b["sweep"], BACKEND_SWEEP, " (real backend)"))
 
 
-@register(NAME, "claim 3: 1 ... hundreds of concurrent sequences: per-user vs total tokens/s, "
+@register_study(NAME, "claim 3: 1 ... hundreds of concurrent sequences: per-user vs total tokens/s, "
                 "TPOT crossing 100 ms, KV exhaustion (preemptions); --backend sweeps 1-128 "
-                "sequences on the CPU torch backend", backend=True, report=report)
-def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = False) -> dict:
-    p = pick(PARAMS, size)
-    study = StudyRun(NAME, out_dir, size, backend, quiet)
-    cost, blocks, meta, _ = preset(MODEL, HARDWARE)
+                "sequences on the CPU torch backend",
+                PARAMS, _serve, report)
+def run(study: StudyRun, p: dict) -> tuple[dict, list[fg.Figure]]:
     mean_prompt, mean_out = (PROMPT[0] + PROMPT[1]) / 2, (OUTPUT[0] + OUTPUT[1]) / 2
+    cost, blocks, meta, _ = preset(MODEL, HARDWARE)
     kv_users = blocks // blocks_for(math.ceil(mean_prompt + mean_out - 1), meta.block_size)
     # Compute ceiling: every request's prompt and reply tokens each cost flops_per_token.
     compute_ceiling = cost.peak_flops / (cost.flops_per_token * (mean_prompt + mean_out)) * mean_out
@@ -263,15 +262,10 @@ def run(out_dir: Path, size: str = "full", backend: bool = False, quiet: bool = 
                                f"{r['per_user_tokens_per_s']:5.1f} tok/s per user, TPOT p50 "
                                f"{r['median_tpot_ms']:6.1f} ms, {r['preemptions']} preemptions")
     figures = [_figure(by_policy)]
-    result = {"name": NAME, "size": size, "setup": setup_line(meta),
-              "workload": closed_loop(1, p["rounds"]).description[0].split(",", 1)[1].strip(),
-              "rounds": p["rounds"], "kv_users_estimate": kv_users,
-              "compute_ceiling_tokens_per_s": compute_ceiling,
-              "compute_efficiency": meta.compute_efficiency,
-              "landmarks": {pol: landmarks(rows) for pol, rows in by_policy.items()},
-              "sweep": by_policy, "files": ["sweep.csv", figures[0].filename]}
-    if backend:
-        result["backend"], more = _serve(study.out_dir, size, study.progress)
-        result["files"] += result["backend"]["files"]
-        figures += more
-    return study.finish(result, figures, report)
+    return {"setup": setup_line(meta),
+            "workload": closed_loop(1, p["rounds"]).description[0].split(",", 1)[1].strip(),
+            "rounds": p["rounds"], "kv_users_estimate": kv_users,
+            "compute_ceiling_tokens_per_s": compute_ceiling,
+            "compute_efficiency": meta.compute_efficiency,
+            "landmarks": {pol: landmarks(rows) for pol, rows in by_policy.items()},
+            "sweep": by_policy, "files": ["sweep.csv", figures[0].filename]}, figures

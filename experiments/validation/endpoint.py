@@ -14,6 +14,7 @@ import argparse
 
 from batchlab.core.workload import Workload
 from batchlab.experiments.errors import UserError, warn
+from batchlab.experiments.replay.measure import measure
 from batchlab.experiments.replay.results import failure_summary
 from batchlab.experiments.validation.sources import RealRun, RealSide
 
@@ -32,8 +33,6 @@ def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
 
 def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> tuple[RealSide, str]:
     """The one replay as a cell, and what failed in it ('' where nothing did)."""
-    from batchlab.experiments.replay.measure import measure
-
     schedulers = cfg.schedulers(profile.model.max_context)
     if len(schedulers) != 1:
         raise UserError(f"--endpoint validates the one scheduler the server runs; got "

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batchlab.core.cost import CostForm
-from batchlab.core.cost_at_speed import CostAtSpeed
+from batchlab.core.cost.form import CostForm
+from batchlab.core.cost.at_speed import CostAtSpeed
 from batchlab.core.front_end import FrontEnd
-from batchlab.core.loop_time import Overhead
+from batchlab.core.cost.loop_time import Overhead
 from batchlab.core.run_meta import MachineSpeed, RunMeta
 from batchlab.experiments.machine_speed import machine_speed
 from batchlab.experiments.run_labels import stability

@@ -5,14 +5,14 @@ headline's error with the machine's speed taken out: how well the cost model's s
 predicts, whatever the machine's mood."""
 from __future__ import annotations
 
-from batchlab.core.cost import CostForm
-from batchlab.core.cost_at_speed import CostAtSpeed
-from batchlab.core.loop_time import Overhead
+from batchlab.core.cost.form import CostForm
+from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import Overhead
 from batchlab.core.run_meta import MachineSpeed
 
 
 def normalised_cost(cost: CostForm, speed: MachineSpeed | None, loop: Overhead | None) -> CostAtSpeed:
-    """`cost` at a run's machine speed (core/cost_at_speed.py: a fitted model's memory
+    """`cost` at a run's machine speed (core/cost/at_speed.py: a fitted model's memory
     side x its factor and its FLOP terms x its compute factor, unmeasured: as profiled,
     since the two sides drift apart; another form: every step x the factor; no speed
     measured: as profiled), plus the profile's loop time between steps. Where the run

@@ -63,7 +63,7 @@ class ValidationWriter:
 
     def draw(self, j: Judged) -> list[Path]:
         """The cell's figures drawn into its folder (matplotlib loads here)."""
-        from batchlab.experiments.plots import draw
+        from batchlab.experiments.plots import draw  # lazy: matplotlib, only when a figure is drawn
         return [draw(f, self.dir) for f in figures(j)]
 
     def write_judgement(self, judgement: Validation) -> Path:

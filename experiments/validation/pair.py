@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
@@ -69,7 +69,7 @@ def _cpu_jiffies() -> tuple[float, float] | None:
 def run_real(runtime, workload: Workload, scheduler: SchedulerConfig, *, seed: int = 0,
              progress: bool = False, meta: dict | None = None) -> Run:
     """Serve `workload` on the backend at its arrival times (time scale 1)."""
-    from batchlab.backend.driver import run_workload  # torch only when a real run is asked for
+    from batchlab.backend.driver import run_workload  # lazy: torch, only when a real run is asked for
 
     batches: list[Batch] = []
     load0, cpu0, mach0, t0 = os.getloadavg()[0], time.process_time(), _cpu_jiffies(), time.perf_counter()

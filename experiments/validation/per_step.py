@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from batchlab.core.cost import CostForm
+from batchlab.core.cost.form import CostForm
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.features import FEATURE_NAMES
 from batchlab.experiments.markdown import fmt

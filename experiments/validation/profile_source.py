@@ -9,6 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from batchlab.core.cost.profile import ProfileError, load_profile, shipped_profiles
 from batchlab.core.cpu_name import cpu_name
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.validation.records import ProfileInfo
@@ -59,8 +60,6 @@ def shipped_match(runtime):
     same model shape, device kind, thread count and dtype, measured on a fit-for-use grid;
     (None, "") if none does. `batchlab run` without --profile measures the machine's speed
     against it."""
-    from batchlab.core.profile import ProfileError, load_profile, shipped_profiles
-
     for name in shipped_profiles():
         try:
             profile = load_profile(name)
@@ -103,14 +102,12 @@ def probe_around(device, needed: bool):
 def reference_probe(device) -> dict[str, float]:
     """The roofline probe of calibration (a 64 MiB read, a copy, a 512^3 matmul; ~0.1 s),
     timed outside a run: the machine's speed where no profile prices the setup."""
-    from batchlab.calibration.timing import measure_roofline
+    from batchlab.calibration.sweep.timing import measure_roofline  # lazy: torch, only around a real run
     return {k: (round(v, 3) if k == "load_average" else round(v, -6))
             for k, v in measure_roofline(device, mib=64, matmul_n=512).items()}
 
 
 def load(path: str):
-    from batchlab.core.profile import ProfileError, load_profile
-
     try:
         return load_profile(path)
     except ProfileError as e:
@@ -127,8 +124,8 @@ def calibrate_here(runtime, out_dir: Path | None):
     slower afterwards (measured on CPU: steady decodes +9%), so the real runs that follow
     are served as `batchlab run` serves them, in a process that has not."""
     try:
-        from batchlab.calibration import calibrate
-        from batchlab.calibration.fresh_process import run_fresh
+        from batchlab.calibration import calibrate  # lazy: torch, scipy; only to calibrate here
+        from batchlab.calibration.sweep.fresh_process import run_fresh  # lazy: as above
     except ImportError as e:
         raise UserError(f"no --profile given and calibration is unavailable ({e}); "
                         f"pass --profile FILE") from None

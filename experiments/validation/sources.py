@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload

@@ -29,7 +29,7 @@ def _clean(x: np.ndarray) -> np.ndarray:
 def ks(a: np.ndarray, b: np.ndarray) -> KsTest:
     """Two-sample KS: statistic (the largest gap between the two CDFs), p-value, and
     `same` (not rejected at ALPHA). NaN where a sample is empty."""
-    from scipy import stats  # here: scipy.stats cannot import where torch is blocked
+    from scipy import stats  # lazy: scipy.stats, which cannot import where torch is blocked
 
     a, b = _clean(a), _clean(b)
     if not a.size or not b.size:
@@ -42,7 +42,7 @@ def ks(a: np.ndarray, b: np.ndarray) -> KsTest:
 def tost(a: np.ndarray, b: np.ndarray, margin: float = MARGIN) -> TostTest:
     """Equivalence of a to b within +-margin, on log values (module docstring): ratio of
     geometric means a/b, the TOST p-value (the larger one-sided one) and `equivalent`."""
-    from scipy import stats
+    from scipy import stats  # lazy: scipy.stats, which cannot import where torch is blocked
 
     la, lb = np.log(_clean(a)), np.log(_clean(b))
     if la.size < 2 or lb.size < 2:

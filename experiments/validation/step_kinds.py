@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from batchlab.core.cost import CostForm, CostModel
+from batchlab.core.cost.form import CostForm, CostModel
 from batchlab.core.features import IDLE_GAP_S
 from batchlab.core.run_meta import MachineSpeed
 from batchlab.core.step_table import price, step_features

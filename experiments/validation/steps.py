@@ -16,7 +16,7 @@ from typing import Hashable
 import numpy as np
 
 from batchlab.core.batch import Batch
-from batchlab.core.cost import CostModel
+from batchlab.core.cost.form import CostModel
 from batchlab.core.step_table import price
 from batchlab.experiments.validation.records import DurationError, StepMatch
 

@@ -2,7 +2,7 @@
 validate --out` (and the fidelity study's cells/WORKLOAD folders, which it writes the same
 way) stored: DIR/config.json with the workload, DIR/POLICY/real, real_2, ... each with
 meta.json (the scheduler settings among them), summary.json and steps.csv, run folders
-read by core/run_folder.py (through calibration/served_runs.py, which keeps the real ones
+read by core/run_folder.py (through calibration/served/runs.py, which keeps the real ones
 with their step tables). What `validate --real` needs to simulate the identical request
 list again with another profile; folders of the simulated runs beside them (sim/,
 sim_normalised/, and the sim_overhead/, sim_scaled/, sim_selffit/ of older versions) are
@@ -15,11 +15,13 @@ from typing import Callable, TypeVar
 
 from pydantic import ValidationError
 
-from batchlab.calibration.served_runs import ServedRun, read_runs
+from batchlab.calibration.served.from_run import model_mismatch, setting_mismatches
+from batchlab.calibration.served.runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.run_folder import RunFolder, read_object
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
 from batchlab.experiments.errors import UserError, describe_validation_error, warn
+from batchlab.experiments.validation.records import Validation
 from batchlab.experiments.validation.sources import RealRun, RealSide
 
 
@@ -52,7 +54,7 @@ def _workload(directory: Path) -> Workload:
 
 
 def _stored(run: ServedRun) -> RealRun:
-    """A served run (calibration/served_runs.py) with the summary stored beside it."""
+    """A served run (calibration/served/runs.py) with the summary stored beside it."""
     return RealRun(str(run.where), run.meta, _user(run.source.summary), run.steps)
 
 
@@ -102,7 +104,6 @@ def _policies_ran(d: Path) -> list[str]:
     written = _object(path, d)
     if "cells" not in written:
         return list(written)
-    from batchlab.experiments.validation.records import Validation
     try:
         return [c.policy for c in Validation.model_validate(written).cells]
     except ValidationError as e:
@@ -135,8 +136,6 @@ def read_cells(directory: str | Path) -> list[RealSide]:
 def check_profile(cells: list[RealSide], profile, where: str) -> None:
     """The stored runs served the profile's model (else an error); another device, thread
     count or dtype is a warning, as validate warns."""
-    from batchlab.calibration.from_run import model_mismatch, setting_mismatches
-
     warned = set()
     for c in cells:
         for r in c.reals:

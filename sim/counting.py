@@ -1,0 +1,50 @@
+"""Counters for benchmarks and tests of the fast-forward: the events SimPy processes and
+the engine iterations a simulation takes, counted inside a `with` block."""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+import simpy
+
+import batchlab.sim.simulate  # noqa: F401  (the module, which the package's `simulate` function hides)
+
+simulate_module = sys.modules["batchlab.sim.simulate"]
+
+
+@contextmanager
+def counting_events() -> Iterator[list[int]]:
+    """Count the events SimPy processes inside the block (for benchmarks and tests of
+    fast-forward): `with counting_events() as n: ...; n[0]`."""
+    count = [0]
+    real_step = simpy.Environment.step
+
+    def step(env: simpy.Environment) -> None:
+        count[0] += 1
+        real_step(env)
+    simpy.Environment.step = step
+    try:
+        yield count
+    finally:
+        simpy.Environment.step = real_step
+
+
+@contextmanager
+def counting_decisions() -> Iterator[list[int]]:
+    """Count engine iterations (each records one step or one fast-forward run) of the
+    simulations run inside the block: the recorders' own count (compiled, their methods
+    cannot be wrapped)."""
+    module = simulate_module  # the package's `simulate` is the function
+    recorders, real = [], module.MetricsRecorder
+
+    def make(*args, **kw):
+        recorders.append(real(*args, **kw))
+        return recorders[-1]
+    count = [0]
+    module.MetricsRecorder = make
+    try:
+        yield count
+    finally:
+        module.MetricsRecorder = real
+        count[0] = sum(r.decisions for r in recorders)
