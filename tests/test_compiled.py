@@ -103,6 +103,16 @@ def test_compiled_and_pure_write_byte_identical_results(tmp_path, name):
     assert printed(compiled[1]) == printed(pure[1])
 
 
+def test_compiled_and_pure_list_the_same_policies(tmp_path):
+    """A compiled module keeps no docstring: the listings must not lean on one."""
+    if not _is_built():
+        pytest.skip("the hot path was not compiled at install: nothing to compare")
+    listed = [subprocess.run([sys.executable, "-m", "batchlab", "simulate", "--list-policies"],
+                             env=_env(pure), cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+              for pure in (False, True)]
+    assert listed[0] == listed[1] and "Chunked prefill" in listed[0]
+
+
 def test_a_source_changed_after_compiling_is_named_so_that_its_code_runs(tmp_path):
     """A checkout built in place: editing a hot module makes its extension stale."""
     (tmp_path / "setup.py").write_text("")

@@ -17,6 +17,8 @@ from batchlab.core.schedulers.base import Scheduler
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled: policies may extend it
 class ChunkedPrefillScheduler(Scheduler):
     name = "chunked"
+    # Compiled, a module keeps no docstring: the listings' line is said here too.
+    description = "Chunked prefill, vLLM-v1 / Sarathi-Serve style."
     fast_forward = True  # obeys the contract in base.py
     default_token_budget = 2048
 

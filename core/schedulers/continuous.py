@@ -17,6 +17,8 @@ from batchlab.core.schedulers.base import Scheduler
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled: policies may extend it
 class ContinuousScheduler(Scheduler):
     name = "continuous"
+    # Compiled, a module keeps no docstring: the listings' line is said here too.
+    description = "Continuous (iteration-level) batching, Orca / vLLM-v0 style."
     fast_forward = True  # obeys the contract in base.py
     default_token_budget = 8192
 
