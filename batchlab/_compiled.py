@@ -18,6 +18,8 @@ import sys
 # step features and the roofline (docs/results/2026-12-02-compiled.md).
 HOT = (
     "batchlab.core.request",
+    "batchlab.core.emission",
+    "batchlab.core.kv_home",
     "batchlab.core.batch",
     "batchlab.core.features",
     "batchlab.core.kv",

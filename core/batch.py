@@ -17,14 +17,15 @@ if TYPE_CHECKING:
 class Batch:
     """One step: sequence i processes tokens [starts[i], starts[i] + num_tokens[i]).
 
-    A prefill chunk has num_tokens >= 1 from wherever its prefill stands; a decode has
-    exactly one token, the last one generated. `preempted` lists sequences evicted
+    A prefill chunk has num_tokens >= 1 from wherever its prefill stands; a decode starts
+    at the last token generated and runs the emission's width (core/emission.py: that
+    one token without drafts). `preempted` lists sequences evicted
     (recompute) while forming this step; they are back in the waiting queue.
     (A plain class with its own __init__: compiled, a dataclass's stays interpreted, and
     a batch is made every decision.)"""
 
     __slots__ = ("seqs", "num_tokens", "starts", "preempted", "total_tokens", "sampled",
-                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh")
+                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh", "kv_loaded")
 
     def __init__(self) -> None:
         self.seqs: list[Sequence] = []
@@ -32,7 +33,7 @@ class Batch:
         self.starts: list[int] = []
         self.preempted: list[Sequence] = []
         self.total_tokens = 0
-        self.sampled: list[bool] = []  # set by Scheduler.complete
+        self.sampled: list[int] = []  # tokens each item emitted: set by Scheduler.complete
         # The first bulk_decodes items are decodes of running sequences, added in bulk by
         # the scheduler, so the hot loops need not check them item by item.
         self.bulk_decodes = 0
@@ -43,6 +44,9 @@ class Batch:
         self.group_decodes = 0
         self.group_kv = 0
         self.group_fresh: list[Sequence] = []
+        # Tokens of KV the admitted sequences load from elsewhere (core/kv_home.py):
+        # counted computed, not run; priced by the KV home, not the cost model.
+        self.kv_loaded = 0
 
     def __repr__(self) -> str:
         return (f"Batch({len(self.seqs)} items, {self.total_tokens} tokens, "
@@ -87,9 +91,10 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
         kv_read += s + c
         pairs += c * s + c * (c + 1) // 2
         masked += masked_pairs(c, s)
-        # A decode: one token, the last one generated.
-        if c == 1 and seq.num_generated > 0 and s == seq.request.prompt_len + seq.num_generated - 1:
-            decode += 1
+        # A decode: from the last token generated on, that token and the emission's
+        # drafts (core/emission.py; one token without drafts).
+        if seq.num_generated > 0 and s == seq.request.prompt_len + seq.num_generated - 1:
+            decode += c
         else:
             prefill_seqs += 1
             prefill += c

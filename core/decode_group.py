@@ -1,6 +1,7 @@
 """The running sequences that decode, kept lazily on one shared decode clock.
 
-In a decode step every decoding sequence gains one token, needs a new KV block every
+In a decode step every decoding sequence gains one token (a width-1 emission, core/emission.py:
+wider ones are never grouped), needs a new KV block every
 block_size tokens, and finishes after a known number of steps. Updating each one's
 counters every step costs O(batch) per step; the simulator (fast-forward mode) instead
 keeps them as a group with a clock `tick` (steps the group has decoded) and aggregates:

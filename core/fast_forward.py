@@ -1,10 +1,10 @@
 """Closed-form prices for runs of decode steps, so the simulator can advance over many
 steps at once and stay exactly equal to stepping one by one.
 
-During such a run every sequence of the batch decodes one token per step until it
-finishes: sequence i (c_i tokens cached before step 1, r_i tokens left to generate)
-takes part in steps 1..r_i and reads c_i + j KV slots at step j (its context and the
-new token). A step's shape is then the count n_j of sequences still running and the KV
+During such a run every sequence of the batch decodes one token per step (a width-1
+emission, core/emission.py) until it finishes: sequence i (c_i tokens cached before
+step 1, r_i tokens left to generate) takes part in steps 1..r_i and reads c_i + j KV
+slots at step j (its context and the new token). A step's shape is then the count n_j of sequences still running and the KV
 they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)"""
 from __future__ import annotations
 

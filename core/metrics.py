@@ -72,7 +72,8 @@ class MetricsRecorder:
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
                     seats: int, cached_blocks: int = 0) -> None:
-        """Call after Scheduler.complete (it sets batch.sampled). Tokens are stamped
+        """Call after Scheduler.complete (it sets batch.sampled: tokens each item
+        emitted, core/emission.py). Tokens are stamped
         `end` exactly (not start + duration), so the next step's start matches them.
         kv_blocks_used and cached_blocks (blocks holding a cached prefix, in use or
         not) as they stood when the step was formed."""
@@ -84,13 +85,17 @@ class MetricsRecorder:
             for seq in seqs[:b]:
                 seq.last_token = end
         for i in range(b, len(seqs)):
-            if batch.sampled[i]:
+            emitted = batch.sampled[i]
+            if emitted:
                 seq = seqs[i]
                 if seq.first_token < 0:
                     seq.first_token = end
                 else:
                     self.itl_gap.append(end - seq.last_token)
                     self.itl_count.append(1)
+                if emitted > 1:  # the rest arrived with it: gaps of 0, as a client sees them
+                    self.itl_gap.append(0.0)
+                    self.itl_count.append(emitted - 1)
                 seq.last_token = end
         self._maybe_fold()
         self._num_steps += 1

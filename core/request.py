@@ -108,7 +108,7 @@ class Sequence:
     __slots__ = ("request", "status", "num_computed", "num_generated", "block_table",
                  "admit_order", "decoding", "group_tick", "preemptions", "first_scheduled",
                  "first_token", "last_token", "finish", "reject_reason", "output_token_ids",
-                 "block_keys", "cached_tokens")
+                 "block_keys", "cached_tokens", "kv_elsewhere")
 
     def __init__(self, request: Request) -> None:
         self.request = request
@@ -117,7 +117,7 @@ class Sequence:
         self.num_generated = 0
         self.block_table: list[int] = []
         self.admit_order = -1  # set at each admission; larger = admitted more recently
-        self.decoding = False  # sampled since its last admission: each step now adds one token
+        self.decoding = False  # sampled since its last admission: each step now decodes (core/emission.py)
         self.group_tick = -1  # >= 0: counters kept lazily by a DecodeGroup since that tick
         self.preemptions = 0
         self.first_scheduled = -1.0
@@ -131,6 +131,9 @@ class Sequence:
         # found cached (vLLM's num_cached_tokens).
         self.block_keys: tuple[int, ...] | None = None
         self.cached_tokens = 0
+        # Tokens of its computed KV held off this replica while it waits (core/kv_home.py):
+        # admission loads them instead of computing them.
+        self.kv_elsewhere = 0
 
     def __repr__(self) -> str:
         return (f"Sequence(request={self.request.id}, status={self.status.name}, "

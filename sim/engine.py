@@ -126,6 +126,8 @@ class Replica:
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = now
                 took = cost.step_time(features)
+                if batch.kv_loaded:  # KV brought in from elsewhere: its home's price (core/kv_home.py)
+                    took += sched.kv_home.load_seconds(batch.kv_loaded)
                 if not moved_on(env, took):
                     yield env.timeout(took)
                 now = env._now

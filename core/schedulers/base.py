@@ -2,8 +2,13 @@
 
 Contract: `add(request, now)`, `schedule(now) -> Batch`, `complete(batch, now) ->
 finished`. Deterministic given its inputs: no wall clock, no unseeded randomness.
-KV blocks come from a BlockManager; running out means preemption by recompute
-(the victim frees all its blocks and re-prefills later), never an exception."""
+KV blocks come from a BlockManager; running out means preemption (the victim frees all
+its blocks; its KV home, core/kv_home.py, keeps what it keeps elsewhere, by default
+nothing: it re-prefills later), never an exception.
+
+One class on purpose, past 400 lines: compiled (mypyc), its hot methods call each other
+natively, and policies extend it as one native base (mixins would be called through
+Python)."""
 from __future__ import annotations
 
 import heapq
@@ -14,7 +19,9 @@ from mypy_extensions import mypyc_attr
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.decode_group import DecodeGroup
+from batchlab.core.emission import ONE_TOKEN, Emission
 from batchlab.core.kv import BlockManager, blocks_for
+from batchlab.core.kv_home import RECOMPUTE, KVHome
 from batchlab.core.kv_reservation import make_reservation
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from batchlab.core.params import PolicyParams, validate_params
@@ -75,6 +82,8 @@ class Scheduler:
         self.num_preemptions = 0
         self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
         self.group: DecodeGroup | None = None  # see keep_decodes_in_group
+        self.emission: Emission = ONE_TOKEN  # tokens a decode runs and keeps (core/emission.py)
+        self.kv_home: KVHome = RECOMPUTE  # where a preempted sequence's KV goes (core/kv_home.py)
         pc = config.prefix_caching
         self.prefix_caching = type(self).prefix_caching_default if pc is None else pc
         # Over every admission (a recompute looks up again, as in vLLM): prompt-side
@@ -100,17 +109,22 @@ class Scheduler:
 
     def complete(self, batch: Batch, now: float) -> list[Sequence]:
         """Advance token counters after the step ran; free finished sequences.
-        Sets batch.sampled: which items produced a new token in this step."""
+        Sets batch.sampled: how many tokens each item emitted in this step (0: none).
+        An item that reached the end of what its sequence knows sampled there and at each
+        draft after it; the emission says how many of those tokens it keeps."""
         group = batch.group
         finished = group.step() if group is not None and batch.group_decodes else []
         b = batch.bulk_decodes
         sampled = batch.sampled
-        sampled[:] = [True] * b
+        # Bulk decodes run one token each (only a width-1 emission reserves them in bulk,
+        # _reserve_decodes), and keep it: an emission keeps 1 to `verified` tokens.
+        sampled[:] = [1] * b
         for seq in batch.seqs[:b]:  # the common case, kept lean: decodes all sample
             seq.num_computed += 1
             seq.num_generated += 1
             if seq.num_generated >= seq.request.output_len:
                 finished.append(seq)
+        emission = self.emission
         for i in range(b, len(batch.seqs)):
             seq = batch.seqs[i]
             seq.num_computed += batch.num_tokens[i]
@@ -119,18 +133,41 @@ class Scheduler:
                 hi = min(seq.num_computed // span, len(seq.block_keys))
                 if hi > batch.starts[i] // span:
                     self.kv.register(seq.block_table, seq.block_keys, batch.starts[i] // span, hi)
-            sampled.append(seq.num_computed == seq.request.prompt_len + seq.num_generated)
-            if sampled[-1]:
-                seq.num_generated += 1
-                if seq.done:
-                    finished.append(seq)
-                if not seq.decoding:
-                    seq.decoding = True
-                    self._num_prefilling -= 1
-                    if self.group is not None and not seq.done:
-                        self.group.join(seq)
+            drafts = seq.num_computed - seq.request.prompt_len - seq.num_generated
+            if drafts < 0:  # a prefill chunk short of the prompt's end
+                sampled.append(0)
+                continue
+            kept = emission.emitted(seq, drafts + 1)
+            if not 1 <= kept <= drafts + 1:
+                raise ValueError(f"{type(emission).__name__}.emitted kept {kept} tokens of "
+                                 f"{drafts + 1} verified; expected 1 to {drafts + 1}")
+            kept = min(kept, seq.request.output_len - seq.num_generated)
+            seq.num_computed -= drafts + 1 - kept  # the rejected drafts' KV is dropped
+            seq.num_generated += kept
+            sampled.append(kept)
+            if seq.done:
+                finished.append(seq)
+            if not seq.decoding:
+                seq.decoding = True
+                self._num_prefilling -= 1
+                if self.group is not None and not seq.done:
+                    self.group.join(seq)
         self.retire(finished, now)
         return finished
+
+    def decode_width(self) -> int:
+        """Tokens each decoding sequence runs this step: its last token and the
+        emission's drafts (1 without drafts). Policies give a decode this many."""
+        return self.emission.width
+
+    def use_emission(self, emission: Emission) -> None:
+        """Emit by `emission` from the next step on. The decode group and its
+        fast-forward take one token per member per step: a wider emission steps."""
+        self.emission = emission
+        if emission.width != 1 and self.group is not None:
+            if self.group.size:
+                self.group.release()
+            self.group = None
 
     def holds_back(self, seq: Sequence) -> bool:
         """A policy's own reason to keep the head of the queue waiting although it fits
@@ -171,7 +208,7 @@ class Scheduler:
         fast-forward mode: steps then cost O(changes), not O(batch); see
         core/decode_group.py). A policy that cannot promise the fast-forward contract
         stays eager."""
-        if self.fast_forward:
+        if self.fast_forward and self.emission.width == 1:
             self.group = DecodeGroup(self.kv.block_size, self._victim_key)
 
     def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[int, int] | None:
@@ -277,14 +314,15 @@ class Scheduler:
 
     def _head_prefill(self) -> tuple[Sequence, int]:
         """The head of the waiting queue and the tokens it must compute to catch up:
-        all it knows, less its longest cached prefix (looked up now, for _admit_head)."""
+        all it knows, less its longest cached prefix (looked up now, for _admit_head) or
+        the KV it holds elsewhere, whichever covers more."""
         head = self._waiting[0][2]
         if not self.prefix_caching:
-            return head, head.known
+            return head, head.known - head.kv_elsewhere
         keys = self._keys(head)
         hit = self.kv.cached_prefix(keys, head.known) if keys else []
         self._hit = (head, hit)
-        return head, head.known - len(hit) * self.kv.block_size
+        return head, head.known - max(len(hit) * self.kv.block_size, head.kv_elsewhere)
 
     def cached_prefix_tokens(self, request: Request) -> int:
         """Prompt tokens of `request` this replica holds cached now (for a router)."""
@@ -305,7 +343,8 @@ class Scheduler:
             hit = []
         self._hit = (None, [])
         cached = len(hit) * self.kv.block_size
-        if not self.kv.can_admit(hit, cached + (n if fits is None else fits)):
+        loaded = head.kv_elsewhere - cached if head.kv_elsewhere > cached else 0
+        if not self.kv.can_admit(hit, cached + loaded + (n if fits is None else fits)):
             return False
         if not self.reservation.fits(head) or self.holds_back(head):
             return False
@@ -318,14 +357,24 @@ class Scheduler:
             if hit:
                 self.kv.reuse(seq.block_table, hit)
                 seq.num_computed = cached
-        self.kv.grow(seq.block_table, cached + n)
+        if seq.kv_elsewhere:  # its KV comes in beside the cached prefix: computed, not run
+            seq.num_computed = cached + loaded
+            batch.kv_loaded += loaded
+            seq.kv_elsewhere = 0
+        self.kv.grow(seq.block_table, cached + loaded + n)
         batch.add(seq, n)
         return True
 
     def _preempt(self, seq: Sequence, batch: Batch) -> None:
-        """Recompute preemption: drop all KV, go back to waiting with progress reset."""
+        """Preemption: free its blocks and go back to waiting with the KV its home keeps
+        elsewhere (none by default: progress reset, recomputed when it runs again)."""
+        kept = self.kv_home.evicted(seq)
+        if not 0 <= kept <= seq.num_computed:
+            raise ValueError(f"{type(self.kv_home).__name__}.evicted kept {kept} tokens of "
+                             f"{seq.num_computed} computed; expected 0 to {seq.num_computed}")
         self.kv.free(seq.block_table)
         self.reservation.release(seq)
+        seq.kv_elsewhere = kept
         seq.num_computed = 0
         seq.status = Status.WAITING
         if not seq.decoding:
@@ -348,7 +397,10 @@ class Scheduler:
         them, usually) each decode one token, as the general loop would give them.
         Returns how many it reserved: 0 if KV memory is short, so that the general loop
         preempts. A running sequence's table covers its cached tokens, so one more token
-        needs at most one more block."""
+        needs at most one more block. Only for one-token decodes (a width-1 emission):
+        wider ones go through the general loop."""
+        if self.emission.width != 1:
+            return 0
         p = len(queue)
         if self._num_prefilling:
             p = next(i for i, s in enumerate(queue) if not s.decoding)
@@ -400,7 +452,7 @@ class Scheduler:
         of this step, preempting from the unprotected end when memory runs out.
 
         `tokens_for(seq)` returns how many tokens seq runs this step (0 to skip and stop);
-        for a decoding sequence it must be 1 while the token budget allows.
+        for a decoding sequence it must be decode_width() while the token budget allows.
         Returns True if anything was preempted."""
         queue = self._reserve_group(batch) if self.group is not None and batch.is_empty else None
         i = 0

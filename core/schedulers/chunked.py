@@ -1,9 +1,10 @@
 """Chunked prefill, vLLM-v1 / Sarathi-Serve style.
 
 One token budget per step (max_num_batched_tokens). Running sequences go first, most
-protected first: a decode takes one token, an unfinished prefill takes the next chunk
-that fits the budget left. Then waiting requests are admitted into free seats with a
-first chunk, while budget and KV memory last. Prompt chunks and decodes share a step.
+protected first: a decode takes its width (one token without drafts, core/emission.py),
+an unfinished prefill takes the next chunk that fits the budget left. Then waiting
+requests are admitted into free seats with a first chunk, while budget and KV memory
+last. Prompt chunks and decodes share a step.
 As in vLLM v1, no new request is admitted in a step that had to preempt."""
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ class ChunkedPrefillScheduler(Scheduler):
     def schedule(self, now: float) -> Batch:
         batch = Batch()
         budget = self.step_budget
+        width = self.decode_width()
         preempted = self._reserve_running(
-            batch, lambda seq: min(seq.remaining_prefill, budget - batch.total_tokens))
+            batch, lambda seq: min(width if seq.decoding else seq.remaining_prefill,
+                                   budget - batch.total_tokens))
         if preempted:
             return batch
         while self._waiting and len(self.running) < self.max_seqs and batch.total_tokens < budget:

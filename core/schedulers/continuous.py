@@ -31,7 +31,8 @@ class ContinuousScheduler(Scheduler):
     def schedule(self, now: float) -> Batch:
         batch = self._admit_prefills(now)
         if batch.is_empty:
-            self._reserve_running(batch, lambda seq: 1)
+            width = self.decode_width()
+            self._reserve_running(batch, lambda seq: width)
         return batch
 
     def _admit_prefills(self, now: float) -> Batch:

@@ -22,7 +22,8 @@ class StaticScheduler(Scheduler):
     def schedule(self, now: float) -> Batch:
         batch = Batch()
         if self.running:
-            self._reserve_running(batch, lambda seq: seq.remaining_prefill)
+            width = self.decode_width()
+            self._reserve_running(batch, lambda seq: width if seq.decoding else seq.remaining_prefill)
             return batch
         if not self._waiting or self._holding(now):
             return batch
