@@ -104,9 +104,11 @@ def test_keeping_more_than_was_verified_is_refused():
     sched = make_scheduler(cfg, 32)
     sched.use_emission(Greedy(width=2))
     sched.add(Request(0, 0.0, 5, 4), 0.0)
-    prefill = sched.schedule(0.0)  # it samples its first token: one position verified
-    with pytest.raises(ValueError, match="Greedy.emitted kept 2 tokens of 1 verified; expected 1 to 1"):
-        sched.complete(prefill, 1.0)
+    sched.complete(sched.schedule(0.0), 1.0)  # the prefill: one position, one token
+    decode = sched.schedule(1.0)  # its last token and a draft: two positions verified
+    assert decode.num_tokens == [2]
+    with pytest.raises(ValueError, match="Greedy.emitted kept 3 tokens of 2 verified; expected 1 to 2"):
+        sched.complete(decode, 2.0)
 
 
 def test_an_emission_runs_at_least_one_token():

@@ -83,6 +83,7 @@ class Scheduler:
         self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
         self.group: DecodeGroup | None = None  # see keep_decodes_in_group
         self.emission: Emission = ONE_TOKEN  # tokens a decode runs and keeps (core/emission.py)
+        self._width = ONE_TOKEN.width  # its width, read natively every step (use_emission sets both)
         self.kv_home: KVHome = RECOMPUTE  # where a preempted sequence's KV goes (core/kv_home.py)
         pc = config.prefix_caching
         self.prefix_caching = type(self).prefix_caching_default if pc is None else pc
@@ -124,7 +125,6 @@ class Scheduler:
             seq.num_generated += 1
             if seq.num_generated >= seq.request.output_len:
                 finished.append(seq)
-        emission = self.emission
         for i in range(b, len(batch.seqs)):
             seq = batch.seqs[i]
             seq.num_computed += batch.num_tokens[i]
@@ -137,11 +137,15 @@ class Scheduler:
             if drafts < 0:  # a prefill chunk short of the prompt's end
                 sampled.append(0)
                 continue
-            kept = emission.emitted(seq, drafts + 1)
+            # One verified position keeps its one token (1 <= kept <= verified): the
+            # emission is asked only where drafts ran (a call through Python, compiled).
+            kept = self.emission.emitted(seq, drafts + 1) if drafts else 1
             if not 1 <= kept <= drafts + 1:
-                raise ValueError(f"{type(emission).__name__}.emitted kept {kept} tokens of "
+                raise ValueError(f"{type(self.emission).__name__}.emitted kept {kept} tokens of "
                                  f"{drafts + 1} verified; expected 1 to {drafts + 1}")
-            kept = min(kept, seq.request.output_len - seq.num_generated)
+            left = seq.request.output_len - seq.num_generated
+            if kept > left:  # the reply ends within the kept tokens
+                kept = left
             seq.num_computed -= drafts + 1 - kept  # the rejected drafts' KV is dropped
             seq.num_generated += kept
             sampled.append(kept)
@@ -158,12 +162,12 @@ class Scheduler:
     def decode_width(self) -> int:
         """Tokens each decoding sequence runs this step: its last token and the
         emission's drafts (1 without drafts). Policies give a decode this many."""
-        return self.emission.width
+        return self._width
 
     def use_emission(self, emission: Emission) -> None:
         """Emit by `emission` from the next step on. The decode group and its
         fast-forward take one token per member per step: a wider emission steps."""
-        self.emission = emission
+        self.emission, self._width = emission, emission.width
         if emission.width != 1 and self.group is not None:
             if self.group.size:
                 self.group.release()
@@ -208,7 +212,7 @@ class Scheduler:
         fast-forward mode: steps then cost O(changes), not O(batch); see
         core/decode_group.py). A policy that cannot promise the fast-forward contract
         stays eager."""
-        if self.fast_forward and self.emission.width == 1:
+        if self.fast_forward and self._width == 1:
             self.group = DecodeGroup(self.kv.block_size, self._victim_key)
 
     def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[int, int] | None:
@@ -322,7 +326,8 @@ class Scheduler:
         keys = self._keys(head)
         hit = self.kv.cached_prefix(keys, head.known) if keys else []
         self._hit = (head, hit)
-        return head, head.known - max(len(hit) * self.kv.block_size, head.kv_elsewhere)
+        cached, elsewhere = len(hit) * self.kv.block_size, head.kv_elsewhere
+        return head, head.known - (cached if cached > elsewhere else elsewhere)
 
     def cached_prefix_tokens(self, request: Request) -> int:
         """Prompt tokens of `request` this replica holds cached now (for a router)."""
@@ -399,7 +404,7 @@ class Scheduler:
         preempts. A running sequence's table covers its cached tokens, so one more token
         needs at most one more block. Only for one-token decodes (a width-1 emission):
         wider ones go through the general loop."""
-        if self.emission.width != 1:
+        if self._width != 1:
             return 0
         p = len(queue)
         if self._num_prefilling:
