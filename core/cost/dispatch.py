@@ -5,12 +5,14 @@ latent attention, sliding windows, PP, EP or DP attention) by their deployment f
 (core/cost/deployment.py, core/cost/gpu_deployment.py, core/cost/deployment_shapes.py)."""
 from __future__ import annotations
 
+from batchlab.core.cost.deployment import allreduces_per_step as layout_allreduces
 from batchlab.core.cost.deployment import deployment_kv_blocks, deployment_roofline
 from batchlab.core.cost.deployment_shapes import deployed_shapes
 from batchlab.core.cost.form import CostForm
 from batchlab.core.cost.gpu_deployment import DeployedGpuCost
 from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel, GpuCostParams
 from batchlab.core.cost.operator_shapes import OperatorShapes
+from batchlab.core.cost.roofline import allreduces_per_step as tp_allreduces
 from batchlab.core.cost.roofline import dense_kv_blocks, dense_roofline
 from batchlab.core.model.hardware import HardwareSpec
 from batchlab.core.model.layout import Layout
@@ -51,6 +53,14 @@ def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, tensor_parallel: int,
     if not is_plain(model, layout):
         return deployment_kv_blocks(model, hw, layout, block_size, memory_utilization, max_num_seqs)
     return dense_kv_blocks(model, hw, tensor_parallel, block_size, memory_utilization)
+
+
+def step_allreduces(model: ModelSpec, layout: Layout) -> int:
+    """TP all-reduces one GPU of the busiest stage runs a step, as the price counts them
+    (the setups' assumptions line)."""
+    if is_plain(model, layout):
+        return tp_allreduces(model, layout.tp)
+    return round(layout_allreduces(model, layout))
 
 
 def operator_shapes(model: ModelSpec, layout: Layout | int = 1) -> OperatorShapes:

@@ -8,10 +8,8 @@ priced by the same profile (core/cost/gpu_deployment.py); their KV capacity is t
 deployment's (core/cost/deployment.py deployment_kv_blocks: the hybrid allocator's rule)."""
 from __future__ import annotations
 
-from batchlab.core.cost.dispatch import is_plain
+from batchlab.core.cost.dispatch import is_plain, step_allreduces
 from batchlab.core.cost.form import CostModel
-from batchlab.core.cost.roofline import allreduces_per_step
-from batchlab.core.cost.deployment import allreduces_per_step as deployment_allreduces
 from batchlab.core.cost.deployment import model_terms
 from batchlab.core.cost.gpu_profile import Collectives
 from batchlab.core.model.layout import Layout
@@ -106,8 +104,7 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      compute_efficiency=round(p["compute_efficiency"].value, 4),
                      step_overhead_s=p["step_s"].value, gpu_memory_utilization=h.gpu_memory_utilization,
                      weights_dtype=weights, kv_cache_dtype=kv,
-                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel)
-                     if is_plain(model, layout) else round(deployment_allreduces(model, layout)),
+                     allreduces_per_step=step_allreduces(model, layout),
                      interconnect=hw.interconnect, interconnect_bandwidth=hw.interconnect_bandwidth,
                      gpu_profile=where, gpu_profile_source=profile.source,
                      gpu_profile_heldout=f"median {held.overall.median:.1%}, p90 {held.overall.p90:.1%} "

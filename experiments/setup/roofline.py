@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from batchlab.core.cost.dispatch import is_plain, kv_capacity_blocks, roofline
+from batchlab.core.cost.dispatch import is_plain, kv_capacity_blocks, roofline, step_allreduces
 from batchlab.core.cost.form import CostModel
-from batchlab.core.cost.roofline import allreduces_per_step
-from batchlab.core.cost.deployment import allreduces_per_step as deployment_allreduces
 from batchlab.core.cost.deployment import deployment_terms
 from batchlab.core.model.hardware import HardwareSpec
 from batchlab.core.model.presets import lookup_model
@@ -39,8 +37,7 @@ def roofline_setup(cfg: ExperimentConfig) -> tuple[CostModel, int, SetupMeta]:
                      cost_model="roofline", max_context=model.max_context,
                      mem_efficiency=h.mem_efficiency, compute_efficiency=h.compute_efficiency,
                      step_overhead_s=h.step_overhead_s, weights_dtype=weights, kv_cache_dtype=kv,
-                     allreduces_per_step=allreduces_per_step(model, h.tensor_parallel)
-                     if is_plain(model, layout) else round(deployment_allreduces(model, layout)),
+                     allreduces_per_step=step_allreduces(model, layout),
                      allreduce_latency_s=latency, interconnect=hw.interconnect,
                      interconnect_bandwidth=hw.interconnect_bandwidth)
     if not layout.is_plain_tp:
