@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from batchlab.experiments.workload_options import add_rows
-
 
 def _microseconds(text: str) -> float:
     try:
@@ -18,28 +16,23 @@ def _microseconds(text: str) -> float:
     return value * 1e-6
 
 
-# The group's options, in workload_options.ROWS' form.
-ROWS = (
-    "GPU pricing (ignored with --profile)",
-    ("--cost", "hw_cost", ("auto", "gpu-profile", "roofline"), None,
-     "gpu-profile: constants fitted on measured GPUs (shipped per preset); roofline: the assumed "
-     "efficiencies below; auto (default): gpu-profile unless a roofline constant is given"),
-    ("--gpu-profile", "hw_gpu_profile", None, "FILE",
-     "a GPU profile (batchlab calibrate --from-operators) instead of the shipped one"),
-    ("--mem-efficiency", "hw_mem_efficiency", float, "F",
-     "achieved share of datasheet memory bandwidth (default 0.8)"),
-    ("--compute-efficiency", "hw_compute_efficiency", float, "F",
-     "achieved share of datasheet FLOP/s (default 0.6)"),
-    ("--step-overhead", "hw_step_overhead_s", float, "S",
-     "fixed cost of every step in seconds (default 0.002)"),
-    ("--collective-latency-us", "hw_allreduce_latency_s", _microseconds, "US",
-     "fixed cost of one TP all-reduce (default: the preset's, 45)"),
-    ("--dtype", "mo_dtype", None, "DTYPE",
-     "weights: bf16 | fp16 | fp8 (default: the preset's, bf16)"),
-    ("--kv-cache-dtype", "mo_kv_cache_dtype", None, "DTYPE",
-     "KV cache: auto (as the weights) | bf16 | fp16 | fp8"),
-)
-
-
 def add_roofline_options(parser: argparse.ArgumentParser) -> None:
-    add_rows(parser, ROWS)
+    g = parser.add_argument_group("GPU pricing (ignored with --profile)")
+    g.add_argument("--cost", dest="hw_cost", choices=("auto", "gpu-profile", "roofline"),
+                   help="gpu-profile: constants fitted on measured GPUs (shipped per preset); "
+                   "roofline: the assumed efficiencies below; auto (default): gpu-profile unless a "
+                   "roofline constant is given")
+    g.add_argument("--gpu-profile", dest="hw_gpu_profile", metavar="FILE",
+                   help="a GPU profile (batchlab calibrate --from-operators) instead of the shipped one")
+    g.add_argument("--mem-efficiency", dest="hw_mem_efficiency", type=float, metavar="F",
+                   help="achieved share of datasheet memory bandwidth (default 0.8)")
+    g.add_argument("--compute-efficiency", dest="hw_compute_efficiency", type=float, metavar="F",
+                   help="achieved share of datasheet FLOP/s (default 0.6)")
+    g.add_argument("--step-overhead", dest="hw_step_overhead_s", type=float, metavar="S",
+                   help="fixed cost of every step in seconds (default 0.002)")
+    g.add_argument("--collective-latency-us", dest="hw_allreduce_latency_s", type=_microseconds,
+                   metavar="US", help="fixed cost of one TP all-reduce (default: the preset's, 45)")
+    g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE",
+                   help="weights: bf16 | fp16 | fp8 (default: the preset's, bf16)")
+    g.add_argument("--kv-cache-dtype", dest="mo_kv_cache_dtype", metavar="DTYPE",
+                   help="KV cache: auto (as the weights) | bf16 | fp16 | fp8")

@@ -8,66 +8,49 @@ from typing import Any
 from batchlab.core.workload import FORMAT_NAMES, PRESETS, TRACES
 
 
-# The workload's options, a row each: (flag, dest, type or choices, metavar, help), type
-# None for text; a title alone starts an argument group.
-ROWS = (
-    "workload",
-    ("--workload", "wl_source", None, "SOURCE",
-     f"a synthetic preset ({', '.join(PRESETS)}), a shared trace ({', '.join(TRACES)}) or a trace file"),
-    ("--trace-format", "wl_trace_format", FORMAT_NAMES, None,
-     "the trace file's format (default: auto, detected from the file)"),
-    ("--num-requests", "wl_num_requests", int, "N",
-     "presets: generate N; traces: keep the first N"),
-    ("--rate", "wl_rate", float, "R",
-     "requests/s (inf: all at once); on a trace: rescale time to this mean rate"),
-    ("--burstiness", "wl_burstiness", float, "B",
-     "Gamma shape of generated inter-arrival gaps: 1 Poisson, <1 burstier"),
-    ("--length-file", "wl_length_file", None, "FILE",
-     "presets: draw (prompt, output) lengths from this length or trace file"),
-    ("--seed", "wl_seed", int, "N",
-     None),
-    ("--max-concurrency", "wl_max_concurrency", int, "N",
-     "closed loop: at most N requests in flight"),
-    ("--think-time", "wl_think_time_s", float, "S",
-     "closed loop: seconds between a reply and that user's next request"),
-    ("--system-prompt-len", "wl_system_prompt_len", int, "N",
-     "presets: a shared system prompt of N tokens before every prompt"),
-    ("--turns", "wl_turns", float, "T",
-     "presets: multi-turn chat, T turns per conversation on average"),
-    ("--turn-gap", "wl_turn_gap_s", float, "S",
-     "multi-turn: mean think time between turns (default 20)"),
-    "workload transformations (fixed order: see docs/workloads.md; each is recorded)",
-    ("--jitter", "wl_jitter_s", float, "S",
-     "spread each arrival uniformly within S seconds (coarse timestamps)"),
-    ("--window-start", "wl_window_start_s", float, "S",
-     "keep arrivals from S seconds on (shifted to start at 0)"),
-    ("--window-duration", "wl_window_duration_s", float, "S",
-     "keep S seconds of arrivals"),
-    ("--rate-scale", "wl_rate_scale", float, "K",
-     "multiply the arrival rate by K (time runs K times faster)"),
-    ("--length-scale", "wl_length_scale", float, "K",
-     "divide prompt and output lengths by K (at least 1 token)"),
-    ("--max-prompt-len", "wl_max_prompt_len", int, "N",
-     "clip prompt lengths to N tokens"),
-    ("--max-output-len", "wl_max_output_len", int, "N",
-     "clip output lengths to N tokens"),
-)
-
-
-def add_rows(parser: argparse.ArgumentParser, rows: tuple) -> None:
-    """Options from a table (ROWS' form), each flag and the field it sets written once."""
-    group = parser
-    for row in rows:
-        if isinstance(row, str):
-            group = parser.add_argument_group(row)
-            continue
-        flag, dest, kind, metavar, text = row
-        how = {"choices": kind} if isinstance(kind, tuple) else {"type": kind}
-        group.add_argument(flag, dest=dest, metavar=metavar, help=text, **how)
-
-
 def add_workload_options(parser: argparse.ArgumentParser) -> None:
-    add_rows(parser, ROWS)
+    g = parser.add_argument_group("workload")
+    g.add_argument("--workload", dest="wl_source", metavar="SOURCE",
+                   help=f"a synthetic preset ({', '.join(PRESETS)}), a shared trace "
+                        f"({', '.join(TRACES)}) or a trace file")
+    g.add_argument("--trace-format", dest="wl_trace_format", choices=FORMAT_NAMES,
+                   help="the trace file's format (default: auto, detected from the file)")
+    g.add_argument("--num-requests", dest="wl_num_requests", type=int, metavar="N",
+                   help="presets: generate N; traces: keep the first N")
+    g.add_argument("--rate", dest="wl_rate", type=float, metavar="R",
+                   help="requests/s (inf: all at once); on a trace: rescale time to this "
+                        "mean rate")
+    g.add_argument("--burstiness", dest="wl_burstiness", type=float, metavar="B",
+                   help="Gamma shape of generated inter-arrival gaps: 1 Poisson, <1 burstier")
+    g.add_argument("--length-file", dest="wl_length_file", metavar="FILE",
+                   help="presets: draw (prompt, output) lengths from this length or trace file")
+    g.add_argument("--seed", dest="wl_seed", type=int, metavar="N")
+    g.add_argument("--max-concurrency", dest="wl_max_concurrency", type=int, metavar="N",
+                   help="closed loop: at most N requests in flight")
+    g.add_argument("--think-time", dest="wl_think_time_s", type=float, metavar="S",
+                   help="closed loop: seconds between a reply and that user's next request")
+    g.add_argument("--system-prompt-len", dest="wl_system_prompt_len", type=int, metavar="N",
+                   help="presets: a shared system prompt of N tokens before every prompt")
+    g.add_argument("--turns", dest="wl_turns", type=float, metavar="T",
+                   help="presets: multi-turn chat, T turns per conversation on average")
+    g.add_argument("--turn-gap", dest="wl_turn_gap_s", type=float, metavar="S",
+                   help="multi-turn: mean think time between turns (default 20)")
+    g = parser.add_argument_group(
+        "workload transformations (fixed order: see docs/workloads.md; each is recorded)")
+    g.add_argument("--jitter", dest="wl_jitter_s", type=float, metavar="S",
+                   help="spread each arrival uniformly within S seconds (coarse timestamps)")
+    g.add_argument("--window-start", dest="wl_window_start_s", type=float, metavar="S",
+                   help="keep arrivals from S seconds on (shifted to start at 0)")
+    g.add_argument("--window-duration", dest="wl_window_duration_s", type=float, metavar="S",
+                   help="keep S seconds of arrivals")
+    g.add_argument("--rate-scale", dest="wl_rate_scale", type=float, metavar="K",
+                   help="multiply the arrival rate by K (time runs K times faster)")
+    g.add_argument("--length-scale", dest="wl_length_scale", type=float, metavar="K",
+                   help="divide prompt and output lengths by K (at least 1 token)")
+    g.add_argument("--max-prompt-len", dest="wl_max_prompt_len", type=int, metavar="N",
+                   help="clip prompt lengths to N tokens")
+    g.add_argument("--max-output-len", dest="wl_max_output_len", type=int, metavar="N",
+                   help="clip output lengths to N tokens")
 
 
 def workload_overrides(args: argparse.Namespace) -> dict[str, Any]:

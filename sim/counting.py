@@ -8,9 +8,7 @@ from typing import Iterator
 
 import simpy
 
-import batchlab.sim.simulate  # noqa: F401  (the module, which the package's `simulate` function hides)
-
-simulate_module = sys.modules["batchlab.sim.simulate"]
+import batchlab.sim.simulate  # noqa: F401  (loaded: counting_decisions patches the module)
 
 
 @contextmanager
@@ -35,7 +33,7 @@ def counting_decisions() -> Iterator[list[int]]:
     """Count engine iterations (each records one step or one fast-forward run) of the
     simulations run inside the block: the recorders' own count (compiled, their methods
     cannot be wrapped)."""
-    module = simulate_module  # the package's `simulate` is the function
+    module = sys.modules["batchlab.sim.simulate"]  # batchlab.sim.simulate names the function
     recorders, real = [], module.MetricsRecorder
 
     def make(*args, **kw):

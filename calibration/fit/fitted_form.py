@@ -30,9 +30,9 @@ from batchlab.core.cost.profile import FitQuality, Measurement, RegionError
 # better held-out error). The grid must time every one of these row counts.
 SMALL_ROWS = 8
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond 5% relative error
-FORM_MARGIN = 0.02
+FORM_MARGIN = 0.02  # relative training-error gain the "max" form needs to be preferred
 MAX_CUTS = 32  # crossover row counts tried by the "max" form
-ROBUST_SEARCH_ROWS = 400  # above: the crossover is searched without the robust loss  # relative training-error gain the "max" form needs to be preferred
+ROBUST_SEARCH_ROWS = 400  # above: the crossover is searched without the robust loss
 _W, _F = PARAM_NAMES.index("s_per_weight_byte"), PARAM_NAMES.index("s_per_flop")
 
 

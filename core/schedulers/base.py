@@ -83,7 +83,9 @@ class Scheduler:
         self._num_prefilling = 0  # running sequences not yet decoding (seq.decoding False)
         self.group: DecodeGroup | None = None  # see keep_decodes_in_group
         self.emission: Emission = ONE_TOKEN  # tokens a decode runs and keeps (core/emission.py)
-        self._width = ONE_TOKEN.width  # its width, read natively every step (use_emission sets both)
+        # Its width, kept natively: read every step, and through the emission's attribute
+        # it costs measurably more (benchmarks/bench_instructions.py). use_emission sets both.
+        self._width = ONE_TOKEN.width
         self.kv_home: KVHome = RECOMPUTE  # where a preempted sequence's KV goes (core/kv_home.py)
         pc = config.prefix_caching
         self.prefix_caching = type(self).prefix_caching_default if pc is None else pc

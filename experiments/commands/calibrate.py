@@ -23,9 +23,8 @@ from batchlab.experiments.output import profile_out_path, save_fitted_profile
 from batchlab.experiments.served_report import served_terms, table
 
 GRIDS = ("default", "quick")
-# Modules this command imports where it uses them, with the reason on the line: the parser
-# of every command imports this file, and a plain simulation loads neither scipy, torch
-# nor the profile model (tests/test_cli_imports.py).
+# Modules only one of this command's paths needs (torch for a sweep, scipy for the fits,
+# httpx for --endpoint) load inside it, with the reason on the line.
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -240,8 +239,6 @@ def run_from_timings(args: argparse.Namespace) -> int:
     (experiments/calibrate/from_replay.py, endpoint.py)."""
     if args.from_replay and args.endpoint:
         raise UserError("give --from-replay or --endpoint, not both")
-    if args.from_run:
-        raise UserError("--from-run fits step tables; --from-replay / --endpoint fit request timings: give one")
     if args.endpoint:
         from batchlab.experiments.calibrate.endpoint import run_endpoint  # lazy: httpx, scipy
         return run_endpoint(args)
