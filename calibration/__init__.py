@@ -1,12 +1,13 @@
 """Fitting cost models to timings. One folder per source of timings, each a reader of
-typed observations, over one shared fit:
+typed observations, over one shared fit, each ending in one result and report
+(fit/calibrated.py Calibrated: the profile, its report's lines, the same for --format json):
 
     sweep/         the backend timing sweep and its serving phase (torch): `batchlab calibrate`
     served/        served runs' step tables, read back from run folders: --from-run
     from_replay/   a server's request timings (replays, benchmark files, probes): --from-replay
     operators/     measured GPU operator tables (Vidur's layout): --from-operators
     fit/           what they share: both CPU cost forms fitted to step timings, the refit
-                   on served steps, a profile's parts and its plain-text report
+                   on served steps, a profile's parts, the report's tables and Calibrated
 
     from batchlab.calibration import calibrate
     profile = calibrate("batchlab-small", "cpu", threads=1, out="small-cpu.json")

@@ -7,13 +7,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from batchlab.core.result import RunResult
 # The JSON and table writers are the run folder's; commands import them from here too.
 from batchlab.core.run_folder import TABLES, RunSet, to_json, with_latencies, write_table  # noqa: F401
 from batchlab.experiments.errors import UserError
 from batchlab.core import atomic
+
+if TYPE_CHECKING:  # the profile models: simulate loads no calibration
+    from batchlab.calibration.fit.calibrated import Calibrated
 
 
 def check_out_dir(out_dir: str | Path) -> None:
@@ -89,6 +92,11 @@ def profile_out_path(args: argparse.Namespace, default: str | None = None) -> Pa
     if out.is_dir():
         raise UserError(f"--out {out}: is a directory; give a file name")
     return out
+
+
+def print_calibrated(args: argparse.Namespace, calibrated: Calibrated, out: Path) -> None:
+    """Any calibration's report (calibration/fit/calibrated.py), as --format asks."""
+    print(calibrated.json(out) if args.format == "json" else calibrated.text(out))
 
 
 def save_fitted_profile(args: argparse.Namespace, out: Path | None, profile, suffix: str) -> Path:

@@ -204,6 +204,16 @@ def test_a_refit_past_the_datasheet_stops_there_and_says_so(tmp_path):
     assert "mem_efficiency" in text.split("warning:")[1] and "at its bound" in text
 
 
+def test_a_refit_reports_in_json_as_every_calibration_does(tmp_path):
+    out = tmp_path / "refined.json"
+    code, text, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path, mem_efficiency=1.6)),
+                           "--gpu", "a100-80gb", "--out", str(out), "--format", "json"])
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["profile"] == str(out) and "mem_efficiency" in report["at_bound"]
+    assert (report["fitted_steps"], report["judged_steps"]) == (30, 10)
+
+
 def test_steps_timed_on_a_cpu_cannot_refine_a_gpu_profile(tmp_path):
     code, _, err = cli(["calibrate", "--from-operators", str(steps_profile(tmp_path, kind="cpu")),
                         "--gpu", "a100-80gb", "--out", str(tmp_path / "r.json")])

@@ -9,7 +9,7 @@ import pytest
 
 from batchlab.calibration.operators.build import build_profile, read_layers
 from batchlab.calibration.operators.heldout import heldout_attention, judge_steps
-from batchlab.calibration.operators.report import render
+from batchlab.calibration.operators.report import built_report
 from batchlab.calibration.operators.vidur import read_attention
 from tests.operator_tables import TRUE, mlp_path, write_tables
 from tests.test_gpu_attention import A100, write_attention
@@ -70,6 +70,6 @@ def test_the_judged_shape_never_enters_the_layer_fit(tmp_path):
 
 def test_the_report_prints_whole_steps_where_attention_was_timed(tmp_path):
     built = build_profile(tables(tmp_path), "a100-80gb")
-    assert built.steps and "whole steps" in render(built, tmp_path / "p.json")
+    assert built.steps and "whole steps" in built_report(built).text(tmp_path / "p.json")
     without = build_profile(write_tables(tmp_path / "no-attention"), "a100-80gb")
-    assert without.steps == {} and "whole steps" not in render(without, tmp_path / "q.json")
+    assert without.steps == {} and "whole steps" not in built_report(without).text(tmp_path / "q.json")

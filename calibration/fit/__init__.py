@@ -6,4 +6,6 @@ gpu_form.py       the GPU form on the CPU (core/cost/cpu_form.py) on the same me
 both_forms.py     both forms on a sweep's measurements; which one prices a profile
 served_steps.py   a fitted model refined to served steps, and judged per step kind
 profile_parts.py  a fitted model's parts of a Profile (parameters, rates, device)
-report.py         plain-text summaries of a profile: fit quality, rates, per-point errors"""
+report.py         plain-text summaries of a profile: fit quality, rates, per-point errors
+served_report.py  served-step terms in words and per-step-kind errors (serving phase, --from-run)
+calibrated.py     Calibrated: what every source ends in (profile, report, JSON summary)"""

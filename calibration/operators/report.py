@@ -1,10 +1,10 @@
-"""`batchlab calibrate --from-operators`: fit a GPU profile on a folder of operator tables,
-print its constants and held-out error tables, write it."""
+"""A GPU profile's report (--from-operators): its constants, where each comes from, and
+its held-out error tables; or, refined on batchlab's own steps, the constants refitted."""
 from __future__ import annotations
 
-from pathlib import Path
-
+from batchlab.calibration.fit.calibrated import Calibrated
 from batchlab.calibration.operators.build import Built
+from batchlab.calibration.operators.from_steps import Refined
 from batchlab.core.cost.gpu_profile import ErrorStats, GpuProfile
 
 
@@ -30,7 +30,11 @@ def heldout_tables(p: GpuProfile) -> list[str]:
     return out
 
 
-def render(built: Built, out: Path) -> str:
+def _written(p: GpuProfile) -> str:
+    return f"GPU profile written to {{out}}; simulate with --hardware {p.gpu} --gpu-profile {{out}}"
+
+
+def built_report(built: Built) -> Calibrated:
     p = built.profile
     tps = ", ".join(map(str, p.fitted_on.tensor_parallel))
     lines = [f"GPU profile for {p.gpu}: {p.fitted_on.shapes} layer shapes of {len(p.fitted_on.models)} models at TP {tps}",
@@ -47,11 +51,11 @@ def render(built: Built, out: Path) -> str:
                              "TP degree with attention timed; each half held out)", built.steps)
     lines += [f"assumes: {a}" for a in p.assumptions]
     lines.append(f"fit {built.fit_s:.1f} s; held-out judgment {built.judge_s:.1f} s")
-    lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
-    return "\n".join(lines)
+    summary = {"heldout": p.heldout.model_dump(), "fit_s": built.fit_s, "judge_s": built.judge_s}
+    return Calibrated(p, lines, summary, written=_written(p))
 
 
-def render_refined(refined, base_where: str, out: Path) -> str:
+def refined_report(refined: Refined, base_where: str) -> Calibrated:
     p = refined.profile
     head = (f"GPU profile for {p.gpu} refined on {refined.fitted_steps} of batchlab's steps "
             f"(from {base_where}); {refined.judged_steps} held out")
@@ -67,5 +71,6 @@ def render_refined(refined, base_where: str, out: Path) -> str:
                      f"public-data profile instead")
     lines.append(f"held out: {p.heldout.scheme}")
     lines += error_table("per-step |error| by region", {**p.heldout.by_region, "all": p.heldout.overall})
-    lines.append(f"GPU profile written to {out}; simulate with --hardware {p.gpu} --gpu-profile {out}")
-    return "\n".join(lines)
+    summary = {"base": base_where, "fitted_steps": refined.fitted_steps, "judged_steps": refined.judged_steps,
+               "at_bound": list(refined.at_bound), "heldout": p.heldout.model_dump()}
+    return Calibrated(p, lines, summary, written=_written(p))

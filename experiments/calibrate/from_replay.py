@@ -4,11 +4,10 @@ the roofline of a preset on a hardware preset), the engine's settings, the fit
 from __future__ import annotations
 
 import argparse
-import json
 
-from batchlab.calibration.from_replay.judge import UNSTEADY_PCT
 from batchlab.calibration.from_replay.prior import roofline_prior
 from batchlab.calibration.from_replay.read import read_all
+from batchlab.calibration.from_replay.report import replayed
 from batchlab.calibration.from_replay.run import from_replays
 from batchlab.calibration.from_replay.settings import resolve, scrape
 from batchlab.core.cost.profile import load_profile, ProfileError, shipped_profiles
@@ -16,7 +15,7 @@ from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import MODELS
 from batchlab.experiments.config import HardwareConfig
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.output import profile_out_path, save_fitted_profile
+from batchlab.experiments.output import print_calibrated, profile_out_path, save_fitted_profile
 
 SETTING_OPTIONS = ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "prefix_caching")
 
@@ -85,47 +84,5 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
     except ValueError as e:
         raise UserError(str(e)) from None
     out = save_fitted_profile(args, out, res.profile, "replayed")
-    f = res.fit
-    if args.format == "json":
-        print(json.dumps({"profile": str(out), "fitted_on": res.fitted_on, "judged_on": res.judged_on,
-                          "settings": settings.as_dict(),
-                          "dropped": {r.where: r.dropped for r in replays},
-                          "terms": [t.__dict__ for t in f.terms], "held": f.held,
-                          "together": f.together, "heldout": res.heldout and res.heldout.as_dict(),
-                          "heldout_prior": res.heldout_prior and res.heldout_prior.as_dict(),
-                          "train": res.train.as_dict(), "floor": res.floor and res.floor.as_dict(),
-                          "heldout_by_replay": [{"replay": w, "fit": a.as_dict(), "prior": b.as_dict()}
-                                                for w, a, b in res.per_replay],
-                          "fit_s": f.seconds, "evaluations": f.nfev}, indent=1))
-        return 0
-    for r in replays:
-        print(f"read {r.where} ({r.fmt}): {len(r.requests)} requests used; dropped: {r.describe_dropped()}")
-    print(f"engine settings: {'; '.join(settings.lines())}" + (f"\n  ({why})" if why else ""))
-    print(f"prior: {where}\nfitted on: {', '.join(res.fitted_on)}\njudged on: "
-          f"{', '.join(res.judged_on) or 'none (--holdout-every 0)'}\n")
-    print(f"{'term':<18} {'prior':>11} {'fitted':>11} {'x prior':>8} {'+-':>6}  told by the data?")
-    for t in f.terms:
-        told = {"told": "yes", "untold": "no: held at the prior", "weak": "weakly (see +-)",
-                "together": f"only with {', '.join(t.partners) or 'others'}"}[t.status]
-        print(f"{t.name:<18} {t.prior:>11.4g} {t.value:>11.4g} {t.value / t.prior:>8.3f} "
-              f"{'x' + format(t.sd_factor, '.2f'):>6}  {told}")
-    for a, b, c in f.together:
-        print(f"  {a} and {b}: told only together (correlation {c:+.2f}); their split follows the prior")
-    if f.held:
-        print(f"  not fitted (the prior prices them at 0): {', '.join(f.held)}")
-    print(f"\nfit: {f.residuals} timings, rms log error {f.rms:.3f}, {f.nfev} simulations of the "
-          f"replays, scipy least_squares (trf, soft_l1)")
-    print(f"train:   {res.train.line()}")
-    if res.heldout:
-        print(f"held out: {res.heldout.line()}\n  prior:  {res.heldout_prior.line()}")
-    if len(res.per_replay) > 1:
-        for name, fitted, before in res.per_replay:
-            print(f"  {name}: {fitted.line()}\n    prior: {before.line()}")
-    print(f"server's own spread: {res.floor.line() if res.floor else res.floor_from}")
-    if res.floor and res.floor.unsteady:
-        print(f"WARNING: the same requests sent twice differed by more than {UNSTEADY_PCT:.0f}%: the "
-              f"server's speed moved during the replays, so the errors above measure that as much as "
-              f"the fit; replay again on a quiet server")
-    print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
+    print_calibrated(args, replayed(res, where, why), out)
     return 0
-

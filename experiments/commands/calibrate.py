@@ -6,7 +6,6 @@ keeps them, and the same command run again resumes where it stopped."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,8 +18,7 @@ from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.calibrate.replay_options import add_options
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.output import profile_out_path, save_fitted_profile
-from batchlab.experiments.served_report import served_terms, table
+from batchlab.experiments.output import print_calibrated, profile_out_path, save_fitted_profile
 
 GRIDS = ("default", "quick")
 # Modules only one of this command's paths needs (torch for a sweep, scipy for the fits,
@@ -85,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         args.model = "batchlab-small"
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
-    from batchlab.calibration.fit.report import fit_table, points_table, rates_table  # lazy: profile model
+    from batchlab.calibration.sweep.report import swept  # lazy: profile model
     try:
         from batchlab.calibration.sweep.run import calibrate  # lazy: torch (an optional dependency)
     except ImportError as e:  # torch is an optional dependency
@@ -119,32 +117,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read, a full disk
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"calibration of {args.model!r} failed: {first}") from None
-    if args.format == "json":
-        print(json.dumps({"profile": str(out), "fit": profile.fit.model_dump(),
-                          "effective": profile.effective.model_dump(), "sweep_s": profile.sweep_s,
-                          "total_s": profile.total_s}, indent=1))
-        return 0
-    print(f"{profile.describe()}: {len(profile.measurements or [])} grid points, sweep "
-          f"{profile.sweep_s:.0f} s, total {profile.total_s:.0f} s\n")
-    print(fit_table(profile))
-    print()
-    print(rates_table(profile))
-    if profile.serving:
-        sv = profile.serving
-        print(f"\nserving phase: {sv['steps']} steps served ({', '.join(sv['policies'])}); served steps "
-              f"run x{sv['scale']:.3f} the sweep's price on memory and fixed costs, "
-              f"x{sv.get('compute_scale', sv['scale']):.3f} on compute; {served_terms(profile.cost)}")
-        if profile.loop:
-            lp = profile.loop
-            print(f"serving loop between steps: {lp.per_step_ms:.3f} ms + {lp.per_seq_ms:.4f} ms a sequence "
-                  f"({lp.gaps} busy gaps; the simulator adds it to every step)")
-        print(table(sv["after"], sv["before"], "on the served steps (fitted on them)",
-                    ("sweep's fit", "refined")))
-    if args.points:
-        print()
-        print(points_table(profile))
-    print(f"\nprofile written to {out} (raw timings: {measurements_path(out)}); use it with "
-          f"batchlab simulate --profile {out}")
+    print_calibrated(args, swept(profile, out, points=args.points), out)
     return 0
 
 
@@ -153,6 +126,7 @@ def run_from_runs(args: argparse.Namespace) -> int:
     runs' step tables and print its error per step kind on the runs it was not fitted on
     (calibration/served/from_run.py)."""
     from batchlab.calibration.served.from_run import from_runs  # lazy: scipy
+    from batchlab.calibration.served.report import from_runs_report  # lazy: scipy (through from_run)
     from batchlab.core.cost.profile import load_profile, ProfileError  # lazy: profile model
 
     if args.holdout_every < 0 or args.holdout_every == 1:
@@ -169,27 +143,14 @@ def run_from_runs(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     out = save_fitted_profile(args, out, result.profile, "served")
-    if args.format == "json":
-        print(json.dumps({"profile": str(out), "fitted_on": result.fitted_on,
-                          "judged_on": result.judged_on, "scale": result.scale._asdict() if result.scale else None,
-                          "heldout": result.after, "heldout_given_profile": result.before,
-                          "train": result.train}, indent=1))
-        return 0
-    print(f"fitted on: {', '.join(result.fitted_on)}")
-    print(f"judged on: {', '.join(result.judged_on) or 'none (--holdout-every 0)'}")
-    if result.scale is not None:
-        print(f"serving level: served steps run {result.scale} the profile's price of the same shape")
-    print(f"terms: {served_terms(result.profile.cost)}\n")
-    if result.after:
-        print(table(result.after, result.before, "on the held-out runs"))
-    print(f"\nprofile written to {out}; use it with batchlab simulate --profile {out}")
+    print_calibrated(args, from_runs_report(result), out)
     return 0
 
 
 def run_from_operators(args: argparse.Namespace) -> int:
     """--from-operators DIR --gpu PRESET: a GPU profile (calibration/operators/)."""
     from batchlab.calibration.operators.build import build_profile  # lazy: scipy
-    from batchlab.calibration.operators.report import render  # lazy: scipy (through build)
+    from batchlab.calibration.operators.report import built_report  # lazy: scipy (through build)
 
     if not args.gpu:
         raise UserError("--from-operators needs --gpu PRESET (a100-80gb | h100-sxm | a40)")
@@ -207,11 +168,7 @@ def run_from_operators(args: argparse.Namespace) -> int:
     except OperatorTableError as e:
         raise UserError(str(e)) from None
     built.profile.save(out)
-    if args.format == "json":
-        print(json.dumps({"profile": str(out), "heldout": built.profile.heldout.model_dump(),
-                          "fit_s": built.fit_s, "judge_s": built.judge_s}, indent=1))
-    else:
-        print(render(built, out))
+    print_calibrated(args, built_report(built), out)
     return 0
 
 
@@ -219,7 +176,7 @@ def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
     """--from-operators PROFILE.json: the steps `calibrate --device cuda` measured refit the
     GPU profile of --gpu (calibration/operators/from_steps.py)."""
     from batchlab.calibration.operators.from_steps import refine_on_steps  # lazy: scipy
-    from batchlab.calibration.operators.report import render_refined  # lazy: scipy (through build)
+    from batchlab.calibration.operators.report import refined_report  # lazy: scipy (through build)
     from batchlab.experiments.setup.gpu import gpu_profile_for  # lazy: the GPU profiles, for --from-operators only
 
     if args.gpu not in HARDWARE:
@@ -230,7 +187,7 @@ def refine_from_steps(args: argparse.Namespace, path: Path, out: Path) -> int:
     except OperatorTableError as e:
         raise UserError(str(e)) from None
     refined.profile.save(out)
-    print(render_refined(refined, where, out))
+    print_calibrated(args, refined_report(refined, where), out)
     return 0
 
 

@@ -1,6 +1,6 @@
-"""How a cost model fitted on served runs reads (`batchlab calibrate`, with --from-run or
-a sweep's serving phase): its serving terms in words, and its error per step kind
-beside the profile it refined (calibration/served/from_run.py)."""
+"""How a cost model fitted on served steps reads (a sweep's serving phase, --from-run): its
+serving terms in words, and its error per step kind beside the profile it refined
+(served_steps.py)."""
 from __future__ import annotations
 
 KINDS = ("all", "decode", "prefill", "small_chunk", "mixed", "after_prefill", "after_idle")
