@@ -9,10 +9,12 @@ allows (experiments/validation/judge.py)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
+from batchlab.calibration.served_bench.client import CLIENTS
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
@@ -40,6 +42,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
     p.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name the server serves (default: its first)")
+    p.add_argument("--served-benchmarks", metavar="FILE",
+                   help="serve nothing: judge the default prediction on a served-engine benchmark table "
+                   "(mean TTFT/TPOT per configuration, as ../shared/served-benchmarks/vllm_train.csv)")
+    p.add_argument("--client", choices=CLIENTS, default="lockstep",
+                   help="with --served-benchmarks: how the benchmark's users were phased (default lockstep)")
+    p.add_argument("--rows", action="store_true", help="with --served-benchmarks: every configuration's figures")
     p.add_argument("--real", nargs="+", metavar="DIR",
                    help="serve nothing: judge --profile on the real runs earlier `validate --out` "
                         "directories stored (the fidelity study's cells/WORKLOAD too), simulated again")
@@ -47,6 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.served_benchmarks:
+        return judge_served_benchmarks(args)
     if args.real:
         return judge_stored(args)
     no_slo = "it compares latencies, not goodput"
@@ -181,4 +191,24 @@ def judge_stored(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         atomic.write_text(out / "rejudged.json", text + "\n")
         print(f"results written to {out}/rejudged.json", file=sys.stderr)
+    return 0
+
+
+def judge_served_benchmarks(args: argparse.Namespace) -> int:
+    """--served-benchmarks FILE (experiments/validation/served_benchmarks.py)."""
+    from batchlab.calibration.served_bench.read import read_benchmarks  # lazy: only this path reads tables
+    from batchlab.experiments.validation import served_benchmarks  # lazy: only this path
+
+    if args.real or args.endpoint:
+        raise UserError("--served-benchmarks judges a table: give it without --real or --endpoint")
+    try:
+        rows = read_benchmarks(args.served_benchmarks)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    judgement = served_benchmarks.judge_rows(rows, args.client,
+                                             progress=not args.no_progress and sys.stderr.isatty())
+    if args.format == "json":
+        print(to_json(dataclasses.asdict(judgement)))
+    else:
+        print(served_benchmarks.render(judgement, args.client, args.rows))
     return 0

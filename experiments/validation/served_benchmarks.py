@@ -1,0 +1,76 @@
+"""`batchlab validate --served-benchmarks FILE`: every configuration of a served-engine
+benchmark table (calibration/served_bench/) simulated as the default prediction prices it
+(the model preset on the GPU preset, vLLM's scheduler defaults), its mean TTFT and TPOT
+set beside the measured ones, by row, by (model, GPU, TP) group and along the load curves."""
+from __future__ import annotations
+
+import sys
+
+from batchlab import sim
+from batchlab.calibration.served_bench.client import benchmark_workload
+from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
+from batchlab.calibration.served_bench.read import BenchmarkRow
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.setup import sim_setup
+
+
+def config_for(row: BenchmarkRow) -> ExperimentConfig:
+    model = {"name": row.model, **({"dtype": row.dtype} if row.dtype else {})}
+    return ExperimentConfig.model_validate({"model": model, "scheduler": {"policy": "chunked"},
+                                            "hardware": {"name": row.gpu, "tensor_parallel": row.tp}})
+
+
+def predict(row: BenchmarkRow, client: str) -> Predicted:
+    """The row's mean TTFT and TPOT as simulated: a lockstep run first, whose mean latency
+    the staggered client spreads its users' first sends over."""
+    setup = sim_setup(config_for(row))
+    scheduler = next(iter(setup.schedulers.values()))
+
+    def run(workload):
+        result = sim.simulate(workload, scheduler, setup.cost, setup.blocks, record_steps=False)
+        return result.summary()
+    s = run(benchmark_workload(row, "lockstep"))
+    if client != "lockstep":
+        s = run(benchmark_workload(row, client, latency_s=s["mean_e2el_ms"] / 1e3))
+    return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
+
+
+def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True) -> Judgement:
+    out = []
+    for i, row in enumerate(rows):
+        if progress:
+            print(f"\r{i + 1}/{len(rows)} configurations simulated", end="", file=sys.stderr, flush=True)
+        out.append(predict(row, client))
+    if progress:
+        print(file=sys.stderr)
+    return judge(out)
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def render(j: Judgement, client: str, rows: bool = False) -> str:
+    lines = [f"client model: {client} (calibration/served_bench/client.py); prices: the defaults "
+             f"(each model preset on its GPU preset, vLLM's scheduler defaults)"]
+    if rows:
+        lines.append(f"  {'configuration':<58}{'TTFT ms':>9}{'sim':>9}{'err':>7}{'TPOT ms':>9}{'sim':>8}{'err':>7}")
+        for p in j.rows:
+            r = p.row
+            lines.append(f"  {r.describe():<58}{r.ttft_s * 1e3:9.1f}{p.ttft_s * 1e3:9.1f}{_pct(p.ttft_error):>7}"
+                         f"{r.tpot_s * 1e3:9.2f}{p.tpot_s * 1e3:8.2f}{_pct(p.tpot_error):>7}")
+    lines.append(f"  {'group (model, GPU, TP)':<34}{'rows':>5}{'TPOT |err|':>12}{'p90':>7}{'slow':>6}"
+                 f"{'TTFT |err|':>12}{'p90':>7}{'slow':>6}")
+    for g in j.groups:
+        flag = "  one-sided" if g.one_sided else ""
+        name = f"{g.group[0]}, {g.group[1]}, TP {g.group[2]}"
+        lines.append(f"  {name:<34}{g.tpot.n:>5}{g.tpot.median:>12.0%}{g.tpot.p90:>7.0%}{g.tpot.slow_share:>6.0%}"
+                     f"{g.ttft.median:>12.0%}{g.ttft.p90:>7.0%}{g.ttft.slow_share:>6.0%}{flag}")
+    lines.append(f"  {'all':<34}{j.tpot.n:>5}{j.tpot.median:>12.0%}{j.tpot.p90:>7.0%}{j.tpot.slow_share:>6.0%}"
+                 f"{j.ttft.median:>12.0%}{j.ttft.p90:>7.0%}{j.ttft.slow_share:>6.0%}")
+    if j.answers:
+        lines.append(f"load curves: the highest concurrency meeting a TPOT objective "
+                     f"({', '.join(f'{o:g}' for o in sorted({a.objective_ms for a in j.answers}))} ms), "
+                     f"{len(j.answers)} answers: the same as measured {j.answer_share(0):.0%}, "
+                     f"within one measured step {j.answer_share(1):.0%}")
+    return "\n".join(lines)
