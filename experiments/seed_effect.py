@@ -22,12 +22,16 @@ def seed_effect(wl: WorkloadConfig, a: Workload | None = None, b: Workload | Non
     if len(a) != len(b) or not (np.array_equal(np.sort(a.prompt_len), np.sort(b.prompt_len))
                                 and np.array_equal(np.sort(a.output_len), np.sort(b.output_len))):
         moved.append("lengths")
+    if moved and wl.resample:
+        drawn = "requests" if wl.resample == "requests" else f"{wl.resample_block_s:g} s windows"
+        return f"a bootstrap replicate of the trace (its {drawn} drawn with replacement)"
     return " and ".join(moved)
 
 
 def check_seeds_vary(wl: WorkloadConfig, seeds: int, windows_option: str | None = None,
                      built: list[Workload] | None = None, seeds_option: str = "--seeds",
-                     jitter_option: str = "--jitter S") -> str:
+                     jitter_option: str = "--jitter S",
+                     resample_option: str = "--resample requests|windows") -> str:
     """What the seeds vary ('' for one seed); a one-line error where they vary nothing,
     naming the options (as the caller spells them) that would vary something. built: the
     first two seeds' workloads, where already built."""
@@ -35,7 +39,8 @@ def check_seeds_vary(wl: WorkloadConfig, seeds: int, windows_option: str | None 
         return ""
     moved = seed_effect(wl, *(built or [])[:2])
     if not moved:
-        instead = f"{jitter_option} (each seed spreads arrivals within S seconds)"
+        instead = (f"{resample_option} (each seed a bootstrap replicate of the trace), "
+                   f"{jitter_option} (each seed spreads arrivals within S seconds)")
         if windows_option:
             instead += f" or {windows_option} (W windows of the trace)"
         raise UserError(f"{seeds_option} {seeds} on {wl.source}: every seed gives the same requests (a "

@@ -43,6 +43,12 @@ def add_workload_options(parser: argparse.ArgumentParser) -> None:
                    help="keep arrivals from S seconds on (shifted to start at 0)")
     g.add_argument("--window-duration", dest="wl_window_duration_s", type=float, metavar="S",
                    help="keep S seconds of arrivals")
+    g.add_argument("--resample", dest="wl_resample", choices=("requests", "windows"),
+                   help="traces: each seed a bootstrap replicate (requests: lengths drawn with "
+                   "replacement; windows: blocks of --resample-block seconds), so --seeds spans the "
+                   "workload's own variability")
+    g.add_argument("--resample-block", dest="wl_resample_block_s", type=float, metavar="S",
+                   help="--resample windows: block length in seconds (default 60)")
     g.add_argument("--rate-scale", dest="wl_rate_scale", type=float, metavar="K",
                    help="multiply the arrival rate by K (time runs K times faster)")
     g.add_argument("--length-scale", dest="wl_length_scale", type=float, metavar="K",

@@ -9,6 +9,8 @@ The order (each step only when asked for):
   3. window         keep [window_start_s, window_start_s + window_duration_s), shifted
                     to t = 0
   4. num_requests   traces: the first N of what is left
+     resample       traces: a bootstrap replicate of what is left, drawn from the seed
+                    (requests, or windows of resample_block_s; core/workload/resample.py)
   5. rate           traces: stretch or compress time to this mean rate
   6. rate_scale     multiply the arrival rate
   7. length_scale   divide prompt and output lengths (at least 1 token)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -32,6 +35,7 @@ from batchlab.core.workload.conversations import multi_turn, with_system_prompt
 from batchlab.core.workload.errors import WorkloadError
 from batchlab.core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
 from batchlab.core.workload.lengths import LengthSpec, sample_lengths
+from batchlab.core.workload.resample import resample
 from batchlab.core.workload.sources import PRESETS, TRACES, resolve, traces_dir
 from batchlab.core.workload.synthetic import gamma_arrivals
 from batchlab.core.workload.workload import Workload
@@ -63,6 +67,11 @@ class WorkloadConfig(BaseModel):
     seed: Seed = Field(0, description="seeds arrivals, lengths and jitter")
     jitter_s: PositiveSeconds | None = Field(None, description="spread each arrival uniformly "
                                    "within [t, t + jitter_s): undoes coarse timestamps")
+    resample: Literal["requests", "windows"] | None = Field(
+        None, description="traces: each seed a bootstrap replicate of the trace: its requests "
+        "drawn with replacement (lengths vary, arrivals kept), or its windows (blocks of "
+        "resample_block_s seconds, arrival pattern and lengths together)")
+    resample_block_s: PositiveSeconds = Field(60.0, description="resample = windows: the block length")
     window_start_s: Seconds = Field(0.0, description="keep arrivals from this time on")
     window_duration_s: PositiveSeconds | None = Field(None, description="keep this many seconds "
                                             "of arrivals from window_start_s")
@@ -101,8 +110,9 @@ class WorkloadConfig(BaseModel):
 
 def build_workload(cfg: WorkloadConfig) -> Workload:
     """The workload `cfg` describes, made in the order of the module docstring."""
-    arr_rng, prompt_rng, out_rng, jitter_rng = (
-        np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(4))
+    # A fifth child leaves the first four (and so every earlier workload) as they were.
+    arr_rng, prompt_rng, out_rng, jitter_rng, resample_rng = (
+        np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(5))
     path = resolve(cfg.source)
     if path is None:
         w = _synthetic(cfg, arr_rng, prompt_rng, out_rng)
@@ -125,6 +135,13 @@ def build_workload(cfg: WorkloadConfig) -> Workload:
         w = kept
     if timed:
         w = _first(cfg, w)
+    if cfg.resample:
+        if path is None:
+            raise WorkloadError(None, None, f"resample ({cfg.resample}, --resample) applies to a trace; "
+                                            f"the synthetic preset {cfg.source!r} draws new requests "
+                                            f"for every seed already")
+        w = resample(w, cfg.resample, cfg.resample_block_s, resample_rng)
+    if timed:
         if cfg.rate is not None:
             w = tf.set_rate(w, cfg.rate)
     if cfg.rate_scale != 1:

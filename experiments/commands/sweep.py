@@ -74,7 +74,8 @@ def _check_points(sweep: Sweep) -> dict[tuple, list[str]]:
         try:
             check_seeds_vary(WorkloadConfig.model_validate_json(wl_json), sweep.settings.seeds,
                              "[sweep] windows = W", seeds_option="[sweep] seeds =",
-                             jitter_option="[workload] jitter_s = S")
+                             jitter_option="[workload] jitter_s = S",
+                             resample_option="[workload] resample = \"requests\" | \"windows\"")
         except UserError as e:
             raise UserError(f"{sweep.path}: {e}") from None
     for p in sweep.points:
