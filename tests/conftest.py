@@ -97,3 +97,18 @@ def validated(tmp_path_factory, profile_file):
                            "--profile", str(profile_file), "--out", str(out)])
     assert code == 0, err
     return out, text
+
+
+# -- the example plug-in of docs/examples, importable and discoverable as if installed --
+
+@pytest.fixture
+def example(tmp_path, monkeypatch):
+    """docs/examples/batchlab-policy-example on sys.path and PYTHONPATH (for subprocesses),
+    its entry points discoverable (tests/plugin_site.py); the registries restored after."""
+    from tests.plugin_site import example_site, registries_restored  # lazy: only these tests
+    path = example_site(tmp_path / "site")
+    for folder in reversed(path.split(os.pathsep)):
+        monkeypatch.syspath_prepend(folder)  # invalidates the import and metadata caches
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p))
+    with registries_restored():
+        yield path
