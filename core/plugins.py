@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import sys
 from importlib.metadata import EntryPoint
+
+from batchlab.core.checks import shown
 
 POLICY_GROUP = "batchlab.policies"
 ADMISSION_GROUP = "batchlab.admission_orders"
 VICTIM_GROUP = "batchlab.victim_orders"
+NAME_SHOWN = 120  # characters of a name an error repeats (module:Class names run long)
 
 
 class PluginError(ValueError):
@@ -28,8 +32,14 @@ class PluginError(ValueError):
     command can lead with the option it came from: `--policy x:Y: no module named 'x'`."""
 
     def __init__(self, what: str, value: str, problem: str) -> None:
-        super().__init__(f"{what} {value!r}: {problem}")
+        problem = cut(problem, 400)  # it may quote the value, or a plug-in's message
+        super().__init__(f"{what} {shown(value, NAME_SHOWN + 2)}: {problem}")
         self.what, self.value, self.problem = what, value, problem
+
+
+def cut(text: str, limit: int = NAME_SHOWN) -> str:
+    """text, cut to `limit` characters: an error never echoes a huge value whole."""
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
 
 
 def is_spec(name: str) -> bool:
@@ -47,8 +57,17 @@ def import_spec(spec: str, what: str) -> object:
 
 
 def entry_points(group: str) -> list[EntryPoint]:
-    """The group's entry points over every installed distribution, by name."""
-    return sorted(importlib.metadata.entry_points(group=group), key=lambda ep: (ep.name, ep.value))
+    """The group's entry points over every installed distribution, by name. The
+    distributions are read once per sys.path (a scan costs milliseconds; the property
+    tests ask at every draw)."""
+    path = tuple(sys.path)
+    if path not in _SCANNED:
+        _SCANNED.clear()
+        _SCANNED[path] = importlib.metadata.entry_points()
+    return sorted(_SCANNED[path].select(group=group), key=lambda ep: (ep.name, ep.value))
+
+
+_SCANNED: dict[tuple[str, ...], importlib.metadata.EntryPoints] = {}
 
 
 def entry_point_named(group: str, name: str) -> EntryPoint | None:
@@ -78,20 +97,24 @@ def _import(module: str, what: str, value: str):
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as e:
-        if e.name and (module == e.name or module.startswith(e.name + ".")):
-            raise PluginError(what, value, f"no module named {e.name!r} (install its package, or put "
-                                           f"its folder on PYTHONPATH)") from None
-        raise PluginError(what, value, f"importing {module} failed: {_one_line(e)}") from None
+        if e.name and (module == e.name or module.startswith(e.name + ".")):  # not a dependency's
+            raise PluginError(what, value, f"no module named {shown(e.name, NAME_SHOWN)} (install its "
+                                           f"package, or put its folder on PYTHONPATH)") from None
+        raise PluginError(what, value, f"importing {cut(module)} failed: {_one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - the plug-in's own error, reported in one line
-        raise PluginError(what, value, f"importing {module} failed: {_one_line(e)}") from None
+        raise PluginError(what, value, f"importing {cut(module)} failed: {_one_line(e)}") from None
 
 
 def _attribute(obj: object, parts: list[str], what: str, value: str) -> object:
     path = obj.__name__  # type: ignore[attr-defined]
     for part in parts:
-        if not hasattr(obj, part):
-            raise PluginError(what, value, f"{path} has no attribute {part!r}")
-        obj, path = getattr(obj, part), f"{path}.{part}"
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PluginError(what, value, f"{cut(path)} has no attribute {shown(part, NAME_SHOWN)}") from None
+        except Exception as e:  # noqa: BLE001 - a module __getattr__ of the plug-in's own
+            raise PluginError(what, value, f"reading {cut(path)}.{cut(part)} failed: {_one_line(e)}") from None
+        path = f"{path}.{part}"
     return obj
 
 

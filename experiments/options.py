@@ -8,7 +8,7 @@ import tomllib
 from typing import Any
 
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
-from batchlab.core.plugins import PluginError
+from batchlab.core.plugins import PluginError, cut
 from batchlab.core.schedulers import SCHEDULERS, policy_class
 from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
 from batchlab.experiments.errors import UserError
@@ -169,7 +169,7 @@ def _resolved(flag: str, names: list[str], resolve) -> list[str]:
         try:
             resolve(name)
         except PluginError as e:
-            raise UserError(f"{flag} {name}: {e.problem}") from None
+            raise UserError(f"{flag} {cut(name)}: {e.problem}") from None
     return names
 
 

@@ -105,6 +105,12 @@ def test_a_bad_name_is_one_line_naming_the_option_and_value(example, args, messa
     one_line_error(code, err, message)
 
 
+def test_a_huge_name_is_not_echoed_whole(capsys):
+    code, _, err = run_cli(["simulate", "--policy", "x" * 100_000 + ":Y"], capsys)
+    one_line_error(code, err, "--policy xxx", "(100002 characters): no module named 'xxx")
+    assert len(err) < 600
+
+
 def test_a_bad_name_in_a_file_names_the_file_and_the_value(example, tmp_path, capsys):
     cfg = tmp_path / "exp.toml"
     cfg.write_text('[scheduler]\npolicy = "nomod_47p:Cls"\n')
