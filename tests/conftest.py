@@ -1,7 +1,7 @@
 """Shared test set-up.
 
-- `pytest --policy NAME`: focus the property tests on one registered policy (the same as
-  BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
+- `pytest --policy NAME`: focus the property tests on one policy, registered, installed
+  (an entry point) or module:Class (the same as BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
 - The `backend` marker: a test that serves on the torch backend (torch, transformers, the
   HTTP stack: the `backend` extra) is skipped where that extra is not installed, so that
   `pip install -e ".[test]"` runs the simulation half green. A test using one of the
@@ -24,7 +24,8 @@ HAVE_BACKEND = all(importlib.util.find_spec(m) is not None for m in BACKEND_MODU
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--policy", metavar="NAME",
-                     help="property tests: draw only this registered policy")
+                     help="property tests: draw only this policy (a registered or installed "
+                          "name, or module:Class)")
 
 
 def pytest_configure(config) -> None:
