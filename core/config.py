@@ -12,7 +12,8 @@ from batchlab.core.checks import BlockSize, Count, Seconds, Tokens
 class SchedulerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policy: str = Field("continuous", description="static | continuous | chunked (or any registered)")
+    policy: str = Field("continuous", description="static | continuous | chunked (or any registered, "
+                        "an installed plug-in's name, or module:Class: core/plugins.py)")
     max_num_seqs: Count = Field(256, description="seats: sequences in one step at most")
     max_num_batched_tokens: Tokens | None = Field(
         None, description="tokens per step; default 8192 (continuous), 2048 (chunked)")
@@ -20,7 +21,8 @@ class SchedulerConfig(BaseModel):
     num_kv_blocks: Count | None = Field(
         None, description="KV pool size in blocks; default: derived from the hardware")
     admission: str = Field("fcfs", description="admission order: fcfs | priority | shortest_prompt | "
-                           "... (any registered in core/orders; see --list-policies)")
+                           "... (any registered in core/orders, a plug-in's name or module:function; "
+                           "see --list-policies)")
     preemption: str = Field("recent", description="victim order: recent (last admitted) | priority | ...")
     max_batch_delay_s: Seconds = Field(
         0.0, description="static: wait up to this long for a full batch")

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from batchlab.core import text_input
 from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from batchlab.core.params import validate_params
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers import policy_class
 from batchlab.core.model.hardware import DATASHEET_FIELDS, HARDWARE, DatasheetFigures, HardwareFigures, HardwareSpec
 from batchlab.core.model.layout import Layout
 from batchlab.core.summary import SLO
@@ -118,8 +118,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
-            if p not in SCHEDULERS:
-                raise ValueError(f"unknown policy {shown(p)}; expected one of {', '.join(sorted(SCHEDULERS))}")
+            policy_class(p)  # a plug-in is resolved (and must resolve) here
         if v is not None and not v:
             raise ValueError("needs at least one policy")
         return v
@@ -128,9 +127,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _known_orders(cls, v: list[str] | None) -> list[str] | None:
         for a in v or []:
-            if a not in ADMISSION_ORDERS:
-                raise ValueError(f"unknown admission order {a!r}; expected one of "
-                                 f"{', '.join(sorted(ADMISSION_ORDERS))}")
+            lookup(ADMISSION_ORDERS, a, "admission order")
         if v is not None and not v:
             raise ValueError("needs at least one admission order")
         return v
@@ -151,12 +148,9 @@ class ExperimentConfig(BaseModel):
     @field_validator("scheduler")
     @classmethod
     def _names_known(cls, v: SchedulerConfig) -> SchedulerConfig:
-        if v.policy not in SCHEDULERS:
-            raise ValueError(f"unknown policy {shown(v.policy)}; expected one of {', '.join(sorted(SCHEDULERS))}")
-        for table, value, what in ((ADMISSION_ORDERS, v.admission, "admission order"),
-                                   (VICTIM_ORDERS, v.preemption, "preemption victim order")):
-            if value not in table:
-                raise ValueError(f"unknown {what} {shown(value)}; expected one of {', '.join(sorted(table))}")
+        policy_class(v.policy)
+        lookup(ADMISSION_ORDERS, v.admission, "admission order")
+        lookup(VICTIM_ORDERS, v.preemption, "preemption victim order")
         return v
 
     @model_validator(mode="after")
@@ -169,13 +163,13 @@ class ExperimentConfig(BaseModel):
         # that none of them declares is an error, as an unknown field is.
         given = self.scheduler.params
         for name in given:
-            if not any(name in SCHEDULERS[p].Params.model_fields for p in self.policies()):
-                declared = {p: ", ".join(SCHEDULERS[p].Params.model_fields) or "none"
+            if not any(name in policy_class(p).Params.model_fields for p in self.policies()):
+                declared = {p: ", ".join(policy_class(p).Params.model_fields) or "none"
                             for p in self.policies()}
                 raise ValueError(f"scheduler.params.{name} (--policy-param): no policy of this run "
                                  f"declares it ({'; '.join(f'{p}: {d}' for p, d in declared.items())})")
         for p in self.policies():
-            validate_params(p, SCHEDULERS[p].Params, self._params_of(p), strict=True)
+            validate_params(p, policy_class(p).Params, self._params_of(p), strict=True)
         return self
 
     def policies(self) -> list[str]:
@@ -192,12 +186,12 @@ class ExperimentConfig(BaseModel):
         return [(f"{p}+{a}" if several else p, p, a) for p in self.policies() for a in self.admissions()]
 
     def _params_of(self, policy: str) -> dict[str, Any]:
-        declared = SCHEDULERS[policy].Params.model_fields
+        declared = policy_class(policy).Params.model_fields
         return {k: v for k, v in self.scheduler.params.items() if k in declared}
 
     def policy_params(self) -> dict[str, dict[str, Any]]:
         """Every compared policy's parameters with defaults filled in (for config.json)."""
-        return {p: validate_params(p, SCHEDULERS[p].Params, self._params_of(p)).model_dump()
+        return {p: validate_params(p, policy_class(p).Params, self._params_of(p)).model_dump()
                 for p in self.policies()}
 
     def unused(self, fields: dict[str, str]) -> dict[str, str]:

@@ -1,25 +1,29 @@
 """`batchlab simulate --list-policies`: every registered policy (with its parameters,
-their defaults and descriptions), admission order and victim order."""
+their defaults and descriptions), admission order and victim order, installed plug-ins
+(entry points) included."""
 from __future__ import annotations
 
 from typing import Any
 
 from batchlab.core.kv_reservation import KV_ALLOCATIONS
-from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, first_paragraph
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, all_orders, first_paragraph
 from batchlab.core.params import describe
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers import all_policies
 
 
 def registry() -> dict[str, Any]:
     policies = {}
-    for name in sorted(SCHEDULERS):
-        cls = SCHEDULERS[name]
+    registered = all_policies()
+    admission = all_orders(ADMISSION_ORDERS, "admission order")
+    victims = all_orders(VICTIM_ORDERS, "preemption victim order")
+    for name in sorted(registered):
+        cls = registered[name]
         policies[name] = {"description": cls.description or first_paragraph(cls.__doc__)
                           or first_paragraph(__import__(cls.__module__, fromlist=["_"]).__doc__),
                           "fast_forward": cls.fast_forward, "params": describe(cls.Params)}
     return {"policies": policies,
-            "admission_orders": {n: ADMISSION_ORDERS[n].description for n in sorted(ADMISSION_ORDERS)},
-            "victim_orders": {n: VICTIM_ORDERS[n].description for n in sorted(VICTIM_ORDERS)},
+            "admission_orders": {n: admission[n].description for n in sorted(admission)},
+            "victim_orders": {n: victims[n].description for n in sorted(victims)},
             "kv_allocation": list(KV_ALLOCATIONS)}
 
 

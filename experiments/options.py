@@ -7,8 +7,9 @@ import copy
 import tomllib
 from typing import Any
 
-from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
+from batchlab.core.plugins import PluginError, cut
+from batchlab.core.schedulers import SCHEDULERS, policy_class
 from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.workload_options import add_workload_options, workload_overrides
@@ -19,8 +20,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     add_workload_options(parser)
     g = parser.add_argument_group("scheduler")
     g.add_argument("--policy", action="append", metavar="NAME",
-                   help=f"{' | '.join(sorted(SCHEDULERS))}; repeat or comma-separate to compare "
-                        "(simulate --list-policies describes them)")
+                   help=f"{' | '.join(sorted(SCHEDULERS))} | an installed plug-in's name | "
+                        "module:Class; repeat or comma-separate to compare (simulate "
+                        "--list-policies describes them)")
     g.add_argument("--policy-param", dest="policy_params", action="append", metavar="NAME=VALUE",
                    help="a policy's own parameter ([scheduler.params]), repeatable; the value "
                         "is read as in TOML (512, 0.8, true, or text)")
@@ -31,10 +33,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", dest="sc_block_size", type=int, metavar="N")
     g.add_argument("--num-kv-blocks", dest="sc_num_kv_blocks", type=int, metavar="N")
     g.add_argument("--admission", dest="admissions", action="append", metavar="ORDER",
-                   help=f"{' | '.join(sorted(ADMISSION_ORDERS))}; repeat or comma-separate to "
-                        "compare (a run per policy and order)")
+                   help=f"{' | '.join(sorted(ADMISSION_ORDERS))} | a plug-in's name | "
+                        "module:function; repeat or comma-separate to compare (a run per policy "
+                        "and order)")
     g.add_argument("--preemption", dest="sc_preemption", metavar="VICTIM",
-                   help=" | ".join(sorted(VICTIM_ORDERS)))
+                   help=f"{' | '.join(sorted(VICTIM_ORDERS))} | a plug-in's name | module:function")
     g.add_argument("--kv-allocation", dest="sc_kv_allocation", choices=("paged", "reserved"),
                    help="paged (default): blocks as tokens arrive, preempt when out; reserved: "
                         "admit only if prompt + whole output budget fits, never preempt")
@@ -144,16 +147,30 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     slo = {k[4:]: v for k, v in vars(args).items() if k.startswith("slo_") and v is not None}
     if slo:
         out.setdefault("run", {})["slo"] = slo
+    if getattr(args, "sc_preemption", None):
+        _resolved("--preemption", [args.sc_preemption], lambda v: lookup(VICTIM_ORDERS, v, "preemption victim order"))
     if args.policy:
-        out.setdefault("run", {})["policies"] = _names(args.policy)
+        out.setdefault("run", {})["policies"] = _resolved("--policy", _names(args.policy), policy_class)
     if getattr(args, "admissions", None):
-        orders = _names(args.admissions)
+        orders = _resolved("--admission", _names(args.admissions),
+                           lambda a: lookup(ADMISSION_ORDERS, a, "admission order"))
         out.setdefault("scheduler", {})["admission"] = orders[0]
         out.setdefault("run", {})["admissions"] = orders if len(orders) > 1 else None
     for item in getattr(args, "policy_params", None) or []:
         name, value = parse_param(item)
         out.setdefault("scheduler", {}).setdefault("params", {})[name] = value
     return out
+
+
+def _resolved(flag: str, names: list[str], resolve) -> list[str]:
+    """names, each resolved now (a plug-in imported) so that a bad one is an error naming
+    the option: `--policy mypkg:Nope: mypkg has no attribute 'Nope'`."""
+    for name in names:
+        try:
+            resolve(name)
+        except PluginError as e:
+            raise UserError(f"{flag} {cut(name)}: {e.problem}") from None
+    return names
 
 
 def _names(values: list[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """Shared test set-up.
 
-- `pytest --policy NAME`: focus the property tests on one registered policy (the same as
-  BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
+- `pytest --policy NAME`: focus the property tests on one policy, registered, installed
+  (an entry point) or module:Class (the same as BATCHLAB_TEST_POLICY=NAME; see tests/draws.py).
 - The `backend` marker: a test that serves on the torch backend (torch, transformers, the
   HTTP stack: the `backend` extra) is skipped where that extra is not installed, so that
   `pip install -e ".[test]"` runs the simulation half green. A test using one of the
@@ -24,7 +24,8 @@ HAVE_BACKEND = all(importlib.util.find_spec(m) is not None for m in BACKEND_MODU
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--policy", metavar="NAME",
-                     help="property tests: draw only this registered policy")
+                     help="property tests: draw only this policy (a registered or installed "
+                          "name, or module:Class)")
 
 
 def pytest_configure(config) -> None:
@@ -97,3 +98,18 @@ def validated(tmp_path_factory, profile_file):
                            "--profile", str(profile_file), "--out", str(out)])
     assert code == 0, err
     return out, text
+
+
+# -- the example plug-in of docs/examples, importable and discoverable as if installed --
+
+@pytest.fixture
+def example(tmp_path, monkeypatch):
+    """docs/examples/batchlab-policy-example on sys.path and PYTHONPATH (for subprocesses),
+    its entry points discoverable (tests/plugin_site.py); the registries restored after."""
+    from tests.plugin_site import example_site, registries_restored  # lazy: only these tests
+    path = example_site(tmp_path / "site")
+    for folder in reversed(path.split(os.pathsep)):
+        monkeypatch.syspath_prepend(folder)  # invalidates the import and metadata caches
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p))
+    with registries_restored():
+        yield path

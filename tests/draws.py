@@ -3,7 +3,9 @@ parameters drawn from their ranges), every admission order, every victim order, 
 KV allocation modes; lengths from a few tokens to thousands, KV pools from tight to
 ample, so that a policy's thresholds are crossed.
 
-Focus on one policy: BATCHLAB_TEST_POLICY=NAME (or `pytest --policy NAME`)."""
+Everything registered includes installed plug-ins (entry points). Focus on one policy:
+BATCHLAB_TEST_POLICY=NAME (or `pytest --policy NAME`); NAME may be module:Class, a policy
+from outside the project that no registry lists."""
 from __future__ import annotations
 
 import os
@@ -14,25 +16,44 @@ from hypothesis import strategies as st
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import blocks_for
 from batchlab.core.kv_reservation import KV_ALLOCATIONS
-from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
+from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, all_orders
 from batchlab.core.params import PolicyParams, describe
+from batchlab.core.plugins import PluginError
 from batchlab.core.request import Request
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers import Scheduler, all_policies, policy_class
 
 # Integer parameters are drawn up to this (a threshold far above every drawn length is
 # never crossed); floats over their whole declared range.
 INT_CAP = 4096
 
 
-def policies(among: typing.Iterable[str] | None = None) -> list[str]:
-    """Registered policy names (or those of `among`), narrowed to the focus if one is set."""
-    names = sorted(SCHEDULERS if among is None else among)
+def registered() -> dict[str, type[Scheduler]]:
+    """Every registered policy (installed plug-ins included), and a module:Class focus."""
+    out = dict(all_policies())
     focus = os.environ.get("BATCHLAB_TEST_POLICY")
     if focus:
-        if focus not in SCHEDULERS:
-            raise ValueError(f"BATCHLAB_TEST_POLICY={focus!r}: expected one of {', '.join(sorted(SCHEDULERS))}")
+        try:
+            out[focus] = policy_class(focus)
+        except PluginError as e:
+            raise ValueError(f"BATCHLAB_TEST_POLICY={focus}: {e.problem}") from None
+    return out
+
+
+def policies(among: typing.Iterable[str] | None = None) -> list[str]:
+    """Registered policy names (or those of `among`), narrowed to the focus if one is set."""
+    names = sorted(registered() if among is None else among)
+    focus = os.environ.get("BATCHLAB_TEST_POLICY")
+    if focus:
         names = [n for n in names if n == focus]
     return names
+
+
+def admission_orders() -> list[str]:
+    return sorted(all_orders(ADMISSION_ORDERS, "admission order"))
+
+
+def victim_orders() -> list[str]:
+    return sorted(all_orders(VICTIM_ORDERS, "preemption victim order"))
 
 
 def _value(field: dict, annotation) -> st.SearchStrategy:
@@ -92,10 +113,10 @@ def configs(draw, reqs: list[Request], policy: str | None = None,
         max_num_seqs=draw(st.integers(1, 8)),
         max_num_batched_tokens=draw(st.sampled_from(budgets)),
         block_size=block_size,
-        admission=draw(st.sampled_from(sorted(ADMISSION_ORDERS))),
-        preemption=draw(st.sampled_from(sorted(VICTIM_ORDERS))),
+        admission=draw(st.sampled_from(admission_orders())),
+        preemption=draw(st.sampled_from(victim_orders())),
         max_batch_delay_s=draw(st.sampled_from(delays)),
         kv_allocation=draw(st.sampled_from(KV_ALLOCATIONS)),
-        params=draw(params(SCHEDULERS[name].Params)),
+        params=draw(params(policy_class(name).Params)),
     )
     return cfg, blocks

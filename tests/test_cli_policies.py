@@ -63,7 +63,7 @@ def test_parameters_from_toml_and_defaults_in_config_json(tmp_path, capsys):
     (["--policy", "memory_aware", "--policy-param", "kv_threshold=high"],
      "scheduler.params.kv_threshold: Input should be a valid number"),
     (["--policy", "memory_aware", "--policy-param", "long_prompt"], "expected NAME=VALUE"),
-    (["--admission", "fcfs,bogus"], "unknown admission order 'bogus'"),
+    (["--admission", "fcfs,bogus"], "--admission bogus: no such admission order"),
 ])
 def test_bad_parameters_and_orders_are_one_line_errors(args, message, capsys):
     code, _, err = run_cli(["simulate", *SMALL, *args], capsys)

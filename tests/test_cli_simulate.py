@@ -104,12 +104,12 @@ name = "l4"
 
 
 @pytest.mark.parametrize("args,expect", [
-    (["--policy", "fifo"], "unknown policy 'fifo'"),
+    (["--policy", "fifo"], "--policy fifo: no such policy"),
     (["--hardware", "tpu9"], "unknown hardware preset 'tpu9'"),
     (["--model", "gpt-5"], "unknown model preset 'gpt-5'"),
     (["--rate", "-1"], "workload.rate"),
     (["--max-num-seqs", "0"], "scheduler.max_num_seqs"),
-    (["--admission", "random"], "unknown admission order 'random'"),
+    (["--admission", "random"], "--admission random: no such admission order"),
     (["--rate", "fast"], "--rate: invalid float value"),
     (["--config", "/nonexistent.toml"], "/nonexistent.toml: config file not found"),
     (["--seed", "-1"], "workload.seed (--seed): expected a whole number from 0 to 2**63-1 (got -1)"),

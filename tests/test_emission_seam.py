@@ -16,7 +16,7 @@ from batchlab.core.emission import Emission
 from batchlab.core.kv import blocks_for
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
-from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers import all_policies, make_scheduler
 from tests.stepping import step_through
 
 
@@ -131,7 +131,7 @@ def test_a_wider_emission_leaves_the_decode_group():
 
 @settings(max_examples=40, deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30)), min_size=1, max_size=8),
-       policy=st.sampled_from(sorted(SCHEDULERS)), width=st.integers(1, 5), seed=st.integers(0, 99),
+       policy=st.sampled_from(sorted(all_policies())), width=st.integers(1, 5), seed=st.integers(0, 99),
        blocks=st.integers(12, 60))
 def test_any_emission_serves_every_reply_whole(reqs, policy, width, seed, blocks):
     """Whatever the drafts and their acceptance: every reply ends at its length, a

@@ -10,14 +10,13 @@ from hypothesis import strategies as st
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv_reservation import KV_ALLOCATIONS
-from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers import SCHEDULERS, policy_class
 from batchlab.core.schedulers.continuous import ContinuousScheduler
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from batchlab.sim.engine import moved_on
 from batchlab.sim.counting import counting_decisions, counting_events
-from tests.draws import params, policies
+from tests.draws import admission_orders, params, policies, victim_orders
 from tests.same_runs import COSTS, assert_same
 
 
@@ -43,11 +42,11 @@ def scenarios(draw):
         max_num_seqs=draw(st.integers(1, 12)),
         max_num_batched_tokens=draw(st.sampled_from([None, 8, 64, 512])),  # 8: fewer than the decoders
         block_size=block_size,
-        admission=draw(st.sampled_from(sorted(ADMISSION_ORDERS))),
-        preemption=draw(st.sampled_from(sorted(VICTIM_ORDERS))),
+        admission=draw(st.sampled_from(admission_orders())),
+        preemption=draw(st.sampled_from(victim_orders())),
         max_batch_delay_s=draw(st.sampled_from([0.0, 0.05])),
         kv_allocation=draw(st.sampled_from(KV_ALLOCATIONS)),
-        params=draw(params(SCHEDULERS[name].Params)),
+        params=draw(params(policy_class(name).Params)),
     )
     kv_tokens = draw(st.integers(40, 3000)) * (8 if long else 1)
     blocks = max(2, kv_tokens // cfg.block_size)

@@ -15,7 +15,7 @@ from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.kv_home import RECOMPUTE, KVHome
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
-from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers import all_policies, make_scheduler
 from tests.stepping import step_through
 from batchlab.sim.engine import Replica
 
@@ -126,7 +126,7 @@ def test_the_simulator_prices_a_load_with_the_home():
 
 @settings(max_examples=40, deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 30)), min_size=1, max_size=8),
-       policy=st.sampled_from(sorted(SCHEDULERS)), blocks=st.integers(12, 40))
+       policy=st.sampled_from(sorted(all_policies())), blocks=st.integers(12, 40))
 def test_any_home_serves_every_reply_whole(reqs, policy, blocks):
     """Swapped or recomputed, every reply ends at its length, the pool comes back whole
     (checked each step in _serve), and a step loads only what preemptions kept."""

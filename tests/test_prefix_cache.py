@@ -13,13 +13,13 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import BlockManager
 from batchlab.core.prefix_cache import block_keys
 from batchlab.core.request import Request, Status
-from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers import all_policies, make_scheduler, policy_class
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from tests.driver import drive
 from tests.same_runs import COSTS, assert_same
 
-POLICIES = sorted(SCHEDULERS)
+POLICIES = sorted(all_policies())
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -152,7 +152,7 @@ def test_a_recompute_after_preemption_hits_its_own_prompt():
     hits_at_admission = []
 
     # A subclass, not a patched instance: a compiled scheduler's methods are read-only.
-    class Spied(SCHEDULERS[cfg.policy]):
+    class Spied(policy_class(cfg.policy)):
         def _admit_head(self, batch, now, n, fits=None):
             before = self.prefix_hits
             ok = super()._admit_head(batch, now, n, fits)

@@ -7,13 +7,13 @@ from hypothesis import given, settings, strategies as st
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.request import Request, Status
-from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers import all_policies, make_scheduler
 
 requests = st.lists(st.tuples(st.integers(1, 60), st.integers(1, 20)), min_size=1, max_size=12)
 
 
 @settings(max_examples=60, deadline=None)
-@given(reqs=requests, policy=st.sampled_from(sorted(SCHEDULERS)), victim=st.integers(0, 11),
+@given(reqs=requests, policy=st.sampled_from(sorted(all_policies())), victim=st.integers(0, 11),
        at_step=st.integers(0, 30), seats=st.integers(1, 6), blocks=st.integers(8, 40))
 def test_abort_frees_blocks_and_the_rest_finish(reqs, policy, victim, at_step, seats, blocks):
     cfg = SchedulerConfig(policy=policy, max_num_seqs=seats, block_size=4, max_num_batched_tokens=64)

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.request import Request, Status
-from batchlab.core.schedulers import SCHEDULERS, make_scheduler
+from batchlab.core.schedulers import make_scheduler
 from batchlab.core.schedulers.chunked import ChunkedPrefillScheduler
 from batchlab.core.schedulers.continuous import ContinuousScheduler
 from batchlab.core.schedulers.static import StaticScheduler
-from tests.draws import configs, policies, requests
+from tests.draws import admission_orders, configs, policies, registered, requests, victim_orders
 from tests.driver import drive
 
 
@@ -31,7 +31,7 @@ def scenarios(draw, among=None):
 
 
 def family(base: type) -> list[str]:
-    return [n for n, cls in SCHEDULERS.items() if issubclass(cls, base)]
+    return [n for n, cls in registered().items() if issubclass(cls, base)]
 
 
 def check_invariants(sched, batch, _state):
@@ -173,7 +173,6 @@ def test_schedulers_are_deterministic(scenario):
 
 def test_the_draws_reach_every_registered_order_and_mode():
     """Nothing registered is left out of the draws above (they read the registries)."""
-    from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS
     seen = {"admission": set(), "preemption": set(), "kv_allocation": set(), "policy": set()}
 
     @settings(max_examples=300, deadline=None, database=None)
@@ -184,7 +183,7 @@ def test_the_draws_reach_every_registered_order_and_mode():
             seen[k].add(getattr(cfg, k))
 
     collect()
-    assert seen["admission"] == set(ADMISSION_ORDERS) and seen["preemption"] == set(VICTIM_ORDERS)
+    assert seen["admission"] == set(admission_orders()) and seen["preemption"] == set(victim_orders())
     assert seen["kv_allocation"] == {"paged", "reserved"} and seen["policy"] == set(policies())
 
 

@@ -107,7 +107,7 @@ def test_json_format(profile_file):
 @pytest.mark.parametrize("args, message", [
     (["--profile", "/nonexistent/p.json"], "profile not found"),
     (["--profile", "default", "--replicas", "2"], "one replica"),
-    (["--profile", "default", "--policy", "nope"], "unknown policy"),
+    (["--profile", "default", "--policy", "nope"], "--policy nope: no such policy"),
     (["--profile", "default", "--hardware", "h200"], "--hardware does not apply to batchlab validate"),
     (["--profile", "default", "--slo-tpot-ms", "50"], "--slo-tpot-ms does not apply"),
 ])

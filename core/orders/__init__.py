@@ -3,7 +3,10 @@
 Each is a sort key over a sequence, registered with @admission_order or @victim_order.
 Every module in this package is imported here, so a new order is one function in one
 file (here, or in a policy's own module) that every scheduler, both worlds (sim and
-backend) and the command line (--admission, --preemption, --list-policies) pick up."""
+backend) and the command line (--admission, --preemption, --list-policies) pick up.
+From outside the project: an entry point in batchlab.admission_orders or
+batchlab.victim_orders naming the function, or module:function given as the name
+(core/plugins.py); lookup resolves either."""
 from __future__ import annotations
 
 import importlib
@@ -11,6 +14,8 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
+from batchlab.core.plugins import (ADMISSION_GROUP, VICTIM_GROUP, PluginError, entry_point_named, entry_points,
+                                   import_spec, is_spec, kind_of, load_entry_point)
 from batchlab.core.request import Sequence
 
 SortKey = Callable[[Sequence], tuple]
@@ -31,6 +36,10 @@ class Order:
 # request and the sequence's counters but not the clock. End ties on arrival and id.
 ADMISSION_ORDERS: dict[str, Order] = {}
 VICTIM_ORDERS: dict[str, Order] = {}
+# Plug-ins (lookup): module:function names resolved in this process, and the names that
+# came from entry points, each keyed by its group (admission or victim).
+_BY_SPEC: dict[tuple[str, str], Order] = {}
+_ENTRY_POINTS: set[tuple[str, str]] = set()
 
 
 def _registrar(table: dict[str, Order], name: str, description: str | None, **kw):
@@ -58,10 +67,54 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def lookup(table: dict[str, Order], name: str, what: str) -> Order:
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; expected one of {', '.join(sorted(table))}") from None
+    """The order `name` stands for in `table` (ADMISSION_ORDERS or VICTIM_ORDERS): built
+    in, an installed entry point of that name, or module:function (PluginError, one
+    line, otherwise)."""
+    order = table.get(name) or _BY_SPEC.get((_group(table), name))
+    if order is not None:
+        return order
+    if is_spec(name):
+        order = _BY_SPEC[(_group(table), name)] = checked_order(import_spec(name, what), name, what)
+        return order
+    group = _group(table)
+    ep = entry_point_named(group, name)
+    if ep is None:
+        known = sorted({*table, *(e.name for e in entry_points(group))})
+        raise PluginError(what, name, f"no such {what}; expected one of {', '.join(known)}, "
+                                      f"or module:function")
+    return _register_entry_point(table, ep, what)
+
+
+def all_orders(table: dict[str, Order], what: str) -> dict[str, Order]:
+    """Every registered order of `table`, installed plug-ins included (the listings,
+    the property tests)."""
+    for ep in entry_points(_group(table)):
+        if (ep.group, ep.name) not in _ENTRY_POINTS:
+            _register_entry_point(table, ep, what)
+    return table
+
+
+def checked_order(obj: object, name: str, what: str) -> Order:
+    """obj as an order: a sort key function (its docstring's first paragraph describes it)."""
+    if isinstance(obj, type) or not callable(obj):
+        raise PluginError(what, name, f"{kind_of(obj)} is not a function; expected a sort key "
+                                      f"function (sequence -> tuple)")
+    return Order(name, obj, first_paragraph(obj.__doc__))
+
+
+def _group(table: dict[str, Order]) -> str:
+    return ADMISSION_GROUP if table is ADMISSION_ORDERS else VICTIM_GROUP
+
+
+def _register_entry_point(table: dict[str, Order], ep, what: str) -> Order:
+    order = checked_order(load_entry_point(ep, what), ep.name, what)
+    present = table.get(ep.name)  # the plug-in's module may have registered it itself
+    if present is not None and present.key is not order.key:  # never replace a built-in one
+        raise PluginError(what, ep.name, f"entry point {ep.name} = {ep.value} ({ep.group}) takes the "
+                                         f"name of a built-in {what}; rename the entry point")
+    table.setdefault(ep.name, order)
+    _ENTRY_POINTS.add((ep.group, ep.name))
+    return table[ep.name]
 
 
 for _mod in pkgutil.iter_modules(__path__):

@@ -1,6 +1,8 @@
 """Scheduler registry. A new policy is one module in this package that decorates its
 class with @register; it is imported here automatically, so the simulator, the backend
-and the command line all see it with no change elsewhere."""
+and the command line all see it with no change elsewhere. A policy from outside the
+project is an entry point in the group batchlab.policies, or module:Class given as the
+name (core/plugins.py); policy_class resolves either, in whichever process asks."""
 from __future__ import annotations
 
 import importlib
@@ -8,11 +10,15 @@ import pkgutil
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import BlockManager
+from batchlab.core.plugins import (POLICY_GROUP, PluginError, entry_point_named, entry_points, import_spec,
+                                   is_spec, kind_of, load_entry_point)
 from batchlab.core.prefix_cache import check_block_size
 from batchlab.core.schedulers.base import Scheduler
 from batchlab.core.workload.workload import Workload
 
-SCHEDULERS: dict[str, type[Scheduler]] = {}
+SCHEDULERS: dict[str, type[Scheduler]] = {}  # built in, and installed plug-ins once loaded
+_BY_SPEC: dict[str, type[Scheduler]] = {}  # module:Class names resolved in this process
+_ENTRY_POINTS: set[str] = set()  # names of SCHEDULERS that came from entry points
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -21,9 +27,58 @@ def register(cls: type[Scheduler]) -> type[Scheduler]:
 
 
 def make_scheduler(config: SchedulerConfig, num_kv_blocks: int) -> Scheduler:
-    _policy(config)
+    cls = policy_class(config.policy)
     blocks = config.num_kv_blocks or num_kv_blocks
-    return SCHEDULERS[config.policy](config, BlockManager(blocks, config.block_size))
+    return cls(config, BlockManager(blocks, config.block_size))
+
+
+def policy_class(name: str) -> type[Scheduler]:
+    """The class a policy name stands for: built in, an installed entry point of that
+    name, or module:Class (PluginError, one line, otherwise)."""
+    cls = SCHEDULERS.get(name) or _BY_SPEC.get(name)
+    if cls is not None:
+        return cls
+    if is_spec(name):
+        cls = _BY_SPEC[name] = checked_policy(import_spec(name, "policy"), name)
+        return cls
+    ep = entry_point_named(POLICY_GROUP, name)
+    if ep is None:
+        known = sorted({*SCHEDULERS, *(e.name for e in entry_points(POLICY_GROUP))})
+        raise PluginError("policy", name, f"no such policy; expected one of {', '.join(known)}, "
+                                          f"or module:Class")
+    return _register_entry_point(ep)
+
+
+def all_policies() -> dict[str, type[Scheduler]]:
+    """Every registered policy, installed plug-ins included (the listings, the property
+    tests): the registry with each entry point of batchlab.policies loaded."""
+    for ep in entry_points(POLICY_GROUP):
+        if ep.name not in _ENTRY_POINTS:
+            _register_entry_point(ep)
+    return SCHEDULERS
+
+
+def checked_policy(obj: object, name: str) -> type[Scheduler]:
+    """obj, if it can run as a policy: a Scheduler subclass with a name and a schedule()."""
+    if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
+        raise PluginError("policy", name, f"{kind_of(obj)} is not a Scheduler subclass; expected "
+                                          f"a class derived from batchlab.core.schedulers.base.Scheduler")
+    if not isinstance(getattr(obj, "name", None), str):
+        raise PluginError("policy", name, f"class {obj.__qualname__} sets no name (a class attribute: "
+                                          f"the policy's name in messages)")
+    if obj.schedule is Scheduler.schedule:
+        raise PluginError("policy", name, f"class {obj.__qualname__} defines no schedule(now)")
+    return obj
+
+
+def _register_entry_point(ep) -> type[Scheduler]:
+    cls = checked_policy(load_entry_point(ep, "policy"), ep.name)
+    # The plug-in's module may have registered it itself; a built-in is never replaced.
+    if SCHEDULERS.setdefault(ep.name, cls) is not cls:
+        raise PluginError("policy", ep.name, f"entry point {ep.name} = {ep.value} ({ep.group}) takes the "
+                                             f"name of a built-in policy; rename the entry point")
+    _ENTRY_POINTS.add(ep.name)
+    return cls
 
 
 def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
@@ -31,7 +86,7 @@ def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
     when the policy caches prefixes (one-line ValueError otherwise)."""
     on = config.prefix_caching
     if on is None:
-        on = _policy(config).prefix_caching_default
+        on = policy_class(config.policy).prefix_caching_default
     if not on or workload.prefix_hashes is None:
         return
     why = check_block_size(workload.hash_block_size, config.block_size)
@@ -41,12 +96,6 @@ def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
         raise ValueError(f"{first}: request {row} (the first with prefix hashes): {why}; "
                          f"expected a --block-size that divides {workload.hash_block_size}, "
                          f"or --no-prefix-caching")
-
-
-def _policy(config: SchedulerConfig) -> type[Scheduler]:
-    if config.policy not in SCHEDULERS:
-        raise ValueError(f"unknown policy {config.policy!r}; expected one of {', '.join(sorted(SCHEDULERS))}")
-    return SCHEDULERS[config.policy]
 
 
 for _mod in pkgutil.iter_modules(__path__):

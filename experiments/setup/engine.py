@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
-from batchlab.core.schedulers import SCHEDULERS
+from batchlab.core.schedulers import policy_class
 from batchlab.core.schedulers.chunked import ChunkedPrefillScheduler
 from batchlab.core.model.hardware import HardwareSpec
 
@@ -45,7 +45,7 @@ def apply_engine_defaults(sc: SchedulerConfig, given: set[str], d: EngineDefault
     if "max_num_seqs" not in given:
         update["max_num_seqs"] = d.max_num_seqs
         applied.append(f"max_num_seqs={d.max_num_seqs}")
-    chunks = issubclass(SCHEDULERS[sc.policy], ChunkedPrefillScheduler)
+    chunks = issubclass(policy_class(sc.policy), ChunkedPrefillScheduler)
     if chunks and "max_num_batched_tokens" not in given:
         update["max_num_batched_tokens"] = d.max_num_batched_tokens
         applied.append(f"max_num_batched_tokens={d.max_num_batched_tokens}")
