@@ -32,8 +32,9 @@ BLOCKS = 512  # KV blocks of 16 tokens: small enough that a long request shows i
 # jobs) it was 15-30 ms at the median, which no bound of "a few ms" can hold. So: the
 # order of the two clocks is exact; the decode span (first token to end), where the two
 # hand-overs cancel, must agree within framing plus a loopback round trip measured at the
-# same moment (its p90); TTFT and E2E themselves within CONTENDED_MS (a guard against a wrong
-# measurement: a missed or extra step, the wrong start, costs one to several steps).
+# same moment (its p90); TTFT and E2E themselves within CONTENDED_MS plus that p90 (a guard
+# against a wrong measurement: a missed or extra step, the wrong start, costs one to several
+# steps; the round trip grows with the machine's load, as the client's wait does).
 FRAMING_MS, CONTENDED_MS = 5.0, 50.0
 
 
@@ -260,4 +261,5 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
     # The prober idles between round trips, so a busy machine schedules it sooner than the
     # busy client: its p90 stands for the client's typical wait.
     assert np.median(span_ms) <= FRAMING_MS + np.percentile(rtt_ms, 90), (span_ms, rtt_ms)
-    assert np.median(ttft_ms) <= CONTENDED_MS and np.median(e2e_ms) <= CONTENDED_MS, (ttft_ms, e2e_ms)
+    bound = CONTENDED_MS + np.percentile(rtt_ms, 90)
+    assert np.median(ttft_ms) <= bound and np.median(e2e_ms) <= bound, (ttft_ms, e2e_ms, rtt_ms)
