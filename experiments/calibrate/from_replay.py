@@ -55,8 +55,8 @@ def roofline_prior_for(model: str, hardware: str):
 def settings_for(args: argparse.Namespace, metrics_url: str | None, prior):
     given = {k: getattr(args, k, None) for k in SETTING_OPTIONS}
     given["policy"] = args.policy
-    scraped, why = scrape(metrics_url) if metrics_url else ({}, "no server to ask")
-    try:
+    try:  # what the server states is range-checked as the options are: a one-line error
+        scraped, why = scrape(metrics_url) if metrics_url else ({}, "no server to ask")
         return resolve(given, scraped, prior.num_kv_blocks, prior.block_size), why
     except ValueError as e:
         raise UserError(str(e)) from None
