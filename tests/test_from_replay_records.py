@@ -203,3 +203,13 @@ def test_a_long_read_says_so_on_stderr(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(read_module, "LONG_READ_BYTES", 10)
     read_one(p)
     assert f"reading {p}" in capsys.readouterr().err
+
+
+def test_a_long_fit_reports_its_simulations(capsys):
+    from batchlab.experiments.calibrate.from_replay import EVERY, LONG_FIT, fit_progress
+    for n, lines in ((LONG_FIT, 2), (LONG_FIT - 1, 0)):
+        with fit_progress(n) as tick:
+            for _ in range(2 * EVERY + 1):
+                tick()
+        err = capsys.readouterr().err
+        assert err.count("simulations of") == lines, err
