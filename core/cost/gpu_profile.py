@@ -168,8 +168,9 @@ class GpuProfile(_Strict):
         """One line: which profile, from what, and its held-out error."""
         h = self.heldout.overall
         scaled = f", scaled from {self.scaled_from.gpu} by datasheet ratios" if self.scaled_from else ""
-        return (f"GPU profile {self.gpu} (fitted on {self.source.split(';')[0]}{scaled}): held-out "
-                f"per-step error median {h.median:.1%}, p90 {h.p90:.1%}")
+        error = (f"held-out per-step error median {h.median:.1%}, p90 {h.p90:.1%}" if h.n
+                 else "no held-out error (not judged)")
+        return f"GPU profile {self.gpu} (fitted on {self.source.split(';')[0]}{scaled}): {error}"
 
     def knobs(self) -> list[Knob]:
         """Every constant as a Knob: a fitted one over +-2 standard errors widened to at
