@@ -162,3 +162,10 @@ def test_a_zero_link_between_gpus_is_refused(layout):
         small(interconnect_gbs=0, **layout)
     sim_setup(small(interconnect_gbs=0))  # one GPU: no link needed
     sim_setup(small(interconnect_gbs=100, **layout))
+
+
+@pytest.mark.parametrize("field", ["mem_bandwidth_gbs", "interconnect_gbs", "bf16_tflops", "memory_gib"])
+def test_datasheet_figures_beyond_any_gpu_are_refused(field):
+    with pytest.raises(Exception, match=f"{field}.*less than or equal"):
+        cfg(tensor_parallel=4, **{field: 1e30})
+    cfg(tensor_parallel=4, **{field: 1000.0})
