@@ -213,3 +213,25 @@ def test_a_long_fit_reports_its_simulations(capsys):
                 tick()
         err = capsys.readouterr().err
         assert err.count("simulations of") == lines, err
+
+
+@pytest.mark.parametrize("column, value", [("prompt_len", "inf"), ("output_len", "nan"), ("request_id", "x"),
+                                           ("first_token_s", "1e300")])
+def test_a_replay_folders_bad_cells_are_dropped_or_refused_never_a_traceback(tmp_path, column, value):
+    import csv
+    from tests.test_from_replay import _replay_folder
+    d = tmp_path / "rep"
+    _replay_folder(d, True)
+    (table,) = d.rglob("requests.csv")
+    rows = list(csv.DictReader(table.open()))
+    rows[3][column] = value
+    with table.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        (r,) = read_one(d)
+    except ValueError as e:  # a one-line error naming the run
+        assert str(d) in str(e) and "\n" not in str(e)
+    else:
+        assert len(r.requests) + sum(r.dropped.values()) == 21
