@@ -11,6 +11,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batchlab.calibration.from_replay import read as read_module
 from batchlab.calibration.from_replay.observed import Builder, check_usable
@@ -235,3 +237,23 @@ def test_a_replay_folders_bad_cells_are_dropped_or_refused_never_a_traceback(tmp
         assert str(d) in str(e) and "\n" not in str(e)
     else:
         assert len(r.requests) + sum(r.dropped.values()) == 21
+
+
+@settings(max_examples=80, deadline=None)
+@given(label=st.sampled_from(["block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
+                              "enable_prefix_caching"]),
+       raw=st.one_of(st.integers(-10, 2**70).map(str), st.text(alphabet="0123456789-.eTrueFalsNn ", max_size=12)))
+def test_any_scraped_value_is_in_bounds_or_one_line(label, raw):
+    """Whatever a server states, the settings read from it are what the options accept
+    (SchedulerConfig validates them), or a one-line error names the label."""
+    from batchlab.core.config import SchedulerConfig
+    from batchlab.calibration.from_replay.settings import METRIC_LABELS
+    text = f'x:cache_config_info{{{label}="{raw}"}} 1.0\n'
+    try:
+        found = parse_metrics(text, "srv/metrics")
+    except ValueError as e:
+        assert str(e).startswith(f"srv/metrics: x:cache_config_info label {label}=") and "\n" not in str(e)
+        return
+    if found:
+        SchedulerConfig(**found)  # raises if a value is out of bounds
+        assert set(found) == {METRIC_LABELS[label]}
