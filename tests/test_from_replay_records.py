@@ -88,15 +88,30 @@ def test_the_same_file_twice_is_never_fitted_and_judged(tmp_path):
         read_all([str(p), str(tmp_path / "." / "r.json")])
     copy = tmp_path / "copy.json"
     shutil.copy(p, copy)
-    with pytest.raises(ValueError, match="the same requests as"):
+    with pytest.raises(ValueError, match="30 of its 30 requests are the same requests as"):
         read_all([str(p), str(copy)])
     appended = tmp_path / "twice.json"
     appended.write_text(p.read_text() + "\n" + p.read_text())  # one run appended twice
-    with pytest.raises(ValueError, match="line 2: the same requests as .* line 1"):
+    with pytest.raises(ValueError, match="line 2: 30 of its 30 requests are the same requests as .* line 1"):
         read_all([str(appended)])
     other = tmp_path / "other.json"
     other.write_text(json.dumps(vllm_result(seed=1)))
     assert len(read_all([str(p), str(other)])) == 2
+    part = vllm_result()  # the first 20 of the same run, cut out into a file of its own
+    part = {k: v[:20] if isinstance(v, list) else v for k, v in part.items()}
+    (tmp_path / "part.json").write_text(json.dumps(part))
+    with pytest.raises(ValueError, match="20 of its 20 requests are the same"):
+        read_all([str(p), str(tmp_path / "part.json")])
+
+
+def test_a_replay_folder_and_its_own_result_json_are_one_run(tmp_path):
+    from tests.test_from_replay import _replay_folder
+    d = tmp_path / "rep"
+    _replay_folder(d, True)
+    (d / "copy").mkdir()
+    shutil.copy(d / "result.json", d / "copy" / "r.json")  # read_all refuses one path twice, not this
+    with pytest.raises(ValueError, match="20 of its 20 requests are the same requests as"):
+        read_all([str(d), str(d / "copy" / "r.json")])
 
 
 def test_cli_same_file_as_fit_and_judge_is_refused(tmp_path):

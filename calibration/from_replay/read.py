@@ -6,6 +6,7 @@ ValueError naming the path; the same requests are never both fitted and judged."
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 from batchlab.calibration.from_replay import read_batchlab, read_sglang, read_vllm
@@ -18,6 +19,8 @@ FORMATS = ("batchlab replay --out DIR", "vllm bench serve --save-result (or --ap
 EXPECTED = "; ".join(FORMATS)
 # A file this large is read with a line on stderr first (where stderr is a terminal, any).
 LONG_READ_BYTES = 20 * 2**20
+# Two replays sharing more than this share of the smaller one's requests hold the same run.
+SAME_SHARE = 0.5
 
 
 def read_one(path: str | Path) -> list[ObservedReplay]:
@@ -44,16 +47,26 @@ def read_one(path: str | Path) -> list[ObservedReplay]:
     return out
 
 
+def _requests(r: ObservedReplay) -> Counter:
+    """Each request as its lengths and time to first token to 10 us: the same request read
+    from two files (a replay folder and its result.json, whose ends differ) keys alike,
+    while a server never repeats a first token to 10 us (its jitter is 100s of us)."""
+    return Counter((q.prompt_len, q.output_len, round(q.ttft_s * 1e5)) for q in r.requests)
+
+
 def check_apart(replays: list[ObservedReplay]) -> None:
-    """No two replays hold the same requests: one fitted and the other judged would be
-    judged on what it was fitted on (a file given twice, a run appended twice)."""
-    seen: dict[tuple, str] = {}
-    for r in replays:
-        key = tuple((q.prompt_len, q.output_len, q.ttft_s, q.e2e_s) for q in r.requests)
-        if key in seen:
-            raise ValueError(f"{r.where}: the same requests as {seen[key]}; a replay given twice would "
-                             f"be fitted and judged on itself: give each once")
-        seen[key] = r.where
+    """No two replays share most of their requests: one fitted and the other judged would be
+    judged on what it was fitted on (a file given twice, a run appended twice, a replay
+    folder and its own result.json). Two runs of one workload share a request only by chance."""
+    keyed = [(r, _requests(r)) for r in replays]
+    for i, (a, ka) in enumerate(keyed):
+        for b, kb in keyed[i + 1:]:
+            shared = sum((ka & kb).values())
+            smaller = min(len(a.requests), len(b.requests))
+            if smaller and shared > SAME_SHARE * smaller:
+                raise ValueError(f"{b.where}: {shared} of its {len(b.requests)} requests are the same "
+                                 f"requests as {a.where}'s (lengths and first token to 10 us); "
+                                 f"given twice they would be fitted and judged on themselves: give each once")
 
 
 def read_all(paths: list[str], model: str | None = None) -> list[ObservedReplay]:
