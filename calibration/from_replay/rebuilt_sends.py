@@ -1,7 +1,8 @@
 """Send times a benchmark did not keep, rebuilt where the run's schedule makes them exact:
 SGLang bench_serving (python/sglang/bench_serving.py) never keeps them, vLLM's
-benchmark_serving.py kept none before its results gained start_times (vLLM's
-vllm/benchmarks/serve.py writes them). request_rate inf without max_concurrency sends every
+benchmarks/benchmark_serving.py kept none (as at vLLM commit 0049e29: date, model_id, ...,
+input_lens, ttfts, itls, no start_times) before its results gained start_times (vLLM's
+vllm/benchmarks/serve.py writes them, as at commit 009e6d4). request_rate inf without max_concurrency sends every
 request at 0; with max_concurrency N, each request goes out as one of N slots frees (the
 earliest finish: send + ttft + the gaps). A Poisson or gamma run cannot be rebuilt: the
 sends were random draws nobody kept, and is refused."""
