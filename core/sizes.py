@@ -15,6 +15,9 @@ BYTES_PER_REPLICA = 16 * 1024
 # Never-used blocks are a counter; blocks in use cost their slots in the sequences'
 # tables (bounded by the requests in flight), so a pool of any size costs O(1).
 KV_BYTES_PER_BLOCK = 0
+# No single machine holds more memory than this (the largest shared-memory servers hold
+# 32 TiB): a stored run whose KV pool would need more never ran (validate --real).
+MAX_MACHINE_BYTES = 2**46
 # A trace line while its chunk is parsed, beyond its text (lists of fields, columns).
 BYTES_PER_TRACE_ROW = 200
 

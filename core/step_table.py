@@ -22,6 +22,17 @@ def step_features(steps: dict[str, np.ndarray], mask: np.ndarray | None = None) 
     return [StepFeatures(*(int(v) for v in row)) for row in zip(*cols)]
 
 
+def distinct_step_features(steps: dict[str, np.ndarray]) -> tuple[list[StepFeatures], np.ndarray]:
+    """(the distinct features among the steps, each step's index into them): a long run
+    repeats a few thousand shapes over and over, so pricing each once is far cheaper."""
+    n = len(steps["duration_s"])
+    zero = np.zeros(n, dtype=np.int64)
+    cols = np.column_stack([np.asarray(steps.get(c, zero), dtype=np.int64) for c in FEATURE_NAMES]) \
+        if n else np.zeros((0, len(FEATURE_NAMES)), dtype=np.int64)
+    rows, inverse = np.unique(cols, axis=0, return_inverse=True)
+    return [StepFeatures(*(int(v) for v in row)) for row in rows], inverse.reshape(-1)
+
+
 def price(steps: dict[str, np.ndarray], cost: CostModel, mask: np.ndarray | None = None) -> np.ndarray:
     """The cost model's price of the (masked) steps, each from its own features (a table
     without the context features after_prefill / after_idle: 0)."""

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from batchlab.core import text_input
-from batchlab.core.checks import Count, Efficiency, Fraction, KVMemory, NonNegative, Seconds, shown
+from batchlab.core.checks import Count, Efficiency, Finite, Fraction, KVMemory, NonNegative, Seconds, shown
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from batchlab.core.params import validate_params
@@ -69,8 +69,19 @@ class HardwareConfig(DatasheetFigures, _HardwareHead):
         "above is given)")
     gpu_profile: str | None = Field(None, description="a GPU profile file (batchlab calibrate "
                                     "--from-operators) instead of the preset's shipped one")
-    knobs: dict[str, float] = Field(default_factory=dict, description="the GPU profile's constants "
+    knobs: dict[str, Finite] = Field(default_factory=dict, description="the GPU profile's constants "
                                     "replaced by value, by knob name (capacity --sensitivity)")
+
+    @model_validator(mode="after")
+    def _a_link_where_gpus_talk(self) -> HardwareConfig:
+        """interconnect_gbs 0 means no link: with several GPUs to a replica their all-reduces
+        (or sends) would cross nothing and cost nothing, so it is refused there."""
+        if self.interconnect_gbs == 0 and (self.gpus > 1 or self.expert_parallel > 1):
+            raise ValueError(f"interconnect_gbs = 0 (no link) with {self.gpus} GPUs a replica "
+                             f"(tensor_parallel {self.tensor_parallel}, pipeline_parallel "
+                             f"{self.pipeline_parallel}): their collectives would be free; give the "
+                             f"link's bandwidth in GB/s (> 0), or leave it to the preset")
+        return self
 
     def spec(self) -> HardwareSpec:
         """The GPU: the catalogue's, or the one these figures describe (UserError, one

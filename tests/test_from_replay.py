@@ -76,7 +76,7 @@ def test_cli_replay_of_another_model_than_the_prior(tmp_path):
 
 
 def test_sglang_reader_rebuilds_closed_loop_send_times(tmp_path):
-    d = {"backend": "sglang", "request_rate": float("inf"), "max_concurrency": 1,
+    d = {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"), "max_concurrency": 1,
          "input_lens": [10, 20, 30], "output_lens": [3, 3, 3], "ttfts": [0.1, 0.2, 0.3],
          "itls": [[0.05, 0.05]] * 3, "errors": ["", "", ""]}
     p = tmp_path / "s.jsonl"
@@ -87,7 +87,7 @@ def test_sglang_reader_rebuilds_closed_loop_send_times(tmp_path):
 
 
 def test_sglang_poisson_without_start_times_is_refused(tmp_path):
-    d = {"backend": "sglang", "request_rate": 4.0, "max_concurrency": None, "input_lens": [1],
+    d = {"backend": "sglang", "dataset_name": "random", "request_rate": 4.0, "max_concurrency": None, "input_lens": [1],
          "output_lens": [1], "ttfts": [0.1], "itls": [[]], "errors": [""]}
     p = tmp_path / "s.jsonl"
     p.write_text(json.dumps(d) + "\n")

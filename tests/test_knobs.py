@@ -113,3 +113,59 @@ def test_a_profiles_sizing_varies_the_traffic_and_max_rate_refuses(capsys):
     assert "mem_efficiency" not in out.split("sensitivity (")[1]
     assert main(["capacity", "max-rate", *args]) == 2
     assert "a --profile has none" in capsys.readouterr().err
+
+
+# Physical bounds of knobs given by hand (issue 46 item 1): [hardware] knobs pass the
+# bounds the plain fields have; an efficiency above 1 beats the datasheet, a link of 0 GB/s
+# makes the collectives of several GPUs free.
+@pytest.mark.parametrize("knob, value, expected", [
+    ("mem_efficiency", 5.0, "mem_efficiency = 5.0: expected a share of the datasheet figure > 0 and <= 1"),
+    ("compute_efficiency", 1e9, "compute_efficiency = 1000000000.0: expected a share"),
+    ("attn_kv_efficiency", 0.0, "attn_kv_efficiency = 0.0"),
+    ("step_s", 5.0, "step_s = 5.0: expected a fixed cost in seconds from 0 to 1"),
+    ("gemm_tile_tokens", 0.5, "gemm_tile_tokens = 0.5: expected a whole tile"),
+    ("ridge_k", 1e12, "ridge_k = 1000000000000.0: expected a finite number > 0 and <= 1000"),
+])
+def test_knobs_beyond_their_physical_bounds_are_refused(knob, value, expected):
+    with pytest.raises(UserError, match=f"knobs: GPU profile constant {expected}"):
+        sim_setup(cfg(tensor_parallel=4, knobs={knob: value}))
+    sim_setup(cfg(tensor_parallel=4, knobs={knob: {"mem_efficiency": 0.9, "compute_efficiency": 0.7, "attn_kv_efficiency": 0.5,
+                                "step_s": 0.003, "gemm_tile_tokens": 64.0, "ridge_k": 3.0}[knob]}))
+
+
+def test_cli_knob_above_one_and_a_boolean_knob_are_one_line(tmp_path):
+    from tests.helpers import cli, one_line_error
+    for line, words in (("mem_efficiency = 5.0", ("mem_efficiency = 5.0", "<= 1")),
+                        ("step_s = true", ("hardware.knobs.step_s", "boolean"))):
+        p = tmp_path / "k.toml"
+        p.write_text(f'[workload]\nnum_requests = 10\n[hardware]\nname = "a100-80gb"\n[hardware.knobs]\n{line}\n')
+        code, _, err = cli(["simulate", "--config", str(p)])
+        one_line_error(code, err, *words)
+
+
+def test_every_shipped_profiles_knob_range_stays_within_bounds():
+    from batchlab.core.cost.gpu_profile import knob_bound, load_gpu_profile, shipped_gpu_profiles
+    for name in shipped_gpu_profiles():
+        p = load_gpu_profile(name)
+        for k in p.knobs():
+            lo, hi, _ = knob_bound(k.name, k.value)
+            assert lo <= k.low <= k.value <= k.high <= hi, (name, k)
+            p.with_values({k.name: k.low}), p.with_values({k.name: k.high})  # sensitivity's ends are accepted
+
+
+@pytest.mark.parametrize("layout", [{"tensor_parallel": 8}, {"pipeline_parallel": 2}, {"tensor_parallel": 2, "cost": "roofline"}])
+def test_a_zero_link_between_gpus_is_refused(layout):
+    def small(**hw):
+        return build_config({"model": {"name": "llama-3-8b"}, "hardware": {"name": "h100-sxm", **hw},
+                             "workload": {"source": "chat", "num_requests": 100, "rate": 5.0}})
+    with pytest.raises(Exception, match="interconnect_gbs = 0 .*collectives would be free"):
+        small(interconnect_gbs=0, **layout)
+    sim_setup(small(interconnect_gbs=0))  # one GPU: no link needed
+    sim_setup(small(interconnect_gbs=100, **layout))
+
+
+@pytest.mark.parametrize("field", ["mem_bandwidth_gbs", "interconnect_gbs", "bf16_tflops", "memory_gib"])
+def test_datasheet_figures_beyond_any_gpu_are_refused(field):
+    with pytest.raises(Exception, match=f"{field}.*less than or equal"):
+        cfg(tensor_parallel=4, **{field: 1e30})
+    cfg(tensor_parallel=4, **{field: 1000.0})

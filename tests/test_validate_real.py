@@ -166,3 +166,18 @@ def test_every_stored_run_of_a_policy_has_its_scheduler_read(validated, profile_
     meta.write_text(json.dumps({**m, "scheduler": {**m["scheduler"], "max_num_seqs": 3}}))
     code, _, err = cli(["validate", "--real", str(two), "--profile", str(profile_file)])
     assert code == 2 and "real_2/meta.json: scheduler settings differ" in err and err.strip().count("\n") == 0
+
+
+def test_a_pool_no_machine_holds_is_refused(validated, profile_file, tmp_path):
+    """A stored num_kv_blocks of 10^12 ran silently: a real run's pool is refused beyond its
+    device's memory, a stored one beyond any machine's (issue 46 item 1)."""
+    out, _ = validated
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    meta = broken / "continuous" / "real" / "meta.json"
+    m = json.loads(meta.read_text())
+    assert m["kv_bytes_per_token"] > 0 and m["num_kv_blocks"] * m["block_size"] * m["kv_bytes_per_token"] < 2**46
+    meta.write_text(json.dumps({**m, "num_kv_blocks": 10**12}))
+    code, _, err = cli(["validate", "--real", str(broken), "--profile", str(profile_file)])
+    assert code == 2 and "real/meta.json: num_kv_blocks 1,000,000,000,000 of" in err and "no machine" in err \
+        and err.strip().count("\n") == 0, err

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,6 +98,7 @@ class Problem:
     sched: SchedulerConfig
     space: ParamSpace
     _memo: dict = field(default_factory=dict)
+    tick: Callable[[], None] | None = None  # called after each simulation of the fitted requests (progress)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -132,6 +134,8 @@ class Problem:
                 rs.append(r)
                 js.append(j)
         out = (np.concatenate(rs), np.concatenate(js))
+        if self.tick is not None:
+            self.tick()
         self._memo = {key: out}  # the last point only: least_squares asks fun then jac there
         return out
 
@@ -170,9 +174,10 @@ def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     return np.linalg.inv(h)
 
 
-def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace) -> FitResult:
+def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace,
+        tick: Callable[[], None] | None = None) -> FitResult:
     t0 = time.perf_counter()
-    p = Problem(cases, masks, sched, space)
+    p = Problem(cases, masks, sched, space, tick=tick)
     k = len(p.names)
     z, nfev, untold = np.zeros(k), 0, []
     for _ in range(ROUNDS):  # until the terms held are those the data say nothing of

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from batchlab.core.checks import MAX_TIME_S, MAX_TOKENS
+
 # Fewer usable requests than this in all replays together: nothing to fit.
 MIN_USABLE = 20
 # More than this share of a replay's rows with missing or out-of-order timings (failed
@@ -51,6 +53,10 @@ class ObservedReplay:
     def unusable(self) -> int:
         return sum(self.dropped.values()) - self.failed
 
+    @property
+    def impossible(self) -> int:
+        return sum(n for r, n in self.dropped.items() if r.startswith("impossible"))
+
     def describe_dropped(self) -> str:
         if not self.dropped:
             return "none"
@@ -64,13 +70,24 @@ class Builder:
         self.where, self.fmt = where, fmt
         self.rows: list[ObservedRequest] = []
         self.dropped: dict[str, int] = {}
+        self.row = 0  # rows read so far (for errors naming a row)
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
     def add(self, send_s, prompt_len, output_len, ttft_s, e2e_s=None, gaps=None, error="") -> None:
         """One request as read; dropped (counted) if it failed or its timings cannot be
-        used. e2e_s None: ttft + the gaps' sum."""
+        used. e2e_s None: ttft + the gaps' sum. A boolean where a number belongs is not a
+        row to drop but a record that is not what it claims: a one-line ValueError."""
+        self.row += 1
+        for name, v in (("start_time", send_s), ("input_len", prompt_len), ("output_len", output_len),
+                        ("ttft", ttft_s), ("latency", e2e_s)):
+            if isinstance(v, bool):
+                raise ValueError(f"{self.where}: request {self.row - 1}: {name} is {v!r}; expected "
+                                 f"a number (JSON true/false is not one)")
+        if gaps is not None and any(isinstance(g, bool) for g in gaps):
+            raise ValueError(f"{self.where}: request {self.row - 1}: an inter-token gap is a "
+                             f"boolean; expected numbers (seconds)")
         if error:
             return self.drop("failed (the client recorded an error)")
         if not _finite(send_s, ttft_s) or (e2e_s is not None and not _finite(e2e_s)):
@@ -78,21 +95,31 @@ class Builder:
         if not (isinstance(prompt_len, (int, np.integer)) and prompt_len >= 1
                 and isinstance(output_len, (int, np.integer)) and output_len >= 1):
             return self.drop("missing or zero prompt/output length")
+        if prompt_len > MAX_TOKENS or output_len > MAX_TOKENS:
+            return self.drop(f"impossible lengths (over {MAX_TOKENS:,} tokens)")
         if gaps is not None:
             if not _finite(*gaps):
                 return self.drop("missing timings (an inter-token gap that is not a number)")
+            # A gap per streamed chunk after the first: a chunk may carry several tokens, or
+            # none (a last chunk with only the finish reason), so their count need not be
+            # output - 1, but more than output_len gaps are chunks of tokens never counted:
+            # the lengths are not this request's.
+            if len(gaps) > output_len:
+                return self.drop("impossible timings (more inter-token gaps than output tokens)")
             gaps = tuple(float(g) for g in gaps)
             if any(g < 0 for g in gaps):
                 return self.drop("non-monotonic timings (a negative inter-token gap)")
-            # A gap per streamed chunk: a chunk may carry several tokens, or none (a last
-            # chunk with only the finish reason), so their count need not be output - 1;
             # TPOT comes from the span, (e2e - ttft) / (output - 1), as vLLM computes it.
             if e2e_s is None:
                 e2e_s = ttft_s + sum(gaps)
         if e2e_s is None:
             return self.drop("missing timings")
-        if ttft_s <= 0 or e2e_s < ttft_s or send_s < 0:
+        if e2e_s < ttft_s:
+            return self.drop("impossible timings (time to first token longer than the latency)")
+        if ttft_s <= 0 or send_s < 0:
             return self.drop("non-monotonic timings (send, first token, last token out of order)")
+        if max(send_s, e2e_s) > MAX_TIME_S:
+            return self.drop(f"impossible timings (beyond {MAX_TIME_S:g} s)")
         if output_len > 1 and e2e_s <= ttft_s:
             return self.drop("non-monotonic timings (several tokens, no time between them)")
         self.rows.append(ObservedRequest(float(send_s), int(prompt_len), int(output_len),
@@ -118,6 +145,10 @@ def check_usable(replays: list[ObservedReplay]) -> None:
     a one-line ValueError if not."""
     for r in replays:
         rows = len(r.requests) + sum(r.dropped.values())
+        if r.impossible:  # no client records these: the lengths and timings do not belong together
+            why = "; ".join(f"{n} {k}" for k, n in r.dropped.items() if k.startswith("impossible"))
+            raise ValueError(f"{r.where}: {r.impossible} of {rows} requests cannot have happened ({why}); "
+                             f"expected the record as the benchmark wrote it")
         if r.unusable > max(1, MAX_UNUSABLE * rows):
             raise ValueError(f"{r.where}: {r.unusable} of {rows} rows have missing or out-of-order "
                              f"timings ({r.describe_dropped()}); expected a whole record")

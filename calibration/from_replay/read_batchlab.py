@@ -55,6 +55,13 @@ def _num(v: str) -> float | None:
         return None
 
 
+def _whole(v: str) -> int:
+    """A whole number as the table wrote it, else 0 (the row is then dropped as having no
+    length): never NaN or inf cast to int, which raised."""
+    x = _num(v)
+    return int(x) if x is not None and x.is_integer() else 0
+
+
 def read(path: Path) -> list[ObservedReplay]:
     out = []
     gaps = _gaps(path, str(path))
@@ -70,14 +77,14 @@ def read(path: Path) -> list[ObservedReplay]:
             if r["status"] != "finished":
                 b.drop(f"failed ({r['status']})" if r["status"] == "failed" else f"marked {r['status']}")
                 continue
-            idx = int(float(r["request_id"]))
+            rid = _num(r["request_id"])
+            idx = int(rid) if rid is not None and rid.is_integer() else -1  # -1: no gaps of its own
             send, first, end = (_num(r[k]) for k in ("arrival_s", "first_token_s", "finish_s"))
             g = gaps[idx] if gaps is not None and 0 <= idx < len(gaps) else None
             if send is None or first is None or end is None:
                 b.drop("missing timings")
                 continue
-            plen, olen = _num(r["prompt_len"]), _num(r["output_len"])
-            b.add(send, int(plen or 0), int(olen or 0), first - send, end - send,
+            b.add(send, _whole(r["prompt_len"]), _whole(r["output_len"]), first - send, end - send,
                   g if isinstance(g, list) else None)
         out.append(b.done(meta.model, {"endpoint": endpoint} if endpoint else {},
                           endpoint))

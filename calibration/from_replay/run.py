@@ -4,6 +4,7 @@ profile it makes. Every problem is a one-line ValueError."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,9 +117,10 @@ def check_servable(cases: list[Case], settings: EngineSettings, prior: Profile) 
 
 def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
                  settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
-                 same_model: bool = True) -> ReplayFit:
+                 same_model: bool = True, tick: Callable[[], None] | None = None) -> ReplayFit:
     """same_model: the replays must name the prior's model (False: a roofline prior, whose
-    preset the user chose to stand for the server's model)."""
+    preset the user chose to stand for the server's model); tick: called after each of the
+    fit's simulations (progress)."""
     for r in replays:
         if same_model and not model_matches(r.model, prior):
             raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
@@ -128,7 +130,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
     space = prior_space(prior.cost_model(), prior.model, prior.loop_overhead())
     sched = settings.scheduler()
-    result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space)
+    result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space,
+                 tick)
     heldout = judged(space, result.values, cases, judge_m, settings)
     prior_front = {REQUEST_OVERHEAD: REQUEST_OVERHEAD_PRIOR, SERIAL: SERIAL_PRIOR}
     before = judged(space, prior_front, cases, judge_m, settings)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
+from batchlab.core.checks import shown
 from batchlab.core.config import SchedulerConfig
 
 FROM_METRICS, FROM_USER, FROM_DEFAULT, FROM_PRIOR = "server /metrics", "given", "default", "the prior profile"
@@ -55,21 +58,49 @@ class EngineSettings:
                 for n in ("policy",) + FIELDS}
 
 
-def parse_metrics(text: str) -> dict[str, object]:
-    """The engine settings a Prometheus exposition states (see the module docstring)."""
+# What each setting is called where the user gives it (the command line's option).
+OPTIONS = {"policy": "--policy", "max_num_seqs": "--max-num-seqs",
+           "max_num_batched_tokens": "--max-num-batched-tokens", "num_kv_blocks": "--num-kv-blocks",
+           "block_size": "--block-size", "prefix_caching": "--prefix-caching"}
+
+
+def parse_metrics(text: str, where: str = "server /metrics") -> dict[str, object]:
+    """The engine settings a Prometheus exposition states (see the module docstring), each
+    checked against the bounds the same option has on the command line: a one-line
+    ValueError naming `where`, the gauge and the label otherwise (block_size="0" is not a
+    server's setting, and would divide by zero further on)."""
     found: dict[str, object] = {}
-    for _name, labels in _INFO.findall(text):
+    for name, labels in _INFO.findall(text):
         for key, raw in _LABEL.findall(labels):
             ours = METRIC_LABELS.get(key)
             if ours is None or raw in ("", "None"):
                 continue
+            at = f"{where}: {name} label {key}={shown(raw)}"
             if ours == "policy":
                 found[ours] = raw
             elif ours == "prefix_caching":
+                if raw.lower() not in ("true", "false"):
+                    raise ValueError(f"{at}: expected True or False")
                 found[ours] = raw.lower() == "true"
-            elif raw.isdigit():
+            elif not raw.isdigit():
+                raise ValueError(f"{at}: expected a whole number")
+            else:
                 found[ours] = int(raw)
+            problem = _out_of_bounds(ours, found[ours])
+            if problem:
+                raise ValueError(f"{at}: {problem} (as {OPTIONS[ours]} on the command line)")
     return found
+
+
+def _out_of_bounds(name: str, value: object) -> str:
+    """'' where `value` is a valid SchedulerConfig `name`, else what was expected."""
+    if name == "policy":
+        return ""
+    try:
+        SchedulerConfig.model_validate({name: value})
+    except ValidationError as e:
+        return e.errors()[0]["msg"].removeprefix("Value error, ")
+    return ""
 
 
 def scrape(base_url: str, headers: dict[str, str] | None = None) -> tuple[dict[str, object], str]:
@@ -82,7 +113,7 @@ def scrape(base_url: str, headers: dict[str, str] | None = None) -> tuple[dict[s
         return {}, f"{url} unreachable ({type(e).__name__})"
     if r.status_code != 200:
         return {}, f"{url} answered HTTP {r.status_code}"
-    found = parse_metrics(r.text)
+    found = parse_metrics(r.text, url)
     return found, "" if found else f"{url} exposes no engine settings (no *_config_info gauge)"
 
 
@@ -94,8 +125,14 @@ def resolve(given: dict[str, object], scraped: dict[str, object], prior_blocks: 
 
     def pick(name: str, default) -> Setting:
         if given.get(name) is not None:
+            problem = _out_of_bounds(name, given[name])
+            if problem:
+                raise ValueError(f"{OPTIONS[name]} {shown(given[name])}: {problem}")
             return Setting(given[name], FROM_USER)
         if scraped.get(name) is not None:
+            problem = _out_of_bounds(name, scraped[name])
+            if problem:  # parse_metrics checked it; a dict built elsewhere is checked here
+                raise ValueError(f"{FROM_METRICS}: {name} {shown(scraped[name])}: {problem}")
             return Setting(scraped[name], FROM_METRICS)
         return Setting(default, FROM_DEFAULT)
 

@@ -12,7 +12,7 @@ from batchlab.calibration.operators.collectives import (allreduce_collectives, d
 from batchlab.calibration.operators.fit import best_tile, fit_attention
 from batchlab.calibration.operators.heldout import (LayerJudgment, heldout_attention, judge_attention, judge_layers,
                                                     judge_steps)
-from batchlab.calibration.operators.tables import OperatorTableError
+from batchlab.calibration.operators.tables import OperatorTableError, read_rows
 from batchlab.calibration.operators.vidur import (VIDUR_GPUS, LayerTiming, is_gated, read_attention,
                                                   read_collective, read_mlp)
 from batchlab.core.cost.gpu_profile import Collectives, ErrorStats, FittedOn, GpuProfile, HeldOut, Param
@@ -59,6 +59,9 @@ def read_layers(root: Path, vidur: str) -> tuple[list[LayerTiming], list[str]]:
                                  f"data/profiling/compute layout)")
     rows, skipped = [], []
     for f in files:
+        if not read_rows(f, (), "Vidur mlp.csv"):
+            skipped.append(f"{f.relative_to(root)}: no rows (a header only): nothing timed")
+            continue
         if not is_gated(f):
             skipped.append(f"{f.relative_to(root)}: not a gated (SwiGLU) MLP, not the form's layer")
             continue
@@ -141,9 +144,16 @@ def build_profile(root: Path, gpu: str, judge: bool = True) -> Built:
     spread = max(ar_error.p90, 0.1) if ar_error else 0.5
     params["allreduce_scale"] = Param(value=1.0, source=f"{ar_where}; range: the table's p90 error"
                                       if ar_error else ar_where, low=1 - spread / 2, high=1 + spread)
+    empty = ErrorStats(n=0, median=0, p90=0, share_high=0)
     if judgment is None:
-        empty = ErrorStats(n=0, median=0, p90=0, share_high=0)
         heldout = HeldOut(scheme="not judged", overall=empty, by_region={}, by_tp={})
+    elif judgment.fits == 0:  # never "0.0% over 0 shapes": say why nothing was held out
+        models, tps = sorted({r.label for r in rows}), sorted({r.tp for r in rows})
+        heldout = HeldOut(scheme=f"not judged: each (model, TP degree) is priced by a fit on the other "
+                          f"models at the other TP degrees, which needs tables of 3 models and 2 TP "
+                          f"degrees at least (found {len(models)} model(s), TP {', '.join(map(str, tps))})",
+                          overall=empty, by_region={}, by_tp={}, attention=attn_judged,
+                          allreduce=ar_error)
     else:
         heldout = HeldOut(scheme=judgment.scheme, overall=judgment.overall, by_region=judgment.by_region,
                           by_tp=judgment.by_tp, attention=attn_judged, allreduce=ar_error)

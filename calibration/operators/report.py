@@ -19,10 +19,11 @@ def error_table(title: str, stats: dict[str, ErrorStats]) -> list[str]:
 
 def heldout_tables(p: GpuProfile) -> list[str]:
     h = p.heldout
-    out = [f"held out: {h.scheme}",
-           *error_table("per-step |error| by region (decode < 128 tokens, ridge 128-512, prefill > 512)",
-                        {**h.by_region, "all": h.overall}),
-           *error_table("by TP degree", {f"TP {k}": v for k, v in h.by_tp.items()})]
+    out = [f"held out: {h.scheme}"]
+    if h.overall.n:  # nothing held out: no table of zeros that would read as 0.0% error
+        out += [*error_table("per-step |error| by region (decode < 128 tokens, ridge 128-512, prefill > 512)",
+                             {**h.by_region, "all": h.overall}),
+                *error_table("by TP degree", {f"TP {k}": v for k, v in h.by_tp.items()})]
     if h.attention:
         out += error_table("attention kernels (held-out context lengths)", h.attention)
     if h.allreduce:

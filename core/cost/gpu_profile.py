@@ -32,6 +32,29 @@ GPU_PROFILE_VERSION = 2
 V1_DEFAULTS = {"attn_self_pair_cost": (1.0, (0.5, 4.0)), "attn_prefill_token_s": (0.0, (None, None))}
 
 
+# The physical bounds of a constant given by hand ([hardware] knobs) or moved by
+# sensitivity: an efficiency is a share of a datasheet figure (above 1 the GPU would beat
+# its own datasheet: mem_efficiency 5 priced a decode step at a fifth); a fixed cost is a
+# launch or a step's bookkeeping, never a second; a GEMM tile holds at least one row.
+MAX_FIXED_S = 1.0
+MAX_FACTOR = 1e3  # ridge sharpness, all-reduce scale, self-pair cost: a thousandfold is no GPU
+
+
+def knob_bound(name: str, value: float) -> tuple[float, float, str]:
+    """(lowest, highest, in words) a constant may be set to; a profile whose own value lies
+    beyond (a profile scaled to another GPU by datasheet ratios) keeps its own as the bound."""
+    if name.endswith("_efficiency"):
+        hi = max(1.0, value)
+        return 0.0, hi, f"a share of the datasheet figure > 0 and <= {hi:g}"
+    if name in FIXED_COSTS:
+        hi = max(MAX_FIXED_S, value)
+        return 0.0, hi, f"a fixed cost in seconds from 0 to {hi:g}"
+    if name == "gemm_tile_tokens":
+        return 1.0, 2.0**16, "a whole tile of rows from 1 to 65536"
+    hi = max(MAX_FACTOR, value)
+    return 0.0, hi, f"a finite number > 0 and <= {hi:g}"
+
+
 class GpuProfileError(ValueError):
     """A GPU profile that cannot be used: the message is one line naming the file and field."""
 
@@ -145,8 +168,9 @@ class GpuProfile(_Strict):
         """One line: which profile, from what, and its held-out error."""
         h = self.heldout.overall
         scaled = f", scaled from {self.scaled_from.gpu} by datasheet ratios" if self.scaled_from else ""
-        return (f"GPU profile {self.gpu} (fitted on {self.source.split(';')[0]}{scaled}): held-out "
-                f"per-step error median {h.median:.1%}, p90 {h.p90:.1%}")
+        error = (f"held-out per-step error median {h.median:.1%}, p90 {h.p90:.1%}" if h.n
+                 else "no held-out error (not judged)")
+        return f"GPU profile {self.gpu} (fitted on {self.source.split(';')[0]}{scaled}): {error}"
 
     def knobs(self) -> list[Knob]:
         """Every constant as a Knob: a fitted one over +-2 standard errors widened to at
@@ -163,25 +187,28 @@ class GpuProfile(_Strict):
             else:
                 rel = max(2 * (p.stderr or 0) / p.value, widen)
                 low, high = p.value * (1 - rel), p.value * (1 + rel)
+            lo_bound, hi_bound, _ = knob_bound(name, p.value)
+            low, high = max(low, lo_bound), min(high, hi_bound)  # a range never past what can be
             out.append(Knob(name, p.value, low, high, f"{p.source} ({self.gpu} GPU profile)"))
         return out
 
     def with_values(self, values: dict[str, float]) -> GpuProfile:
-        """This profile with some constants replaced (a knob dictionary: sensitivity)."""
+        """This profile with some constants replaced (a knob dictionary: sensitivity, or
+        [hardware] knobs), each within its physical bound (knob_bound)."""
         unknown = set(values) - set(self.params)
         if unknown:
             raise ValueError(f"unknown GPU profile constants {sorted(unknown)}; expected {sorted(self.params)}")
         params = dict(self.params)
         for n, v in values.items():  # validated as the profile's own values are (model_copy is not)
             fixed = n in FIXED_COSTS
+            lo, hi, what = knob_bound(n, params[n].value)
             try:
                 params[n] = Param.model_validate({**params[n].model_dump(), "value": v})
-                ok = fixed or params[n].value > 0
+                ok = (fixed or params[n].value > 0) and lo <= params[n].value <= hi
             except ValidationError:
                 ok = False
             if not ok:
-                raise ValueError(f"GPU profile constant {n} = {v!r}: expected a finite number "
-                                 f"{'>= 0' if fixed else '> 0'}")
+                raise ValueError(f"GPU profile constant {n} = {v!r}: expected {what}")
         return self.model_copy(update={"params": params})
 
     def save(self, path: str | Path) -> None:

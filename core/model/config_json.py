@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from batchlab.core import text_input
-from batchlab.core.checks import shown
-from batchlab.core.model.spec import ModelSpec, MXFP4_BYTES
+from batchlab.core.checks import MAX_TOKENS, shown
+from batchlab.core.model.spec import (MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, ModelSpec,
+                                      MXFP4_BYTES)
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3", "llama4_text")
@@ -29,6 +30,21 @@ GEMMA = ("gemma", "gemma2", "gemma3_text")
 # Layer kinds of a config's layer_types, and which field sizes their window.
 WINDOW_KINDS = {"full_attention": None, "sliding_attention": "sliding_window",
                 "chunked_attention": "attention_chunk_size"}
+
+
+# The most each field may hold (core/model/spec.py says why), checked as it is read: before
+# per-layer tables are built from it. A field not named here: at most MAX_TOKENS.
+_LAYERS = ("num_hidden_layers", "max_window_layers", "first_k_dense_replace", "decoder_sparse_step",
+           "moe_layer_freq", "interleave_moe_layer_step", "no_rope_layer_interval",
+           "sliding_window_pattern", "_sliding_window_pattern")
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok",
+            "experts_per_token", "n_shared_experts")
+_WIDTHS = ("hidden_size", "head_dim", "intermediate_size", "intermediate_size_mlp", "moe_intermediate_size",
+           "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+           "qk_nope_head_dim", "v_head_dim")
+MOST = {**{k: MAX_LAYERS for k in _LAYERS}, **{k: MAX_EXPERTS for k in _EXPERTS},
+        **{k: MAX_WIDTH for k in _WIDTHS}, "vocab_size": MAX_VOCAB,
+        "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS}
 
 
 class _Fields:
@@ -52,6 +68,10 @@ class _Fields:
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if zero else 1):
             raise self.fail(key, f"expected a {'non-negative' if zero else 'positive'} integer "
                                  f"(got {shown(v)})")
+        most = MOST.get(key, MAX_TOKENS)
+        if v > most:
+            raise self.fail(key, f"{v:,} is beyond what batchlab simulates (at most {most:,}; "
+                                 f"core/model/spec.py says why)")
         return v
 
     def first(self, keys: tuple[str, ...], default: int | None = None, *, zero: bool = False) -> int:

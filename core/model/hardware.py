@@ -47,20 +47,27 @@ class HardwareSpec(BaseModel):
         return self.peak_flops
 
 
+MAX_MEMORY_GIB = 200_000.0
+MAX_BANDWIDTH_GBS = 10_000_000.0
+MAX_TFLOPS = 10_000_000.0
+
+
 class DatasheetFigures(BaseModel):
     """A GPU's datasheet figures, declared here once: the catalogue's (HardwareFigures) and
     a config's [hardware] table's (experiments/config.py HardwareConfig, which inherits them
     in this order: its dumped config.json keeps it). Memory in GiB (or MiB), bandwidths in
     GB/s, peaks in dense TFLOP/s."""
 
-    memory_gib: Positive | None = None
-    memory_mib: Positive | None = None
-    mem_bandwidth_gbs: Positive | None = None
-    bf16_tflops: Positive | None = None
-    fp8_tflops: NonNegative | None = None
-    fp4_tflops: NonNegative | None = None
+    # Upper bounds: a thousand times today's largest figure (B200: 192 GB, 8 TB/s, 2.25
+    # dense bf16 PFLOP/s, 900 GB/s NVLink 5). Beyond them a step is priced at nothing.
+    memory_gib: Positive | None = Field(None, le=MAX_MEMORY_GIB)
+    memory_mib: Positive | None = Field(None, le=MAX_MEMORY_GIB * 1024)
+    mem_bandwidth_gbs: Positive | None = Field(None, le=MAX_BANDWIDTH_GBS)
+    bf16_tflops: Positive | None = Field(None, le=MAX_TFLOPS)
+    fp8_tflops: NonNegative | None = Field(None, le=MAX_TFLOPS)
+    fp4_tflops: NonNegative | None = Field(None, le=MAX_TFLOPS)
     interconnect: str | None = None
-    interconnect_gbs: NonNegative | None = None
+    interconnect_gbs: NonNegative | None = Field(None, le=MAX_BANDWIDTH_GBS)
 
 
 # Their names, for whoever lists them (a profile replaces them all: simulate's PROFILE_REPLACES).

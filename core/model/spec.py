@@ -12,6 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegative
 
 from batchlab.core.checks import Count, Tokens
 
+# The largest model shapes batchlab simulates, each far beyond any model served today, so
+# that a shape that cannot be (a config.json with 10^9 layers) is refused naming the bound
+# before per-layer tables are built (they held gigabytes) or sizes overflow: layers (the
+# deepest today: 126, Llama-3.1-405B), routed experts (384, Kimi K2), vocabulary (262,144,
+# Gemma 3), widths (hidden, MLP, head: 53,248 is Llama-3.1-405B's MLP) and heads (128).
+MAX_LAYERS = 10_000
+MAX_EXPERTS = 100_000
+MAX_VOCAB = 100_000_000
+MAX_WIDTH = 2**20
+MAX_HEADS = 2**16
+
 # Declared weight quantisations batchlab prices ("" = the weights are dtype_bytes wide).
 QUANTIZATIONS = ("", "fp8", "mxfp4")
 # mxfp4: 4-bit elements plus one 8-bit scale per block of 32.
@@ -24,13 +35,13 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    num_layers: Count
-    hidden_size: Count
-    num_heads: Count
-    num_kv_heads: Count
-    head_dim: Count = Field(description="query/key head width (MLA: nope + rope part)")
-    intermediate_size: Count = Field(description="the dense MLP's width (dense layers of a MoE)")
-    vocab_size: Count
+    num_layers: Count = Field(le=MAX_LAYERS)
+    hidden_size: Count = Field(le=MAX_WIDTH)
+    num_heads: Count = Field(le=MAX_HEADS)
+    num_kv_heads: Count = Field(le=MAX_HEADS)
+    head_dim: Count = Field(le=MAX_WIDTH, description="query/key head width (MLA: nope + rope part)")
+    intermediate_size: Count = Field(le=MAX_WIDTH, description="the dense MLP's width (dense layers of a MoE)")
+    vocab_size: Count = Field(le=MAX_VOCAB)
     max_context: Tokens | None = Field(
         None, description="max_position_embeddings: longest prompt + output (None: unknown)")
     tied_embeddings: bool = False
@@ -41,21 +52,21 @@ class ModelSpec(BaseModel):
     # Mixture of experts: moe_layers of the num_layers have routed experts instead of
     # the dense MLP; each token goes to experts_per_token of num_experts, and to every
     # shared expert (their widths summed in shared_expert_intermediate_size).
-    num_experts: NonNegativeInt = 0
-    experts_per_token: NonNegativeInt = 0
-    expert_intermediate_size: NonNegativeInt = 0
-    shared_expert_intermediate_size: NonNegativeInt = 0
-    moe_layers: NonNegativeInt = 0
+    num_experts: NonNegativeInt = Field(0, le=MAX_EXPERTS)
+    experts_per_token: NonNegativeInt = Field(0, le=MAX_EXPERTS)
+    expert_intermediate_size: NonNegativeInt = Field(0, le=MAX_WIDTH)
+    shared_expert_intermediate_size: NonNegativeInt = Field(0, le=MAX_WIDTH * 64)  # several shared experts summed
+    moe_layers: NonNegativeInt = Field(0, le=MAX_LAYERS)
     expert_weight_bytes: NonNegativeFloat = Field(
         0.0, description="bytes per routed-expert weight where the config quantises the experts "
         "apart (mxfp4); 0: dtype_bytes")
 
     # Multi-head latent attention (DeepSeek-V2/V3): KV is one latent of kv_lora_rank plus
     # a shared rope key of qk_rope_head_dim per token and layer.
-    kv_lora_rank: NonNegativeInt = 0
-    q_lora_rank: NonNegativeInt = 0
-    qk_rope_head_dim: NonNegativeInt = 0
-    v_head_dim: NonNegativeInt = Field(0, description="value head width; 0: head_dim")
+    kv_lora_rank: NonNegativeInt = Field(0, le=MAX_WIDTH)
+    q_lora_rank: NonNegativeInt = Field(0, le=MAX_WIDTH)
+    qk_rope_head_dim: NonNegativeInt = Field(0, le=MAX_WIDTH)
+    v_head_dim: NonNegativeInt = Field(0, le=MAX_WIDTH, description="value head width; 0: head_dim")
 
     # Sliding-window / chunked local attention: per layer, the most tokens it attends
     # (0: all of them); empty: every layer attends everything.

@@ -4,6 +4,9 @@ the roofline of a preset on a hardware preset), the engine's settings, the fit
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from batchlab.calibration.from_replay.prior import roofline_prior
 from batchlab.calibration.from_replay.read import read_all
@@ -15,6 +18,7 @@ from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import MODELS
 from batchlab.experiments.config import HardwareConfig
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.output import print_calibrated, profile_out_path, save_fitted_profile
 
 SETTING_OPTIONS = ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "prefix_caching")
@@ -55,8 +59,8 @@ def roofline_prior_for(model: str, hardware: str):
 def settings_for(args: argparse.Namespace, metrics_url: str | None, prior):
     given = {k: getattr(args, k, None) for k in SETTING_OPTIONS}
     given["policy"] = args.policy
-    scraped, why = scrape(metrics_url) if metrics_url else ({}, "no server to ask")
-    try:
+    try:  # what the server states is range-checked as the options are: a one-line error
+        scraped, why = scrape(metrics_url) if metrics_url else ({}, "no server to ask")
         return resolve(given, scraped, prior.num_kv_blocks, prior.block_size), why
     except ValueError as e:
         raise UserError(str(e)) from None
@@ -74,13 +78,37 @@ def run_from_replay(args: argparse.Namespace) -> int:
     return fit_and_report(args, replays, prior, where, settings, why)
 
 
+# Fitting this many requests or more takes minutes: a line every EVERY simulations, even
+# where stderr is not a terminal (a terminal gets a bar whatever the size).
+LONG_FIT = 10_000
+EVERY = 10
+
+
+@contextmanager
+def fit_progress(n: int) -> Iterator[Callable[[], None]]:
+    """A tick to call after each of the fit's simulations of the n requests."""
+    if sys.stderr.isatty():
+        with progress_bar(desc=f"fitting (simulations of {n:,} requests)", unit="sim") as bar:
+            yield lambda: bar.update(1)
+        return
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if n >= LONG_FIT and done[0] % EVERY == 0:
+            print(f"fitting: {done[0]} simulations of {n:,} requests done", file=sys.stderr, flush=True)
+    yield tick
+
+
 def fit_and_report(args, replays, prior, where: str, settings, why: str, held=None) -> int:
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
     out = profile_out_path(args) if args.out else None
+    n = sum(len(r.requests) for r in replays)
     try:
-        res = from_replays(replays, prior, where, settings, args.holdout_every, held,
-                           same_model=not args.hardware)
+        with fit_progress(n) as tick:
+            res = from_replays(replays, prior, where, settings, args.holdout_every, held,
+                               same_model=not args.hardware, tick=tick)
     except ValueError as e:
         raise UserError(str(e)) from None
     out = save_fitted_profile(args, out, res.profile, "replayed")

@@ -9,7 +9,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("from request timings (--from-replay, --endpoint; docs/calibration.md)")
     g.add_argument("--from-replay", nargs="+", metavar="PATH",
                    help="fit from request timings: batchlab replay --out DIRs, vllm bench serve "
-                   "--save-result --save-detailed JSON, SGLang bench_serving --output-details JSONL")
+                   "--save-result (or --append-result) --save-detailed JSON, SGLang bench_serving "
+                   "--output-details JSONL")
     g.add_argument("--endpoint", metavar="URL", help="probe this OpenAI-compatible server, then fit")
     g.add_argument("--metrics", metavar="URL", help="with --from-replay: the server whose /metrics "
                    "states its engine settings (default: the replay's endpoint, where recorded)")

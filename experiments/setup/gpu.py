@@ -108,7 +108,8 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      interconnect=hw.interconnect, interconnect_bandwidth=hw.interconnect_bandwidth,
                      gpu_profile=where, gpu_profile_source=profile.source,
                      gpu_profile_heldout=f"median {held.overall.median:.1%}, p90 {held.overall.p90:.1%} "
-                     f"({regions})", gpu_profile_heldout_median=held.overall.median,
+                     f"({regions})" if held.overall.n else f"none ({held.scheme})",
+                     gpu_profile_heldout_median=held.overall.median if held.overall.n else None,
                      gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None,
                      knobs=dict(knob_values) if knob_values else None)
     if h.tensor_parallel > 1:

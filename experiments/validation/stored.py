@@ -19,6 +19,7 @@ from batchlab.calibration.served.from_run import model_mismatch, setting_mismatc
 from batchlab.calibration.served.runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.run_folder import RunFolder, read_object
+from batchlab.core.sizes import MAX_MACHINE_BYTES, gib
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
 from batchlab.experiments.errors import UserError, describe_validation_error, warn
 from batchlab.experiments.validation.records import Validation
@@ -65,10 +66,25 @@ def _scheduler(run: RealRun) -> SchedulerConfig:
                         f"before batchlab recorded them); serve it again to re-judge it")
     # The KV pool it served with, validated with the rest (model_copy would skip the bounds)
     pool = {name: _count(run, name) for name in ("num_kv_blocks", "block_size")}
+    _check_pool(run, pool["num_kv_blocks"], pool["block_size"])
     try:
         return SchedulerConfig(**{**settings, **pool})
     except ValidationError as e:
         raise UserError(describe_validation_error(e, f"{run.where}/meta.json: scheduler")) from None
+
+
+def _check_pool(run: RealRun, blocks: int, block_size: int) -> None:
+    """A pool no machine could hold was never served: a real run's --num-kv-blocks is
+    refused beyond its device's free memory (backend/runtime.py), a stored one beyond any
+    machine's (what its device had is not recorded)."""
+    per_token = run.meta.kv_bytes_per_token
+    if per_token is None or isinstance(per_token, bool) or not per_token > 0:
+        return  # a run stored before batchlab recorded it
+    need = blocks * block_size * float(per_token)
+    if need > MAX_MACHINE_BYTES:
+        raise UserError(f"{run.where}/meta.json: num_kv_blocks {blocks:,} of {block_size} tokens at "
+                        f"{per_token:,} bytes a token would need {gib(need)} of KV cache; no machine "
+                        f"holds more than {gib(MAX_MACHINE_BYTES)}, so no real run served it")
 
 
 def _count(run: RealRun, name: str) -> int:
