@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from batchlab.calibration.served_bench.client import CLIENTS
+from batchlab.calibration.served_bench.read import read_benchmarks
+from batchlab.core.cost.served.profile import load_served_profile
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
@@ -25,7 +27,7 @@ from batchlab.experiments.options import (add_backend_options, add_common_option
 from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # RUN_EXPERIMENT: `batchlab run`'s defaults
-from batchlab.experiments.validation import profile_source, render
+from batchlab.experiments.validation import profile_source, render, served_benchmarks
 from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
 from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
@@ -48,6 +50,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--client", choices=CLIENTS, default="lockstep",
                    help="with --served-benchmarks: how the benchmark's users were phased (default lockstep)")
     p.add_argument("--rows", action="store_true", help="with --served-benchmarks: every configuration's figures")
+    p.add_argument("--served-profile", metavar="FILE",
+                   help="with --served-benchmarks: price steps as the served engine runs them, with these "
+                   "constants (batchlab calibrate --from-served)")
     p.add_argument("--real", nargs="+", metavar="DIR",
                    help="serve nothing: judge --profile on the real runs earlier `validate --out` "
                         "directories stored (the fidelity study's cells/WORKLOAD too), simulated again")
@@ -57,6 +62,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.served_benchmarks:
         return judge_served_benchmarks(args)
+    if args.served_profile:
+        raise UserError("--served-profile applies with --served-benchmarks")
     if args.real:
         return judge_stored(args)
     no_slo = "it compares latencies, not goodput"
@@ -196,19 +203,19 @@ def judge_stored(args: argparse.Namespace) -> int:
 
 def judge_served_benchmarks(args: argparse.Namespace) -> int:
     """--served-benchmarks FILE (experiments/validation/served_benchmarks.py)."""
-    from batchlab.calibration.served_bench.read import read_benchmarks  # lazy: only this path reads tables
-    from batchlab.experiments.validation import served_benchmarks  # lazy: only this path
-
     if args.real or args.endpoint:
         raise UserError("--served-benchmarks judges a table: give it without --real or --endpoint")
     try:
         rows = read_benchmarks(args.served_benchmarks)
+        served = load_served_profile(args.served_profile) if args.served_profile else None
     except ValueError as e:
         raise UserError(str(e)) from None
     judgement = served_benchmarks.judge_rows(rows, args.client,
-                                             progress=not args.no_progress and sys.stderr.isatty())
+                                             progress=not args.no_progress and sys.stderr.isatty(),
+                                             terms=served.served_terms() if served else None)
     if args.format == "json":
         print(to_json(dataclasses.asdict(judgement)))
     else:
-        print(served_benchmarks.render(judgement, args.client, args.rows))
+        by = f"the served engine ({args.served_profile})" if served else ""
+        print(served_benchmarks.render(judgement, args.client, args.rows, by))
     return 0

@@ -8,10 +8,13 @@ import sys
 
 from batchlab import sim
 from batchlab.calibration.served_bench.client import benchmark_workload
+from batchlab.calibration.served_bench.fit import Priced, served_cost
 from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
+from batchlab.calibration.served_bench.recorded import RecordedRow, record
+from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.experiments.config import ExperimentConfig
-from batchlab.experiments.setup import sim_setup
+from batchlab.experiments.setup import SimSetup, sim_setup
 
 
 def config_for(row: BenchmarkRow) -> ExperimentConfig:
@@ -20,14 +23,37 @@ def config_for(row: BenchmarkRow) -> ExperimentConfig:
                                             "hardware": {"name": row.gpu, "tensor_parallel": row.tp}})
 
 
-def predict(row: BenchmarkRow, client: str) -> Predicted:
+def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
+    """What the served-engine terms apply to: the row's GPU cost and engine settings."""
+    scheduler = next(iter(setup.schedulers.values()))
+    nvlink = "nvlink" in (config_for(row).hardware.spec().interconnect or "").lower()
+    return Priced(setup.cost, scheduler.max_num_seqs, nvlink)
+
+
+def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list[RecordedRow], list[Priced]]:
+    """Each row simulated once at its operator-fitted price (calibrate --from-served)."""
+    recs, prices = [], []
+    for i, row in enumerate(rows):
+        if progress:
+            print(f"\r{i + 1}/{len(rows)} configurations recorded", end="", file=sys.stderr, flush=True)
+        setup = sim_setup(config_for(row))
+        recs.append(record(row, setup.cost, next(iter(setup.schedulers.values())), setup.blocks))
+        prices.append(priced(row, setup))
+    if progress:
+        print(file=sys.stderr)
+    return recs, prices
+
+
+def predict(row: BenchmarkRow, client: str, terms: ServedTerms | None = None) -> Predicted:
     """The row's mean TTFT and TPOT as simulated: a lockstep run first, whose mean latency
-    the staggered client spreads its users' first sends over."""
+    the staggered client spreads its users' first sends over. terms: priced as the served
+    engine runs its steps (core/cost/served/), else by the operator-fitted profile."""
     setup = sim_setup(config_for(row))
     scheduler = next(iter(setup.schedulers.values()))
+    cost = setup.cost if terms is None else served_cost(priced(row, setup), terms)
 
     def run(workload):
-        result = sim.simulate(workload, scheduler, setup.cost, setup.blocks, record_steps=False)
+        result = sim.simulate(workload, scheduler, cost, setup.blocks, record_steps=False)
         return result.summary()
     s = run(benchmark_workload(row, "lockstep"))
     if client != "lockstep":
@@ -35,12 +61,13 @@ def predict(row: BenchmarkRow, client: str) -> Predicted:
     return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
 
 
-def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True) -> Judgement:
+def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True,
+               terms: ServedTerms | None = None) -> Judgement:
     out = []
     for i, row in enumerate(rows):
         if progress:
             print(f"\r{i + 1}/{len(rows)} configurations simulated", end="", file=sys.stderr, flush=True)
-        out.append(predict(row, client))
+        out.append(predict(row, client, terms))
     if progress:
         print(file=sys.stderr)
     return judge(out)
@@ -50,9 +77,9 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def render(j: Judgement, client: str, rows: bool = False) -> str:
-    lines = [f"client model: {client} (calibration/served_bench/client.py); prices: the defaults "
-             f"(each model preset on its GPU preset, vLLM's scheduler defaults)"]
+def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "") -> str:
+    lines = [f"client model: {client} (calibration/served_bench/client.py); prices: "
+             f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)"]
     if rows:
         lines.append(f"  {'configuration':<58}{'TTFT ms':>9}{'sim':>9}{'err':>7}{'TPOT ms':>9}{'sim':>8}{'err':>7}")
         for p in j.rows:

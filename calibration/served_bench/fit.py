@@ -1,0 +1,118 @@
+"""The served-engine constants (core/cost/served/terms.py) fitted on benchmark rows, and
+judged on rows left out of the fit by model, by TP degree or by concurrency.
+
+Each row is simulated once (recorded.py) with its operator-fitted price; a trial set of
+constants then prices the row's recorded steps as the served engine runs them
+(core/cost/served/model.py) and gives its mean TPOT. The fit minimises the soft-L1 loss
+of log(predicted / measured) mean TPOT over the rows (scipy least_squares, trf): TTFT is
+judged, not fitted, because it depends on the benchmark client's phasing, which the
+rows do not state (client.py)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from batchlab.calibration.served_bench.judge import Predicted
+from batchlab.calibration.served_bench.recorded import RecordedRow
+from batchlab.core.cost.gpu_form import GpuCostModel
+from batchlab.core.cost.served.engine import VLLM, EngineFacts
+from batchlab.core.cost.served.model import ServedGpuCost
+from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
+
+START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, attention_speedup=1.3,
+                    elementwise_share=0.5, gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6)
+SEQ_S_FLOOR = 1e-7  # the fit works in logs: seq_s's bound 0 becomes this
+
+
+class Priced(NamedTuple):
+    """What a row is priced on: its operator-fitted GPU cost and the engine's settings."""
+    base: GpuCostModel
+    max_num_seqs: int
+    nvlink: bool
+
+
+@dataclass(frozen=True)
+class ServedFit:
+    terms: ServedTerms
+    rows: list[Predicted]  # the fitted rows, priced by the fitted terms
+    rms_log: float
+    evaluations: int
+    seconds: float
+    at_bound: list[str]  # terms the data pushed to a bound: not told by these rows
+
+
+def served_cost(p: Priced, terms: ServedTerms, facts: EngineFacts = VLLM) -> ServedGpuCost:
+    return ServedGpuCost.build(p.base, terms, facts, p.max_num_seqs, p.nvlink)
+
+
+def predict(rows: list[RecordedRow], priced: list[Priced], terms: ServedTerms) -> list[Predicted]:
+    out = []
+    for r, p in zip(rows, priced):
+        ttft, tpot = r.priced(served_cost(p, terms))
+        out.append(Predicted(r.row, ttft, tpot))
+    return out
+
+
+def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    lo = [math.log(max(BOUNDS[n][0], SEQ_S_FLOOR)) for n in names]
+    hi = [math.log(BOUNDS[n][1]) for n in names]
+    return np.array(lo), np.array(hi)
+
+
+def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = START) -> ServedFit:
+    """ValueError where there are fewer rows than terms to fit."""
+    from scipy.optimize import least_squares  # lazy: scipy
+
+    names = ServedTerms.names()
+    if len(rows) <= len(names):
+        raise ValueError(f"{len(rows)} configurations cannot tell {len(names)} served-engine terms apart: "
+                         f"give at least {len(names) + 1}")
+    lo, hi = _bounds(names)
+    x0 = np.clip([math.log(max(getattr(start, n), SEQ_S_FLOOR)) for n in names], lo + 1e-9, hi - 1e-9)
+    measured = np.log([r.row.tpot_s for r in rows])
+
+    def terms_of(x: np.ndarray) -> ServedTerms:
+        return ServedTerms(**{n: float(np.clip(math.exp(v), *BOUNDS[n])) for n, v in zip(names, x)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.log([p.tpot_s for p in predict(rows, priced, terms_of(x))]) - measured
+    t0 = time.perf_counter()
+    res = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.1,
+                        diff_step=1e-3, max_nfev=400)
+    terms = terms_of(res.x)
+    at_bound = [n for n, v, a, b in zip(names, res.x, lo, hi) if v - a < 1e-3 or b - v < 1e-3]
+    fitted = predict(rows, priced, terms)
+    rms = float(np.sqrt(np.mean((np.log([p.tpot_s for p in fitted]) - measured) ** 2)))
+    return ServedFit(terms, fitted, rms, int(res.nfev), time.perf_counter() - t0, at_bound)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    by: str  # model | tp | concurrency
+    left_out: str  # the value left out
+    fit: ServedFit  # on the others
+    judged: list[Predicted]  # the left-out rows, priced by that fit
+
+
+LEAVE_OUT: dict[str, Callable[[RecordedRow], str]] = {
+    "model": lambda r: r.row.model, "tp": lambda r: f"TP {r.row.tp}",
+    "concurrency": lambda r: "high" if r.row.concurrency >= 32 else "low"}
+
+
+def leave_out(rows: list[RecordedRow], priced: list[Priced], by: str, start: ServedTerms = START) -> list[HeldOut]:
+    """One fit per value of `by`, each judged on the rows of that value; a value whose rows
+    leave too few to fit (fewer than the terms) is not judged."""
+    key = LEAVE_OUT[by]
+    out = []
+    for value in sorted({key(r) for r in rows}):
+        keep = [i for i, r in enumerate(rows) if key(r) != value]
+        held = [i for i, r in enumerate(rows) if key(r) == value]
+        if len(keep) <= len(ServedTerms.names()):
+            continue
+        f = fit([rows[i] for i in keep], [priced[i] for i in keep], start)
+        out.append(HeldOut(by, value, f, predict([rows[i] for i in held], [priced[i] for i in held], f.terms)))
+    return out

@@ -1,0 +1,53 @@
+"""A served-engine fit's report: its constants, what the rows did not tell, and its error
+on rows left out of the fit (by model, TP degree, concurrency), beside the fit's own."""
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import numpy as np
+
+from batchlab.calibration.fit.calibrated import Calibrated
+from batchlab.calibration.served_bench.fit import HeldOut, ServedFit
+from batchlab.calibration.served_bench.judge import Predicted, Spread
+from batchlab.core.cost.served.engine import VLLM
+from batchlab.core.cost.served.profile import HeldOutStats, ServedProfile
+
+
+def _stats(by: str, left_out: str, rows: list[Predicted]) -> HeldOutStats:
+    s = Spread.of([p.tpot_error for p in rows])
+    return HeldOutStats(by=by, left_out=left_out, rows=s.n, tpot_median_pct=round(100 * s.median, 2),
+                        tpot_p90_pct=round(100 * s.p90, 2), slow_share=round(s.slow_share, 3))
+
+
+def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedProfile:
+    return ServedProfile(
+        engine=VLLM.name, engine_source=VLLM.source,
+        terms={n: float(getattr(f.terms, n)) for n in f.terms.names()},
+        fitted_on=f"{source} ({len(f.rows)} configurations)", rms_log=round(f.rms_log, 4), at_bound=f.at_bound,
+        heldout=[_stats(h.by, h.left_out, h.judged) for h in held],
+        created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+
+
+def served_report(f: ServedFit, held: list[HeldOut], source: Path) -> Calibrated:
+    profile = served_profile(f, held, source)
+    own = _stats("none", "fitted rows", f.rows)
+    lines = [f"served-engine terms ({VLLM.name}) fitted on {profile.fitted_on}: {f.evaluations} evaluations, "
+             f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", f"engine facts: {VLLM.source}"]
+    lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + ("  (at its bound: not told by these rows)"
+                                                        if n in f.at_bound else "") for n in f.terms.names()]
+    lines.append(f"mean TPOT |error| (median, p90, share priced slow): fitted rows {own.tpot_median_pct:.1f}%, "
+                 f"{own.tpot_p90_pct:.1f}%, {own.slow_share:.0%}")
+    for s in profile.heldout:
+        lines.append(f"  {s.by} {s.left_out} left out ({s.rows} rows): {s.tpot_median_pct:.1f}%, "
+                     f"{s.tpot_p90_pct:.1f}%, {s.slow_share:.0%}")
+    if profile.heldout:
+        all_held = [p for h in held for p in h.judged]
+        worst = max(profile.heldout, key=lambda s: s.tpot_median_pct)
+        lines.append(f"held out, all folds: median {100 * np.median([abs(p.tpot_error) for p in all_held]):.1f}%; "
+                     f"worst fold: {worst.by} {worst.left_out}")
+    summary = {"terms": profile.terms, "at_bound": f.at_bound, "rms_log": profile.rms_log,
+               "heldout": [s.model_dump() for s in profile.heldout]}
+    return Calibrated(profile, lines, summary, written=(
+        "\nserved-engine profile written to {out}; judge it with batchlab validate --served-benchmarks FILE "
+        "--served-profile {out}"))

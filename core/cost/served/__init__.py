@@ -1,0 +1,9 @@
+"""A served engine's step, priced on top of an operator-fitted GPU profile: what the
+engine does that operators timed one at a time do not show (CUDA graphs, its own
+all-reduce, fused elementwise kernels, its attention kernel, its own time a step).
+
+    engine.py   the engine's facts, from its source (version named)
+    terms.py    ServedTerms: the constants fitted on served benchmarks, and how they
+                change a GPU profile's constants
+    model.py    ServedGpuCost: a step priced as the engine runs it (graph, piecewise, eager)
+"""

@@ -1,0 +1,63 @@
+"""A served-engine profile: the constants of terms.py fitted on served benchmarks, with
+where they came from and how they did on rows left out of their fit. Written by
+`batchlab calibrate --from-served`, read by `--served-profile`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from batchlab.core import atomic
+from batchlab.core.cost.served.terms import ServedTerms
+
+SERVED_PROFILE_VERSION = 1
+
+
+class HeldOutStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str  # model | tp | concurrency
+    left_out: str
+    rows: int
+    tpot_median_pct: float  # median |error| of mean TPOT, the left-out rows priced by a fit without them
+    tpot_p90_pct: float
+    slow_share: float
+
+
+class ServedProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = SERVED_PROFILE_VERSION
+    engine: str
+    engine_source: str
+    terms: dict[str, float]
+    fitted_on: str  # the benchmark file and its rows
+    rms_log: float  # of the fit's own rows
+    at_bound: list[str]  # terms the rows pushed to a bound: not told by them
+    heldout: list[HeldOutStats]
+    created: str
+
+    def served_terms(self) -> ServedTerms:
+        return ServedTerms(**self.terms)
+
+    def save(self, path: str | Path) -> None:
+        atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
+
+
+def load_served_profile(path: str | Path) -> ServedProfile:
+    """One-line ValueError naming the file for anything unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+        p = ServedProfile.model_validate(data)
+        p.served_terms()  # in bounds
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read a served-engine profile ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ValueError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {str(e).splitlines()[0]}") from None
+    if p.version != SERVED_PROFILE_VERSION:
+        raise ValueError(f"{path}: served-engine profile version {p.version}, expected {SERVED_PROFILE_VERSION}")
+    return p

@@ -1,0 +1,60 @@
+"""The served-engine constants, fitted on served benchmarks (calibration/served_bench/fit.py),
+and what they do to a GPU profile's constants (core/cost/gpu_form.py GpuCostParams).
+
+A decode step replayed from a CUDA graph keeps `graph_fixed_share` of each eager kernel's
+fixed cost (the launch gap goes, the kernel's own tail stays); a piecewise graph does the
+same outside attention. Fused elementwise kernels move `elementwise_share` of the eager
+kernels' bytes. The served attention kernel runs `attention_speedup` times the eager
+table's pair and KV rates, and a prefill chunk's own causal pairs cost what a cached
+key's do (FlashAttention skips the masked blocks). GEMMs run `gemm_speedup` times the
+eager rate on their compute side. `step_s` and `seq_s` are the engine's own time a step
+and a sequence. No efficiency passes 1: the datasheet is a ceiling."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from batchlab.core.cost.gpu_form import GpuCostParams
+
+# What each constant may be, physically: a share of a cost in (0, 1], a speed-up of the
+# eager tables' rates at least 1/2 (no served kernel is much slower than its eager self)
+# and at most the datasheet (applied capped), host time under 10 ms a step.
+BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0),
+          "attention_speedup": (0.5, 4.0), "elementwise_share": (0.05, 1.0), "gemm_speedup": (0.5, 2.0),
+          "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6)}
+
+
+@dataclass(frozen=True)
+class ServedTerms:
+    graph_fixed_share: float
+    custom_allreduce_scale: float
+    attention_speedup: float
+    elementwise_share: float
+    gemm_speedup: float
+    step_s: float
+    seq_s: float
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi) in BOUNDS.items():
+            v = getattr(self, name)
+            if not lo <= v <= hi:
+                raise ValueError(f"served term {name} = {v!r}: expected {lo:g} to {hi:g}")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def params(self, p: GpuCostParams, graphs: str) -> GpuCostParams:
+        """p as the engine runs a step: graphs "full" (a decode batch), "piecewise"
+        (attention outside the graph) or "none"."""
+        share = self.graph_fixed_share if graphs != "none" else 1.0
+        attn_share = self.graph_fixed_share if graphs == "full" else 1.0
+        return dataclasses.replace(
+            p, gemm_fixed_s=p.gemm_fixed_s * share, layer_fixed_s=p.layer_fixed_s * share,
+            attn_layer_s=p.attn_layer_s * attn_share, attn_seq_s=p.attn_seq_s * attn_share,
+            elementwise_efficiency=min(1.0, p.elementwise_efficiency / self.elementwise_share),
+            elementwise_row_efficiency=min(1.0, p.elementwise_row_efficiency / self.elementwise_share),
+            attn_kv_efficiency=min(1.0, p.attn_kv_efficiency * self.attention_speedup),
+            attn_pair_efficiency=min(1.0, p.attn_pair_efficiency * self.attention_speedup),
+            attn_self_pair_cost=1.0, compute_efficiency=min(1.0, p.compute_efficiency * self.gemm_speedup),
+            step_s=self.step_s, seq_s=self.seq_s)

@@ -1,0 +1,108 @@
+"""The served-engine terms (core/cost/served/) and their fit on benchmark rows
+(calibration/served_bench/fit.py, calibrate --from-served)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from batchlab.calibration.served_bench.fit import START, fit, predict, served_cost
+from batchlab.calibration.served_bench.read import read_benchmarks
+from batchlab.core.cost.served.engine import VLLM
+from batchlab.core.cost.served.profile import load_served_profile
+from batchlab.core.cost.served.terms import ServedTerms
+from batchlab.core.features import StepFeatures
+from batchlab.experiments.validation.served_benchmarks import recorded_rows
+from tests.helpers import cli, one_line_error
+from tests.test_served_bench import line, table
+
+# Nine small configurations of one model at two TP degrees: enough rows for seven terms.
+ROWS = [line(c=c, tp=tp, isl=512, osl=24, ttft=str(40 + c), tpot=str(round(9 + c / 8 + 4 / tp, 2)))
+        for tp in (2, 4) for c in (2, 4, 8, 16)] + [line(c=32, tp=2, isl=512, osl=24, ttft="90", tpot="15")]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    path = table(tmp_path_factory.mktemp("served"), *ROWS)
+    return path, *recorded_rows(read_benchmarks(path), progress=False)
+
+
+def test_the_engine_facts_are_vllms():
+    # capture sizes to min(2 x max_num_seqs, 512); the own all-reduce for 2/4/6/8 GPUs on NVLink
+    assert VLLM.max_capture_tokens(1024) == 512 and VLLM.max_capture_tokens(16) == 32
+    assert VLLM.custom_allreduce(8, nvlink=True) and VLLM.custom_allreduce(2, nvlink=False)
+    assert not VLLM.custom_allreduce(4, nvlink=False) and not VLLM.custom_allreduce(3, nvlink=True)
+
+
+def test_a_term_out_of_its_physical_bounds_is_refused():
+    with pytest.raises(ValueError, match="graph_fixed_share = 1.5: expected"):
+        dataclasses.replace(START, graph_fixed_share=1.5)
+
+
+def test_recorded_rows_price_the_served_engine_as_step_by_step(recorded):
+    _, recs, prices = recorded
+    for r, p in zip(recs, prices):
+        cost = served_cost(p, START)
+        steps = [r.batches[b]._replace(**dict(zip(
+            ("kv_tokens_read", "attention_pairs", "masked_pairs", "window_kv_tokens_read", "window_attention_pairs",
+             "prefill_attention_pairs", "prefill_self_pairs"), map(int, c)))) for b, c in zip(r.batch_of, r.counts)]
+        exact = np.array([cost.step_time(f) for f in steps])
+        assert np.allclose(r.durations(cost), exact, rtol=1e-7, atol=0)
+
+
+def test_graphs_and_the_engines_all_reduce_make_a_decode_step_cheaper(recorded):
+    _, _, prices = recorded
+    p = prices[0]
+    decode = StepFeatures(8, 0, 0, 8, 8 * 512, 8 * 512)
+    eager = dataclasses.replace(START, graph_fixed_share=1.0, custom_allreduce_scale=1.0)
+    graphs = dataclasses.replace(eager, graph_fixed_share=0.2)
+    assert served_cost(p, graphs).step_time(decode) < served_cost(p, eager).step_time(decode)
+    ar = dataclasses.replace(eager, custom_allreduce_scale=0.2)
+    assert served_cost(p, ar).step_time(decode) < served_cost(p, eager).step_time(decode)
+    # a step past the largest capture size runs eagerly: no graph share applies
+    big = StepFeatures(8, 1, 4000, 8, 8 * 512 + 4000, 8 * 512 + 4000 * 4001 // 2)
+    assert served_cost(p, graphs).step_time(big) == served_cost(p, eager).step_time(big)
+
+
+def test_the_fit_finds_terms_that_reproduce_rows_made_with_known_terms(recorded):
+    _, recs, prices = recorded
+    truth = ServedTerms(graph_fixed_share=0.2, custom_allreduce_scale=0.3, attention_speedup=1.5,
+                        elementwise_share=0.4, gemm_speedup=1.2, step_s=0.4e-3, seq_s=8e-6)
+    made = predict(recs, prices, truth)
+    synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
+    f = fit(synthetic, prices)
+    assert f.rms_log < 0.01  # the rows are told apart to 1%, whichever terms the fit lands on
+    refit = predict(synthetic, prices, f.terms)
+    assert all(abs(a.tpot_s / b.tpot_s - 1) < 0.02 for a, b in zip(refit, made))
+
+
+def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, tmp_path):
+    path = recorded[0]
+    out = tmp_path / "served.json"
+    code, text, err = cli(["calibrate", "--from-served", str(path), "--leave-out", "tp", "--out", str(out),
+                           "--format", "json"])
+    assert code == 0, err
+    report = json.loads(text)
+    assert report["profile"] == str(out) and set(report["terms"]) == set(ServedTerms.names())
+    # TP 4's four rows left out leave five to fit seven terms: not judged; TP 2's five leave four: neither
+    assert report["heldout"] == []
+    assert load_served_profile(out).served_terms() == ServedTerms(**report["terms"])
+    code, text, err = cli(["validate", "--served-benchmarks", str(path), "--served-profile", str(out)])
+    assert code == 0, err
+    assert f"the served engine ({out})" in text
+
+
+def test_too_few_rows_and_bad_profiles_are_one_line_errors(tmp_path):
+    code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3])), "--out",
+                        str(tmp_path / "s.json")])
+    one_line_error(code, err, "3 configurations cannot tell 7 served-engine terms apart")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1}')
+    code, _, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, *ROWS[:2], name="t.csv")),
+                        "--served-profile", str(bad)])
+    one_line_error(code, err, str(bad))
+    code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3], name="u.csv")),
+                        "--leave-out", "gpu"])
+    one_line_error(code, err, "--leave-out 'gpu'")
