@@ -5,8 +5,9 @@ uvicorn (0.55.0, protocols/http/h11_impl.py) has no header read timeout: its onl
 next byte received (`data_received` calls `_unset_keepalive_if_required`). A connection
 that sends a few random bytes, or a request head that never ends, is held until the
 client gives up; h11 refuses a head only once it passes `h11_max_incomplete_event_size`
-(16 KiB). Here a connection must deliver a whole request head within HEADER_TIMEOUT_S
-of opening, or of its previous response ending; otherwise it is closed with one log line."""
+(16 KiB); its docs (uvicorn.org/server-behavior) name no other timeout than keep-alive.
+Here a connection must deliver a whole request head within HEADER_TIMEOUT_S of opening,
+or of its previous response ending; otherwise it is closed with one log line."""
 from __future__ import annotations
 
 import asyncio
