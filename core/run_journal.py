@@ -34,7 +34,7 @@ def request_row(seq: Sequence, replica: int = 0) -> list:
 
 def _lines(rows: list[list]) -> bytes:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
+    csv.writer(buf).writerows(rows)  # "\r\n", as requests.csv: a field holding \r or \n is quoted
     return buf.getvalue().encode("utf-8")
 
 

@@ -61,7 +61,8 @@ def test_any_cut_reads_back_the_whole_rows_before_it(tmp_path_factory, groups, w
 
 
 def test_rows_are_the_recorders_rows(tmp_path):
-    seqs = [seq(0, Status.FINISHED), seq(1, Status.ABORTED, "the client left"), seq(2, Status.FINISHED)]
+    seqs = [seq(0, Status.FINISHED, "a\rb"), seq(1, Status.ABORTED, 'the client left, "x"\n'),
+            seq(2, Status.FINISHED)]
     j = RowJournal(tmp_path / JOURNAL)
     j.append(seqs[:2])
     j.append(seqs[2:])
