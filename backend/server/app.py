@@ -4,7 +4,8 @@
 JSON body), /v1/models, /health, /metrics. Bodies are read with a size bound and parsed
 here (not by FastAPI), so that every bad request gets an OpenAI-style error body and
 the engine never sees it. A client that goes away aborts its request at the next step
-boundary, which frees its KV blocks."""
+boundary, which frees its KV blocks; one that goes away before its body arrived, or lets
+it stall BODY_STALL_S, costs one log line (and a 408 for the stall), never a traceback."""
 from __future__ import annotations
 
 import asyncio
