@@ -7,6 +7,7 @@ is tested is which probes go out, with which seeds, and what is said."""
 from __future__ import annotations
 
 import json
+import sys
 import shlex
 from types import SimpleNamespace
 
@@ -111,3 +112,14 @@ def test_a_folder_it_did_not_write_is_refused_and_old_probes_can_be_fitted(serve
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"--from-replay {old / 'batch-1'} {old / 'batch-4'} --metrics" in line
     assert not server.sent
+
+
+def test_ctrl_c_says_how_to_go_on(server, tmp_path, capsys, monkeypatch):
+    names = [n for n, _ in design(1024, 16)]
+    out = tmp_path / "probes"
+    server.kill_after = 3
+    monkeypatch.setattr(sys.modules[__name__], "Killed", KeyboardInterrupt)
+    assert calibrate(out, "--probe-seed", "9") == 130
+    err = capsys.readouterr().err
+    assert f"the same command again sends the {len(names) - 3} probes not finished" in err
+    assert f"or fit the 3 finished: batchlab calibrate --from-replay {out / names[0]} " in err
