@@ -34,10 +34,7 @@ def server(tmp_path_factory):
         srv.wait_ready()
         yield srv
     finally:
-        if srv.proc.poll() is None:
-            srv.proc.kill()  # by its pid
-            srv.proc.wait(30)
-        srv._log.close()
+        srv.stop()  # by its pid; a no-op once the test has killed it
 
 
 def deadlines():
