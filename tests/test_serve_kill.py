@@ -72,10 +72,15 @@ def log_lines(server, words: str) -> list[str]:
 
 def test_garbage_and_half_open_connections_cost_one_line_each(server):
     header_s, body_s = deadlines()
-    with connect(server) as s:  # random bytes, no line end: h11 waits for the rest of a head
-        s.sendall(bytes(b for b in os.urandom(256) if b not in b"\r\n")[:48])
+    noise = bytes(b for b in os.urandom(256) if b not in b"\r\n")[:47]
+    with connect(server) as s:  # random bytes, no line end, a plausible first byte: h11 waits
+        s.sendall(b"X" + noise)
         _, took = until_closed(s, header_s + SLACK_S)
     assert header_s * 0.9 <= took < header_s + SLACK_S
+    with connect(server) as s:  # a control byte first: h11 refuses it at once (a 400)
+        s.sendall(b"\x00" + noise)
+        got, took = until_closed(s, SLACK_S)
+    assert got.startswith(b"HTTP/1.1 400") and took < SLACK_S
     with connect(server) as s:  # connects, says nothing
         _, took = until_closed(s, header_s + SLACK_S)
     assert took < header_s + SLACK_S
@@ -94,6 +99,7 @@ def test_garbage_and_half_open_connections_cost_one_line_each(server):
         time.sleep(0.2)
     assert len(log_lines(server, "48 bytes of an incomplete request head")) == 1
     assert len(log_lines(server, "it sent nothing in")) == 1
+    assert len(log_lines(server, "Invalid HTTP request received.")) == 1
     assert len(log_lines(server, "closed the connection after 10 bytes of its request body")) == 1
     assert len(log_lines(server, "request body stalled")) == 1
     assert httpx.get(f"{server.base}/health", timeout=10).status_code == 200

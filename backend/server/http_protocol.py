@@ -4,8 +4,9 @@ uvicorn (0.55.0, protocols/http/h11_impl.py) has no header read timeout: its onl
 `timeout_keep_alive` (default 5 s), is armed after a response ends and disarmed by the
 next byte received (`data_received` calls `_unset_keepalive_if_required`). A connection
 that sends a few random bytes, or a request head that never ends, is held until the
-client gives up; h11 refuses a head only once it passes `h11_max_incomplete_event_size`
-(16 KiB); its docs (uvicorn.org/server-behavior) name no other timeout than keep-alive.
+client gives up: h11 (0.16) refuses at once only a first byte no request line starts
+with, else once the head passes `h11_max_incomplete_event_size` (16 KiB); uvicorn's docs
+(uvicorn.org/server-behavior) name no other timeout than keep-alive.
 Here a connection must deliver a whole request head within HEADER_TIMEOUT_S of opening,
 or of its previous response ending; otherwise it is closed with one log line."""
 from __future__ import annotations

@@ -66,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
+    if args.out:  # before torch loads: a used --out is refused at once
+        check_out_dir(args.out)
+        refuse_used_out(args.out)
     try:
         sock = bind(args.host, args.port)
     except ValueError as e:
@@ -74,9 +77,6 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.backend.models import params_label  # lazy: torch, once the port is bound
     from batchlab.backend.server.server import Server  # lazy: torch, once the port is bound
     port = bound_port(sock)
-    if args.out:
-        check_out_dir(args.out)
-        refuse_used_out(args.out)
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
     sched = cfg.scheduler_for(policy, rt.spec.max_context)
