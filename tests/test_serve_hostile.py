@@ -136,3 +136,4 @@ def test_no_row_is_left_running(server):
         rows = list(csv.DictReader(f))
     assert rows and {r["status"] for r in rows} == {"finished"}
     assert any(0 < int(r["output_len"]) < 12 for r in rows)  # stopped: the tokens they made
+    assert not list(server.out.rglob("requests.journal.csv"))  # a clean stop removes the journal

@@ -4,7 +4,8 @@
 JSON body), /v1/models, /health, /metrics. Bodies are read with a size bound and parsed
 here (not by FastAPI), so that every bad request gets an OpenAI-style error body and
 the engine never sees it. A client that goes away aborts its request at the next step
-boundary, which frees its KV blocks."""
+boundary, which frees its KV blocks; one that goes away before its body arrived, or lets
+it stall BODY_STALL_S, costs one log line (and a 408 for the stall), never a traceback."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +17,7 @@ import time
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from batchlab.backend.server.engine_loop import EngineLoop, TokenEvent
 from batchlab.backend.server.metrics import CONTENT_TYPE_LATEST, ServerMetrics
@@ -28,6 +30,11 @@ from batchlab.backend.server.text import TextCodec
 log = logging.getLogger(__name__)
 _DISCONNECT_POLL_S = 0.25  # how often a non-streaming request checks its client is still there
 _FLUSH_WAIT_S = 0.05  # the longest an engine step waits for the previous one's tokens to go out
+BODY_STALL_S = 5.0  # a body that sends nothing for this long is dropped (the head's, http_protocol.py)
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its request body arrived: nobody to answer."""
 
 
 def flusher(aloop: asyncio.AbstractEventLoop):
@@ -85,8 +92,20 @@ async def read_json(request: Request, limit: int):
     if size.isdigit() and int(size) > limit:
         raise APIError(413, f"request body of {size} bytes exceeds the limit of {limit}")
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
+    chunks = request.stream()
+    while True:
+        try:
+            buf += await asyncio.wait_for(anext(chunks), BODY_STALL_S)
+        except StopAsyncIteration:
+            break
+        except ClientDisconnect:  # a half-open request: one log line (the handler's), no traceback
+            raise ClientGone(f"{_peer(request)} closed the connection after {len(buf)} bytes of its "
+                             f"request body") from None
+        except TimeoutError:
+            log.warning("%s: request body stalled for %.0f s after %d bytes; answered 408",
+                        _peer(request), BODY_STALL_S, len(buf))
+            raise APIError(408, f"the request body stalled: no byte for {BODY_STALL_S:.0f} s after "
+                           f"{len(buf)} bytes", code="request_timeout") from None
         if len(buf) > limit:
             raise APIError(413, f"request body exceeds the limit of {limit} bytes")
     try:
@@ -95,6 +114,10 @@ async def read_json(request: Request, limit: int):
         raise APIError(400, f"malformed JSON body: {e}") from None
     check_text(body)
     return body
+
+
+def _peer(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "a client"
 
 
 def _no_constant(name: str):
@@ -133,6 +156,11 @@ def create_app(loop: EngineLoop, codec: TextCodec, model_name: str, limits: Limi
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), e.status)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_request: Request, e: ClientGone) -> Response:
+        log.warning("%s", e)
+        return Response(status_code=499)  # nobody reads it
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, e: Exception) -> JSONResponse:

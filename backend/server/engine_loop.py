@@ -127,6 +127,9 @@ class EngineLoop:
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.idle_s = 0.0
         self.flush: Callable[[], None] | None = None  # see _step; set by the HTTP side
+        # Called on this thread with the requests that ended, as their rows are recorded
+        # (serve's core/run_journal.py): what a kill leaves.
+        self.on_rows: Callable[[list[Sequence]], None] | None = None
         t = time.perf_counter()
         if warmup:
             self.engine.warmup()
@@ -199,7 +202,7 @@ class EngineLoop:
             if kind == "add":
                 seq = self.sched.add(item, now)
                 if seq.status is Status.REJECTED:  # checked before, but lengths can race
-                    self.rec.record_requests([seq], 0)
+                    self._record([seq])
                     emit(TokenEvent(-1, -1, now, True, seq.reject_reason, 400))
                     continue
                 self._live[item.id] = (seq, emit)
@@ -214,9 +217,14 @@ class EngineLoop:
             elif item in self._live:  # abort: the client left
                 seq, _ = self._live.pop(item)
                 if self.sched.abort(seq, now):
-                    self.rec.record_requests([seq], 0)
+                    self._record([seq])
                     self.observer.on_done(seq)
                 self._forget(seq)
+
+    def _record(self, seqs: list[Sequence]) -> None:
+        self.rec.record_requests(seqs, 0)
+        if self.on_rows is not None:
+            self.on_rows(seqs)
 
     def _forget(self, seq: Sequence) -> None:
         self.engine.forget(seq)
@@ -233,7 +241,7 @@ class EngineLoop:
         entry = self._live.pop(seq.id, None)
         if entry is not None:
             entry[1](TokenEvent(-1, -1, now, True, reason, 500))
-        self.rec.record_requests([seq], 0)
+        self._record([seq])
         self.observer.on_done(seq)
         self._forget(seq)
 
@@ -292,7 +300,7 @@ class EngineLoop:
             self._end_at_stop(seq, end)
         done = [s for s in (*finished, *ended) if s.status is Status.FINISHED]
         if done:
-            self.rec.record_requests(done, 0)
+            self._record(done)
             for seq in done:
                 self.observer.on_done(seq)
                 self._live.pop(seq.id, None)

@@ -11,6 +11,7 @@ import uvicorn
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.server.app import create_app
 from batchlab.backend.server.engine_loop import EngineLoop
+from batchlab.backend.server.http_protocol import HeadTimeoutH11Protocol
 from batchlab.backend.server.metrics import ServerMetrics
 from batchlab.backend.server.protocol import Limits
 from batchlab.backend.server.text import load_codec
@@ -35,7 +36,9 @@ class Server:
 
     def run(self, sock: socket.socket, grace_s: float = 5.0) -> None:
         """Serve on `sock` (see bind) until Ctrl-C / SIGTERM, then stop the engine loop."""
-        config = uvicorn.Config(self.app, log_level="warning",
+        # h11 with a deadline on request heads (http_protocol.py); an idle keep-alive
+        # connection closes after uvicorn's timeout_keep_alive (5 s, its default).
+        config = uvicorn.Config(self.app, log_level="warning", http=HeadTimeoutH11Protocol,
                                 access_log=False, timeout_graceful_shutdown=grace_s, lifespan="off")
         # The engine thread holds the GIL between torch kernels; a shorter switch
         # interval (default 5 ms) lets the HTTP thread send a step's tokens sooner.

@@ -1,7 +1,9 @@
 """`batchlab serve`: the torch backend behind an OpenAI-compatible HTTP server
 (/v1/completions, /v1/chat/completions, /v1/models, /health, /metrics), with the
 scheduler and engine of `batchlab run`. Ctrl-C stops it; --out writes the request and
-step tables of everything it served."""
+step tables of everything it served (a new or empty DIR: a served run is never written
+over); while it serves, each request's row goes to DIR/POLICY/requests.journal.csv as it
+ends, so a kill keeps them (experiments/serve_journal.py)."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +17,7 @@ from batchlab.experiments.options import (add_backend_options, add_common_option
                                           reject_unused_tables)
 from batchlab.experiments.output import ResultWriter, check_out_dir
 from batchlab.experiments.run_labels import label_real
+from batchlab.experiments.serve_journal import ServeJournal, refuse_used_out
 from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
 from batchlab.experiments.validation import profile_source
 
@@ -63,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
     policy = cfg.policies()[0]
+    if args.out:  # before torch loads: a used --out is refused at once
+        check_out_dir(args.out)
+        refuse_used_out(args.out)
     try:
         sock = bind(args.host, args.port)
     except ValueError as e:
@@ -71,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
     from batchlab.backend.models import params_label  # lazy: torch, once the port is bound
     from batchlab.backend.server.server import Server  # lazy: torch, once the port is bound
     port = bound_port(sock)
-    if args.out:
-        check_out_dir(args.out)
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
     sched = cfg.scheduler_for(policy, rt.spec.max_context)
@@ -81,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     server = Server(rt, sched, model_name=name, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
                     temperature=cfg.run.temperature, seed=cfg.workload.seed,
                     max_body_bytes=args.max_request_bytes)
+    journal = ServeJournal(writer.dir / policy) if writer else None
+    if journal:
+        server.loop.on_rows = journal.append
     print(f"batchlab serve: {name} ({params_label(rt.spec.params)} params, {rt.device}, "
           f"{rt.threads} thread(s), loaded in {time.perf_counter() - t0:.1f} s), {policy}, "
           f"{server.loop.sched.kv.num_blocks} KV blocks, max_model_len {server.limits.max_model_len}, "
@@ -98,5 +105,7 @@ def run(args: argparse.Namespace) -> int:
           + (f"; {m.error}" if m.error else ""), file=sys.stderr)
     if writer:
         writer.add(policy, result, summary)
+        if journal:
+            journal.close()
         print(f"results written to {writer.dir}/", file=sys.stderr)
     return 1 if m.error else 0
