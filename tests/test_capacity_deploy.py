@@ -73,7 +73,9 @@ def test_the_printout_states_the_space_and_gives_launch_commands(capsys):
     win = out.split("winner: ")[1]
     assert win.split("\n")[1].strip().startswith("vllm serve meta-llama/Meta-Llama-3-8B-Instruct "
                                                  "--tensor-parallel-size ")
-    assert "binds: p99 " in win and "runner-up (another GPU, model, layout or dtype): " in out
+    assert "tightest at the answer: p99 " in win and "runner-up (another GPU, model, layout or dtype): " in out
+    assert "\n  priced by: GPU profile shipped " in win and "\n  reproduce: batchlab simulate " in win
+    assert "sized for: the whole workload (chat, 150 requests) at x1 its rate" in out
 
 
 def test_the_launch_command_carries_the_deployment():
@@ -122,6 +124,8 @@ def test_layouts_pp_and_ep_for_a_mixture_of_experts(capsys):
     (["--price", "h100-sxm=cheap"], "expected GPU=USD_PER_GPU_HOUR"),
     (["--models", "llama-9"], "unknown model preset 'llama-9'"),
     (["--ep-options", "maybe"], "--ep-options: 'maybe' is not one of off, on"),
+    (["--models", ""], "--models: expected a comma-separated list, got ''"),  # not the default model
+    (["--gpus", " , "], "--gpus: expected a comma-separated list, got ' , '"),
 ])
 def test_bad_input_is_one_line(extra, message, capsys):
     assert main(["capacity", "deploy", *LOAD, *SPACE, *extra]) == 2

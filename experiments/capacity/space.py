@@ -13,6 +13,11 @@ from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 
 
+# The --dtype-options value that serves a quantised checkpoint as published: fp8 (every
+# linear weight one byte), mxfp4 (the experts in 4 bits, the rest in bf16).
+CHECKPOINT_DTYPE = {"fp8": "fp8", "mxfp4": "bf16"}
+
+
 class Deployment(NamedTuple):
     model: str
     hardware: str
@@ -29,7 +34,10 @@ class Deployment(NamedTuple):
 
     def label(self) -> str:
         par = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "") + (f" EP{self.ep}" if self.ep > 1 else "")
-        return f"{self.model} {par} {self.hardware} {self.dtype} {self.seats} seats {self.budget} tokens"
+        dtype = self.dtype
+        if self.dtype == CHECKPOINT_DTYPE["mxfp4"] and _quantization(self.model) == "mxfp4":
+            dtype = "mxfp4"  # its experts' (the bulk of its weights); attention stays bf16
+        return f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} tokens"
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,13 @@ class DeploySpace:
         return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
                            f"({', '.join(map(str, v))})" for n, v in shown)
                 + f"{note} = {self.size()} deployments")
+
+
+def _quantization(model: str) -> str:
+    try:
+        return lookup_model(model).quantization
+    except ValueError:
+        return ""
 
 
 def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int, int]]:
@@ -86,6 +101,12 @@ def why_not(dep: Deployment) -> str:
         return str(e)
     if dep.dtype == "fp8" and not hw.peak_flops_fp8:
         return f"{dep.hardware} has no fp8 tensor cores"
+    # A quantised checkpoint is served in its own quantisation (vLLM reads it from the
+    # config): fp8 weights (DeepSeek-V3/R1) as fp8; mxfp4 experts (gpt-oss) beside bf16.
+    native = CHECKPOINT_DTYPE.get(model.quantization)
+    if native is not None and dep.dtype != native:
+        return (f"{dep.model} is an {model.quantization} checkpoint: vLLM serves it as such "
+                f"(--dtype-options {native}), {dep.dtype} needs another checkpoint")
     return ""
 
 

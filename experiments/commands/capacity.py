@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         return run_deploy(args)
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
-    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share,
+                             args.count_too_long)
     if args.sensitivity and cfg.profile.path and args.capacity_command == "max-rate":
         raise UserError("--sensitivity moves the knobs of the price; a --profile has none, and max-rate "
                         "does not vary the traffic's rate (its answer)")
