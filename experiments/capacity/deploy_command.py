@@ -111,8 +111,10 @@ def run_deploy(args: argparse.Namespace) -> int:
                 sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], answers)))
     header.append(f"ran on {where}")
     def more(o) -> list[str]:  # under the winner and the runner-up
-        return [f"priced by: {priced_by(o)}",
-                "reproduce: " + simulate_command(args, cfg, o.dep, o.replicas, args.busiest_window is not None)]
+        again = simulate_command(args, cfg, o.dep, o.replicas, args.busiest_window is not None)
+        if n > 1:  # the row is a mean over the samples; the command reruns the workload as given
+            again += f"  # its row: the mean over {n} samples (--seeds, --windows)"
+        return [f"priced by: {priced_by(o)}", f"reproduce: {again}"]
 
     text = deploy_report.render(options, criteria, header, prices, sens, more)
     if out:
