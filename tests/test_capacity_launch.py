@@ -129,3 +129,14 @@ def test_the_printed_simulate_command_reproduces_the_winner(capsys, tmp_path):
     got = json.loads(capsys.readouterr().out)["chunked"]
     assert got["p99_ttft_ms"] == float(row["p99_ttft_ms"]) and got["p99_tpot_ms"] == float(row["p99_tpot_ms"])
     assert got["rejected"] == int(row["rejected"]) and got["completed"] + got["rejected"] == int(row["requests"])
+
+
+def test_the_json_answer_carries_the_window_and_the_commands(capsys):
+    trace = str(DATA / "azure_conv_300.csv")
+    assert main(["capacity", "deploy", "--workload", trace, "--busiest-window", "120", "--slo-ttft-ms", "1000",
+                 "--slo-tpot-ms", "60", "--models", "llama-3-8b", "--gpus", "a100-80gb", "--tp-options", "1",
+                 "--dtype-options", "bf16", "--seats-options", "256", "--budget-options", "2048", "--workers", "1",
+                 "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["sized_for"].startswith("the busiest 120 s of ")
+    assert list(r["reproduce"]) == [r["winner"]] and r["reproduce"][r["winner"]].startswith("batchlab simulate ")

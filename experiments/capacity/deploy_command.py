@@ -86,7 +86,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),
               ("objective: " + ("GPUs" if prices is None else "cost per hour at " + ", ".join(
                   f"{g} ${p:g}/GPU-hour" for g, p in prices.items()))),
-              pricing_line(cfg), window_line(cfg, args.busiest_window)]
+              pricing_line(cfg), sized := window_line(cfg, args.busiest_window)]
     print("\n".join(header[:4]), file=sys.stderr)
     out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
     done = [0]
@@ -110,6 +110,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                 answers = run_all(ex, searches.run_task, tasks)
                 sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], answers)))
     header.append(f"ran on {where}")
+
     def more(o) -> list[str]:  # under the winner and the runner-up
         again = simulate_command(args, cfg, o.dep, o.replicas, args.busiest_window is not None)
         if n > 1:  # the row is a mean over the samples; the command reruns the workload as given
@@ -123,9 +124,13 @@ def run_deploy(args: argparse.Namespace) -> int:
         atomic.write_text(out / "deploy.json", to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
+        best = ranked(options, criteria)
+        shown = [o for o in (best[0] if best else None, runner_up(best)) if o is not None]
         print(to_json({"options": [deploy_report.option_row(o, prices, criteria) for o in options],
-                       "winner": _label(ranked(options, criteria), 0),
-                       "runner_up": (r.dep.label() if (r := runner_up(ranked(options, criteria))) else None)}))
+                       "winner": _label(best, 0),
+                       "runner_up": (r.dep.label() if (r := runner_up(best)) else None),
+                       "sized_for": sized.removeprefix("sized for: "),
+                       "reproduce": {o.dep.label(): more(o)[1].removeprefix("reproduce: ") for o in shown}}))
     else:
         print(text)
     return 0 if ranked(options, criteria) else 1
