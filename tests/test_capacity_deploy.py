@@ -150,3 +150,21 @@ def test_the_batch_width_is_the_executors_workers():
 
     assert _width("process pool (2 workers)") == 2
     assert _width("Dask cluster at tcp://10.0.0.1:8786 (4 workers)") == 4 and _width("serial (1 process)") == 1
+
+
+def test_the_router_is_searched_when_asked(capsys):
+    r = deploy_json([*LOAD, *SPACE, "--router-options", "round_robin,least_loaded", "--gpus", "h100-sxm",
+                     "--tp-options", "1", "--dtype-options", "bf16"], capsys)
+    labels = [o["deployment"] for o in r["options"]]
+    assert sorted(x.rsplit(" ", 1)[1] for x in labels) == ["least_loaded", "round_robin"]
+    winner = r["winner"].rsplit(" ", 1)[1]
+    assert f"--router {winner} " in r["reproduce"][r["winner"]]
+    plain = deploy_json([*LOAD, *SPACE, "--gpus", "h100-sxm", "--tp-options", "1", "--dtype-options", "bf16"],
+                        capsys)
+    assert [o["deployment"] for o in plain["options"]] == ["llama-3-8b TP1 h100-sxm bf16 256 seats 2048 tokens"]
+
+
+def test_an_unknown_router_is_one_line(capsys):
+    assert main(["capacity", "deploy", *LOAD, *SPACE, "--router-options", "random"]) == 2
+    err = capsys.readouterr().err
+    assert "--router-options: 'random' is not one of round_robin, least_loaded" in err and err.count("\n") == 1

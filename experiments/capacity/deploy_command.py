@@ -25,6 +25,7 @@ from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import CAPACITY_EXPERIMENT
 from batchlab.experiments.setup.gpu import roofline_because
+from batchlab.sim.router import ROUTERS
 
 
 def read_prices(items: list[str] | None) -> dict[str, float] | None:
@@ -62,7 +63,12 @@ def run_deploy(args: argparse.Namespace) -> int:
                         seats=parse_list(args.seats_options, "--seats-options", int),
                         budgets=parse_list(args.budget_options, "--budget-options", int),
                         pp=parse_list(args.pp_options, "--pp-options", int),
-                        ep=parse_list(args.ep_options, "--ep-options"))
+                        ep=parse_list(args.ep_options, "--ep-options"),
+                        routers=parse_list(args.router_options, "--router-options") if args.router_options
+                        is not None else [""])
+    bad_router = [r for r in space.routers if r and r not in ROUTERS]
+    if bad_router:
+        raise UserError(f"--router-options: {bad_router[0]!r} is not one of {', '.join(ROUTERS)}")
     bad_ep = [e for e in space.ep if e not in ("off", "on")]
     if bad_ep:
         raise UserError(f"--ep-options: {bad_ep[0]!r} is not one of off, on")
@@ -80,7 +86,8 @@ def run_deploy(args: argparse.Namespace) -> int:
     n = len(samples)
     header = [f"capacity deploy: {criteria.describe()}",
               (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {n} sample(s) per point"
-               + (f" ({seeds_vary})" if seeds_vary else "") + f"; router {cfg.run.router}; policy "
+               + (f" ({seeds_vary})" if seeds_vary else "")
+               + (f"; router {cfg.run.router}" if space.routers == [""] else "; routers searched") + "; policy "
                f"{cfg.policies()[0]}"),
               (f"search space: {space.describe()}; each sized to its fewest replicas (up to "
                f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),

@@ -72,7 +72,8 @@ def vllm_command(dep: Deployment, replicas: int) -> str:
     ckpt = checkpoint(dep.model)
     if ckpt is None:
         return f"# {dep.model} is batchlab's embedded model, not a Hugging Face checkpoint: no vLLM command"
-    times = f"  # x {replicas} replica(s), {replicas * dep.gpus_per_replica} GPU(s), behind one router"
+    router = f"one {dep.router} router" if dep.router else "one router"
+    times = f"  # x {replicas} replica(s), {replicas * dep.gpus_per_replica} GPU(s), behind {router}"
     return " ".join(["vllm serve", ckpt, *serve_flags(dep)]) + times
 
 

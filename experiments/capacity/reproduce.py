@@ -66,7 +66,7 @@ def simulate_command(args: argparse.Namespace, cfg: ExperimentConfig, dep: Deplo
     if busiest:
         words += ["--window-start", repr(cfg.workload.window_start_s),
                   "--window-duration", repr(cfg.workload.window_duration_s)]
-    words += ["--policy", cfg.policies()[0], "--router", cfg.run.router, "--replicas", str(replicas),
+    words += ["--policy", cfg.policies()[0], "--router", dep.router or cfg.run.router, "--replicas", str(replicas),
               "--model", dep.model, "--hardware", dep.hardware, "--tp", str(dep.tp)]
     if dep.pp > 1:
         words += ["--pp", str(dep.pp)]

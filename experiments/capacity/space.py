@@ -27,6 +27,7 @@ class Deployment(NamedTuple):
     budget: int  # max_num_batched_tokens
     pp: int = 1  # pipeline stages (issue 30)
     ep: int = 1  # expert parallel degree (issue 30)
+    router: str = ""  # the load balancer in front of the replicas ('': the config's)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -37,7 +38,8 @@ class Deployment(NamedTuple):
         dtype = self.dtype
         if self.dtype == CHECKPOINT_DTYPE["mxfp4"] and _quantization(self.model) == "mxfp4":
             dtype = "mxfp4"  # its experts' (the bulk of its weights); attention stays bf16
-        return f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} tokens"
+        routed = f" {self.router}" if self.router else ""
+        return f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} tokens{routed}"
 
 
 @dataclass(frozen=True)
@@ -50,14 +52,17 @@ class DeploySpace:
     budgets: list[int]
     pp: list[int] = field(default_factory=lambda: [1])  # pipeline stages
     ep: list[str] = field(default_factory=lambda: ["off"])  # "off" | "on": experts over the TP GPUs
+    routers: list[str] = field(default_factory=lambda: [""])  # '': the config's router
 
     def size(self) -> int:
         return len(deployments(self))
 
     def describe(self) -> str:
         dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("PP", self.pp),
-                ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets)]
-        shown = [(n, v) for n, v in dims if n not in ("PP", "EP") or v != ([1] if n == "PP" else ["off"])]
+                ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets),
+                ("router", self.routers)]
+        hidden = {"PP": [1], "EP": ["off"], "router": [""]}  # dimensions left at their one default
+        shown = [(n, v) for n, v in dims if hidden.get(n) != v]
         note = " (EP on: MoE models at TP > 1)" if "on" in self.ep else ""
         return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
                            f"({', '.join(map(str, v))})" for n, v in shown)
@@ -81,10 +86,10 @@ def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int
 
 
 def deployments(space: DeploySpace) -> list[Deployment]:
-    return [Deployment(m, g, tp, d, s, b, pp, ep)
+    return [Deployment(m, g, tp, d, s, b, pp, ep, r)
             for m in space.models for g in space.gpus for tp in space.tp
             for pp, ep in layouts(m, tp, space.pp, space.ep)
-            for d in space.dtypes for s in space.seats for b in space.budgets]
+            for d in space.dtypes for s in space.seats for b in space.budgets for r in space.routers]
 
 
 def why_not(dep: Deployment) -> str:
@@ -118,6 +123,8 @@ def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
     c.model = c.model.model_copy(update={"dtype": dep.dtype})  # marked as given: no preset default
     c.scheduler = c.scheduler.model_copy(update={"max_num_seqs": dep.seats, "max_num_batched_tokens": dep.budget})
     c.run.replicas = 1
+    if dep.router:
+        c.run.router = dep.router
     return c
 
 

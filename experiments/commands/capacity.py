@@ -80,6 +80,9 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
     g.add_argument("--ep-options", default="off,on", metavar="off,on",
                    help="expert parallelism, for MoE models at TP > 1: off (experts sliced over TP), "
                         "on (whole experts spread over the TP GPUs) (default off,on)")
+    g.add_argument("--router-options", metavar="R1,R2",
+                   help="routers in front of the replicas to search (round_robin, least_loaded, "
+                        "prefix_aware; default: --router's alone)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
