@@ -90,7 +90,8 @@ def plan(c: DocCommand) -> Plan:
     """The printed command with, appended, what keeps a test short (a later option wins
     over the printed one): a 300 s window of a trace (of the Azure conversation trace, the
     window holding its one conversation longer than Llama-3's context), a 120 s busiest
-    window, one worker, the studies' --small size, a quick calibration grid, fewer requests."""
+    window, one worker, the studies' --small size, a quick calibration grid, fewer requests
+    to validate or replay."""
     t, extra, needs = c.text, [], set()
     on_torch = c.command in TORCH_COMMANDS and "--from-operators" not in t
     if on_torch or "--backend" in t or " fidelity" in t or MADE_ON_TORCH.search(t):
@@ -111,6 +112,7 @@ def plan(c: DocCommand) -> Plan:
         extra.append("--small")
     if c.command == "calibrate" and not re.search(r"--from-|--endpoint", t):
         extra += ["--grid", "quick"]
-    if c.command in ("run", "validate", "replay") and "--real" not in t:
+    # not `run`: the README refines a profile on what it served (enough idle gaps to fit)
+    if c.command in ("validate", "replay") and "--real" not in t:
         extra += ["--num-requests", "8", "--max-output-len", "16"]
     return Plan(c.words[1:] + extra, extra, frozenset(needs))

@@ -123,6 +123,7 @@ def test_the_printed_simulate_command_reproduces_the_winner(capsys, tmp_path):
     cmd = next(x for x in winner if x.strip().startswith("reproduce: ")).split("reproduce: ")[1]
     words = shlex.split(cmd)
     assert words[:2] == ["batchlab", "simulate"] and f"--replicas {replicas}" in cmd
+    assert "--out" not in words  # deploy's folder is not the rerun's
     with open(tmp_path / "d" / "options.csv") as f:
         row = next(r for r in csv.DictReader(f) if r["deployment"] == winner[0].split(" x ")[0])
     assert main([*words[1:], "--format", "json"]) == 0

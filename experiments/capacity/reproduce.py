@@ -18,6 +18,7 @@ SET_BY_DEPLOYMENT = {"mo_name", "hw_name", "hw_tensor_parallel", "hw_pipeline_pa
                      "mo_dtype", "sc_max_num_seqs", "sc_max_num_batched_tokens", "ru_replicas", "policy",
                      "ru_router"}
 WINDOW = {"wl_window_start_s", "wl_window_duration_s"}
+OUTPUT = {"out", "format"}  # where deploy writes is not where the rerun should
 
 
 def window_line(cfg: ExperimentConfig, seconds: float | None) -> str:
@@ -61,7 +62,7 @@ def _given(args: argparse.Namespace, skip: set[str]) -> list[str]:
 def simulate_command(args: argparse.Namespace, cfg: ExperimentConfig, dep: Deployment, replicas: int,
                      busiest: bool) -> str:
     """`batchlab simulate` of this deployment at this replica count, on the load deploy sized."""
-    skip = SET_BY_DEPLOYMENT | (WINDOW if busiest else set())
+    skip = SET_BY_DEPLOYMENT | OUTPUT | (WINDOW if busiest else set())
     words = ["batchlab", "simulate", *_given(args, skip)]
     if busiest:
         words += ["--window-start", repr(cfg.workload.window_start_s),
