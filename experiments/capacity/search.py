@@ -70,8 +70,8 @@ class LoadIndependent(UserError):
 def _stop_if_load_independent(row: dict, criteria: Criteria) -> None:
     if row.get("fails_whatever_the_load"):
         counted = row["rejected"] - (0 if criteria.count_too_long else row.get("too_long", 0))
-        why = ("longer than the model's context, max_model_len or the token budget" if criteria.count_too_long
-               else "longer than max_model_len or the token budget, or needing more KV blocks than the cache has")
+        why = (("longer than the model's context, " if criteria.count_too_long else "longer than ")
+               + "max_model_len or the token budget, or needing more KV blocks than the cache has")
         raise LoadIndependent(f"{counted} of {row['requests']} requests are rejected at any load "
                               f"({why}), so no load meets '{criteria.describe_lost()}': allow them with "
                               f"--max-rejected-share {_share_above(counted, row['requests'])}")
