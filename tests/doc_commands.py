@@ -83,7 +83,7 @@ MADE_ON_TORCH = re.compile(r"batchlab-small-cpu\.json|tiny\.json|probes/")
 class Plan:
     argv: list[str]  # the printed words (without `batchlab`), then the shortening
     shortened: list[str]  # the words appended: a smaller window, fewer requests, one worker
-    needs: frozenset[str]  # "torch", "traces", "server", "elsewhere"
+    needs: frozenset[str]  # "torch", "traces", "shared", "server", "elsewhere"
 
 
 def plan(c: DocCommand) -> Plan:
@@ -100,6 +100,8 @@ def plan(c: DocCommand) -> Plan:
         needs.add("elsewhere")
     if "http://127.0.0.1:8000" in t or c.command == "serve":
         needs.add("server")
+    if "../shared/" in t:  # the shared data beside the repository (operator tables)
+        needs.add("shared")
     if TRACES.search(t):
         needs.add("traces")
         if "--busiest-window" in t:

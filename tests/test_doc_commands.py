@@ -189,6 +189,8 @@ def test_the_simulation_commands_of_a_page_run_as_printed(file, workdir):
     commands = [c for c in _simulation_world(file) if "--sensitivity" not in c.text]
     if any("traces" in plan(c).needs for c in commands) and not _traces_present():
         pytest.skip(f"the shared traces are not in {traces_dir()} (set BATCHLAB_TRACES)")
+    if any("shared" in plan(c).needs for c in commands) and not (ROOT.parent / "shared").exists():
+        pytest.skip(f"the shared data is not in {ROOT.parent / 'shared'}")
     assert not _run_in_order(commands, workdir)
 
 
