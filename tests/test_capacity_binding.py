@@ -37,7 +37,19 @@ def test_the_next_cheapers_failure_names_the_constraint_even_when_another_is_tig
     # TPOT is the tighter at the answer, but one replica fewer misses on TTFT
     b = binding(point(800, 58), point(1300, 59), CRIT, "1 replica(s)")
     assert b.constraint == "p99 TTFT" and b.headroom == pytest.approx(0.2) and b.next_miss == pytest.approx(0.3)
-    assert b.detail.startswith("p99 TTFT 800.0 ms of 1000 (tighter at the answer: p99 TPOT 58.0 ms of 60, +3%)")
+    # what to watch (the least headroom at the answer) comes first, beside what binds
+    assert b.tightest == "p99 TPOT" and b.tightest_headroom == pytest.approx(2 / 60)
+    assert b.text().startswith("tightest at the answer: p99 TPOT 58.0 ms of 60 (+3% headroom); binds: p99 TTFT "
+                               "(+20% headroom here; what the next cheaper fails on); p99 TTFT 800.0 ms of 1000; "
+                               "KV cache")
+    assert b.text().endswith("the next cheaper, 1 replica(s), fails: p99 TTFT 1300.0 ms of 1000 (missed by 30%)")
+
+
+def test_when_the_tightest_is_what_the_next_cheaper_fails_on_it_is_said_once():
+    b = binding(point(500, 57), point(900, 72), CRIT, "3 replica(s)")
+    assert b.tightest == b.constraint == "p99 TPOT"
+    assert b.text().startswith("tightest at the answer: p99 TPOT 57.0 ms of 60 (+5% headroom); binds: p99 TPOT "
+                               "too (what the next cheaper fails on); KV cache")
 
 
 def test_a_queue_that_grows_is_throughput_or_the_memory_it_ran_out_of():

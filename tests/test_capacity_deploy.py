@@ -73,7 +73,9 @@ def test_the_printout_states_the_space_and_gives_launch_commands(capsys):
     win = out.split("winner: ")[1]
     assert win.split("\n")[1].strip().startswith("vllm serve meta-llama/Meta-Llama-3-8B-Instruct "
                                                  "--tensor-parallel-size ")
-    assert "binds: p99 " in win and "runner-up (another GPU, model, layout or dtype): " in out
+    assert "tightest at the answer: p99 " in win and "runner-up (another GPU, model, layout or dtype): " in out
+    assert "\n  priced by: GPU profile shipped " in win and "\n  reproduce: batchlab simulate " in win
+    assert "sized for: the whole workload (chat, 150 requests) at x1 its rate" in out
 
 
 def test_the_launch_command_carries_the_deployment():
@@ -122,6 +124,8 @@ def test_layouts_pp_and_ep_for_a_mixture_of_experts(capsys):
     (["--price", "h100-sxm=cheap"], "expected GPU=USD_PER_GPU_HOUR"),
     (["--models", "llama-9"], "unknown model preset 'llama-9'"),
     (["--ep-options", "maybe"], "--ep-options: 'maybe' is not one of off, on"),
+    (["--models", ""], "--models: expected a comma-separated list, got ''"),  # not the default model
+    (["--gpus", " , "], "--gpus: expected a comma-separated list, got ' , '"),
 ])
 def test_bad_input_is_one_line(extra, message, capsys):
     assert main(["capacity", "deploy", *LOAD, *SPACE, *extra]) == 2
@@ -146,3 +150,21 @@ def test_the_batch_width_is_the_executors_workers():
 
     assert _width("process pool (2 workers)") == 2
     assert _width("Dask cluster at tcp://10.0.0.1:8786 (4 workers)") == 4 and _width("serial (1 process)") == 1
+
+
+def test_the_router_is_searched_when_asked(capsys):
+    r = deploy_json([*LOAD, *SPACE, "--router-options", "round_robin,least_loaded", "--gpus", "h100-sxm",
+                     "--tp-options", "1", "--dtype-options", "bf16"], capsys)
+    labels = [o["deployment"] for o in r["options"]]
+    assert sorted(x.rsplit(" ", 1)[1] for x in labels) == ["least_loaded", "round_robin"]
+    winner = r["winner"].rsplit(" ", 1)[1]
+    assert f"--router {winner} " in r["reproduce"][r["winner"]]
+    plain = deploy_json([*LOAD, *SPACE, "--gpus", "h100-sxm", "--tp-options", "1", "--dtype-options", "bf16"],
+                        capsys)
+    assert [o["deployment"] for o in plain["options"]] == ["llama-3-8b TP1 h100-sxm bf16 256 seats 2048 tokens"]
+
+
+def test_an_unknown_router_is_one_line(capsys):
+    assert main(["capacity", "deploy", *LOAD, *SPACE, "--router-options", "random"]) == 2
+    err = capsys.readouterr().err
+    assert "--router-options: 'random' is not one of round_robin, least_loaded" in err and err.count("\n") == 1

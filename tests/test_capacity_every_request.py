@@ -96,3 +96,48 @@ def test_rejections_at_any_load_stop_the_search_at_once_with_the_share_to_allow(
         assert share <= allowed <= share * 1.1 + 1e-9
     assert main(["capacity", "max-rate", *REJECTING, "--max-rejected-share", str(allowed), "--format", "json"]) == 0
     capsys.readouterr()
+
+
+@given(completed=st.integers(0, 1000), rejected=st.integers(0, 1000), unfinished=st.integers(0, 1000),
+       too_long=st.integers(0, 1000), share=st.floats(0, 0.99), count=st.booleans())
+def test_requests_longer_than_the_context_fail_a_sample_only_when_counted(completed, rejected, unfinished,
+                                                                          too_long, share, count):
+    too_long = min(too_long, rejected)  # they are among the rejected
+    c = Criteria(SLO(ttft_ms=1e9), max_rejected_share=share, count_too_long=count)
+    s = {"completed": completed, "rejected": rejected, "unfinished": unfinished, "too_long": too_long,
+         "p99_ttft_ms": 1.0}
+    lost = rejected + unfinished - (0 if count else too_long)
+    total = completed + rejected + unfinished
+    assert bool(c.failures(s)) == (lost > 0 and lost > share * total)
+
+
+# Llama-2-7B's context is 4,096 tokens: 12 of these 300 conversations are longer.
+TOO_LONG = ["--workload", "tests/data/azure_conv_300.csv", "--model", "llama-2-7b", "--hardware", "h100-sxm",
+            "--policy", "chunked", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "100", "--workers", "1"]
+
+
+def test_a_request_longer_than_the_models_context_is_reported_but_does_not_veto(capsys, monkeypatch):
+    monkeypatch.chdir(__file__.rsplit("/tests/", 1)[0])
+    assert main(["capacity", "max-rate", *TOO_LONG, "--format", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    a = r["answers"][0]
+    assert a["answer"] > 0 and a["too_long"] == 12 and a["rejected"] >= 12 and a["gpus"] == 1
+    assert all(p["too_long"] == 12 for p in r["points"]["chunked"])
+
+    assert main(["capacity", "max-rate", *TOO_LONG, "--count-too-long"]) == 1
+    out = capsys.readouterr().out
+    assert "12 of 300 requests are rejected at any load" in out and "--max-rejected-share 0.04" in out
+    row = next(line for line in out.splitlines() if line.startswith("chunked "))
+    assert row.split()[1:5] == ["-", "-", "-", "-"]  # no rate, band or multiple where nothing passed
+
+    # a max_model_len the user set below the context: what it rejects still counts
+    assert main(["capacity", "max-rate", *TOO_LONG, "--max-model-len", "2048"]) == 1
+    assert "7 of 300 requests are rejected at any load" in capsys.readouterr().out
+
+
+def test_a_failed_replicas_row_shows_no_gpu_count(capsys, monkeypatch):
+    monkeypatch.chdir(__file__.rsplit("/tests/", 1)[0])
+    assert main(["capacity", "replicas", *TOO_LONG, "--count-too-long", "--candidate", "llama-2-7b:2:h100-sxm",
+                 "--format", "json"]) == 1
+    a = json.loads(capsys.readouterr().out)["answers"][0]
+    assert a["answer"] is None and a["gpus"] is None and a["too_long"] == 12

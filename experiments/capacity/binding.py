@@ -32,17 +32,30 @@ class Constraint(NamedTuple):
 
 
 class Binding(NamedTuple):
-    constraint: str  # what binds
-    headroom: float  # at the answer (relative); NaN where not measured
-    detail: str  # the answer's tightest numbers, in words
+    constraint: str  # what binds: what the next-cheaper option fails on
+    headroom: float  # the binding constraint's at the answer (relative); NaN where not measured
+    detail: str  # the answer's use of KV memory and seats, in words
     next_label: str  # the next-cheaper option ('' where there is none)
     next_failure: str  # what it failed on, in words
     next_miss: float  # by how much (relative), NaN where not a number (a queue, a model that does not fit)
     next_what: str = "cheaper"  # what the next option is: "cheaper", or for max-rate "rate up"
+    tightest: str = ""  # the objective with the least headroom at the answer: what to watch
+    tightest_headroom: float = math.nan
+    tightest_text: str = ""  # its value against its limit
 
     def text(self) -> str:
-        head = (f"binds: {self.constraint}" + (f" ({self.headroom:+.0%} headroom)"
-                                              if math.isfinite(self.headroom) else "") + f"; {self.detail}")
+        """The tightest objective at the answer first (what to watch in production), then
+        what binds: what the next-cheaper option fails on."""
+        watch = (f"tightest at the answer: {self.tightest_text} ({self.tightest_headroom:+.0%} headroom)"
+                 if self.tightest else "")
+        binds = ""
+        if self.next_label:
+            here = (f"{self.headroom:+.0%} headroom here; " if math.isfinite(self.headroom)
+                    and self.constraint != self.tightest else "")
+            same = " too" if self.constraint == self.tightest else ""
+            binds = f"binds: {self.constraint}{same} ({here}what the next {self.next_what} fails on)"
+        head = "; ".join(x for x in (watch, binds) if x)
+        head += f"; {self.detail}"
         if not self.next_label:
             return head + f"; no {self.next_what} option to compare"
         miss = f" (missed by {self.next_miss:.0%})" if math.isfinite(self.next_miss) else ""
@@ -77,22 +90,18 @@ def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str 
     tight = min(slo, key=lambda c: _finite(c.headroom, math.inf))
     use = {c.name: c for c in cons if c.unit == "share" and c.name != "goodput"}
 
-    def detail(named: str) -> str:
-        """The named constraint's value at the answer, the tightest SLO where another is
-        tighter, and the deployment's use of KV memory and seats."""
-        mine = next((c for c in slo if c.name == named), None)
-        head = mine.text() if mine else tight.text()
-        if mine is not None and mine is not tight:
-            head += f" (tighter at the answer: {tight.text()}, {tight.headroom:+.0%})"
-        return (f"{head}; KV cache {_pct(use['KV memory'].value)} used, seats {_pct(use['seats'].value)} "
-                f"used (means), {answer.get('preemptions', 0):.0f} preemptions")
-
+    detail = (f"KV cache {_pct(use['KV memory'].value)} used, seats {_pct(use['seats'].value)} used "
+              f"(means), {answer.get('preemptions', 0):.0f} preemptions")
+    watch = (tight.name, tight.headroom, tight.text())
     if nxt is None:
-        return Binding(tight.name, tight.headroom, detail(tight.name), "", "", math.nan, next_what)
+        return Binding(tight.name, tight.headroom, detail, "", "", math.nan, next_what, *watch)
     what, miss, name = _failure(nxt, criteria)
     constraint = name or tight.name
+    mine = next((c for c in slo if c.name == constraint), None)
     headroom = next((c.headroom for c in cons if c.name == constraint), math.nan)
-    return Binding(constraint, headroom, detail(constraint), next_label, what, miss, next_what)
+    if mine is not None and mine is not tight:
+        detail = f"{mine.text()}; {detail}"
+    return Binding(constraint, headroom, detail, next_label, what, miss, next_what, *watch)
 
 
 def _failure(p: dict, criteria: Criteria) -> tuple[str, float, str]:

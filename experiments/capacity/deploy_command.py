@@ -15,7 +15,8 @@ from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up
 from batchlab.experiments.capacity.options import check_samples, criteria_from
 from batchlab.experiments.capacity.point import sample_configs
 from batchlab.experiments.capacity.space import DeploySpace, parse_list
-from batchlab.experiments.capacity.tasks import build_tasks, busiest_window
+from batchlab.experiments.capacity.reproduce import simulate_command, window_line
+from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, setup_or_none
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import make_executor, run_all
 from batchlab.experiments.options import load_experiment
@@ -23,6 +24,8 @@ from batchlab.experiments.output import make_out_dir, to_json
 from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import CAPACITY_EXPERIMENT
+from batchlab.experiments.setup.gpu import roofline_because
+from batchlab.sim.router import ROUTERS
 
 
 def read_prices(items: list[str] | None) -> dict[str, float] | None:
@@ -44,7 +47,8 @@ def read_prices(items: list[str] | None) -> dict[str, float] | None:
 def run_deploy(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
-    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share,
+                             args.count_too_long)
     if args.max_replicas < 1:
         raise UserError(f"--max-replicas must be >= 1, got {args.max_replicas}")
     if args.busiest_window is not None:
@@ -52,14 +56,19 @@ def run_deploy(args: argparse.Namespace) -> int:
     if cfg.profile.path:
         raise UserError("capacity deploy prices GPU presets (their GPU profiles, or the roofline); a "
                         "--profile prices one measured device (use capacity replicas)")
-    space = DeploySpace(models=parse_list(args.models or cfg.model.name, "--models"),
-                        gpus=parse_list(args.gpus or cfg.hardware.name, "--gpus"),
+    space = DeploySpace(models=parse_list(_given(args.models, cfg.model.name), "--models"),
+                        gpus=parse_list(_given(args.gpus, cfg.hardware.name), "--gpus"),
                         tp=parse_list(args.tp_options, "--tp-options", int),
                         dtypes=parse_list(args.dtype_options, "--dtype-options"),
                         seats=parse_list(args.seats_options, "--seats-options", int),
                         budgets=parse_list(args.budget_options, "--budget-options", int),
                         pp=parse_list(args.pp_options, "--pp-options", int),
-                        ep=parse_list(args.ep_options, "--ep-options"))
+                        ep=parse_list(args.ep_options, "--ep-options"),
+                        routers=parse_list(args.router_options, "--router-options") if args.router_options
+                        is not None else [""])
+    bad_router = [r for r in space.routers if r and r not in ROUTERS]
+    if bad_router:
+        raise UserError(f"--router-options: {bad_router[0]!r} is not one of {', '.join(ROUTERS)}")
     bad_ep = [e for e in space.ep if e not in ("off", "on")]
     if bad_ep:
         raise UserError(f"--ep-options: {bad_ep[0]!r} is not one of off, on")
@@ -77,13 +86,14 @@ def run_deploy(args: argparse.Namespace) -> int:
     n = len(samples)
     header = [f"capacity deploy: {criteria.describe()}",
               (f"workload: {cfg.workload.source} (rate x{cfg.workload.rate_scale:g}), {n} sample(s) per point"
-               + (f" ({seeds_vary})" if seeds_vary else "") + f"; router {cfg.run.router}; policy "
+               + (f" ({seeds_vary})" if seeds_vary else "")
+               + (f"; router {cfg.run.router}" if space.routers == [""] else "; routers searched") + "; policy "
                f"{cfg.policies()[0]}"),
               (f"search space: {space.describe()}; each sized to its fewest replicas (up to "
                f"{args.max_replicas}), cheapest per replica first, none searched beyond the runner-up's cost"),
               ("objective: " + ("GPUs" if prices is None else "cost per hour at " + ", ".join(
                   f"{g} ${p:g}/GPU-hour" for g, p in prices.items()))),
-              pricing_line(cfg)]
+              pricing_line(cfg), sized := window_line(cfg, args.busiest_window)]
     print("\n".join(header[:4]), file=sys.stderr)
     out = make_out_dir(args.out, cfg.model_dump()) if args.out else None
     done = [0]
@@ -107,19 +117,45 @@ def run_deploy(args: argparse.Namespace) -> int:
                 answers = run_all(ex, searches.run_task, tasks)
                 sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], answers)))
     header.append(f"ran on {where}")
-    text = deploy_report.render(options, criteria, header, prices, sens)
+
+    def more(o) -> list[str]:  # under the winner and the runner-up
+        again = simulate_command(args, cfg, o.dep, o.replicas, args.busiest_window is not None)
+        if n > 1:  # the row is a mean over the samples; the command reruns the workload as given
+            again += f"  # its row: the mean over {n} samples (--seeds, --windows)"
+        return [f"priced by: {priced_by(o)}", f"reproduce: {again}"]
+
+    text = deploy_report.render(options, criteria, header, prices, sens, more)
     if out:
         files = deploy_report.write(out, options, prices, sens, criteria)
         summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
         atomic.write_text(out / "deploy.json", to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
+        best = ranked(options, criteria)
+        shown = [o for o in (best[0] if best else None, runner_up(best)) if o is not None]
         print(to_json({"options": [deploy_report.option_row(o, prices, criteria) for o in options],
-                       "winner": _label(ranked(options, criteria), 0),
-                       "runner_up": (r.dep.label() if (r := runner_up(ranked(options, criteria))) else None)}))
+                       "winner": _label(best, 0),
+                       "runner_up": (r.dep.label() if (r := runner_up(best)) else None),
+                       "sized_for": sized.removeprefix("sized for: "),
+                       "reproduce": {o.dep.label(): more(o)[1].removeprefix("reproduce: ") for o in shown}}))
     else:
         print(text)
     return 0 if ranked(options, criteria) else 1
+
+
+def _given(value: str | None, default: str) -> str:
+    """A list option's text, or the config's value where the option was not given (an
+    empty one given is an error of parse_list, not the default)."""
+    return default if value is None else value
+
+
+def priced_by(o) -> str:
+    """What priced this option's answer: its setup's first assumption (a GPU profile and
+    where it came from, or the roofline at its constants), as points.csv's cost_model."""
+    setup = setup_or_none(o.cfg)
+    if setup is None:
+        return (o.answer.best or {}).get("cost_model") or "unknown"
+    return setup.assumptions()[0].removeprefix("assumptions: ")
 
 
 def _known(lookup, name: str, option: str) -> None:
@@ -141,14 +177,14 @@ def _width(where: str) -> int:
 
 
 def pricing_line(cfg) -> str:
-    """How the deployments are priced: a GPU preset's GPU profile where it prices the model
-    and layout (dense layers at TP), else the roofline at these assumptions."""
+    """How the deployments are priced: each GPU's GPU profile (fitted on measured operator
+    tables; a GPU without its own, the nearest one's scaled by datasheet ratios) unless
+    the roofline was asked for or its constants given; each answer names its own."""
     h = cfg.hardware
     roof = (f"the roofline at {h.mem_efficiency:.0%} of datasheet memory bandwidth, "
             f"{h.compute_efficiency:.0%} of FLOP/s, step overhead {h.step_overhead_s * 1e3:g} ms")
-    if h.cost == "roofline":
+    if roofline_because(cfg):
         return f"pricing: {roof} (--sensitivity moves each)"
-    return (f"pricing: dense models at TP by each GPU's GPU profile (fitted on measured operators); "
-            f"MoE, MLA, windowed models and PP/EP layouts by {roof} (--sensitivity moves the constants "
-            f"of each)")
-
+    return ("pricing: each GPU's GPU profile (fitted on measured operators; a GPU without tables: the "
+            "nearest one's, scaled), dense and MoE alike; each answer's 'priced by' and points.csv's "
+            "cost_model say which (--sensitivity moves its constants)")

@@ -5,12 +5,13 @@ answer over the knobs of their price."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from batchlab.experiments.capacity import sensitivity
 from batchlab.experiments.capacity.binding import binding
 from batchlab.experiments.capacity.deploy import Option, next_cheaper, ranked, runner_up
-from batchlab.experiments.capacity.launch import vllm_command
+from batchlab.experiments.capacity.launch import data_parallel_command, vllm_command
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.tables import text_table, write_rows
 
@@ -36,35 +37,39 @@ def option_row(o: Option, prices: dict | None, criteria: Criteria | None = None)
     if criteria is not None and o.replicas is not None:
         nxt, label = o.answer.next_cheaper()
         bind = binding(b, nxt, criteria, label)
-        row.update({"binds": bind.constraint, "binds_headroom": bind.headroom, "one_fewer_fails": bind.next_failure})
+        row.update({"tightest": bind.tightest, "tightest_headroom": bind.tightest_headroom, "binds": bind.constraint, "binds_headroom": bind.headroom, "one_fewer_fails": bind.next_failure})
     return row
 
 
 def _block(title: str, o: Option, options: list[Option], criteria: Criteria, prices: dict | None,
-           compare_cheaper: bool) -> list[str]:
+           compare_cheaper: bool, more: Callable[[Option], list[str]]) -> list[str]:
     lines = [f"{title}: {o.dep.label()} x {o.replicas}: {_cost(o, prices)}",
              f"  {vllm_command(o.dep, o.replicas)}"]
+    if dp := data_parallel_command(o.dep, o.replicas):
+        lines.append(f"  or: {dp}")
     if o.dep.dtype == "fp8":
         lines.append("  (fp8 weights and KV cache: faster and smaller, at some accuracy this simulator "
                      "does not judge)")
     nxt, label = next_cheaper(options, o, criteria) if compare_cheaper else o.answer.next_cheaper()
     lines.append("  " + binding(o.answer.best, nxt, criteria, label).text())
-    return lines
+    return lines + [f"  {x}" for x in more(o)]
 
 
 def render(options: list[Option], criteria: Criteria, header: list[str], prices: dict | None,
-           sens: dict[str, list] | None = None) -> str:
+           sens: dict[str, list] | None = None, more: Callable[[Option], list[str]] = lambda o: []) -> str:
+    """more(option): lines to add under the winner's and the runner-up's (how it was
+    priced, the command that reproduces it)."""
     lines = list(header)
     best = ranked(options, criteria)
     lines.append("")
     if not best:
         lines.append("no deployment in the space meets the criteria")
     else:
-        lines += _block("winner", best[0], options, criteria, prices, True)
+        lines += _block("winner", best[0], options, criteria, prices, True, more)
         second = runner_up(best)
         if second is not None:
             lines += _block("runner-up (another GPU, model, layout or dtype)", second, options, criteria,
-                            prices, False)
+                            prices, False, more)
         else:
             lines.append("runner-up: none (no deployment of other hardware or dtype met the criteria "
                          "within the winner's cost)")
@@ -76,7 +81,7 @@ def render(options: list[Option], criteria: Criteria, header: list[str], prices:
         cols += [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
                  ("rejected", "rejected", "{:.0f}"), ("unfinished", "unfinished", "{:.0f}"),
                  ("kv_utilization", "KV used", "{:.0%}")]
-        cols.append(("binds", "binds", "{}"))
+        cols += [("tightest", "tightest", "{}"), ("binds", "binds", "{}")]
         lines += ["", (f"the {len(shown)} cheapest of {len(best)} deployments that meet the criteria (ties: "
                        f"the most headroom first):"),
                   text_table([option_row(o, prices, criteria) for o in shown], cols)]

@@ -1,9 +1,21 @@
 """The vLLM launch command of a deployment: what a planner runs once the answer is in.
-A model preset maps to the Hugging Face checkpoint of the same shape (instruct
-variants, as served for chat); fp8 weights are vLLM's online fp8 quantization, and the
-KV cache follows the weights' dtype as the simulation assumed."""
+
+The model is the Hugging Face checkpoint of the preset: Llama-family shapes map to their
+instruct checkpoints (as served for chat), a shipped config.json preset to the repository
+its config was taken from (core/model/presets/models/SOURCES.toml), a model given as a
+folder to that folder. The quantisation flags follow the checkpoint: an unquantised one
+served in fp8 is vLLM's online fp8 (`--quantization fp8`, the KV cache alike, as the
+simulation assumed); an fp8 (DeepSeek-V3/R1) or mxfp4 (gpt-oss) checkpoint carries its
+own quantization_config, which vLLM reads, so no flag is given (and another dtype needs
+another checkpoint: space.why_not). Every flag printed is one of vLLM's `vllm serve`
+flags (tests/data/vllm_serve_flags.txt names the version they were read from)."""
 from __future__ import annotations
 
+import functools
+import tomllib
+from pathlib import Path
+
+from batchlab.core.model.presets import PRESET_CONFIGS, is_model_path, lookup_model
 from batchlab.experiments.capacity.space import Deployment
 
 CHECKPOINTS = {
@@ -14,19 +26,65 @@ CHECKPOINTS = {
     "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3", "qwen2.5-0.5b": "Qwen/Qwen2.5-0.5B-Instruct",
     "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
 }
+NOT_ON_THE_HUB = "batchlab/embedded"  # SOURCES.toml's repo of the backend's embedded models
+ONE_NODE = 8  # GPUs: --data-parallel-size alone (no multi-node flags) runs on one node
 
 
-def vllm_command(dep: Deployment, replicas: int) -> str:
-    """One replica's `vllm serve` line, and how many to run."""
-    parts = ["vllm serve", CHECKPOINTS.get(dep.model, dep.model), f"--tensor-parallel-size {dep.tp}"]
+@functools.cache
+def _sources() -> dict[str, str]:
+    """Preset name -> the Hugging Face repository its config.json was taken from."""
+    with open(PRESET_CONFIGS / "SOURCES.toml", "rb") as f:
+        return {name: entry["repo"] for name, entry in tomllib.load(f).items()}
+
+
+def checkpoint(model: str) -> str | None:
+    """What `vllm serve` loads for a model preset (None: not on the Hugging Face Hub)."""
+    if model in CHECKPOINTS:
+        return CHECKPOINTS[model]
+    repo = _sources().get(model)
+    if repo is not None:
+        return None if repo == NOT_ON_THE_HUB else repo
+    if is_model_path(model):  # a folder holding config.json (and, to serve it, the weights)
+        return str(Path(model))
+    return None
+
+
+def dtype_flags(dep: Deployment) -> list[str]:
+    """The weights' and KV cache's flags for this checkpoint served in dep.dtype."""
+    if lookup_model(dep.model).quantization:  # the checkpoint's own, read from its config
+        return []
+    if dep.dtype == "fp8":
+        return ["--quantization fp8", "--kv-cache-dtype fp8"]
+    return [f"--dtype {'bfloat16' if dep.dtype == 'bf16' else 'float16'}"]
+
+
+def serve_flags(dep: Deployment) -> list[str]:
+    parts = [f"--tensor-parallel-size {dep.tp}"]
     if dep.pp > 1:
         parts.append(f"--pipeline-parallel-size {dep.pp}")
     if dep.ep > 1:
         parts.append("--enable-expert-parallel")
-    parts += [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}"]
-    if dep.dtype == "fp8":
-        parts += ["--quantization fp8", "--kv-cache-dtype fp8"]
-    else:
-        parts.append(f"--dtype {'bfloat16' if dep.dtype == 'bf16' else 'float16'}")
-    times = f"  # x {replicas} replica(s), {replicas * dep.gpus_per_replica} GPU(s), behind one router"
-    return " ".join(parts) + times
+    return parts + [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}", *dtype_flags(dep)]
+
+
+def vllm_command(dep: Deployment, replicas: int) -> str:
+    """One replica's `vllm serve` line, and how many to run."""
+    ckpt = checkpoint(dep.model)
+    if ckpt is None:
+        return f"# {dep.model} is batchlab's embedded model, not a Hugging Face checkpoint: no vLLM command"
+    router = f"one {dep.router} router" if dep.router else "one router"
+    times = f"  # x {replicas} replica(s), {replicas * dep.gpus_per_replica} GPU(s), behind {router}"
+    return " ".join(["vllm serve", ckpt, *serve_flags(dep)]) + times
+
+
+def data_parallel_command(dep: Deployment, replicas: int) -> str:
+    """The replicas as one command (vLLM's --data-parallel-size: N engines behind its own
+    balancer), where that is the same deployment: a dense model on one node. For a
+    mixture of experts vLLM runs the expert layers as one group over all the data-parallel
+    GPUs, another deployment than N independent replicas: '' then, as for one replica."""
+    ckpt = checkpoint(dep.model)
+    gpus = replicas * dep.gpus_per_replica
+    if ckpt is None or replicas < 2 or lookup_model(dep.model).is_moe or gpus > ONE_NODE:
+        return ""
+    return (" ".join(["vllm serve", ckpt, *serve_flags(dep), f"--data-parallel-size {replicas}"])
+            + f"  # the {replicas} replicas in one command, on one node of {gpus} GPUs")

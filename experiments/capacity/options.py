@@ -29,7 +29,12 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
                    help="instead: at least this share of requests (0-1] meets every SLO limit")
     g.add_argument("--max-rejected-share", type=float, default=0.0, metavar="F",
                    help="a point may reject or leave unfinished at most this share [0, 1) of its "
-                        "requests (default 0: every request must be served)")
+                        "requests (default 0: every request must be served, but those longer than "
+                        "the model's context: see --count-too-long)")
+    g.add_argument("--count-too-long", action="store_true",
+                   help="count requests longer than the model's context against --max-rejected-share "
+                        "too (default: they are counted and reported, column too_long, but do not "
+                        "fail a point: no deployment of the model serves them)")
     g.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="samples per point: N workload seeds (generated arrivals and lengths)")
     g.add_argument("--windows", type=int, default=1, metavar="W",
@@ -40,7 +45,7 @@ def add_criteria_options(parser: argparse.ArgumentParser) -> None:
 
 
 def criteria_from(slo: SLO | None, percentile: int, goodput: float | None,
-                  max_rejected_share: float = 0.0) -> Criteria:
+                  max_rejected_share: float = 0.0, count_too_long: bool = False) -> Criteria:
     if slo is None or not any((slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
         raise UserError("capacity needs an SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2el-ms "
                         "(or [run.slo] in the config)")
@@ -48,7 +53,7 @@ def criteria_from(slo: SLO | None, percentile: int, goodput: float | None,
         raise UserError(f"--goodput must be a share in (0, 1], got {goodput}")
     if not 0 <= max_rejected_share < 1:
         raise UserError(f"--max-rejected-share must be a share in [0, 1), got {max_rejected_share}")
-    return Criteria(slo, percentile, goodput, max_rejected_share)
+    return Criteria(slo, percentile, goodput, max_rejected_share, count_too_long)
 
 
 def check_samples(seeds: int, windows: int) -> None:

@@ -25,7 +25,9 @@ METRICS = ("request_throughput", "output_throughput", "median_ttft_ms", "p90_ttf
            "p90_e2el_ms", "p99_e2el_ms", "p99_queueing_delay_ms", "slo_attainment",
            "request_goodput", "preemptions", "slot_utilization", "kv_utilization")
 # Request counts a point row carries (sums over its samples): every request counts.
-COUNTS = ("requests", "completed", "rejected", "unfinished")
+# too_long: of the rejected, those longer than the model's context (no deployment of
+# this model serves them; they fail a point only with Criteria.count_too_long).
+COUNTS = ("requests", "completed", "rejected", "unfinished", "too_long")
 # What a point's answer assumed (SetupMeta fields, None where its setup has none), in its row.
 ASSUMED = ("cost_model", "mem_efficiency", "compute_efficiency", "step_overhead_s",
            "weights_dtype", "kv_cache_dtype", "allreduce_latency_s", "num_kv_blocks")
@@ -40,17 +42,23 @@ class Criteria:
     percentile: int = 99
     goodput: float | None = None
     max_rejected_share: float = 0.0  # rejected + unfinished requests allowed, as a share of all
+    # Requests longer than the model's context are counted and reported, but by default do
+    # not fail a point: no replica count, budget or GPU of this model serves them.
+    count_too_long: bool = False
 
     def lost_failure(self, s: dict) -> list[str]:
         """A sample that rejected or did not finish more requests than allowed fails,
         whatever its latencies (they are over the finished requests only)."""
-        lost = s.get("rejected", 0) + s.get("unfinished", 0)
-        total = s.get("completed", 0) + lost
+        exempt = 0 if self.count_too_long else s.get("too_long", 0)
+        rejected = s.get("rejected", 0) - exempt
+        lost = rejected + s.get("unfinished", 0)
+        total = s.get("completed", 0) + s.get("rejected", 0) + s.get("unfinished", 0)
         if not lost or lost <= self.max_rejected_share * total:
             return []
         allowed = f" > the {self.max_rejected_share * 100:.2g}% allowed" if self.max_rejected_share else ""
-        return [(f"{s.get('rejected', 0):.0f} rejected + {s.get('unfinished', 0):.0f} unfinished "
-                 f"of {total:.0f} requests ({lost / total:.1%}{allowed})")]
+        beside = f", besides {exempt:.0f} longer than the model's context" if exempt else ""
+        return [(f"{rejected:.0f} rejected + {s.get('unfinished', 0):.0f} unfinished "
+                 f"of {total:.0f} requests ({lost / total:.1%}{allowed}{beside})")]
 
     def key(self, metric: str) -> str:
         return f"{'median' if self.percentile == 50 else f'p{self.percentile}'}_{metric}_ms"
@@ -69,10 +77,18 @@ class Criteria:
                 out.append(f"p{self.percentile} {_LABELS[m]} {v:.0f} ms > {limit:g}")
         return out
 
-    def describe(self) -> str:
-        lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
+    def describe_lost(self) -> str:
+        """What the point must serve, in words."""
         lost = ("every request served" if not self.max_rejected_share else
                 f"at most {self.max_rejected_share * 100:.2g}% of requests rejected or unfinished")
+        if not self.count_too_long:
+            lost += (" that fits the model's context" if not self.max_rejected_share
+                     else " (besides those longer than the model's context)")
+        return lost
+
+    def describe(self) -> str:
+        lim = ", ".join(f"{_LABELS[m]} <= {v:g} ms" for m, v in self.limits())
+        lost = self.describe_lost()
         if not lim:  # a sweep of simulations may set no SLO: then only the queue and losses count
             return f"a stable queue and {lost} (no latency SLO given)"
         if self.goodput is not None:
@@ -108,6 +124,14 @@ def mean_rate(w: Workload) -> float:
     return (len(w) - 1) / span if span > 0 else math.inf
 
 
+def too_long(w: Workload, context: int | None) -> int:
+    """Requests longer (prompt + output) than the model's context: rejected by any
+    deployment of the model (vLLM's max_model_len cannot exceed it)."""
+    if not context or not len(w):
+        return 0
+    return int(np.count_nonzero(w.prompt_len + w.output_len > context))
+
+
 def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadConfig]) -> dict:
     """The row of one point: cfg's first policy, over each sample workload (at cfg's
     rate scale and replicas)."""
@@ -119,7 +143,7 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
         result = simulate(w, scheduler, setup.cost, setup.blocks, replicas=cfg.run.replicas,
                           router=cfg.run.router, meta=setup.meta, record_steps=False,
                           front_end=setup.front_end)
-        summaries.append(result.summary(criteria.slo))
+        summaries.append({**result.summary(criteria.slo), "too_long": too_long(w, setup.meta.max_context)})
         verdicts.append(queue_stability(result.requests).verdict)
         rates.append(mean_rate(w))
     failing = [f for s, v in zip(summaries, verdicts)
@@ -145,7 +169,7 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
     for k in METRICS:
         vals = [s.get(k, math.nan) for s in summaries]
         row[k] = float(np.mean(vals)) if vals else math.nan
-    for k in ("completed", "rejected", "unfinished"):
+    for k in ("completed", "rejected", "unfinished", "too_long"):
         row[k] = int(sum(s.get(k, 0) for s in summaries))
     row["requests"] = row["completed"] + row["rejected"] + row["unfinished"]
     row.update({k: getattr(setup.meta, k) for k in ASSUMED})

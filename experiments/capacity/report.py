@@ -29,7 +29,7 @@ def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None)
     if a.kind == "max-rate":
         row["band_low"], row["band_high"] = a.band if a.band else (math.nan, math.nan)
         row["rate_scale"] = b.get("rate_scale", math.nan) if a.value is not None else math.nan
-    row["gpus"] = b.get("gpus", math.nan)
+    row["gpus"] = b.get("gpus", math.nan) if a.value is not None else math.nan  # no answer: no count
     if price is not None:
         row["cost_per_hour"] = row["gpus"] * price if a.kind == "replicas" and a.value else math.nan
         if a.kind == "max-rate" and a.value:
@@ -42,7 +42,8 @@ def answer_row(a: Answer, price: float | None, criteria: Criteria | None = None)
     row["points_tried"] = len(a.points)
     bind = answer_binding(a, criteria) if criteria is not None else None
     if bind is not None:
-        row.update({"binds": bind.constraint, "binds_headroom": bind.headroom, "next_cheaper": bind.next_label,
+        row.update({"tightest": bind.tightest, "tightest_headroom": bind.tightest_headroom,
+                    "binds": bind.constraint, "binds_headroom": bind.headroom, "next_cheaper": bind.next_label,
                     "next_failure": bind.next_failure, "next_miss": bind.next_miss})
     return row
 
@@ -55,7 +56,9 @@ COLS = {
 }
 TAIL = [("p99_ttft_ms", "TTFT p99 (ms)", "{:.0f}"), ("p99_tpot_ms", "TPOT p99 (ms)", "{:.1f}"),
         ("slo_attainment", "in SLO", "{:.1%}"), ("rejected", "rejected", "{:.0f}"),
-        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"), ("binds", "binds", "{}"),
+        ("too_long", "too long", "{:.0f}"),
+        ("unfinished", "unfinished", "{:.0f}"), ("stability", "queue", "{}"), ("tightest", "tightest", "{}"),
+        ("binds", "binds", "{}"),
         ("points_tried", "points", "{}")]
 
 
@@ -104,8 +107,12 @@ def _point(p: dict, kind: str) -> str:
     where = (f"{p['rate']:.2f} req/s (x{p['rate_scale']:.3g})" if kind == "max-rate"
              else f"{p['replicas']} replicas")
     return (f"{where}: TTFT p99 {p['p99_ttft_ms']:.0f} ms, TPOT p99 {p['p99_tpot_ms']:.1f} ms, "
-            f"{p['slo_attainment']:.1%} in SLO, {p['rejected']} rejected and {p['unfinished']} "
+            f"{p['slo_attainment']:.1%} in SLO, {p['rejected']} rejected{_too_long(p)} and {p['unfinished']} "
             f"unfinished of {p['requests']}, queue {p['stability']}; fails: {p['failures']}")
+
+
+def _too_long(p: dict) -> str:
+    return f" ({p['too_long']} longer than the model's context)" if p.get("too_long") else ""
 
 
 def write(out: Path, answers: list[Answer], sens: list[tuple], criteria: Criteria,

@@ -67,12 +67,14 @@ class LoadIndependent(UserError):
     """A point fails on rejected requests alone: no rate or replica count changes that."""
 
 
-def _stop_if_load_independent(row: dict) -> None:
+def _stop_if_load_independent(row: dict, criteria: Criteria) -> None:
     if row.get("fails_whatever_the_load"):
-        raise LoadIndependent(f"{row['rejected']} of {row['requests']} requests are rejected at any load "
-                              f"(longer than the model's context or the token budget), so no load meets "
-                              f"'every request served': allow them with --max-rejected-share "
-                              f"{_share_above(row['rejected'], row['requests'])}")
+        counted = row["rejected"] - (0 if criteria.count_too_long else row.get("too_long", 0))
+        why = (("longer than the model's context, " if criteria.count_too_long else "longer than ")
+               + "max_model_len or the token budget, or needing more KV blocks than the cache has")
+        raise LoadIndependent(f"{counted} of {row['requests']} requests are rejected at any load "
+                              f"({why}), so no load meets '{criteria.describe_lost()}': allow them with "
+                              f"--max-rejected-share {_share_above(counted, row['requests'])}")
 
 
 def _share_above(n: int, total: int) -> str:
@@ -92,7 +94,7 @@ def search_max_rate(cfg: ExperimentConfig, criteria: Criteria, samples: list[Wor
         c = cfg.model_copy(deep=True)
         c.workload.rate_scale = base * scale
         points.append(evaluate(c, criteria, samples))
-        _stop_if_load_independent(points[-1])
+        _stop_if_load_independent(points[-1], criteria)
         return points[-1]["passes"]
 
     label = cfg.policies()[0]
@@ -119,7 +121,7 @@ def search_replicas(cfg: ExperimentConfig, criteria: Criteria, samples: list[Wor
         c = cfg.model_copy(deep=True)
         c.run.replicas = n
         points.append(evaluate(c, criteria, samples))
-        _stop_if_load_independent(points[-1])
+        _stop_if_load_independent(points[-1], criteria)
         return points[-1]["passes"]
 
     label = f"{cfg.model.name} TP{cfg.hardware.tensor_parallel} {cfg.hardware.name}"

@@ -13,6 +13,11 @@ from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 
 
+# The --dtype-options value that serves a quantised checkpoint as published: fp8 (every
+# linear weight one byte), mxfp4 (the experts in 4 bits, the rest in bf16).
+CHECKPOINT_DTYPE = {"fp8": "fp8", "mxfp4": "bf16"}
+
+
 class Deployment(NamedTuple):
     model: str
     hardware: str
@@ -22,6 +27,7 @@ class Deployment(NamedTuple):
     budget: int  # max_num_batched_tokens
     pp: int = 1  # pipeline stages (issue 30)
     ep: int = 1  # expert parallel degree (issue 30)
+    router: str = ""  # the load balancer in front of the replicas ('': the config's)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -29,7 +35,11 @@ class Deployment(NamedTuple):
 
     def label(self) -> str:
         par = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "") + (f" EP{self.ep}" if self.ep > 1 else "")
-        return f"{self.model} {par} {self.hardware} {self.dtype} {self.seats} seats {self.budget} tokens"
+        dtype = self.dtype
+        if self.dtype == CHECKPOINT_DTYPE["mxfp4"] and _quantization(self.model) == "mxfp4":
+            dtype = "mxfp4"  # its experts' (the bulk of its weights); attention stays bf16
+        routed = f" {self.router}" if self.router else ""
+        return f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} tokens{routed}"
 
 
 @dataclass(frozen=True)
@@ -42,18 +52,28 @@ class DeploySpace:
     budgets: list[int]
     pp: list[int] = field(default_factory=lambda: [1])  # pipeline stages
     ep: list[str] = field(default_factory=lambda: ["off"])  # "off" | "on": experts over the TP GPUs
+    routers: list[str] = field(default_factory=lambda: [""])  # '': the config's router
 
     def size(self) -> int:
         return len(deployments(self))
 
     def describe(self) -> str:
         dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("PP", self.pp),
-                ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets)]
-        shown = [(n, v) for n, v in dims if n not in ("PP", "EP") or v != ([1] if n == "PP" else ["off"])]
+                ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets),
+                ("router", self.routers)]
+        hidden = {"PP": [1], "EP": ["off"], "router": [""]}  # dimensions left at their one default
+        shown = [(n, v) for n, v in dims if hidden.get(n) != v]
         note = " (EP on: MoE models at TP > 1)" if "on" in self.ep else ""
         return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
                            f"({', '.join(map(str, v))})" for n, v in shown)
                 + f"{note} = {self.size()} deployments")
+
+
+def _quantization(model: str) -> str:
+    try:
+        return lookup_model(model).quantization
+    except ValueError:
+        return ""
 
 
 def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int, int]]:
@@ -66,10 +86,10 @@ def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int
 
 
 def deployments(space: DeploySpace) -> list[Deployment]:
-    return [Deployment(m, g, tp, d, s, b, pp, ep)
+    return [Deployment(m, g, tp, d, s, b, pp, ep, r)
             for m in space.models for g in space.gpus for tp in space.tp
             for pp, ep in layouts(m, tp, space.pp, space.ep)
-            for d in space.dtypes for s in space.seats for b in space.budgets]
+            for d in space.dtypes for s in space.seats for b in space.budgets for r in space.routers]
 
 
 def why_not(dep: Deployment) -> str:
@@ -86,6 +106,12 @@ def why_not(dep: Deployment) -> str:
         return str(e)
     if dep.dtype == "fp8" and not hw.peak_flops_fp8:
         return f"{dep.hardware} has no fp8 tensor cores"
+    # A quantised checkpoint is served in its own quantisation (vLLM reads it from the
+    # config): fp8 weights (DeepSeek-V3/R1) as fp8; mxfp4 experts (gpt-oss) beside bf16.
+    native = CHECKPOINT_DTYPE.get(model.quantization)
+    if native is not None and dep.dtype != native:
+        return (f"{dep.model} is an {model.quantization} checkpoint: vLLM serves it as such "
+                f"(--dtype-options {native}), {dep.dtype} needs another checkpoint")
     return ""
 
 
@@ -97,6 +123,8 @@ def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
     c.model = c.model.model_copy(update={"dtype": dep.dtype})  # marked as given: no preset default
     c.scheduler = c.scheduler.model_copy(update={"max_num_seqs": dep.seats, "max_num_batched_tokens": dep.budget})
     c.run.replicas = 1
+    if dep.router:
+        c.run.router = dep.router
     return c
 
 

@@ -80,6 +80,9 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
     g.add_argument("--ep-options", default="off,on", metavar="off,on",
                    help="expert parallelism, for MoE models at TP > 1: off (experts sliced over TP), "
                         "on (whole experts spread over the TP GPUs) (default off,on)")
+    g.add_argument("--router-options", metavar="R1,R2",
+                   help="routers in front of the replicas to search (round_robin, least_loaded, "
+                        "prefix_aware; default: --router's alone)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
@@ -92,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         return run_deploy(args)
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
-    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share)
+    criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share,
+                             args.count_too_long)
     if args.sensitivity and cfg.profile.path and args.capacity_command == "max-rate":
         raise UserError("--sensitivity moves the knobs of the price; a --profile has none, and max-rate "
                         "does not vary the traffic's rate (its answer)")

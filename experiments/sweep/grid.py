@@ -46,6 +46,8 @@ class SweepSettings(BaseModel):
     goodput: float | None = Field(None, gt=0, le=1)
     max_rejected_share: float = Field(0.0, ge=0, lt=1, description="rejected + unfinished requests "
                                       "a passing point may leave, as a share of all (default 0)")
+    count_too_long: bool = Field(False, description="count requests longer than the model's context "
+                                 "against max_rejected_share (default: reported, not failing)")
     gpu_hour_price: float | None = Field(None, gt=0, description="USD per GPU-hour: Pareto on cost")
     max_replicas: int = Field(64, ge=1)
     tolerance: float = Field(0.02, gt=0, lt=1)

@@ -14,7 +14,8 @@ from batchlab.experiments.sweep.grid import Point, SweepSettings
 
 
 def criteria_for(point: Point, s: SweepSettings) -> Criteria:
-    return Criteria(point.config.run.slo or SLO(), s.percentile, s.goodput, s.max_rejected_share)
+    return Criteria(point.config.run.slo or SLO(), s.percentile, s.goodput, s.max_rejected_share,
+                    s.count_too_long)
 
 
 def run_point(task: tuple[Point, SweepSettings]) -> dict:
