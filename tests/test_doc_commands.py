@@ -183,8 +183,14 @@ def _simulation_world(file: str) -> list[DocCommand]:
             and not plan(c).needs & {"torch", "server", "elsewhere"}]
 
 
+def _heavy_but_readme(files: list[str]) -> list:
+    """The README's page runs with the suite (its commands are the ones users run first);
+    the other pages' runs are `heavy` (pytest -m heavy), to keep the suite's time."""
+    return [f if f == "README.md" else pytest.param(f, marks=pytest.mark.heavy) for f in files]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("file", [f for f in FILES if _simulation_world(f)])
+@pytest.mark.parametrize("file", _heavy_but_readme([f for f in FILES if _simulation_world(f)]))
 def test_the_simulation_commands_of_a_page_run_as_printed(file, workdir):
     commands = [c for c in _simulation_world(file) if "--sensitivity" not in c.text]
     if any("traces" in plan(c).needs for c in commands) and not _traces_present():
@@ -195,6 +201,7 @@ def test_the_simulation_commands_of_a_page_run_as_printed(file, workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_capacity_pages_deploy_with_its_sensitivity_runs_as_printed(workdir):
     commands = [c for c in COMMANDS if "--sensitivity" in c.text and not c.synopsis]
     assert commands
@@ -222,7 +229,7 @@ def _torch_world(file: str) -> list[DocCommand]:
 
 @pytest.mark.slow
 @pytest.mark.backend
-@pytest.mark.parametrize("file", [f for f in FILES if _torch_world(f)])
+@pytest.mark.parametrize("file", _heavy_but_readme([f for f in FILES if _torch_world(f)]))
 def test_the_backend_commands_of_a_page_run_as_printed(file, workdir):
     """In document order, with the page's simulation commands (which may read what the
     backend wrote); `batchlab serve ... &` started on a free port (the later commands'

@@ -80,6 +80,7 @@ def test_capacity_searches_a_plugin_in_a_pool(example, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_dask_workers_run_plugins_as_one_process_does(example, tmp_path, capsys):
     pytest.importorskip("distributed")
     grid = _grid(tmp_path)
@@ -99,6 +100,7 @@ def test_the_backend_serves_under_a_plugin_policy(example, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("focus, tests", [
     ("kv_headroom", ["tests/test_scheduler_properties.py", "tests/test_fast_forward.py"]),
     (POLICY_SPEC, ["tests/test_scheduler_properties.py"])])
