@@ -66,11 +66,11 @@ def _split(steps: list[StepFeatures]) -> tuple[list[StepFeatures], np.ndarray, n
     return list(keys), batch_of, counts
 
 
-def _weights(ends: np.ndarray, starts: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """Per step: the number of spans [first, last] (step indices) covering it."""
-    w = np.zeros(len(ends) + 1)
-    np.add.at(w, first, 1.0)
-    np.add.at(w, last + 1, -1.0)
+def _covering(steps: int, first: np.ndarray, last: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:
+    """Per step: the summed weight of the spans [first, last] (step indices) covering it."""
+    w = np.zeros(steps + 1)
+    np.add.at(w, first, weight)
+    np.add.at(w, last + 1, -weight)
     return np.cumsum(w)[:-1]
 
 
@@ -79,8 +79,9 @@ def record(row: BenchmarkRow, cost: CostModel, scheduler: SchedulerConfig, block
     result = sim.simulate(benchmark_workload(row, "lockstep", rounds=rounds), scheduler, cost, blocks)
     steps, req = result.steps, result.requests
     starts = np.asarray(steps["start_s"], dtype=float)
-    ends = starts + np.asarray(steps["duration_s"], dtype=float)
-    done = req["status"] == "finished" if "status" in req else np.ones(len(req["arrival_s"]), bool)
+    durations = np.asarray(steps["duration_s"], dtype=float)
+    ends = starts + durations
+    done = req["status"] == "finished"
     if not done.all():
         raise ValueError(f"{row.describe()} (line {row.line}): {int((~done).sum())} requests not served in "
                          f"the simulation (KV pool or seats too small for the benchmark)")
@@ -89,17 +90,12 @@ def record(row: BenchmarkRow, cost: CostModel, scheduler: SchedulerConfig, block
     sent = np.searchsorted(starts, req["arrival_s"] - eps, side="left")
     first = np.searchsorted(ends, req["first_token_s"] - eps, side="left")
     last = np.searchsorted(ends, req["finish_s"] - eps, side="left")
-    n = len(sent)
-    ttft = _weights(ends, starts, sent, first) / n
+    ttft = _covering(len(ends), sent, first) / len(sent)
     outputs = np.asarray(req["output_len"], dtype=float)
     many = outputs > 1
     tpot = np.zeros(len(ends))
     if many.any():  # the steps after the first token, each request's share over its gaps
-        w = np.zeros(len(ends) + 1)
-        np.add.at(w, first[many] + 1, 1.0 / (outputs[many] - 1))
-        np.add.at(w, last[many] + 1, -1.0 / (outputs[many] - 1))
-        tpot = np.cumsum(w)[:-1] / int(many.sum())
-    durations = np.asarray(steps["duration_s"], dtype=float)
+        tpot = _covering(len(ends), first[many] + 1, last[many], 1.0 / (outputs[many] - 1)) / int(many.sum())
     recorded = RecordedRow(row, *_split(step_features(steps)), ttft, tpot)
     check_reproduces(recorded, durations, result.summary())
     if not np.allclose(recorded.durations(cost), durations, rtol=1e-7, atol=0):

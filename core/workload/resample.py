@@ -33,10 +33,10 @@ def resample_windows(w: Workload, block_s: float, rng: np.random.Generator) -> W
     edges = np.searchsorted(w.arrival, start + np.arange(blocks + 1) * block_s, side="left")
     edges[-1] = len(w)  # the last block keeps the trace's last arrival
     drawn = rng.integers(0, blocks, size=blocks)
-    index = [np.arange(edges[b], edges[b + 1]) for b in drawn]
-    arrival = [w.arrival[i] - (start + b * block_s) + start + k * block_s for k, (b, i) in enumerate(zip(drawn, index))]
-    order = np.concatenate(index) if index else np.zeros(0, dtype=np.int64)
-    return w.take(order.astype(np.int64), f"resampled: {blocks} blocks of {block_s:g} s drawn with replacement "
+    index = [np.arange(edges[b], edges[b + 1]) for b in drawn]  # blocks >= 1: never empty
+    arrival = [w.arrival[i] + (k - b) * block_s for k, (b, i) in enumerate(zip(drawn, index))]  # block b to place k
+    order = np.concatenate(index)
+    return w.take(order, f"resampled: {blocks} blocks of {block_s:g} s drawn with replacement "
                   f"(moving-block bootstrap): {len(order)} requests", arrival=np.concatenate(arrival))
 
 

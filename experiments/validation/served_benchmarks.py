@@ -13,6 +13,7 @@ from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
 from batchlab.core.cost.served.terms import ServedTerms
+from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import SimSetup, sim_setup
 
@@ -26,7 +27,7 @@ def config_for(row: BenchmarkRow) -> ExperimentConfig:
 def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
     """What the served-engine terms apply to: the row's GPU cost and engine settings."""
     scheduler = next(iter(setup.schedulers.values()))
-    nvlink = "nvlink" in (config_for(row).hardware.spec().interconnect or "").lower()
+    nvlink = "nvlink" in (HARDWARE[row.gpu].interconnect or "").lower()
     return Priced(setup.cost, scheduler.max_num_seqs, nvlink)
 
 
