@@ -17,7 +17,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import sys
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
+from typing import Callable, Generic, TypeVar
 
 from batchlab.core.checks import shown
 
@@ -84,6 +86,54 @@ def load_entry_point(ep: EntryPoint, what: str) -> object:
                           what, ep.name)
     except PluginError as e:
         raise PluginError(what, ep.name, f"{where}: {e.problem}") from None
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Plugins(Generic[T]):
+    """A registry's names as users give them: built in (`table`), module:attribute, or an
+    entry point of `group`; `check` turns an imported object into the registry's entry
+    (or a PluginError), `same` says whether a plug-in's entry is the one already there."""
+    table: dict[str, T]
+    group: str
+    spec_form: str  # what module:attribute names here, for errors: module:Class
+    check: Callable[[object, str, str], T]  # (object, name, what) -> entry
+    same: Callable[[T, T], bool] = lambda a, b: a is b
+    by_spec: dict[str, T] = field(default_factory=dict)  # module:attribute names resolved here
+    loaded: set[str] = field(default_factory=set)  # names of `table` that came from entry points
+
+    def get(self, name: str, what: str) -> T:
+        found = self.table.get(name) or self.by_spec.get(name)
+        if found is not None:
+            return found
+        if is_spec(name):
+            found = self.by_spec[name] = self.check(import_spec(name, what), name, what)
+            return found
+        ep = entry_point_named(self.group, name)
+        if ep is None:
+            known = sorted({*self.table, *(e.name for e in entry_points(self.group))})
+            raise PluginError(what, name, f"no such {what}; expected one of {', '.join(known)}, "
+                                          f"or {self.spec_form}")
+        return self._register(ep, what)
+
+    def everything(self, what: str) -> dict[str, T]:
+        """The table with every entry point of the group loaded into it."""
+        for ep in entry_points(self.group):
+            if ep.name not in self.loaded:
+                self._register(ep, what)
+        return self.table
+
+    def _register(self, ep: EntryPoint, what: str) -> T:
+        entry = self.check(load_entry_point(ep, what), ep.name, what)
+        # The plug-in's module may have registered it itself; a built-in is never replaced.
+        present = self.table.setdefault(ep.name, entry)
+        if present is not entry and not self.same(present, entry):
+            raise PluginError(what, ep.name, f"entry point {ep.name} = {ep.value} ({ep.group}) takes the "
+                                             f"name of a built-in {what}; rename the entry point")
+        self.loaded.add(ep.name)
+        return present
 
 
 def kind_of(obj: object) -> str:

@@ -43,9 +43,9 @@ def example_site(site: Path) -> str:
 def registries_restored(modules: tuple[str, ...] = (PACKAGE,)):
     """On leaving: the registries and the plug-in caches as they were on entering, and
     `modules` unloaded (so that a later test resolves its plug-ins anew)."""
-    saved = [(t, dict(t)) for t in (schedulers.SCHEDULERS, schedulers._BY_SPEC, orders.ADMISSION_ORDERS,
-                                    orders.VICTIM_ORDERS, orders._BY_SPEC)]
-    sets = [(t, set(t)) for t in (schedulers._ENTRY_POINTS, orders._ENTRY_POINTS)]
+    plugins = [schedulers._PLUGINS, *orders._PLUGINS.values()]
+    saved = [(t, dict(t)) for p in plugins for t in (p.table, p.by_spec)]
+    sets = [(p.loaded, set(p.loaded)) for p in plugins]
     try:
         yield
     finally:

@@ -14,8 +14,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Callable
 
-from batchlab.core.plugins import (ADMISSION_GROUP, VICTIM_GROUP, PluginError, entry_point_named, entry_points,
-                                   import_spec, is_spec, kind_of, load_entry_point)
+from batchlab.core.plugins import ADMISSION_GROUP, VICTIM_GROUP, PluginError, Plugins, kind_of
 from batchlab.core.request import Sequence
 
 SortKey = Callable[[Sequence], tuple]
@@ -36,10 +35,6 @@ class Order:
 # request and the sequence's counters but not the clock. End ties on arrival and id.
 ADMISSION_ORDERS: dict[str, Order] = {}
 VICTIM_ORDERS: dict[str, Order] = {}
-# Plug-ins (lookup): module:function names resolved in this process, and the names that
-# came from entry points, each keyed by its group (admission or victim).
-_BY_SPEC: dict[tuple[str, str], Order] = {}
-_ENTRY_POINTS: set[tuple[str, str]] = set()
 
 
 def _registrar(table: dict[str, Order], name: str, description: str | None, **kw):
@@ -70,28 +65,13 @@ def lookup(table: dict[str, Order], name: str, what: str) -> Order:
     """The order `name` stands for in `table` (ADMISSION_ORDERS or VICTIM_ORDERS): built
     in, an installed entry point of that name, or module:function (PluginError, one
     line, otherwise)."""
-    order = table.get(name) or _BY_SPEC.get((_group(table), name))
-    if order is not None:
-        return order
-    if is_spec(name):
-        order = _BY_SPEC[(_group(table), name)] = checked_order(import_spec(name, what), name, what)
-        return order
-    group = _group(table)
-    ep = entry_point_named(group, name)
-    if ep is None:
-        known = sorted({*table, *(e.name for e in entry_points(group))})
-        raise PluginError(what, name, f"no such {what}; expected one of {', '.join(known)}, "
-                                      f"or module:function")
-    return _register_entry_point(table, ep, what)
+    return _PLUGINS[id(table)].get(name, what)
 
 
 def all_orders(table: dict[str, Order], what: str) -> dict[str, Order]:
     """Every registered order of `table`, installed plug-ins included (the listings,
     the property tests)."""
-    for ep in entry_points(_group(table)):
-        if (ep.group, ep.name) not in _ENTRY_POINTS:
-            _register_entry_point(table, ep, what)
-    return table
+    return _PLUGINS[id(table)].everything(what)
 
 
 def checked_order(obj: object, name: str, what: str) -> Order:
@@ -102,19 +82,12 @@ def checked_order(obj: object, name: str, what: str) -> Order:
     return Order(name, obj, first_paragraph(obj.__doc__))
 
 
-def _group(table: dict[str, Order]) -> str:
-    return ADMISSION_GROUP if table is ADMISSION_ORDERS else VICTIM_GROUP
+def _same_key(a: Order, b: Order) -> bool:
+    return a.key is b.key
 
 
-def _register_entry_point(table: dict[str, Order], ep, what: str) -> Order:
-    order = checked_order(load_entry_point(ep, what), ep.name, what)
-    present = table.get(ep.name)  # the plug-in's module may have registered it itself
-    if present is not None and present.key is not order.key:  # never replace a built-in one
-        raise PluginError(what, ep.name, f"entry point {ep.name} = {ep.value} ({ep.group}) takes the "
-                                         f"name of a built-in {what}; rename the entry point")
-    table.setdefault(ep.name, order)
-    _ENTRY_POINTS.add((ep.group, ep.name))
-    return table[ep.name]
+_PLUGINS = {id(table): Plugins(table, group, "module:function", checked_order, _same_key)
+            for table, group in ((ADMISSION_ORDERS, ADMISSION_GROUP), (VICTIM_ORDERS, VICTIM_GROUP))}
 
 
 for _mod in pkgutil.iter_modules(__path__):

@@ -10,15 +10,12 @@ import pkgutil
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv import BlockManager
-from batchlab.core.plugins import (POLICY_GROUP, PluginError, entry_point_named, entry_points, import_spec,
-                                   is_spec, kind_of, load_entry_point)
+from batchlab.core.plugins import POLICY_GROUP, PluginError, Plugins, kind_of
 from batchlab.core.prefix_cache import check_block_size
 from batchlab.core.schedulers.base import Scheduler
 from batchlab.core.workload.workload import Workload
 
 SCHEDULERS: dict[str, type[Scheduler]] = {}  # built in, and installed plug-ins once loaded
-_BY_SPEC: dict[str, type[Scheduler]] = {}  # module:Class names resolved in this process
-_ENTRY_POINTS: set[str] = set()  # names of SCHEDULERS that came from entry points
 
 
 def register(cls: type[Scheduler]) -> type[Scheduler]:
@@ -35,50 +32,29 @@ def make_scheduler(config: SchedulerConfig, num_kv_blocks: int) -> Scheduler:
 def policy_class(name: str) -> type[Scheduler]:
     """The class a policy name stands for: built in, an installed entry point of that
     name, or module:Class (PluginError, one line, otherwise)."""
-    cls = SCHEDULERS.get(name) or _BY_SPEC.get(name)
-    if cls is not None:
-        return cls
-    if is_spec(name):
-        cls = _BY_SPEC[name] = checked_policy(import_spec(name, "policy"), name)
-        return cls
-    ep = entry_point_named(POLICY_GROUP, name)
-    if ep is None:
-        known = sorted({*SCHEDULERS, *(e.name for e in entry_points(POLICY_GROUP))})
-        raise PluginError("policy", name, f"no such policy; expected one of {', '.join(known)}, "
-                                          f"or module:Class")
-    return _register_entry_point(ep)
+    return _PLUGINS.get(name, "policy")
 
 
 def all_policies() -> dict[str, type[Scheduler]]:
     """Every registered policy, installed plug-ins included (the listings, the property
     tests): the registry with each entry point of batchlab.policies loaded."""
-    for ep in entry_points(POLICY_GROUP):
-        if ep.name not in _ENTRY_POINTS:
-            _register_entry_point(ep)
-    return SCHEDULERS
+    return _PLUGINS.everything("policy")
 
 
-def checked_policy(obj: object, name: str) -> type[Scheduler]:
+def checked_policy(obj: object, name: str, what: str = "policy") -> type[Scheduler]:
     """obj, if it can run as a policy: a Scheduler subclass with a name and a schedule()."""
     if not (isinstance(obj, type) and issubclass(obj, Scheduler)):
-        raise PluginError("policy", name, f"{kind_of(obj)} is not a Scheduler subclass; expected "
-                                          f"a class derived from batchlab.core.schedulers.base.Scheduler")
+        raise PluginError(what, name, f"{kind_of(obj)} is not a Scheduler subclass; expected "
+                                      f"a class derived from batchlab.core.schedulers.base.Scheduler")
     if not isinstance(getattr(obj, "name", None), str):
-        raise PluginError("policy", name, f"class {obj.__qualname__} sets no name (a class attribute: "
-                                          f"the policy's name in messages)")
+        raise PluginError(what, name, f"class {obj.__qualname__} sets no name (a class attribute: "
+                                      f"the policy's name in messages)")
     if obj.schedule is Scheduler.schedule:
-        raise PluginError("policy", name, f"class {obj.__qualname__} defines no schedule(now)")
+        raise PluginError(what, name, f"class {obj.__qualname__} defines no schedule(now)")
     return obj
 
 
-def _register_entry_point(ep) -> type[Scheduler]:
-    cls = checked_policy(load_entry_point(ep, "policy"), ep.name)
-    # The plug-in's module may have registered it itself; a built-in is never replaced.
-    if SCHEDULERS.setdefault(ep.name, cls) is not cls:
-        raise PluginError("policy", ep.name, f"entry point {ep.name} = {ep.value} ({ep.group}) takes the "
-                                             f"name of a built-in policy; rename the entry point")
-    _ENTRY_POINTS.add(ep.name)
-    return cls
+_PLUGINS: Plugins[type[Scheduler]] = Plugins(SCHEDULERS, POLICY_GROUP, "module:Class", checked_policy)
 
 
 def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
