@@ -10,7 +10,6 @@ import shlex
 import tomllib
 from pathlib import Path
 
-import pytest
 
 from batchlab.core.model.presets import MODELS, PRESET_CONFIGS, lookup_model
 from batchlab.experiments.capacity.launch import checkpoint, data_parallel_command, vllm_command

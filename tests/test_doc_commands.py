@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import io
-import json
-import os
 import re
 import shutil
 from collections.abc import Callable

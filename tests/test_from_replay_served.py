@@ -16,7 +16,6 @@ from scipy.stats import mannwhitneyu
 
 from batchlab.calibration.from_replay.judge import UNSTEADY_PCT, per_request
 from batchlab.calibration.from_replay.predict import NO_FRONT_END, Case, predict
-from batchlab.calibration.from_replay.probes import HELD
 from batchlab.calibration.from_replay.read import read_all
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import IDLE_GAP_S
