@@ -25,7 +25,8 @@ class Batch:
     a batch is made every decision.)"""
 
     __slots__ = ("seqs", "num_tokens", "starts", "preempted", "total_tokens", "sampled",
-                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh", "kv_loaded")
+                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh", "kv_loaded",
+                 "kv_saved")
 
     def __init__(self) -> None:
         self.seqs: list[Sequence] = []
@@ -47,6 +48,8 @@ class Batch:
         # Tokens of KV the admitted sequences load from elsewhere (core/kv_home.py):
         # counted computed, not run; priced by the KV home, not the cost model.
         self.kv_loaded = 0
+        # Tokens of KV the preempted sequences keep elsewhere, moved out in this step.
+        self.kv_saved = 0
 
     def __repr__(self) -> str:
         return (f"Batch({len(self.seqs)} items, {self.total_tokens} tokens, "

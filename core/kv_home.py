@@ -11,6 +11,13 @@ KVHome, not a change to the scheduler or the simulator, which read it from here:
     evicted(seq)        tokens of seq's computed KV kept elsewhere when it is preempted
                         (0: dropped, recomputed)
     load_seconds(n)     what moving n tokens' KV into this replica's blocks costs
+    save_seconds(n)     what moving n tokens' KV out as they are preempted costs (the
+                        step that preempts pays it: Batch.kv_saved)
+
+A home with a tier of its own (core/kv_tiers/) sets `tiered`, and the scheduler then
+tells it more: loaded(seq, n) as a sequence's KV comes back, and, with prefix caching,
+keep(key, blocks) for each unit the GPU evicts and prefix_tokens(...) to look a prefix up
+past the GPU's cache (tokens it can load). Untiered homes are never asked.
 
 Sequence.kv_elsewhere counts the tokens a waiting sequence holds elsewhere (a hand-off
 sets it on arrival; evicted() on preemption). Admission gives it blocks for them, counts
@@ -36,6 +43,27 @@ class KVHome:
         """Seconds to move `tokens` tokens' KV into this replica's blocks: nothing is
         ever elsewhere to load."""
         return 0.0
+
+    def save_seconds(self, tokens: int) -> float:
+        """Seconds to move `tokens` tokens' KV out of this replica's blocks as they are
+        preempted: nothing is kept."""
+        return 0.0
+
+    # -- asked only of a home that sets `tiered` (core/kv_tiers/) ------------------------
+    tiered: bool = False
+    holds_prefixes: bool = False
+
+    def loaded(self, seq: Sequence, tokens: int) -> None:
+        """`seq` is admitted with `tokens` tokens of KV loaded from here (0: its KV here,
+        if any, was not needed): whatever it kept here is released."""
+
+    def prefix_tokens(self, keys: tuple[int, ...], start: int, limit: int, span: int) -> int:
+        """Tokens of the prefix keys[:m] loadable from here, where units start..m-1
+        (m <= limit) are all here (0 if none): the scheduler looks past its cache."""
+        return 0
+
+    def keep(self, key: int, blocks: int) -> None:
+        """The GPU evicted cached unit `key` of `blocks` blocks: keep it here if it fits."""
 
 
 RECOMPUTE = KVHome()

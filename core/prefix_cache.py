@@ -24,6 +24,7 @@ blocks of a Mooncake replay), which keeps a cached replay within 2x of an uncach
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 from batchlab.core.request import Request
 
@@ -85,6 +86,8 @@ class PrefixCache:
         self.units: dict[int, tuple[int, tuple[int, ...]]] = {}  # head -> (key, blocks)
         self.refs: dict[int, int] = {}  # head of a cached unit in use -> sequences using it
         self.evictable: OrderedDict[int, None] = OrderedDict()  # unused heads, LRU first
+        # Told (key, blocks) of each unit evicted: a lower tier keeping it (core/kv_tiers/).
+        self.on_evict: Callable[[int, int], None] | None = None
 
     def match(self, keys: tuple[int, ...], limit: int) -> list[int]:
         """Heads of the longest cached prefix of `keys[:limit]` (exact key matches)."""
@@ -137,5 +140,7 @@ class PrefixCache:
             h, _ = self.evictable.popitem(last=False)
             key, blocks = self.units.pop(h)
             del self.head_of[key]
+            if self.on_evict is not None:
+                self.on_evict(key, len(blocks))
             out += blocks
         return out

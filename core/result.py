@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from batchlab.core.kv_tiers.columns import tier_summary
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.summary import SLO, step_totals, summarize
@@ -36,6 +37,7 @@ class RunResult:
         check_finite(self)
         totals = step_totals(self.steps) if self.steps is not None else self.totals
         s = summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
+        s.update(tier_summary(self.steps, self.totals, s.get("prefix_cache_queries", 0)))  # {} without a tier
         bad = _infinite(s)
         if bad:  # finite times whose statistics overflow (a std of 1e232 s steps)
             raise ValueError(f"the run's {bad} is infinite: an input beyond the checked ranges")

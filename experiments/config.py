@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from batchlab.core import text_input
 from batchlab.core.checks import Count, Efficiency, Finite, Fraction, KVMemory, NonNegative, Seconds, shown
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.core.orders import ADMISSION_ORDERS, VICTIM_ORDERS, lookup
 from batchlab.core.params import validate_params
 from batchlab.core.schedulers import policy_class
@@ -152,6 +153,7 @@ class ExperimentConfig(BaseModel):
     hardware: HardwareConfig = HardwareConfig()
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
+    kv_tier: TierConfig | None = None  # a tier below the GPU's KV pool (core/kv_tiers/)
     # Scheduler fields the embedded demo set and the user did not (load_experiment): not
     # the user's choice, nor the engine's default; the assumptions line says whose they are.
     _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
@@ -219,6 +221,8 @@ class ExperimentConfig(BaseModel):
         is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
         a field by what the command resolved it to (the dtype a preset is served in)."""
         data = self.model_dump()
+        if data["kv_tier"] is None:  # recorded only where a tier ran: earlier records stay as they were
+            del data["kv_tier"]
         data["run"]["policies"] = self.policies()
         del data["scheduler"]["policy"]
         for name in ignored:

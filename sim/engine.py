@@ -69,6 +69,8 @@ class Replica:
         assert pulled is None or self.next_arrival in (None, pulled.next_time), \
             "pulled arrivals come with their own next_time as next_arrival"
         self._sleeping = False  # idle, waiting on _wake
+        # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
+        self.step_note: Callable[[float], None] | None = None
         env.process(self._loop())
 
     def submit(self, request: Request, now: float) -> None:
@@ -128,6 +130,10 @@ class Replica:
                 took = cost.step_time(features)
                 if batch.kv_loaded:  # KV brought in from elsewhere: its home's price (core/kv_home.py)
                     took += sched.kv_home.load_seconds(batch.kv_loaded)
+                if batch.kv_saved:  # and preempted KV moved out, before the forward (vLLM v0)
+                    took += sched.kv_home.save_seconds(batch.kv_saved)
+                if self.step_note is not None:
+                    self.step_note(start)
                 if not moved_on(env, took):
                     yield env.timeout(took)
                 now = env._now

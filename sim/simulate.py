@@ -8,6 +8,8 @@ import simpy
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import attention_window, CostModel
 from batchlab.core.front_end import FrontEnd
+from batchlab.core.kv_tiers import TierConfig, TieredHome, lone_prefill_seconds
+from batchlab.core.kv_tiers.columns import tier_columns, tier_totals
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence
 from batchlab.core.result import RunResult
@@ -25,7 +27,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              meta: dict | Record | None = None, observer: StepObserver | None = None,
              fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None,
-             keep_on_interrupt: bool = False, front_end: FrontEnd | None = None) -> RunResult:
+             keep_on_interrupt: bool = False, front_end: FrontEnd | None = None,
+             kv_tier: TierConfig | None = None, kv_bytes_per_token: float = 0.0) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one decision, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
@@ -36,7 +39,9 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     (rows for the requests that arrived; those still running or waiting say so),
     instead of raising. meta: what the caller adds to the run's meta (the setup's
     assumptions), after the simulator's own keys. front_end: a server's front end before
-    the engine (core/front_end.py); requests keep their send times as arrivals."""
+    the engine (core/front_end.py); requests keep their send times as arrivals.
+    kv_tier: a tier below each replica's KV pool (core/kv_tiers/), sized and priced by
+    kv_bytes_per_token (per GPU); its figures join the step table and the summary."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
@@ -66,6 +71,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
                                done, next_arrival if fast_forward else None, observer,
                                closed_loop=arrivals.closed_loop, window=attention_window(cost),
                                pulled=arrivals if arrivals.pulled else None))
+    homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
     if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
         arrivals.submit = engines[0].submit
     interrupted = False
@@ -81,4 +87,21 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
             "interrupted": interrupted, "simulated_s": env.now,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
-    return RunResult.from_recorder(rec, RunMeta(**info))
+    result = RunResult.from_recorder(rec, RunMeta(**info))
+    if homes:
+        assert kv_tier is not None
+        result.meta.kv_tier = kv_tier.describe()
+        result.totals.update(tier_totals(homes))
+        if result.steps is not None:
+            result.steps = tier_columns(result.steps, homes)
+    return result
+
+
+def _tier(engine: Replica, tier: TierConfig, kv_bytes_per_token: float, block_size: int,
+          cost: CostModel) -> TieredHome:
+    """The replica's scheduler keeps its KV in a tier of its own, noted step by step."""
+    home = TieredHome(tier, kv_bytes_per_token, block_size,
+                      lone_prefill_seconds(cost) if tier.preemption == "cheapest" else None)
+    engine.scheduler.use_kv_home(home)
+    engine.step_note = home.note
+    return home

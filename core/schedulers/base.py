@@ -87,6 +87,8 @@ class Scheduler:
         # it costs measurably more (benchmarks/bench_instructions.py). use_emission sets both.
         self._width = ONE_TOKEN.width
         self.kv_home: KVHome = RECOMPUTE  # where a preempted sequence's KV goes (core/kv_home.py)
+        self._tiered = False  # the home has a tier of its own (use_kv_home)
+        self._far: tuple[Sequence | None, int] = (None, 0)  # the head's tokens in that tier
         pc = config.prefix_caching
         self.prefix_caching = type(self).prefix_caching_default if pc is None else pc
         # Over every admission (a recompute looks up again, as in vLLM): prompt-side
@@ -174,6 +176,12 @@ class Scheduler:
             if self.group.size:
                 self.group.release()
             self.group = None
+
+    def use_kv_home(self, home: KVHome) -> None:
+        """Keep preempted sequences' KV in `home` from now on; a tiered home (core/kv_tiers/)
+        also keeps the prefix units the GPU evicts, and lookups go on into it."""
+        self.kv_home, self._tiered = home, home.tiered
+        self.kv.cache.on_evict = home.keep if home.tiered and home.holds_prefixes else None
 
     def holds_back(self, seq: Sequence) -> bool:
         """A policy's own reason to keep the head of the queue waiting although it fits
@@ -263,6 +271,8 @@ class Scheduler:
             self.kv.free(seq.block_table)
             self.running.remove(seq)
         elif seq.status is Status.WAITING and any(e[2] is seq for e in self._waiting):
+            if self._tiered and seq.kv_elsewhere:
+                self.kv_home.loaded(seq, 0)  # what it kept in the tier is released
             self._waiting = [e for e in self._waiting if e[2] is not seq]
             heapq.heapify(self._waiting)  # a waiting sequence holds no blocks
         else:
@@ -329,6 +339,12 @@ class Scheduler:
         hit = self.kv.cached_prefix(keys, head.known) if keys else []
         self._hit = (head, hit)
         cached, elsewhere = len(hit) * self.kv.block_size, head.kv_elsewhere
+        if self._tiered and keys:  # the lookup goes on in the home's tier (core/kv_tiers/)
+            u, span = self.kv.unit, self.kv.block_size * self.kv.unit
+            far = self.kv_home.prefix_tokens(keys, len(hit) // u, min(len(keys), (head.known - 1) // span), span)
+            self._far = (head, far)
+            if far > elsewhere:
+                elsewhere = far
         return head, head.known - (cached if cached > elsewhere else elsewhere)
 
     def cached_prefix_tokens(self, request: Request) -> int:
@@ -350,7 +366,14 @@ class Scheduler:
             hit = []
         self._hit = (None, [])
         cached = len(hit) * self.kv.block_size
-        loaded = head.kv_elsewhere - cached if head.kv_elsewhere > cached else 0
+        far = 0
+        if self._tiered:
+            far_of, far = self._far
+            self._far = (None, 0)
+            if far_of is not head or who is not head:
+                far = 0
+        elsewhere = head.kv_elsewhere if head.kv_elsewhere > far else far
+        loaded = elsewhere - cached if elsewhere > cached else 0
         if not self.kv.can_admit(hit, cached + loaded + (n if fits is None else fits)):
             return False
         if not self.reservation.fits(head) or self.holds_back(head):
@@ -364,11 +387,16 @@ class Scheduler:
             if hit:
                 self.kv.reuse(seq.block_table, hit)
                 seq.num_computed = cached
-        if seq.kv_elsewhere:  # its KV comes in beside the cached prefix: computed, not run
+        if elsewhere:  # its KV comes in beside the cached prefix: computed, not run
             seq.num_computed = cached + loaded
             batch.kv_loaded += loaded
+            if self._tiered:
+                self.kv_home.loaded(seq, loaded)
             seq.kv_elsewhere = 0
         self.kv.grow(seq.block_table, cached + loaded + n)
+        if far > cached:  # prefix units loaded from the tier are cached on the GPU again
+            span = self.kv.block_size * self.kv.unit
+            self.kv.register(seq.block_table, self._keys(seq), cached // span, far // span)
         batch.add(seq, n)
         return True
 
@@ -382,6 +410,7 @@ class Scheduler:
         self.kv.free(seq.block_table)
         self.reservation.release(seq)
         seq.kv_elsewhere = kept
+        batch.kv_saved += kept
         seq.num_computed = 0
         seq.status = Status.WAITING
         if not seq.decoding:

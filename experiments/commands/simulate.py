@@ -14,6 +14,7 @@ from batchlab.core.stability import queue_stability
 from batchlab.core.workload import build_workload
 from batchlab.experiments import listing
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.limits import check_samples
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
                                           reject_unused_fields)
@@ -45,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     add_common_options(p)
     add_roofline_options(p)
+    add_kv_tier_options(p)
     g = p.add_argument_group("simulator")
     g.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run N seeds (the workload's seed, +1, ...): each metric's mean with a "
@@ -125,7 +127,8 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
         result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
-                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end)
+                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
+                          **setup.tier_options)
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
 from batchlab.core.front_end import FrontEnd
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.engine import apply_engine_defaults, engine_defaults, kv_pool_default
 from batchlab.experiments.setup.gpu import gpu_setup, roofline_because
+from batchlab.experiments.setup.kv_tier import checked_tier
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
@@ -23,9 +25,18 @@ class SimSetup:
     blocks: int
     meta: SetupMeta
     schedulers: dict[str, SchedulerConfig]
+    kv_tier: TierConfig | None = None
+    kv_bytes_per_token: float = 0.0  # per GPU: what the tier moves and holds per token
 
     def assumptions(self) -> list[str]:
-        return assumption_lines(self.meta)
+        tier = [f"  {self.kv_tier.describe()}"] if self.kv_tier else []
+        return assumption_lines(self.meta) + tier
+
+    @property
+    def tier_options(self) -> dict:
+        """simulate()'s KV tier arguments (none without a tier)."""
+        return ({"kv_tier": self.kv_tier, "kv_bytes_per_token": self.kv_bytes_per_token}
+                if self.kv_tier else {})
 
     @property
     def front_end(self) -> FrontEnd | None:
@@ -71,7 +82,9 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
     meta.block_size = cfg.scheduler.block_size
     meta.num_kv_blocks = blocks
-    return SimSetup(cost, blocks, meta, schedulers)
+    if cfg.kv_tier is None:
+        return SimSetup(cost, blocks, meta, schedulers)
+    return SimSetup(cost, blocks, meta, schedulers, cfg.kv_tier, checked_tier(cfg))
 
 
 def assumption_lines(meta: SetupMeta) -> list[str]:
