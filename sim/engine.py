@@ -116,6 +116,8 @@ class Replica:
             run = self._fast_forward(batch, now, context, cost) if self.next_arrival is not None else None
             if run is not None:
                 end, finished = run
+                if self.step_note is not None:  # the run's first step was formed by schedule()
+                    self.step_note(now)
                 if not moved_on(env, end - now):
                     yield env.timeout(end - now)
                 now = env._now
