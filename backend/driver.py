@@ -17,11 +17,14 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from batchlab.backend.kv_tiers import HostSwap
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.step import run_step
 from batchlab.core.batch import StepObserver
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import StepHistory
+from batchlab.core.kv_tiers import TierConfig
+from batchlab.core.kv_tiers.columns import tier_columns, tier_totals
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Sequence, Status
 from batchlab.core.result import RunResult
@@ -65,20 +68,25 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                  outputs: dict[int, list[int]] | None = None, warmup: bool = True,
                  meta: dict | None = None,
                  on_step: Callable[[int], None] | None = None,
-                 observer: StepObserver | None = None) -> RunResult:
+                 observer: StepObserver | None = None, kv_tier: TierConfig | None = None,
+                 recompute_seconds: Callable[[int], float] | None = None) -> RunResult:
     """Serve `workload` with a fresh scheduler of `scheduler` on `runtime`.
 
     time_scale multiplies arrival times (0.5 replays twice as fast, 0 sends everything
     at once). outputs, when given, receives each finished request's token ids.
     on_step(step_index) is called after every step (tests use it to interrupt);
     observer(replica, start, duration, batch) too, as sim.simulate calls its own, after
-    complete() and outside the timed region."""
+    complete() and outside the timed region. kv_tier: swap preemption to host memory
+    (backend/kv_tiers/; recompute_seconds prices a recompute for its 'cheapest' choice)."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
     check_prefix_hashes(scheduler, workload)
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
+    home = HostSwap(kv_tier, engine.cache, recompute_seconds) if kv_tier else None
+    if home:
+        sched.use_kv_home(home)
     kv = sched.kv
     rec = MetricsRecorder()
     history = StepHistory()  # after_prefill / after_idle, as sim/engine.py
@@ -179,4 +187,11 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         "scheduler_overhead_ms_per_step": round(1000 * overhead / steps, 4) if steps else 0.0,
         "requests_released": nxt, "interrupted": interrupted, **(meta or {}),
     }
-    return RunResult.from_recorder(rec, RunMeta(**info))
+    result = RunResult.from_recorder(rec, RunMeta(**info))
+    if home:
+        assert kv_tier is not None
+        result.meta.kv_tier = kv_tier.describe()
+        result.meta.kv_tier_bytes_copied = home.bytes_copied
+        result.totals.update(tier_totals([home]))
+        result.steps = tier_columns(result.steps, [home])
+    return result

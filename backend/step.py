@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Callable
 
 from batchlab.backend.engine import Engine
+from batchlab.backend.kv_tiers import HostSwap
 from batchlab.core.batch import Batch, step_features
 from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder
@@ -21,6 +22,10 @@ def run_step(sched: Scheduler, engine: Engine, batch: Batch, history: StepHistor
     features = step_features(batch, *history.context(clock()), window=engine.runner.window)
     kv_used, cached = kv.num_used, kv.num_cached
     start = clock()
+    home = sched.kv_home
+    if isinstance(home, HostSwap):  # the tier's copies block the step (backend/kv_tiers/)
+        home.note(start)
+        home.apply()
     engine.execute(batch)
     end = clock()
     history.ran(end, features.num_prefill_seqs > 0)

@@ -22,6 +22,7 @@ from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.limits import check_samples
+from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                           reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
@@ -42,6 +43,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
                         "what this hardware cannot decide (default 1)")
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
+    add_kv_tier_options(p)
     p.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name the server serves (default: its first)")
     p.add_argument("--served-benchmarks", metavar="FILE",
@@ -87,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
     path = cfg.profile.path  # --profile or the config's [profile] path
     if not args.endpoint and (args.api_key or args.served_model_name):
         raise UserError("--api-key and --served-model-name apply with --endpoint only")
+    if cfg.kv_tier and args.endpoint:
+        raise UserError("[kv_tier] applies to a workload served here, not with --endpoint")
+    if cfg.kv_tier and cfg.kv_tier.prefix:
+        raise UserError("kv_tier.prefix: the backend's tier swaps preempted sequences only; set "
+                        "prefix = false (--no-kv-tier-prefix)")
     if args.endpoint:
         from batchlab.experiments.validation import endpoint  # lazy: httpx, only with --endpoint
         if args.repeats != 1:
@@ -125,7 +132,7 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE
         side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
                           seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
-                          where=where)
+                          where=where, kv_tier=cfg.kv_tier)
         judged.append(judge.cell(side, info.as_dict()))
         if writer:
             writer.add(judged[-1], judge.report(judged))

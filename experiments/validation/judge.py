@@ -78,11 +78,13 @@ class Judge:
     def cell(self, side: RealSide, sim_meta: dict | None = None) -> Judged:
         """Judge one cell. sim_meta: what the simulations' meta.json records besides."""
         front = self.front_end if side.client_timed else None
+        tier = ({"kv_tier": side.kv_tier, "kv_bytes_per_token": side.kv_bytes_per_token}
+                if side.kv_tier else {})
         sim = run_sim(side.workload, side.scheduler, CostAtSpeed(self.cost, loop=self.loop),
-                      {**(sim_meta or {}), "cost_model": HEADLINE}, front)
+                      {**(sim_meta or {}), "cost_model": HEADLINE}, front, **tier)
         speeds = [machine_speed(r.steps, self.cost, self.profile.describe) for r in side.reals]
         normalised = [run_sim(side.workload, side.scheduler, normalised_cost(self.cost, s, self.loop),
-                              {**(sim_meta or {}), "cost_model": NORMALISED}, front)
+                              {**(sim_meta or {}), "cost_model": NORMALISED}, front, **tier)
                       for s in speeds] if side.with_steps else []
         for run in normalised:
             stability(run.result)

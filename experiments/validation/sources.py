@@ -15,6 +15,7 @@ import numpy as np
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.kv_tiers import TierConfig, lone_prefill_seconds
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.workload import Workload
@@ -55,6 +56,10 @@ class RealSide:
     # server's front end, which the simulation then puts before the engine where the
     # profile has one. False: the engine's own records (served here, stored runs).
     client_timed: bool = False
+    # A KV tier the real runs swapped to (backend/kv_tiers/): the simulation gets it too,
+    # sized by the real runs' KV bytes per token.
+    kv_tier: TierConfig | None = None
+    kv_bytes_per_token: float = 0.0
 
     @property
     def live(self) -> bool:
@@ -72,7 +77,8 @@ def live_run(run: Run, where: str) -> RealRun:
 
 
 def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, source: str, *,
-               repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE) -> RealSide:
+               repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE,
+               kv_tier: TierConfig | None = None) -> RealSide:
     """Serve `workload` with `scheduler` `repeats` times, each run labelled in its meta with
     the machine's speed as `cost` (described by `source`) prices its steps, and its
     stability. Ctrl-C during a run: KeyboardInterrupt (a partial run has nothing to judge)."""
@@ -80,9 +86,12 @@ def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Co
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     runs = []
     for _ in range(repeats):
-        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress)
+        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress, kv_tier=kv_tier,
+                       recompute_seconds=lone_prefill_seconds(cost) if kv_tier else None)
         if run.result.meta.interrupted:
             raise KeyboardInterrupt
         run_labels.label_real(run.result, cost, source)
         runs.append(run)
-    return RealSide(where, workload, sim_scheduler(scheduler, runs[0].result), [live_run(r, where) for r in runs])
+    first = runs[0].result
+    return RealSide(where, workload, sim_scheduler(scheduler, first), [live_run(r, where) for r in runs],
+                    kv_tier=kv_tier, kv_bytes_per_token=float(first.meta.kv_bytes_per_token or 0.0))
