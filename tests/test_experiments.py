@@ -40,7 +40,7 @@ def test_list_names_every_study_in_claim_order(capsys):
     assert main(["experiment", "--list"]) == 0
     out = capsys.readouterr().out
     names = ["batching", "static-vs-continuous", "tradeoff", "latency-vs-load", "paging",
-             "prefix-caching", "fidelity"]
+             "prefix-caching", "kv-tiers", "fidelity"]
     assert [line.split()[0] for line in out.splitlines()] == names
     assert main(["experiment", "--list", "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)

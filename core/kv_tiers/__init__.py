@@ -1,6 +1,6 @@
 """KV tiers: memory below the GPU's KV pool (CPU memory, local disk) where preempted
 sequences swap their KV and evicted prefix-cache blocks stay, at the cost of moving bytes
-over the host link (docs/kv_tiers.md).
+over the host link (docs/kv-tiers.md).
 
     spec.py     the tier as configured ([kv_tier]): kind, capacity, bandwidth, latency,
                 preemption policy; defaults with their sources; checks
