@@ -142,7 +142,7 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
         w = _workload(wl.model_copy(update={"rate_scale": cfg.workload.rate_scale}).model_dump_json())
         result = simulate(w, scheduler, setup.cost, setup.blocks, replicas=cfg.run.replicas,
                           router=cfg.run.router, meta=setup.meta, record_steps=False,
-                          front_end=setup.front_end)
+                          front_end=setup.front_end, **setup.tier_options)  # a [kv_tier], if any
         summaries.append({**result.summary(criteria.slo), "too_long": too_long(w, setup.meta.max_context)})
         verdicts.append(queue_stability(result.requests).verdict)
         rates.append(mean_rate(w))

@@ -19,6 +19,7 @@ from batchlab.experiments.options import add_common_options, load_experiment
 from batchlab.experiments.output import make_out_dir, to_json
 from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
 
@@ -43,6 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     for q in (mr, rp, dp):
         add_common_options(q)
         add_roofline_options(q)
+        add_kv_tier_options(q)
         add_criteria_options(q)
         add_executor_options(q)
         q.add_argument("--sensitivity", action="store_true",
