@@ -15,6 +15,7 @@ from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.kv import blocks_for
 from batchlab.core.kv_tiers import TierConfig, TieredHome, lone_prefill_seconds
 from batchlab.core.kv_tiers.columns import COLUMNS
+from batchlab.core.kv_tiers.home import HIT, IN, OUT, RECOMPUTES, SWAPS
 from batchlab.core.request import Request, Status
 from batchlab.core.schedulers import make_scheduler
 from batchlab.core.workload import Workload
@@ -109,8 +110,8 @@ def test_blocks_are_conserved_and_no_sequence_is_lost(spec, blocks, gib, preempt
         if s.status is not Status.REJECTED:
             assert s.status is Status.FINISHED and s.num_generated == s.request.output_len
     swaps = sum(1 for b, _, _, _ in steps for _ in b.preempted if b.kv_saved)
-    assert (home.totals[3] > 0) == bool(swaps)
-    assert home.totals[3] + home.totals[4] == sum(len(b.preempted) for b, _, _, _ in steps)
+    assert (home.totals[SWAPS] > 0) == bool(swaps)
+    assert home.totals[SWAPS] + home.totals[RECOMPUTES] == sum(len(b.preempted) for b, _, _, _ in steps)
 
 
 @settings(max_examples=40, deadline=None)
@@ -140,7 +141,7 @@ def test_a_swap_is_priced_by_its_bytes_both_ways():
     one = lambda n: 10e-6 + n * BPT / 25e9  # noqa: E731
     for b, f, dt in out:
         assert dt == pytest.approx(PRICE.step_time(f) + one(b.kv_saved) + (one(b.kv_loaded) if b.kv_loaded else 0))
-    assert sum(b.kv_saved for b, _, _ in out) == sum(b.kv_loaded for b, _, _ in back) == home.totals[0]
+    assert sum(b.kv_saved for b, _, _ in out) == sum(b.kv_loaded for b, _, _ in back) == home.totals[OUT]
 
 
 def test_cheapest_swaps_only_where_the_link_beats_the_prefill():
@@ -157,7 +158,7 @@ def test_a_full_tier_falls_back_to_recompute():
     """A tier of one block (4 tokens of 1 MiB) holds no preempted sequence of 30+ tokens."""
     steps, _, home = _serve([(30, 40, 0), (30, 40, 1), (30, 40, 2)], 40, _tier("swap", gib=0.004))
     assert home.capacity == 1
-    assert home.totals[4] > 0 and home.totals[3] == 0  # 30+ tokens need 8 blocks: none fit
+    assert home.totals[RECOMPUTES] > 0 and home.totals[SWAPS] == 0  # 30+ tokens need 8 blocks: none fit
 
 
 def test_evicted_prefix_units_come_back_from_the_tier_at_their_transfer_cost():
@@ -183,7 +184,7 @@ def test_evicted_prefix_units_come_back_from_the_tier_at_their_transfer_cost():
     assert start == 28 and n == 4  # 7 of its 8 blocks found below (never its last token's)
     loads = [b.kv_loaded for b, _, _, items in tiered if any(it[0].id == 4 for it in items)]
     assert loads[0] == 28
-    assert home.totals[2] == 28 and home.totals[1] == 28  # a first-admission hit, loaded
+    assert home.totals[HIT] == 28 and home.totals[IN] == 28  # a first-admission hit, loaded
 
 
 def _workload(n: int, seed: int, prefixed: bool) -> Workload:

@@ -27,9 +27,10 @@ from batchlab.core.kv_home import KVHome
 from batchlab.core.kv_tiers.spec import TierConfig
 from batchlab.core.request import Request, Sequence
 
-# One step's tier figures, the step table's columns in this order (columns.py).
-STEP_FIELDS = ("tier_blocks_used", "tier_out_tokens", "tier_in_tokens", "tier_prefix_hit_tokens",
-               "tier_swaps", "tier_recomputes")
+# A step's (and the run's) figures, in TieredHome._step and .totals by these indexes:
+# tokens copied out (swaps, kept prefix units), tokens loaded back (swaps, prefix hits),
+# prefix tokens a first admission found here, preemptions that swapped, that recomputed.
+OUT, IN, HIT, SWAPS, RECOMPUTES = range(5)
 
 
 def lone_prefill_seconds(cost: CostModel) -> Callable[[int], float]:
@@ -63,10 +64,10 @@ class TieredHome(KVHome):
         self.prefix_blocks = 0
         self.tiered = True
         self.holds_prefixes = tier.prefix
-        # This step's figures (STEP_FIELDS less occupancy), and the run's totals.
+        # This step's figures (OUT .. RECOMPUTES), and the run's totals.
         self._step = [0, 0, 0, 0, 0]
         self.totals = [0, 0, 0, 0, 0]
-        self.rows: list[tuple] = []  # (start, *STEP_FIELDS) of each step that ran stepped
+        self.rows: list[tuple] = []  # (start, blocks used, *figures) of each step noted
         self.max_blocks_used = 0
 
     @property
@@ -88,12 +89,12 @@ class TieredHome(KVHome):
             assert self._recompute is not None
             swap = 2 * self.transfer_seconds(n) < self._recompute(n)
         if not (swap and self._room(need)):
-            self._step[4] += 1
+            self._step[RECOMPUTES] += 1
             return 0
         self.swapped[seq] = need
         self.swap_blocks += need
-        self._step[0] += n
-        self._step[3] += 1
+        self._step[OUT] += n
+        self._step[SWAPS] += 1
         return n
 
     def save_seconds(self, tokens: int) -> float:
@@ -105,9 +106,9 @@ class TieredHome(KVHome):
     def loaded(self, seq: Sequence, tokens: int) -> None:
         blocks = self.swapped.pop(seq, 0)
         self.swap_blocks -= blocks
-        self._step[1] += tokens
+        self._step[IN] += tokens
         if not blocks and seq.preemptions == 0:  # a prefix found in the tier, first time
-            self._step[2] += tokens
+            self._step[HIT] += tokens
 
     def prefix_tokens(self, keys: tuple[int, ...], start: int, limit: int, span: int) -> int:
         prefix, m = self.prefix, start
@@ -125,7 +126,7 @@ class TieredHome(KVHome):
             return
         prefix[key] = blocks
         self.prefix_blocks += blocks
-        self._step[0] += blocks * self.block_size
+        self._step[OUT] += blocks * self.block_size
         self._track()
 
     # -- bookkeeping ----------------------------------------------------------------------
