@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from batchlab.calibration.served.from_run import model_mismatch, setting_mismatches
 from batchlab.calibration.served.runs import ServedRun, read_runs
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.core.run_folder import RunFolder, read_object
 from batchlab.core.sizes import MAX_MACHINE_BYTES, gib
 from batchlab.core.workload import Workload, WorkloadConfig, build_workload
@@ -52,6 +53,17 @@ def _workload(directory: Path) -> Workload:
         return build_workload(WorkloadConfig(**config))
     except ValidationError as e:
         raise UserError(describe_validation_error(e, f"{path}: workload")) from None
+
+
+def _tier(directory: Path) -> TierConfig | None:
+    """The KV tier the runs swapped to (config.json's kv_tier; None without one): the
+    simulation gets it too."""
+    path = directory / "config.json"
+    table = _object(path, directory).get("kv_tier")
+    try:
+        return None if table is None else TierConfig(**table)
+    except (TypeError, ValidationError) as e:
+        raise UserError(f"{path}: kv_tier: {e}".splitlines()[0]) from None
 
 
 def _stored(run: ServedRun) -> RealRun:
@@ -131,7 +143,7 @@ def read_cells(directory: str | Path) -> list[RealSide]:
     d = Path(directory)
     if not d.is_dir():
         raise UserError(f"{d}: not a directory")
-    workload = _workload(d)
+    workload, tier = _workload(d), _tier(d)
     cells = []
     for policy_dir, reals in _by_policy(d).items():
         first = policy_dir / "real"
@@ -145,7 +157,8 @@ def read_cells(directory: str | Path) -> list[RealSide]:
             if sched != schedulers[0]:
                 raise UserError(f"{r.where}/meta.json: scheduler settings differ from "
                                 f"{reals[0].where}'s; the runs of one policy serve one setting")
-        cells.append(RealSide(str(policy_dir), workload, schedulers[0], reals))
+        cells.append(RealSide(str(policy_dir), workload, schedulers[0], reals, kv_tier=tier,
+                              kv_bytes_per_token=float(reals[0].meta.kv_bytes_per_token or 0.0)))
     return cells
 
 
