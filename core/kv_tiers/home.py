@@ -6,7 +6,12 @@ is admitted again) or is dropped and recomputed, chosen per preemption by the ti
 when copying its bytes out and back costs less than prefilling its tokens again, priced
 by the cost model as a lone prefill). Both copies block the step that makes them, as in
 vLLM v0, whose worker issues swap_out/swap_in before the model's forward
-(vllm/worker/worker.py execute_worker; vllm/core/scheduler.py _preempt at 0054e1fa).
+(vllm/worker/worker.py execute_worker; vllm/core/scheduler.py _preempt at 0054e1fa:
+RECOMPUTE for a single sequence, SWAP for beam groups). What the engines do today:
+vLLM v1 recomputes (vllm/v1/core/sched/scheduler.py _preempt_request frees the blocks
+and sets num_computed_tokens = 0, seen at 6cf7b26); SGLang retracts a decode request,
+freeing its KV past its radix-tree prefix and re-queueing it (schedule_batch.py
+retract_decode/release_req at 000eaff), offloading it to host only on a PD decode node.
 
 Prefix caching: a cached unit the GPU evicts is kept in the tier (LRU within what the
 swapped sequences leave free; inclusive: a unit loaded back stays in the tier too). A
