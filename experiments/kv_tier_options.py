@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from batchlab.core.cost.form import CostModel
+from batchlab.core.kv_tiers import TierConfig, lone_prefill_seconds
+from batchlab.experiments.errors import UserError
+
 
 def add_kv_tier_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("KV tier ([kv_tier]: memory below the GPU's KV pool)")
@@ -20,3 +24,21 @@ def add_kv_tier_options(parser: argparse.ArgumentParser) -> None:
                         "costs less (default)")
     g.add_argument("--no-kv-tier-prefix", dest="kt_prefix", action="store_const", const=False,
                    help="do not keep prefix-cache blocks the GPU evicts in the tier")
+
+
+def check_backend_tier(tier: TierConfig | None, priced: bool) -> None:
+    """What the backend's tier (backend/kv_tiers/) cannot do, refused before the model
+    loads: keep prefix units, or choose 'cheapest' with nothing to price a recompute."""
+    if tier is None:
+        return
+    if tier.prefix:
+        raise UserError("kv_tier.prefix: the backend's tier swaps preempted sequences only; set "
+                        "prefix = false (--no-kv-tier-prefix)")
+    if tier.preemption == "cheapest" and not priced:
+        raise UserError("kv_tier.preemption = 'cheapest' needs --profile to price a recompute on the "
+                        "backend; give swap or recompute (--kv-tier-preemption)")
+
+
+def tier_price(tier: TierConfig | None, cost: CostModel | None):
+    """A recompute's price for 'cheapest' on the backend (None: not needed, or none)."""
+    return lone_prefill_seconds(cost) if tier is not None and cost is not None else None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from batchlab.core.class_summary import breakdowns
 from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.kv_tier_options import add_kv_tier_options, check_backend_tier, tier_price
 from batchlab.experiments.machine_speed import describe as describe_speed
 from batchlab.experiments.options import (add_backend_options, add_common_options, add_plot_option, load_experiment,
                                           reject_unused, reject_unused_fields, reject_unused_tables)
@@ -33,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
                    help="0: greedy (default)")
     add_plot_option(g)
+    add_kv_tier_options(p)
     p.set_defaults(func=run)
 
 
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     profile = profile_source.load(cfg.profile.path) if cfg.profile.path else None
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
+    check_backend_tier(cfg.kv_tier, priced=profile is not None)
     workload = build_workload(cfg.workload)
     if args.out:
         check_out_dir(args.out)  # before the model loads
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         with profile_source.probe_around(rt.device, speed_cost is None) as probe:
             result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                                   temperature=cfg.run.temperature, seed=cfg.workload.seed,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, kv_tier=cfg.kv_tier,
+                                  recompute_seconds=tier_price(cfg.kv_tier, speed_cost))
         label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta.stability.verdict}

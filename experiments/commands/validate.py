@@ -22,7 +22,7 @@ from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.limits import check_samples
-from batchlab.experiments.kv_tier_options import add_kv_tier_options
+from batchlab.experiments.kv_tier_options import add_kv_tier_options, check_backend_tier
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, named,
                                           reject_unused, reject_unused_tables)
 from batchlab.experiments.output import check_out_dir, to_json
@@ -91,9 +91,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--api-key and --served-model-name apply with --endpoint only")
     if cfg.kv_tier and args.endpoint:
         raise UserError("[kv_tier] applies to a workload served here, not with --endpoint")
-    if cfg.kv_tier and cfg.kv_tier.prefix:
-        raise UserError("kv_tier.prefix: the backend's tier swaps preempted sequences only; set "
-                        "prefix = false (--no-kv-tier-prefix)")
+    check_backend_tier(cfg.kv_tier, priced=True)  # validate always has a profile's price
     if args.endpoint:
         from batchlab.experiments.validation import endpoint  # lazy: httpx, only with --endpoint
         if args.repeats != 1:
