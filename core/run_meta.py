@@ -116,6 +116,16 @@ class MachineSpeed(Record):
         return tuple((float(t), float(k)) for t, k in self.drift_levels or ())
 
 
+class Speculation(Record):
+    """What speculative decoding did in a run (core/speculative/emission.py for a
+    simulation, backend/speculative/ for a real one)."""
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+    verifications: int = 0  # decode steps of a sequence that ran drafts
+    accepted_tokens: int = 0  # drafts those steps kept
+    mean_acceptance_length: Number | None = None  # tokens kept a verification (1 + accepted / verifications)
+
+
 class RunMeta(Record):
     """A run's meta.json. world says which world ran it; the rest depends on the world
     and the producer (see the module docstring)."""
@@ -166,3 +176,4 @@ class RunMeta(Record):
     # ... and what judging it found (experiments/run_labels.py)
     machine_speed: MachineSpeed | None = None
     stability: Stability | None = None
+    speculative: Speculation | None = None  # only where a run speculated

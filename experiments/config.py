@@ -1,5 +1,5 @@
 """An experiment as one pydantic model; a TOML file has the same sections:
-[workload] [scheduler] [model] [hardware] [profile] [run]."""
+[workload] [scheduler] [model] [hardware] [profile] [run] [speculative]."""
 from __future__ import annotations
 
 import tomllib
@@ -16,6 +16,7 @@ from batchlab.core.params import validate_params
 from batchlab.core.schedulers import policy_class
 from batchlab.core.model.hardware import DATASHEET_FIELDS, HARDWARE, DatasheetFigures, HardwareFigures, HardwareSpec
 from batchlab.core.model.layout import Layout
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
@@ -152,6 +153,7 @@ class ExperimentConfig(BaseModel):
     hardware: HardwareConfig = HardwareConfig()
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
+    speculative: SpeculativeConfig = SpeculativeConfig()
     # Scheduler fields the embedded demo set and the user did not (load_experiment): not
     # the user's choice, nor the engine's default; the assumptions line says whose they are.
     _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
@@ -219,6 +221,8 @@ class ExperimentConfig(BaseModel):
         is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
         a field by what the command resolved it to (the dtype a preset is served in)."""
         data = self.model_dump()
+        if not self.speculative.on:  # recorded only where a run speculates
+            del data["speculative"]
         data["run"]["policies"] = self.policies()
         del data["scheduler"]["policy"]
         for name in ignored:

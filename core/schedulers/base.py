@@ -284,7 +284,8 @@ class Scheduler:
         if limit is not None and total > limit:
             return (f"prompt+output = {total} tokens exceeds max_model_len={limit} "
                     f"(the model's context length unless set)")
-        need = blocks_for(request.max_kv_tokens, self.kv.block_size)
+        # Its last decode holds its drafts' KV too (width - 1 more: core/emission.py).
+        need = blocks_for(request.max_kv_tokens + self._width - 1, self.kv.block_size)
         if need > self.kv.num_blocks:
             return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens) "
                     f"but the cache has {self.kv.num_blocks}")

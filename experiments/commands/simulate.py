@@ -24,6 +24,7 @@ from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
+from batchlab.experiments.speculative_options import add_speculative_options
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -45,6 +46,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__)
     add_common_options(p)
     add_roofline_options(p)
+    add_speculative_options(p)
     g = p.add_argument_group("simulator")
     g.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run N seeds (the workload's seed, +1, ...): each metric's mean with a "
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         for policy, scheduler in setup.schedulers.items():
             name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
             summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer,
-                                                 kept if seed == seeds[0] else None)
+                                                 kept if seed == seeds[0] else None, seed)
             runs[policy].append(summary)
             if interrupted:
                 break  # Ctrl-C: keep what was simulated, run no further policy
@@ -119,13 +121,14 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None) -> tuple[dict, bool]:
+def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None, seed=0) -> tuple[dict, bool]:
     t0 = time.perf_counter()
     with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
         result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
-                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end)
+                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
+                          emission=setup.emission(seed))
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted

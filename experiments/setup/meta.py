@@ -54,6 +54,7 @@ class SetupMeta(Record):
     max_num_seqs: dict[str, int] | None = None  # per run (policy)
     block_size: int | None = None
     num_kv_blocks: int | None = None
+    speculation: str | None = None  # speculative decoding, in words (experiments/setup/speculative.py)
 
     @property
     def front_end(self) -> FrontEnd | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.emission import Emission
 from batchlab.core.front_end import FrontEnd
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
@@ -15,6 +16,7 @@ from batchlab.experiments.setup.gpu import gpu_setup, roofline_because
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
+from batchlab.experiments.setup.speculative import SpeculativeSetup, speculative_setup, target_model
 
 
 @dataclass
@@ -23,6 +25,11 @@ class SimSetup:
     blocks: int
     meta: SetupMeta
     schedulers: dict[str, SchedulerConfig]
+    speculative: SpeculativeSetup | None = None  # cost already holds the draft's passes
+
+    def emission(self, seed: int) -> Emission | None:
+        """A run's emission (None: one token a step, no speculation)."""
+        return self.speculative.emission(seed) if self.speculative else None
 
     def assumptions(self) -> list[str]:
         return assumption_lines(self.meta)
@@ -49,6 +56,9 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     else:
         cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
         hw = cfg.hardware.spec()
+    speculative = None
+    if cfg.speculative.on:
+        cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
     for name, p, admission in cfg.runs():
@@ -71,7 +81,7 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
     meta.block_size = cfg.scheduler.block_size
     meta.num_kv_blocks = blocks
-    return SimSetup(cost, blocks, meta, schedulers)
+    return SimSetup(cost, blocks, meta, schedulers, speculative)
 
 
 def assumption_lines(meta: SetupMeta) -> list[str]:
@@ -104,7 +114,8 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
     return [f"assumptions: {cost}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
-            f"  scheduler defaults: {m.scheduler_defaults}"]
+            f"  scheduler defaults: {m.scheduler_defaults}",
+            *([f"  speculative decoding: {m.speculation}"] if m.speculation else [])]
 
 
 def gpu_profile_lines(m: SetupMeta) -> list[str]:
@@ -126,4 +137,5 @@ def gpu_profile_lines(m: SetupMeta) -> list[str]:
             f"  held-out per-step error{on}: {m.gpu_profile_heldout}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
-            f"  scheduler defaults: {m.scheduler_defaults}"]
+            f"  scheduler defaults: {m.scheduler_defaults}",
+            *([f"  speculative decoding: {m.speculation}"] if m.speculation else [])]
