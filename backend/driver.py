@@ -18,6 +18,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from batchlab.backend.runtime import Runtime
+from batchlab.backend.speculative.setup import check_backend_speculative, speculative_engine
 from batchlab.backend.step import run_step
 from batchlab.core.batch import StepObserver
 from batchlab.core.config import SchedulerConfig
@@ -27,6 +28,7 @@ from batchlab.core.request import Sequence, Status
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 
 _SLEEP_SLICE = 0.05  # longest uninterrupted sleep: how fast Ctrl-C is noticed when idle
@@ -65,20 +67,26 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                  outputs: dict[int, list[int]] | None = None, warmup: bool = True,
                  meta: dict | None = None,
                  on_step: Callable[[int], None] | None = None,
-                 observer: StepObserver | None = None) -> RunResult:
+                 observer: StepObserver | None = None,
+                 speculative: SpeculativeConfig | None = None) -> RunResult:
     """Serve `workload` with a fresh scheduler of `scheduler` on `runtime`.
 
     time_scale multiplies arrival times (0.5 replays twice as fast, 0 sends everything
     at once). outputs, when given, receives each finished request's token ids.
     on_step(step_index) is called after every step (tests use it to interrupt);
     observer(replica, start, duration, batch) too, as sim.simulate calls its own, after
-    complete() and outside the timed region."""
+    complete() and outside the timed region. speculative: draft and verify as it says
+    (backend/speculative/; greedy only), what verification kept going to meta.speculative."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
     check_prefix_hashes(scheduler, workload)
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
     engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
+    if speculative is not None and speculative.on:
+        check_backend_speculative(speculative, temperature)
+        engine = speculative_engine(engine, speculative)
+        sched.use_emission(engine.emission)
     kv = sched.kv
     rec = MetricsRecorder()
     history = StepHistory()  # after_prefill / after_idle, as sim/engine.py
@@ -179,4 +187,6 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         "scheduler_overhead_ms_per_step": round(1000 * overhead / steps, 4) if steps else 0.0,
         "requests_released": nxt, "interrupted": interrupted, **(meta or {}),
     }
+    if sched.emission.stats():  # a speculative run: what verification kept
+        info["speculative"] = sched.emission.stats()
     return RunResult.from_recorder(rec, RunMeta(**info))

@@ -124,6 +124,7 @@ class Speculation(Record):
     verifications: int = 0  # decode steps of a sequence that ran drafts
     accepted_tokens: int = 0  # drafts those steps kept
     mean_acceptance_length: Number | None = None  # tokens kept a verification (1 + accepted / verifications)
+    acceptance_counts: list[int] | None = None  # a real run's: verifications of k drafts keeping 1..k+1
 
 
 class RunMeta(Record):

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Iterable
 
+from batchlab.core.run_meta import RunMeta
+from batchlab.core.speculative.acceptance import write_acceptance_file
 from batchlab.core.speculative.config import METHODS
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import note_flags
 
 
@@ -31,3 +37,39 @@ def add_speculative_options(parser: argparse.ArgumentParser) -> None:
                    help="layers of the draft: an EAGLE head's or MTP's (1), or the target's first N "
                         "(draft_model without --draft-model)")
     note_flags(parser)
+
+
+# What the backend runs of [speculative] (backend/speculative/setup.py says why): checked
+# here, before the model loads, with the same words.
+_SIM_ONLY = ("acceptance", "acceptance_file")
+
+
+def check_run_speculative(cfg: ExperimentConfig, acceptance_out: str | None) -> None:
+    sp = cfg.speculative
+    if acceptance_out and not sp.on:
+        raise UserError("--acceptance-out: the run does not speculate (give --speculative draft_model "
+                        "--draft-layers N)")
+    if not sp.on:
+        return
+    for name in _SIM_ONLY:
+        if getattr(sp, name) is not None:
+            raise UserError(f"speculative.{name}: a simulator setting; a real run measures its acceptance")
+    if sp.method != "draft_model" or sp.draft_model is not None:
+        raise UserError(f"speculative.method {sp.method}"
+                        f"{' with draft_model ' + sp.draft_model if sp.draft_model else ''}: the "
+                        f"backend drafts with the target's own first layers (method draft_model, "
+                        f"draft_layers N)")
+    if cfg.run.temperature != 0:
+        raise UserError(f"run.temperature (--temperature) {cfg.run.temperature:g}: speculative decoding "
+                        f"on the backend verifies greedily; give 0")
+
+
+def write_acceptance(path: str, k: int, metas: Iterable[RunMeta]) -> None:
+    """The runs' measured acceptance, pooled, as the simulator's acceptance file."""
+    counts: dict[int, int] = {}
+    for m in metas:
+        for e, n in enumerate((m.speculative.acceptance_counts or []) if m.speculative else [], start=1):
+            counts[e] = counts.get(e, 0) + n
+    write_acceptance_file(path, k, counts)
+    print(f"acceptance: {sum(counts.values())} verifications of {k} drafts written to {path}",
+          file=sys.stderr)

@@ -17,6 +17,7 @@ from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
 from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.run_labels import label_real
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
+from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative, write_acceptance
 from batchlab.experiments.validation import profile_source
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--temperature", dest="ru_temperature", type=float, metavar="T",
                    help="0: greedy (default)")
     add_plot_option(g)
+    add_speculative_options(p)
+    p.add_argument("--acceptance-out", metavar="CSV",
+                   help="with --speculative: write the measured acceptance (every policy's runs "
+                        "pooled) for simulate --acceptance-file")
     p.set_defaults(func=run)
 
 
@@ -49,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     profile = profile_source.load(cfg.profile.path) if cfg.profile.path else None
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
+    check_run_speculative(cfg, args.acceptance_out)
     workload = build_workload(cfg.workload)
     if args.out:
         check_out_dir(args.out)  # before the model loads
@@ -78,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         with profile_source.probe_around(rt.device, speed_cost is None) as probe:
             result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                                   temperature=cfg.run.temperature, seed=cfg.workload.seed,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, speculative=cfg.speculative)
         label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta.stability.verdict}
@@ -94,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
             writer.add(policy, result, summaries[policy])
         if m.interrupted:
             break  # Ctrl-C: keep what finished, run no further policy
+    if args.acceptance_out:
+        write_acceptance(args.acceptance_out, cfg.speculative.num_speculative_tokens, metas.values())
     if results:
         from batchlab.experiments.run_plots import write_run_plots  # lazy: matplotlib, only with --plot
         files = write_run_plots(args.plot, results)

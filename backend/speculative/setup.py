@@ -1,0 +1,29 @@
+"""A run's speculative engine from its [speculative] settings (the driver and the server
+call this, so both speculate alike)."""
+from __future__ import annotations
+
+from batchlab.backend.engine import Engine
+from batchlab.backend.speculative.draft import truncated_runner
+from batchlab.backend.speculative.emission import VerifiedEmission
+from batchlab.backend.speculative.engine import SpeculativeEngine
+from batchlab.core.speculative.config import SpeculativeConfig
+
+
+def check_backend_speculative(cfg: SpeculativeConfig, temperature: float) -> None:
+    """What the backend runs of cfg: a draft of the target's own first layers, greedy.
+    ValueError, one line naming the field, otherwise."""
+    if cfg.method != "draft_model" or cfg.draft_model is not None:
+        raise ValueError(f"speculative.method {cfg.method}"
+                         f"{' with draft_model ' + cfg.draft_model if cfg.draft_model else ''}: the "
+                         f"backend drafts with the target's own first layers (method draft_model, "
+                         f"draft_layers N)")
+    if temperature != 0:
+        raise ValueError(f"speculative decoding on the backend verifies greedily: run.temperature "
+                         f"(--temperature) must be 0, got {temperature:g}")
+
+
+def speculative_engine(base: Engine, cfg: SpeculativeConfig) -> SpeculativeEngine:
+    """`base`'s runner and cache, speculating as cfg says (checked by check_backend_speculative)."""
+    draft = truncated_runner(base.runner, cfg.draft_layers or 1)
+    emission = VerifiedEmission(cfg.num_speculative_tokens, cfg.method)
+    return SpeculativeEngine(base.runner, base.cache, draft, emission, prompt_seed=base.prompt_seed)

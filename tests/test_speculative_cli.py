@@ -1,0 +1,73 @@
+"""[speculative] and its flags as a user gives them: what simulate prints and records,
+and bad input as one line naming the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import cli, one_line_error, run_cli
+
+SMALL = ["--num-requests", "80", "--rate", "20", "--policy", "chunked"]
+
+
+def test_speculation_shows_its_acceptance_and_records_its_settings(tmp_path, capsys):
+    code, out, _ = run_cli(["simulate", *SMALL, "--speculative", "eagle", "--acceptance", "0.8",
+                            "--out", str(tmp_path)], capsys)
+    assert code == 0
+    assert "acceptance length (mean)" in out and "speculative decoding: eagle, k=3" in out
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["speculative"]["method"] == "eagle" and config["speculative"]["acceptance"] == [0.8]
+    meta = json.loads((tmp_path / "meta.json").read_text())["chunked"]
+    assert meta["speculative"]["num_speculative_tokens"] == 3
+    summary = json.loads((tmp_path / "summary.json").read_text())["chunked"]
+    assert 2.0 < summary["mean_acceptance_length"] < 4.0  # mean of 1 + .8 + .64 + .512 = 2.95
+
+
+def test_without_speculation_nothing_of_it_is_written(tmp_path, capsys):
+    code, out, _ = run_cli(["simulate", *SMALL, "--out", str(tmp_path)], capsys)
+    assert code == 0 and "acceptance" not in out
+    assert "speculative" not in (tmp_path / "config.json").read_text()
+    assert "speculative" not in (tmp_path / "meta.json").read_text()
+    assert "acceptance" not in (tmp_path / "summary.json").read_text()
+
+
+def test_speculation_pays_at_batch_one_on_a_memory_bound_gpu(capsys):
+    base = ["simulate", "--num-requests", "20", "--rate", "0.5", "--policy", "chunked", "--format", "json"]
+    _, plain, _ = run_cli(base, capsys)
+    _, fast, _ = run_cli([*base, "--speculative", "eagle", "--acceptance", "0.8"], capsys)
+    assert json.loads(fast)["chunked"]["median_tpot_ms"] < json.loads(plain)["chunked"]["median_tpot_ms"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--speculative", "eagle", "--num-speculative-tokens", "0", "--acceptance", "0.5"],
+     ["speculative.num_speculative_tokens (--num-speculative-tokens)"]),
+    (["--speculative", "eagle", "--acceptance", "1.2"], ["speculative.acceptance", "from 0 to 1"]),
+    (["--speculative", "eagle", "--acceptance", "-0.1"], ["speculative.acceptance", "from 0 to 1"]),
+    (["--speculative", "eagle"], ["speculative.acceptance or speculative.acceptance_file"]),
+    (["--speculative", "eagle", "--acceptance", "0.5,0.5"], ["acceptance: 2 rates", "num_speculative_tokens=3"]),
+    (["--speculative", "draft_model", "--model", "qwen2.5-7b", "--draft-model", "qwen2.5-0.5b",
+      "--acceptance", "0.5"], ["speculative.draft_model qwen2.5-0.5b", "vocabulary"]),
+    (["--speculative", "draft_model", "--model", "llama-3-8b", "--draft-model", "llama-2-7b",
+      "--acceptance", "0.5"], ["speculative.draft_model llama-2-7b", "vocabulary"]),
+    (["--speculative", "draft_model", "--model", "llama-2-13b", "--draft-model", "llama-2-70b",
+      "--hardware", "a100-40gb", "--tp", "2", "--acceptance", "0.5"], ["does not fit beside llama-2-13b"]),
+    (["--speculative", "draft_model", "--acceptance", "0.5"], ["needs draft_model", "draft_layers"]),
+    (["--speculative", "eagle", "--acceptance-file", "/nonexistent.csv"],
+     ["speculative.acceptance_file", "/nonexistent.csv"]),
+])
+def test_bad_speculative_input_is_one_line(args, words):
+    code, _, err = cli(["simulate", *SMALL, *args])
+    one_line_error(code, err, *words)
+
+
+def test_a_draft_shorter_than_the_targets_context_is_refused(tmp_path):
+    short = tmp_path / "short"
+    short.mkdir()
+    (short / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 512, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "intermediate_size": 1024, "vocab_size": 128256,
+        "max_position_embeddings": 2048}))
+    code, _, err = cli(["simulate", *SMALL, "--speculative", "draft_model", "--draft-model", str(short),
+                        "--acceptance", "0.5"])
+    one_line_error(code, err, "speculative.draft_model", "context of 2048", "shorter")
