@@ -18,7 +18,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from batchlab.backend.runtime import Runtime
-from batchlab.backend.speculative.setup import check_backend_speculative, speculative_engine
+from batchlab.backend.speculative.setup import check_backend_speculative
 from batchlab.backend.step import run_step
 from batchlab.core.batch import StepObserver
 from batchlab.core.config import SchedulerConfig
@@ -82,10 +82,12 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     check_prefix_hashes(scheduler, workload)
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
-    engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
-    if speculative is not None and speculative.on:
-        check_backend_speculative(speculative, temperature)
-        engine = speculative_engine(engine, speculative)
+    drafts = speculative if speculative is not None and speculative.on else None
+    if drafts is not None:
+        check_backend_speculative(drafts, temperature)
+    made = (sched.kv.num_blocks, scheduler.block_size, temperature, seed)
+    engine = runtime.engine(*made) if drafts is None else runtime.engine(*made, speculative=drafts)
+    if drafts is not None:
         sched.use_emission(engine.emission)
     kv = sched.kv
     rec = MetricsRecorder()

@@ -13,9 +13,11 @@ from batchlab.backend.engine import Engine
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from batchlab.backend.model_runner import ModelRunner
 from batchlab.backend.models import LoadedModel, load_model
+from batchlab.backend.speculative.setup import speculative_engine
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.sizes import gib
 from batchlab.core.cpu_name import cpu_name
+from batchlab.core.speculative.config import SpeculativeConfig
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
 # free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost
@@ -91,9 +93,12 @@ class Runtime:
         return self._cache
 
     def engine(self, num_blocks: int, block_size: int, temperature: float = 0.0,
-               seed: int = 0) -> Engine:
-        return Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
-                      seed=seed, prompt_seed=seed)
+               seed: int = 0, speculative: SpeculativeConfig | None = None) -> Engine:
+        """speculative: draft and verify as it says (backend/speculative/; its emission
+        is the engine's `emission`)."""
+        engine = Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
+                        seed=seed, prompt_seed=seed)
+        return speculative_engine(engine, speculative) if speculative is not None else engine
 
     def meta(self) -> RunMeta:
         """What ran (model, dtype, device, machine), the part of a real run's meta the

@@ -125,6 +125,7 @@ class Speculation(Record):
     accepted_tokens: int = 0  # drafts those steps kept
     mean_acceptance_length: Number | None = None  # tokens kept a verification (1 + accepted / verifications)
     acceptance_counts: list[int] | None = None  # a real run's: verifications of k drafts keeping 1..k+1
+    draft_cost_share: Number | None = None  # a real run's: the draft's weight bytes a pass over the target's
 
 
 class RunMeta(Record):

@@ -77,3 +77,31 @@ def test_the_draft_shares_the_targets_weights_and_cache_layers(runtime):
     assert draft.lm_head is runtime.runner.lm_head and len(runtime.runner.layers) == 6
     with pytest.raises(ValueError, match="speculative.draft_layers 6: .* 1 to 5 of its 6"):
         truncated_runner(runtime.runner, 6)
+
+
+@pytest.mark.slow
+def test_validate_simulates_the_real_runs_drafts(tmp_path, capsys):
+    from tests.helpers import run_cli
+    import json
+
+    code, _, _ = run_cli(["validate", "--profile", "batchlab-tiny-cpu", "--workload", "chat",
+                          "--num-requests", "6", "--rate", "inf", "--max-output-len", "24",
+                          "--policy", "chunked", "--speculative", "draft_model", "--draft-layers", "5",
+                          "--out", str(tmp_path), "--format", "json"], capsys)
+    assert code == 0
+    real = json.loads((tmp_path / "chunked" / "real" / "meta.json").read_text())["speculative"]
+    sim = json.loads((tmp_path / "chunked" / "sim" / "meta.json").read_text())["speculative"]
+    assert real["num_speculative_tokens"] == sim["num_speculative_tokens"] == 3
+    assert real["verifications"] > 0 and sim["verifications"] > 0
+    assert 0 < real["draft_cost_share"] < 1  # five of six layers and the LM head
+
+
+def test_bad_backend_speculation_is_one_line():
+    from tests.helpers import cli, one_line_error
+
+    base = ["run", "--num-requests", "2", "--speculative"]
+    one_line_error(*cli([*base, "eagle"])[:3:2], "speculative.method eagle", "draft_layers")
+    one_line_error(*cli([*base, "draft_model", "--draft-layers", "1", "--temperature", "0.7"])[:3:2],
+                   "run.temperature (--temperature) 0.7", "greedily")
+    one_line_error(*cli([*base, "draft_model", "--draft-layers", "1", "--acceptance", "0.5"])[:3:2],
+                   "speculative.acceptance", "simulator setting")

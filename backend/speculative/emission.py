@@ -9,9 +9,11 @@ from batchlab.core.request import Sequence
 class VerifiedEmission(Emission):
     """k drafts a step; each sequence keeps what the engine's verification kept."""
 
-    def __init__(self, k: int, method: str = "draft_model") -> None:
+    def __init__(self, k: int, method: str = "draft_model", draft_cost_share: float | None = None) -> None:
+        """draft_cost_share: the draft's weight bytes a pass over the target's (what the
+        simulator scales a profile's price by for the draft's passes)."""
         super().__init__(k + 1)
-        self.k, self.method = k, method
+        self.k, self.method, self.draft_cost_share = k, method, draft_cost_share
         self._kept: dict[int, int] = {}
         self.verifications = 0
         self.accepted_total = 0  # tokens kept by verification (a reply's end not applied)
@@ -35,4 +37,5 @@ class VerifiedEmission(Emission):
                 "accepted_tokens": self.accepted_total - self.verifications,
                 "mean_acceptance_length": mean,
                 # verifications of all k drafts by tokens kept (1..k+1): the acceptance file's rows
-                "acceptance_counts": [self.histogram.get(e, 0) for e in range(1, self.k + 2)]}
+                "acceptance_counts": [self.histogram.get(e, 0) for e in range(1, self.k + 2)],
+                "draft_cost_share": self.draft_cost_share}

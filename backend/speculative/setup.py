@@ -25,5 +25,6 @@ def check_backend_speculative(cfg: SpeculativeConfig, temperature: float) -> Non
 def speculative_engine(base: Engine, cfg: SpeculativeConfig) -> SpeculativeEngine:
     """`base`'s runner and cache, speculating as cfg says (checked by check_backend_speculative)."""
     draft = truncated_runner(base.runner, cfg.draft_layers or 1)
-    emission = VerifiedEmission(cfg.num_speculative_tokens, cfg.method)
+    share = round(draft.weight_bytes_per_step / base.runner.weight_bytes_per_step, 6)
+    emission = VerifiedEmission(cfg.num_speculative_tokens, cfg.method, share)
     return SpeculativeEngine(base.runner, base.cache, draft, emission, prompt_seed=base.prompt_seed)

@@ -31,12 +31,14 @@ from batchlab.experiments.validation import profile_source, render, served_bench
 from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
 from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
+from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
+    add_speculative_options(p)
     g = add_backend_options(p, threads_note="; the profile should be measured with the same")
     g.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
@@ -78,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
+    check_run_speculative(cfg, None)
     workload = build_workload(cfg.workload)
     if not len(workload):
         raise UserError("the workload has no requests")
@@ -125,7 +128,7 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE
         side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
                           seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
-                          where=where)
+                          where=where, speculative=cfg.speculative)
         judged.append(judge.cell(side, info.as_dict()))
         if writer:
             writer.add(judged[-1], judge.report(judged))

@@ -41,6 +41,7 @@ from batchlab.experiments.validation.per_step import per_step
 from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, JudgedCell, ProfileInfo,
                                                      RunConditions, RunSpeed, Validation)
 from batchlab.experiments.validation.sources import RealSide
+from batchlab.experiments.validation.speculative import drafted, emission, speculation
 from batchlab.experiments.validation.step_kinds import kind_table
 from batchlab.experiments.validation.steps import step_error, step_match
 from batchlab.experiments.validation.verdicts import metric_rows, totals
@@ -78,11 +79,13 @@ class Judge:
     def cell(self, side: RealSide, sim_meta: dict | None = None) -> Judged:
         """Judge one cell. sim_meta: what the simulations' meta.json records besides."""
         front = self.front_end if side.client_timed else None
-        sim = run_sim(side.workload, side.scheduler, CostAtSpeed(self.cost, loop=self.loop),
-                      {**(sim_meta or {}), "cost_model": HEADLINE}, front)
-        speeds = [machine_speed(r.steps, self.cost, self.profile.describe) for r in side.reals]
-        normalised = [run_sim(side.workload, side.scheduler, normalised_cost(self.cost, s, self.loop),
-                              {**(sim_meta or {}), "cost_model": NORMALISED}, front)
+        metas = [r.meta for r in side.reals]
+        cost = drafted(self.cost, speculation(metas))  # the profile, plus a draft as the runs had
+        sim = run_sim(side.workload, side.scheduler, CostAtSpeed(cost, loop=self.loop),
+                      {**(sim_meta or {}), "cost_model": HEADLINE}, front, emission(metas))
+        speeds = [machine_speed(r.steps, cost, self.profile.describe) for r in side.reals]
+        normalised = [run_sim(side.workload, side.scheduler, normalised_cost(cost, s, self.loop),
+                              {**(sim_meta or {}), "cost_model": NORMALISED}, front, emission(metas))
                       for s in speeds] if side.with_steps else []
         for run in normalised:
             stability(run.result)

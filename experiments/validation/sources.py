@@ -17,6 +17,7 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 from batchlab.experiments import run_labels
 from batchlab.experiments.validation.pair import Run, run_real, sim_scheduler
@@ -72,7 +73,8 @@ def live_run(run: Run, where: str) -> RealRun:
 
 
 def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, source: str, *,
-               repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE) -> RealSide:
+               repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE,
+               speculative: SpeculativeConfig | None = None) -> RealSide:
     """Serve `workload` with `scheduler` `repeats` times, each run labelled in its meta with
     the machine's speed as `cost` (described by `source`) prices its steps, and its
     stability. Ctrl-C during a run: KeyboardInterrupt (a partial run has nothing to judge)."""
@@ -80,7 +82,7 @@ def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Co
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     runs = []
     for _ in range(repeats):
-        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress)
+        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress, speculative=speculative)
         if run.result.meta.interrupted:
             raise KeyboardInterrupt
         run_labels.label_real(run.result, cost, source)
