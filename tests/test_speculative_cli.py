@@ -71,3 +71,22 @@ def test_a_draft_shorter_than_the_targets_context_is_refused(tmp_path):
     code, _, err = cli(["simulate", *SMALL, "--speculative", "draft_model", "--draft-model", str(short),
                         "--acceptance", "0.5"])
     one_line_error(code, err, "speculative.draft_model", "context of 2048", "shorter")
+
+
+def test_a_sweep_searches_speculation_and_k(tmp_path):
+    import csv
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[workload]\nsource = "chat"\nnum_requests = 60\nrate = 4.0\n'
+                    '[scheduler]\npolicy = "chunked"\n[speculative]\nacceptance = 0.7\n'
+                    '[grid]\n"speculative.method" = ["off", "eagle"]\n'
+                    '"speculative.num_speculative_tokens" = [1, 4]\n')
+    code, _, err = cli(["sweep", "--config", str(grid), "--out", str(tmp_path / "out"), "--workers", "1"])
+    assert code == 0, err
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    on = {r["speculative.num_speculative_tokens"]: r for r in rows if r["speculative.method"] == "eagle"}
+    off = [r for r in rows if r["speculative.method"] == "off"]
+    assert len(on) == 2 and len(off) == 2 and all(not r["mean_acceptance_length"] for r in off)
+    # per position 0.7: k=1 keeps 1.7 a verification, k=4 about 2.77
+    assert 1.5 < float(on["1"]["mean_acceptance_length"]) < 1.9 < float(on["4"]["mean_acceptance_length"])
+    assert off[0]["median_tpot_ms"] == off[1]["median_tpot_ms"]  # k means nothing without speculation
