@@ -90,3 +90,23 @@ def test_a_sweep_searches_speculation_and_k(tmp_path):
     # per position 0.7: k=1 keeps 1.7 a verification, k=4 about 2.77
     assert 1.5 < float(on["1"]["mean_acceptance_length"]) < 1.9 < float(on["4"]["mean_acceptance_length"])
     assert off[0]["median_tpot_ms"] == off[1]["median_tpot_ms"]  # k means nothing without speculation
+
+
+def test_capacity_speculation_finds_where_it_stops_paying(tmp_path, capsys):
+    code, out, err = run_cli(["capacity", "speculation", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+                              "--num-requests", "40", "--speculative", "eagle",
+                              "--acceptance", "0.7", "--users", "1,256", "--k-options", "3",
+                              "--format", "json", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    tpot = {(r["users"], r["k"]): r["median_tpot_ms"] for r in got["levels"]}
+    assert tpot[1, 3] < tpot[1, 0]  # one user: the weights read once for several tokens
+    # 256 users on an H100: compute-bound steps, where verifying and drafting cost more than they keep
+    assert tpot[256, 3] >= tpot[256, 0] and got["stops_paying_at_users"] == {"3": 256}
+    assert (tmp_path / "speculation.png").stat().st_size > 0
+    assert len((tmp_path / "speculation.csv").read_text().splitlines()) == 1 + 4
+
+
+def test_capacity_speculation_needs_a_method():
+    code, _, err = cli(["capacity", "speculation", "--num-requests", "10"])
+    one_line_error(code, err, "--speculative METHOD")

@@ -11,6 +11,8 @@ from batchlab.experiments.capacity import tasks as searches  # run_task read whe
 from batchlab.experiments.capacity.deploy_command import run_deploy
 from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
 from batchlab.experiments.capacity.point import sample_configs
+from batchlab.experiments.capacity.speculation import __doc__ as SPECULATION
+from batchlab.experiments.capacity.speculation import add_speculation_options, run_speculation
 from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, setup_or_none
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import add_executor_options, make_executor, run_all
@@ -21,6 +23,7 @@ from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
+from batchlab.experiments.speculative_options import add_speculative_options
 
 # max-rate's description: what capacity.search.search_max_rate does.
 MAX_RATE = "Bisection on the rate scale from 1 (the workload as configured)."
@@ -31,7 +34,7 @@ DEPLOY = ("Every deployment of the space (models x GPUs x TP degrees x dtypes x 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy",
+    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy | speculation",
                               description=__doc__)
     sub = p.add_subparsers(dest="capacity_command", required=True, parser_class=type(p))
     mr = sub.add_parser("max-rate", help="the highest request rate within the SLOs, with its band",
@@ -58,6 +61,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         q.add_argument("--busiest-window", type=float, metavar="S",
                        help="size for the busiest S seconds of the trace (in its own time)")
     add_deploy_options(dp)
+    sp = sub.add_parser("speculation", help="where speculative decoding stops paying: TPOT and "
+                        "throughput with and without it, by batch size", description=SPECULATION)
+    add_common_options(sp)
+    add_roofline_options(sp)
+    add_speculative_options(sp)
+    add_speculation_options(sp)
     p.set_defaults(func=run)
 
 
@@ -93,6 +102,8 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.capacity_command == "deploy":
         return run_deploy(args)
+    if args.capacity_command == "speculation":
+        return run_speculation(args)
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
     criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share,
