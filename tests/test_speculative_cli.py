@@ -110,3 +110,27 @@ def test_capacity_speculation_finds_where_it_stops_paying(tmp_path, capsys):
 def test_capacity_speculation_needs_a_method():
     code, _, err = cli(["capacity", "speculation", "--num-requests", "10"])
     one_line_error(code, err, "--speculative METHOD")
+
+
+def test_capacity_deploy_searches_speculation_and_names_it_in_the_launch_line(capsys):
+    import shlex
+
+    code, out, err = run_cli(["capacity", "deploy", "--model", "llama-3.1-8b", "--gpus", "h100-sxm",
+                              "--tp-options", "1", "--dtype-options", "bf16", "--seats-options", "256",
+                              "--budget-options", "2048", "--num-requests", "200", "--rate", "10",
+                              "--slo-tpot-ms", "8", "--slo-ttft-ms", "2000", "--speculative", "eagle",
+                              "--acceptance", "0.7", "--speculative-options", "off,3", "--workers", "1"], capsys)
+    assert code == 0, err
+    winner = next(line for line in out.splitlines() if line.startswith("winner:"))
+    assert "spec eagle k=3" in winner  # the TPOT objective is met with fewer GPUs by drafting
+    assert '--speculative-config \'{"method": "eagle", "num_speculative_tokens": 3' in out
+    reproduce = next(line for line in out.splitlines() if "reproduce:" in line).split("reproduce: ")[1]
+    assert "--speculative eagle --num-speculative-tokens 3" in reproduce and "--acceptance 0.7" in reproduce
+    code, again, _ = run_cli([*shlex.split(reproduce)[1:], "--format", "json"], capsys)
+    assert code == 0 and json.loads(again)["chunked"]["p99_tpot_ms"] <= 8
+
+
+def test_bad_speculative_options_are_one_line():
+    code, _, err = cli(["capacity", "deploy", "--num-requests", "10", "--slo-tpot-ms", "50",
+                        "--speculative-options", "off,3"])
+    one_line_error(code, err, "--speculative-options", "'3'", "--speculative METHOD")

@@ -44,6 +44,24 @@ def read_prices(items: list[str] | None) -> dict[str, float] | None:
     return out
 
 
+def speculation_options(cfg, text: str | None) -> list[str]:
+    """--speculative-options off,1,3: speculation off, or the config's method at each k
+    (default: the config's alone). One line naming the option where it cannot be."""
+    sp = cfg.speculative
+    if text is None:
+        return [f"{sp.method}:{sp.num_speculative_tokens}" if sp.on else ""]
+    out = []
+    for item in parse_list(text, "--speculative-options"):
+        if item == "off":
+            out.append("off")
+        elif item.isdigit() and int(item) >= 1 and sp.on:
+            out.append(f"{sp.method}:{int(item)}")
+        else:
+            raise UserError(f"--speculative-options: {item!r}: expected off or a draft length >= 1"
+                            + ("" if sp.on else " with --speculative METHOD and its --acceptance"))
+    return out
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
@@ -65,7 +83,8 @@ def run_deploy(args: argparse.Namespace) -> int:
                         pp=parse_list(args.pp_options, "--pp-options", int),
                         ep=parse_list(args.ep_options, "--ep-options"),
                         routers=parse_list(args.router_options, "--router-options") if args.router_options
-                        is not None else [""])
+                        is not None else [""],
+                        speculative=speculation_options(cfg, args.speculative_options))
     bad_router = [r for r in space.routers if r and r not in ROUTERS]
     if bad_router:
         raise UserError(f"--router-options: {bad_router[0]!r} is not one of {', '.join(ROUTERS)}")

@@ -61,6 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         q.add_argument("--busiest-window", type=float, metavar="S",
                        help="size for the busiest S seconds of the trace (in its own time)")
     add_deploy_options(dp)
+    add_speculative_options(dp)
     sp = sub.add_parser("speculation", help="where speculative decoding stops paying: TPOT and "
                         "throughput with and without it, by batch size", description=SPECULATION)
     add_common_options(sp)
@@ -92,6 +93,9 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
     g.add_argument("--router-options", metavar="R1,R2",
                    help="routers in front of the replicas to search (round_robin, least_loaded, "
                         "prefix_aware; default: --router's alone)")
+    g.add_argument("--speculative-options", metavar="off,1,3",
+                   help="speculation off, or the config's method (--speculative) at each draft length "
+                        "(default: as configured)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
