@@ -185,6 +185,14 @@ class ExperimentConfig(BaseModel):
             validate_params(p, policy_class(p).Params, self._params_of(p), strict=True)
         return self
 
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """[speculative] only where a run speculates: every other run's config.json, and a
+        sweep point's hash of its config, stay what they were before the section existed."""
+        data = super().model_dump(**kwargs)
+        if not self.speculative.on:
+            data.pop("speculative", None)
+        return data
+
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
 
@@ -221,8 +229,6 @@ class ExperimentConfig(BaseModel):
         is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
         a field by what the command resolved it to (the dtype a preset is served in)."""
         data = self.model_dump()
-        if not self.speculative.on:  # recorded only where a run speculates
-            del data["speculative"]
         data["run"]["policies"] = self.policies()
         del data["scheduler"]["policy"]
         for name in ignored:
