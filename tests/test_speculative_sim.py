@@ -86,6 +86,12 @@ def test_the_draft_adds_k_passes_priced_for_its_shape():
     later = sum(4e-4 + (1004 + 4 * i) * 1e-7 for i in range(2))  # two one-token passes
     assert cost.step_time(f) == pytest.approx(0.01 + 0.016 + first + later)
     assert cost.draft_seconds(StepFeatures()) == 0.0
+    # A draft sharing the target's KV (its own first layers) runs k one-token passes of the
+    # decoding sequences, and nothing on a step of prefills alone.
+    shared = DraftedCost(target, draft, 3, shares_kv=True)
+    assert shared.draft_seconds(f) == pytest.approx(sum(4e-4 + (1000 + 4 * i) * 1e-7 for i in range(3)))
+    prefill = StepFeatures(num_seqs=2, num_prefill_seqs=2, prefill_tokens=300, kv_tokens_read=300)
+    assert shared.draft_seconds(prefill) == 0.0 < cost.draft_seconds(prefill)
 
 
 def _work(seed: int, n: int = 30, together: bool = False) -> Workload:

@@ -7,6 +7,8 @@ through the one `step_time` it always calls: a run without speculation never mee
 The draft's passes: the first runs the step's own tokens (prefill chunks and the verified
 positions: the draft extends its KV or hidden states over what the target kept), the
 other k - 1 one token per decoding sequence, as vLLM's draft-model and EAGLE proposers do.
+A draft that shares the target's KV (the target's own first layers: backend/speculative/)
+has nothing of the step to catch up on: its k passes are one token per decoding sequence.
 The draft's price carries no step overhead of its own (its form is built without one):
 the engine's per-step host cost is paid once, by the target's step."""
 from __future__ import annotations
@@ -24,12 +26,15 @@ class DraftedCost:
     base: CostModel  # the target's price (attention_window reads through `base`)
     draft: CostModel  # the draft's price, for its own shape
     k: int  # drafts a step
+    shares_kv: bool = False  # the draft's KV is the target's: no pass over the step's tokens
 
     def draft_seconds(self, f: StepFeatures) -> float:
         if not f.num_seqs:
             return 0.0
-        t = self.draft.step_time(f)
         decoding = f.num_seqs - f.num_prefill_seqs
+        if self.shares_kv:
+            return sum(self.draft.decode_times(decoding, f.kv_tokens_read, self.k)) if decoding else 0.0
+        t = self.draft.step_time(f)
         if decoding and self.k > 1:
             # Each later pass reads the context and the drafts before it.
             t += sum(self.draft.decode_times(decoding, f.kv_tokens_read + decoding, self.k - 1))
@@ -50,9 +55,9 @@ class DraftedCost:
 
     def at(self, now: float) -> CostModel:
         base = self.base.at(now)
-        return self if base is self.base else DraftedCost(base, self.draft, self.k)
+        return self if base is self.base else DraftedCost(base, self.draft, self.k, self.shares_kv)
 
     def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
         """The target and the draft as the machine ran: both forms slowed alike."""
         slow = lambda c: c.at_speed(memory, compute)  # noqa: E731 - CostForm's, where it has one
-        return DraftedCost(slow(self.base), slow(self.draft), self.k)
+        return DraftedCost(slow(self.base), slow(self.draft), self.k, self.shares_kv)

@@ -19,6 +19,7 @@ from batchlab.experiments.run_labels import label_real
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
 from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative, write_acceptance
 from batchlab.experiments.validation import profile_source
+from batchlab.experiments.validation.speculative import drafted
 
 if TYPE_CHECKING:
     from batchlab.core.run_meta import RunMeta
@@ -85,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
             result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                                   temperature=cfg.run.temperature, seed=cfg.workload.seed,
                                   progress=not args.no_progress, speculative=cfg.speculative)
-        label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
+        # meta: machine_speed (each step priced with the draft's passes where it drafted), stability
+        label_real(result, drafted(speed_cost, result.meta.speculative) if speed_cost is not None else None,
+                   speed_source, probe)
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta.stability.verdict}
         metas[policy] = result.meta

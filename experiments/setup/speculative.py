@@ -78,7 +78,8 @@ def speculative_setup(cfg: ExperimentConfig, cost: CostModel, blocks: int, meta:
     meta.speculation = (f"{sp.method}, k={k}: {draft.words}; {acceptance.source} (mean acceptance "
                         f"length {acceptance.mean_length:.2f}); the target verifies k+1 tokens a "
                         f"decode, the draft runs k passes a step priced for its shape, no step overhead")
-    return DraftedCost(cost, draft_cost, k), blocks, SpeculativeSetup(sp, acceptance, draft)
+    shares = sp.method == "draft_model" and sp.draft_model is None  # the target's own layers
+    return DraftedCost(cost, draft_cost, k, shares), blocks, SpeculativeSetup(sp, acceptance, draft)
 
 
 def _draft_price(cfg: ExperimentConfig, cost: CostModel, meta: SetupMeta, target: ModelSpec,

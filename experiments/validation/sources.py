@@ -21,6 +21,7 @@ from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 from batchlab.experiments import run_labels
 from batchlab.experiments.validation.pair import Run, run_real, sim_scheduler
+from batchlab.experiments.validation.speculative import drafted
 from batchlab.experiments.validation.steps import Composition
 
 SERVED_HERE = "served here"
@@ -85,6 +86,6 @@ def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Co
         run = run_real(runtime, workload, scheduler, seed=seed, progress=progress, speculative=speculative)
         if run.result.meta.interrupted:
             raise KeyboardInterrupt
-        run_labels.label_real(run.result, cost, source)
+        run_labels.label_real(run.result, drafted(cost, run.result.meta.speculative), source)
         runs.append(run)
     return RealSide(where, workload, sim_scheduler(scheduler, runs[0].result), [live_run(r, where) for r in runs])

@@ -25,7 +25,8 @@ def drafted(cost: CostForm, spec: Speculation | None) -> CostForm:
     if share is None:
         raise ValueError("the real runs speculated without recording their draft's cost share "
                          "(meta.speculative.draft_cost_share): serve them again")
-    return DraftedCost(cost, Slowed(cost, float(share)), int(spec.num_speculative_tokens))
+    # The backend's draft is the target's own first layers: it shares the target's KV.
+    return DraftedCost(cost, Slowed(cost, float(share)), int(spec.num_speculative_tokens), shares_kv=True)
 
 
 def emission(metas: list[RunMeta], seed: int = 0) -> SpeculativeEmission | None:
