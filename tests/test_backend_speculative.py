@@ -105,3 +105,48 @@ def test_bad_backend_speculation_is_one_line():
                    "run.temperature (--temperature) 0.7", "greedily")
     one_line_error(*cli([*base, "draft_model", "--draft-layers", "1", "--acceptance", "0.5"])[:3:2],
                    "speculative.acceptance", "simulator setting")
+
+
+def test_a_speculating_server_streams_the_targets_tokens(runtime):
+    """The server's loop, speculating: the same tokens as without, several arriving at one
+    step's end where drafts were accepted; a request that asks to sample is refused."""
+    import threading
+
+    from batchlab.backend.sampling import SamplingParams
+    from batchlab.backend.server.engine_loop import EngineLoop
+
+    prompts = [list(range(5, 25)), list(range(100, 130)), [7] * 12]
+
+    def serve(speculative=None, params=None):
+        loop = EngineLoop(runtime, SchedulerConfig(policy="chunked", block_size=8), warmup=False,
+                          speculative=speculative)
+        loop.start()
+        got = []
+        try:
+            for ids in prompts:
+                events, done = [], threading.Event()
+
+                def emit(e, events=events, done=done):
+                    events.append(e)
+                    if e.finished:
+                        done.set()
+                loop.submit(loop.new_request(ids, 24, loop.clock()), emit, params)
+                got.append((events, done))
+            for _, done in got:
+                assert done.wait(120), "a request never ended"
+        finally:
+            loop.stop()
+        return [events for events, _ in got], loop
+
+    plain, _ = serve()
+    drafted, loop = serve(spec(5, 3))
+    assert [[e.token for e in ev] for ev in drafted] == [[e.token for e in ev] for ev in plain]
+    assert all([e.index for e in ev] == list(range(24)) for ev in drafted)
+    s = loop.result().meta.speculative
+    assert s.verifications > 0
+    # A request's tokens kept together share their step's end: its repeated times are its
+    # accepted drafts, less those a reply's end cut (at most k = 3 a request).
+    together = sum(len(ev) - len({e.time_s for e in ev}) for ev in drafted)
+    assert s.accepted_tokens - 3 * len(prompts) <= together <= s.accepted_tokens
+    refused, _ = serve(spec(1, 2), SamplingParams(temperature=0.8))
+    assert all(ev[-1].status == 400 and "greedily" in ev[-1].error for ev in refused)

@@ -22,9 +22,22 @@ def check_backend_speculative(cfg: SpeculativeConfig, temperature: float) -> Non
                          f"(--temperature) must be 0, got {temperature:g}")
 
 
-def speculative_engine(base: Engine, cfg: SpeculativeConfig) -> SpeculativeEngine:
-    """`base`'s runner and cache, speculating as cfg says (checked by check_backend_speculative)."""
+class ServedSpeculativeEngine(SpeculativeEngine):
+    """The server's (backend/server/engine_loop.py): what its loop reads of an engine besides,
+    requests whose sampling failed and per-request generators, both empty: it serves greedy
+    requests only, every token the target's argmax."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.failed: dict[int, str] = {}
+        self.generators: dict = {}
+
+
+def speculative_engine(base: Engine, cfg: SpeculativeConfig, served: bool = False) -> SpeculativeEngine:
+    """`base`'s runner and cache, speculating as cfg says (checked by check_backend_speculative);
+    served: the server's engine."""
     draft = truncated_runner(base.runner, cfg.draft_layers or 1)
     share = round(draft.weight_bytes_per_step / base.runner.weight_bytes_per_step, 6)
     emission = VerifiedEmission(cfg.num_speculative_tokens, cfg.method, share)
-    return SpeculativeEngine(base.runner, base.cache, draft, emission, prompt_seed=base.prompt_seed)
+    kind = ServedSpeculativeEngine if served else SpeculativeEngine
+    return kind(base.runner, base.cache, draft, emission, prompt_seed=base.prompt_seed)
