@@ -37,6 +37,9 @@ def test_an_acceptance_file_round_trips_and_serves_a_shorter_draft(tmp_path):
     write_acceptance_file(path, 3, {1: 10, 2: 20, 4: 70})
     a = read_acceptance_file(path, 3)
     assert a.probs == pytest.approx((0.1, 0.2, 0.0, 0.7))
+    bom = tmp_path / "bom.csv"  # as a spreadsheet saves it: a byte-order mark, CRLF, a blank line
+    bom.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n") + b"\r\n")
+    assert read_acceptance_file(bom, 3).probs == a.probs
     short = read_acceptance_file(path, 1)  # keep at most 2: the measured 4s keep 2
     assert short.probs == pytest.approx((0.1, 0.9))
     with pytest.raises(ValueError, match="num_speculative_tokens=3.*k=4"):

@@ -47,7 +47,8 @@ class SpeculativeEngine(Engine):
         self._drafts = {seq.id: [] for seq, _, _ in items}
         dev = self.runner.device
         for j in range(max((n - 1 for _, _, n in items), default=0)):
-            live = sorted(((seq, s) for seq, s, n in items if n - 1 > j), key=lambda x: x[1])  # decodes by position
+            # build_metadata takes one-token decodes sorted by position
+            live = sorted(((seq, s) for seq, s, n in items if n - 1 > j), key=lambda x: x[1])
             last = [self._drafts[seq.id][-1] if j else seq.output_token_ids[-1] for seq, _ in live]
             meta = build_metadata([(s + j, seq.block_table) for seq, s in live], [], self.cache)
             pos = torch.tensor([s + j for _, s in live], dtype=torch.int64, device=dev)

@@ -10,11 +10,12 @@ refused, since what the draft does past k_m was never seen."""
 from __future__ import annotations
 
 import csv
+import io
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchlab.core import atomic
+from batchlab.core import atomic, text_input
 
 ACCEPTANCE_COLUMNS = ("num_speculative_tokens", "emitted", "count")
 
@@ -54,7 +55,8 @@ def per_position(rates: list[float], k: int) -> Acceptance:
         probs.append(reach * (1.0 - a))
         reach *= a
     probs.append(reach)
-    shown = f"{rates[0]:g} per position" if len(set(rates)) == 1 else f"per position {', '.join(f'{a:g}' for a in rates)}"
+    each = ", ".join(f"{a:g}" for a in rates)
+    shown = f"{rates[0]:g} per position" if len(set(rates)) == 1 else f"per position {each}"
     return Acceptance(tuple(probs), f"acceptance {shown}")
 
 
@@ -74,18 +76,20 @@ def read_acceptance_file(path: str | Path, k: int) -> Acceptance:
     """The acceptance measured in `path`; ValueError (one line naming the file and row) where
     it is not one."""
     where = str(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
+    try:  # a byte-order mark and CR-only line endings read as any other file
+        rows = list(csv.reader(io.StringIO(text_input.read_text(path))))
     except OSError as e:
         raise ValueError(f"{where}: cannot read the acceptance file ({e.strerror})") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{where}: not UTF-8 text; expected a CSV of {','.join(ACCEPTANCE_COLUMNS)}") from None
+        raise ValueError(f"{where}: not UTF-8 text; expected a CSV of "
+                         f"{','.join(ACCEPTANCE_COLUMNS)}") from None
     if not rows or tuple(c.strip() for c in rows[0]) != ACCEPTANCE_COLUMNS:
         raise ValueError(f"{where}: row 1: expected the header {','.join(ACCEPTANCE_COLUMNS)}")
     counts: dict[int, int] = {}
     measured = None
     for i, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):  # a blank line
+            continue
         try:
             mk, emitted, n = (int(c) for c in row)
         except ValueError:
