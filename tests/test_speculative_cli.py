@@ -134,3 +134,11 @@ def test_bad_speculative_options_are_one_line():
     code, _, err = cli(["capacity", "deploy", "--num-requests", "10", "--slo-tpot-ms", "50",
                         "--speculative-options", "off,3"])
     one_line_error(code, err, "--speculative-options", "'3'", "--speculative METHOD")
+
+
+def test_mtp_needs_a_model_that_ships_mtp_layers():
+    code, _, err = cli(["simulate", *SMALL, "--speculative", "mtp", "--acceptance", "0.8"])
+    one_line_error(code, err, "speculative.method mtp", "llama-3-8b declares no multi-token-prediction")
+    code, _, err = cli(["simulate", *SMALL, "--model", "deepseek-v3", "--hardware", "h200", "--tp", "8",
+                        "--speculative", "mtp", "--draft-layers", "2", "--acceptance", "0.8"])
+    one_line_error(code, err, "speculative.draft_layers 2", "1 MTP layer")

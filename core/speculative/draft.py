@@ -7,8 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from batchlab.core.model.config_json import read_config_file
+from batchlab.core.model.presets import PRESET_CONFIGS, is_model_path
 from batchlab.core.model.spec import ModelSpec
 from batchlab.core.speculative.config import SpeculativeConfig
+
+# Where a config.json declares its multi-token-prediction layers (DeepSeek-V3/R1 and GLM-4.5:
+# num_nextn_predict_layers; Qwen3-Next: mtp_num_hidden_layers).
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+def declared_mtp_layers(model: str) -> int:
+    """The MTP layers `model` (a preset name or a config.json path) ships with (0: none)."""
+    path = model if is_model_path(model) else PRESET_CONFIGS / f"{model}.json"
+    try:
+        raw, _ = read_config_file(path)
+    except (OSError, ValueError):  # a preset defined in code (no config.json): no MTP layers
+        return 0
+    return max((int(raw.get(k) or 0) for k in MTP_KEYS), default=0)
 
 _DENSE = {"num_experts": 0, "experts_per_token": 0, "expert_intermediate_size": 0,
           "shared_expert_intermediate_size": 0, "moe_layers": 0, "expert_weight_bytes": 0.0}

@@ -13,7 +13,7 @@ from batchlab.core.model.presets import lookup_model
 from batchlab.core.model.spec import ModelSpec
 from batchlab.core.speculative.acceptance import Acceptance, per_position, read_acceptance_file
 from batchlab.core.speculative.config import SpeculativeConfig
-from batchlab.core.speculative.draft import Draft, draft_of
+from batchlab.core.speculative.draft import Draft, declared_mtp_layers, draft_of
 from batchlab.core.speculative.draft_cost import DraftedCost
 from batchlab.core.speculative.emission import SpeculativeEmission
 from batchlab.experiments.config import ExperimentConfig
@@ -67,6 +67,15 @@ def speculative_setup(cfg: ExperimentConfig, cost: CostModel, blocks: int, meta:
         other = lookup_model(sp.draft_model) if sp.draft_model else None
     except ValueError as e:
         raise UserError(f"speculative.draft_model: {e}") from None
+    if sp.method == "mtp":
+        declared = declared_mtp_layers(cfg.model.name)
+        if not declared:
+            raise UserError(f"speculative.method mtp: model {cfg.model.name} declares no multi-token-"
+                            f"prediction layers (num_nextn_predict_layers in its config.json); use eagle "
+                            f"or draft_model")
+        if (sp.draft_layers or 1) > declared:
+            raise UserError(f"speculative.draft_layers {sp.draft_layers}: {cfg.model.name} has {declared} "
+                            f"MTP layer(s)")
     try:
         draft = draft_of(sp, target, other)
         draft_cost = _draft_price(cfg, cost, meta, target, draft)
