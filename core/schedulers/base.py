@@ -287,7 +287,8 @@ class Scheduler:
         # Its last decode holds its drafts' KV too (width - 1 more: core/emission.py).
         need = blocks_for(request.max_kv_tokens + self._width - 1, self.kv.block_size)
         if need > self.kv.num_blocks:
-            return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens) "
+            drafts = f" and {self._width - 1} drafts" if self._width > 1 else ""
+            return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens{drafts}) "
                     f"but the cache has {self.kv.num_blocks}")
         return ""
 

@@ -111,8 +111,8 @@ class Judge:
             d.steps = step_match(first.keys, j.headline.keys)
             d.divergence = explain(first.result, j.headline.result, first.keys, j.headline.keys,
                                    d.steps.first_divergence)
-        if first.steps is not None:
-            d.step_error = step_error(first.steps, self.cost)
+        if first.steps is not None:  # each step priced as its run ran it (with a draft's passes)
+            d.step_error = step_error(first.steps, drafted(self.cost, speculation([r.meta for r in reals])))
         if len(reals) >= 2:
             d.distributions = distribution_tests([r.result for r in reals], j.headline.result)
         d.undecidable = undecidable(j.cell.metrics, d.distributions)
