@@ -169,3 +169,15 @@ def test_tokens_kept_together_are_zero_gaps_and_rejections_keep_the_schedule():
     assert em.kept > after_first  # some replies ended within what a verification kept
     assert allk.summary()["total_output_tokens"] == plain.summary()["total_output_tokens"]
 
+
+
+def test_a_request_whose_drafts_cannot_fit_is_rejected_not_stuck():
+    """prompt + output - 1 tokens fill the pool exactly: without drafts it runs, with k
+    drafts its last verification could never get its blocks, so it is refused on arrival."""
+    cfg = SchedulerConfig(policy="chunked", max_num_seqs=4, block_size=4)
+    w = Workload(np.zeros(1), np.asarray([9]), np.asarray([8]))  # 16 tokens of KV: 4 blocks
+    plain = simulate(w, cfg, COSTS["linear"], 4)
+    assert list(plain.requests["status"]) == ["finished"]
+    spec = simulate(w, cfg, COSTS["linear"], 4, emission=SpeculativeEmission(2, per_position([0.5], 2), 0))
+    assert list(spec.requests["status"]) == ["rejected"]
+    assert "and 2 drafts" in spec.requests["reject_reason"][0]
