@@ -1,0 +1,209 @@
+"""Prefill/decode disaggregation in the simulator (sim/disaggregated): every request
+passes the prefill pool then the decode pool once, its KV arrives over the link before
+the decode side runs it, the latencies mean what vLLM's do, fast-forward changes
+nothing, each pool obeys Little's law, and the same input gives the same run."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import given, settings, strategies as st
+
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.kv_handoff import KVTransfer
+from batchlab.core.model.links import LINKS
+from batchlab.core.pd_deployment import PDDeployment, Pool
+from batchlab.core.workload import Workload
+from batchlab.sim.disaggregated import DisaggregatedWorld, simulate_disaggregated
+from batchlab.sim.disaggregated.summary import disaggregated_summary
+from tests.same_runs import COSTS, assert_same
+
+COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "decode_tokens": 5e-5, "kv_tokens_read": 1e-7})
+KV_BYTES = 131_072  # Llama-3-8B in bf16: 32 layers x 2 x 8 heads x 128 x 2 bytes
+
+
+def workload(n: int, seed: int, gap: float = 0.03, prompt=(20, 1500), output=(1, 120)) -> Workload:
+    rng = np.random.default_rng(seed)
+    arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(gap, n - 1))))
+    return Workload(arrivals, rng.integers(*prompt, n), rng.integers(*output, n))
+
+
+def deployment(p: int = 2, d: int = 2, link: str = "ib-ndr", policy: str = "chunked",
+               blocks: int = 3000, seats: int = 16, router: str = "least_loaded",
+               lanes: int = 1, cost: str = "") -> PDDeployment:
+    sc = SchedulerConfig(policy=policy, max_num_seqs=seats, block_size=16, max_num_batched_tokens=2048)
+    price = COSTS[cost] if cost else COST
+    return PDDeployment(Pool(p, sc, price, blocks, router), Pool(d, sc, price, blocks, router),
+                        KVTransfer(LINKS[link], KV_BYTES, lanes))
+
+
+def same_run(a, b) -> None:
+    for name in ("requests", "steps"):
+        ta, tb = getattr(a.result, name), getattr(b.result, name)
+        assert ta.keys() == tb.keys()
+        for c in ta:
+            assert np.array_equal(ta[c], tb[c]), f"{name}.{c}"
+    ga = np.repeat(a.result.itl_gaps, a.result.itl_counts)
+    gb = np.repeat(b.result.itl_gaps, b.result.itl_counts)
+    assert np.array_equal(np.sort(ga), np.sort(gb))
+    for c, v in a.handoffs.table().items():
+        assert np.array_equal(v, b.handoffs.table()[c]), f"handoffs.{c}"
+
+
+deployments = st.builds(deployment, p=st.integers(1, 3), d=st.integers(1, 3),
+                        link=st.sampled_from(sorted(LINKS)), policy=st.sampled_from(["continuous", "chunked"]),
+                        blocks=st.integers(200, 3000), seats=st.integers(1, 16),
+                        router=st.sampled_from(["round_robin", "least_loaded", "prefix_aware"]),
+                        lanes=st.integers(1, 4), cost=st.sampled_from(["", *sorted(COSTS)]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(deployments, st.integers(5, 60), st.integers(0, 10**6))
+def test_every_request_passes_prefill_then_decode_once(dep, n, seed):
+    w = workload(n, seed)
+    run = simulate_disaggregated(w, dep)
+    req, h, p = run.result.requests, run.handoffs.table(), dep.prefill.replicas
+    assert len(req["request_id"]) == n and sorted(req["request_id"]) == list(range(n))
+    done = req["status"] == "finished"
+    rejected = req["status"] == "rejected"
+    assert (done | rejected).all()
+    # Handed on exactly once: every finished reply longer than one token, nothing else.
+    multi = done & (req["output_len"] > 1)
+    assert sorted(h["request_id"]) == sorted(req["request_id"][multi])
+    # ... from a prefill replica to a decode replica, which finished it.
+    assert ((h["prefill_replica"] >= 0) & (h["prefill_replica"] < p)).all()
+    assert (h["decode_replica"] >= p).all()
+    row = {int(i): k for k, i in enumerate(req["request_id"])}
+    for i, d in zip(h["request_id"], h["decode_replica"]):
+        assert req["replica"][row[int(i)]] == d
+    # One-token replies end where they began, on the prefill side.
+    assert (req["replica"][done & (req["output_len"] == 1)] < p).all()
+    # The KV is sent once the prefill is done and both links are free, and takes its time.
+    assert (h["sent_s"] >= h["ready_s"]).all()
+    tokens = req["prompt_len"][[row[int(i)] for i in h["request_id"]]]
+    assert np.allclose(h["arrived_s"] - h["sent_s"], [dep.transfer.seconds(int(t)) for t in tokens],
+                       rtol=1e-9, atol=1e-12)
+    assert (h["kv_bytes"] == tokens * KV_BYTES).all()
+    # The first token comes from the prefill side, before the KV leaves.
+    first = req["first_token_s"][[row[int(i)] for i in h["request_id"]]]
+    assert np.array_equal(first, h["ready_s"])
+
+
+@settings(max_examples=20, deadline=None)
+@given(deployments, st.integers(5, 60), st.integers(0, 10**6))
+def test_fast_forward_changes_nothing(dep, n, seed):
+    """As for one pool (tests/test_fast_forward.py): the same steps and requests, times
+    to rounding (a run's times are summed in another order than step by step)."""
+    w = workload(n, seed, output=(1, 300))
+    a, b = simulate_disaggregated(w, dep), simulate_disaggregated(w, dep, fast_forward=False)
+    assert_same(a.result, b.result)
+    ha, hb = a.handoffs.table(), b.handoffs.table()
+    for c in ha:
+        np.testing.assert_allclose(ha[c], hb[c], rtol=1e-9, atol=1e-9, err_msg=c)
+
+
+def test_fast_forward_skips_steps_on_the_decode_side():
+    w, dep = workload(200, 1, output=(100, 300)), deployment(1, 1)
+    env = simpy.Environment()
+    world = DisaggregatedWorld(env, w, dep)
+    env.run()
+    assert world.rec.decisions < world.rec.num_steps / 2
+
+
+def test_same_input_same_run():
+    w, dep = workload(150, 7), deployment(2, 3)
+    same_run(simulate_disaggregated(w, dep), simulate_disaggregated(w, dep))
+
+
+def test_decode_runs_a_request_only_after_its_kv_arrived():
+    w, dep = workload(80, 3), deployment(2, 2, link="ib-hdr")
+    first_run: dict[int, float] = {}
+
+    def watch(index, start, _dt, batch):
+        if index >= dep.prefill.replicas:
+            for seq in batch.seqs:
+                first_run.setdefault(seq.id, start)
+    run = simulate_disaggregated(w, dep, observer=watch)
+    h = run.handoffs.table()
+    assert len(h["request_id"]) == len(first_run)
+    for i, arrived in zip(h["request_id"], h["arrived_s"]):
+        assert first_run[int(i)] >= arrived
+
+
+def test_one_request_latencies_by_hand():
+    """One request, a constant step price: the prefill's step gives the first token,
+    the link adds its time, then the decode side's steps; TPOT includes the transfer."""
+    step, prompt, out = 0.01, 1000, 5
+    cost = LinearCostModel(step)
+    sc = SchedulerConfig(policy="chunked", max_num_seqs=4, block_size=16, max_num_batched_tokens=2048)
+    link = LINKS["roce-200"]
+    dep = PDDeployment(Pool(1, sc, cost, 500), Pool(1, sc, cost, 500), KVTransfer(link, KV_BYTES))
+    run = simulate_disaggregated(Workload(np.array([0.0]), np.array([prompt]), np.array([out])), dep)
+    transfer = link.latency_s + prompt * KV_BYTES / link.bandwidth
+    s = run.result.summary()
+    assert s["mean_ttft_ms"] == pytest.approx(step * 1000)
+    assert run.result.requests["finish_s"][0] == pytest.approx(step + transfer + (out - 1) * step)
+    assert s["mean_tpot_ms"] == pytest.approx((transfer + (out - 1) * step) / (out - 1) * 1000)
+    # The second token's gap holds the transfer; the others are one step each.
+    gaps = sorted(run.result.itl)
+    assert gaps == pytest.approx([step] * (out - 2) + [transfer + step])
+
+
+def test_a_pool_that_cannot_hold_a_request_refuses_it_before_prefill():
+    dep = deployment(1, 1, blocks=10)  # 160 tokens a decode replica
+    w = Workload(np.array([0.0, 0.1]), np.array([100, 400]), np.array([20, 20]))
+    run = simulate_disaggregated(w, dep)
+    req = run.result.requests
+    assert list(req["status"]) == ["finished", "rejected"]
+    assert "KV blocks" in req["reject_reason"][1]
+    assert list(run.handoffs.table()["request_id"]) == [0]
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_littles_law_per_pool(pool):
+    """The mean number of requests in a pool, sampled on a fine clock, equals its
+    throughput times the mean time a request spends there (L = lambda W). Sampling every
+    DT seconds counts each request's stay to within one sample: |sum - W/DT| <= 1 each."""
+    w, dep = workload(300, 11, gap=0.02), deployment(2, 2)
+    env = simpy.Environment()
+    # Stepped: a fast-forward run retires its early finishers when it starts (their
+    # times are right, but a sampler would miss them while it runs).
+    world = DisaggregatedWorld(env, w, dep, fast_forward=False)
+    replicas = world.prefill if pool == "prefill" else world.decode
+    DT, samples = 0.0005, []
+
+    def sampler():
+        while True:
+            world.arrivals.pull(env.now)  # requests due are queued (any process may pull: sim/arrivals.py)
+            samples.append(sum(len(r.scheduler.running) + r.scheduler.num_waiting for r in replicas))
+            yield env.timeout(DT)
+    env.process(sampler())
+    env.run(until=w.arrival[-1] + 60)
+    req, h = world.rec.request_table(), world.handoffs.table()
+    row = {int(i): k for k, i in enumerate(req["request_id"])}
+    at = [row[int(i)] for i in h["request_id"]]
+    if pool == "prefill":
+        enter, leave = req["arrival_s"], req["first_token_s"]
+    else:
+        enter, leave = h["arrived_s"], req["finish_s"][at]
+    stays = leave - enter
+    assert np.isfinite(stays).all() and len(stays) > 100
+    area = sum(samples) * DT  # integral of the number present
+    assert abs(area - stays.sum()) <= len(stays) * DT
+    duration = len(samples) * DT
+    assert area / duration == pytest.approx(len(stays) / duration * stays.mean(), abs=len(stays) * DT / duration)
+
+
+def test_summary_reports_pools_and_transfers():
+    w, dep = workload(100, 5), deployment(1, 2)
+    run = simulate_disaggregated(w, dep)
+    s = disaggregated_summary(run)
+    h = run.handoffs.table()
+    assert s["kv_transfers"] == len(h["request_id"]) and s["kv_transfer_bytes"] == int(h["kv_bytes"].sum())
+    assert s["gpus"] == 3
+    steps = run.result.steps
+    busy = steps["duration_s"][steps["replica"] == 0].sum()
+    assert s["prefill_busy_fraction"] == pytest.approx(busy / s["duration"])
+    for k in ("prefill_busy_fraction", "decode_busy_fraction", "decode_slot_utilization"):
+        assert 0 < s[k] <= 1
