@@ -1,5 +1,6 @@
 """An experiment as one pydantic model; a TOML file has the same sections:
-[workload] [scheduler] [model] [hardware] [profile] [run]."""
+[workload] [scheduler] [model] [hardware] [profile] [run] (and [deployment], for
+prefill/decode pools: experiments/disaggregation/config.py)."""
 from __future__ import annotations
 
 import tomllib
@@ -18,6 +19,7 @@ from batchlab.core.model.hardware import DATASHEET_FIELDS, HARDWARE, DatasheetFi
 from batchlab.core.model.layout import Layout
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.disaggregation.config import DeploymentConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
 
 
@@ -152,6 +154,9 @@ class ExperimentConfig(BaseModel):
     hardware: HardwareConfig = HardwareConfig()
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
+    # Prefill/decode pools (experiments/disaggregation): left out of model_dump, so that
+    # every config.json of a run without it stays as it was; record() adds it when set.
+    deployment: DeploymentConfig | None = Field(None, exclude=True)
     # Scheduler fields the embedded demo set and the user did not (load_experiment): not
     # the user's choice, nor the engine's default; the assumptions line says whose they are.
     _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
@@ -232,6 +237,8 @@ class ExperimentConfig(BaseModel):
             data[table][field] = value
         data["run"]["admissions"] = self.admissions()
         data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
+        if self.deployment is not None:
+            data["deployment"] = self.deployment.model_dump()
         return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None,

@@ -136,7 +136,8 @@ def reject_unused_fields(cfg: ExperimentConfig, command: str, unused: dict[str, 
         raise UserError(f"[{table}] {name} does not apply to batchlab {command}: {why}")
 
 
-_SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run"}
+_SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run",
+             "de_": "deployment"}
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
