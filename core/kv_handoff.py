@@ -46,11 +46,12 @@ def prefill_request(request: Request) -> Request:
 def decode_sequence(prefilled: Sequence, request: Request) -> Sequence:
     """The decode replica's sequence for `request`, whose prompt `prefilled` (finished on
     the prefill replica, its first token sampled) computed: the prompt's KV elsewhere,
-    one token generated, its times so far carried over."""
+    one token generated, its token times and counts carried over."""
     seq = Sequence(request)
     seq.num_generated = prefilled.num_generated
     seq.kv_elsewhere = request.prompt_len
-    seq.first_scheduled = prefilled.first_scheduled
+    # first_scheduled is left unset: the decode replica stamps its own admission (its
+    # queue's), and whoever records the request's row puts the prefill's back.
     seq.first_token = seq.last_token = prefilled.first_token
     seq.preemptions = prefilled.preemptions
     seq.cached_tokens = prefilled.cached_tokens

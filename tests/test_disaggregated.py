@@ -16,7 +16,7 @@ from batchlab.core.model.links import LINKS
 from batchlab.core.pd_deployment import PDDeployment, Pool
 from batchlab.core.workload import Workload
 from batchlab.sim.disaggregated import DisaggregatedWorld, simulate_disaggregated
-from batchlab.sim.disaggregated.summary import disaggregated_summary
+from batchlab.sim.disaggregated.summary import disaggregated_summary, stability
 from tests.same_runs import COSTS, assert_same
 
 COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "decode_tokens": 5e-5, "kv_tokens_read": 1e-7})
@@ -108,7 +108,7 @@ def test_fast_forward_skips_steps_on_the_decode_side():
     env = simpy.Environment()
     world = DisaggregatedWorld(env, w, dep)
     env.run()
-    assert world.rec.decisions < world.rec.num_steps / 2
+    assert world.decode_rec.decisions < world.decode_rec.num_steps / 2
 
 
 def test_same_input_same_run():
@@ -127,8 +127,28 @@ def test_decode_runs_a_request_only_after_its_kv_arrived():
     run = simulate_disaggregated(w, dep, observer=watch)
     h = run.handoffs.table()
     assert len(h["request_id"]) == len(first_run)
-    for i, arrived in zip(h["request_id"], h["arrived_s"]):
+    for i, arrived, admitted in zip(h["request_id"], h["arrived_s"], h["admitted_s"]):
         assert first_run[int(i)] >= arrived
+        assert admitted == first_run[int(i)]  # the decode queue ends where its first step starts
+    # The row keeps the client's view: first scheduled on the prefill side, before the KV left.
+    req = run.result.requests
+    row = {int(i): k for k, i in enumerate(req["request_id"])}
+    at = [row[int(i)] for i in h["request_id"]]
+    assert (req["first_scheduled_s"][at] <= h["ready_s"]).all()
+
+
+def test_a_decode_backlog_is_an_overload_though_the_prefill_queue_is_short():
+    """Three prefill replicas feed one decode replica of two seats: prompts clear at once,
+    the decode queue grows through the run. Its verdict, not the requests' queueing
+    delay (the prefill pool's), says so."""
+    sc = SchedulerConfig(policy="chunked", max_num_seqs=2, block_size=16, max_num_batched_tokens=2048)
+    big = SchedulerConfig(policy="chunked", max_num_seqs=64, block_size=16, max_num_batched_tokens=4096)
+    dep = PDDeployment(Pool(3, big, COST, 5000), Pool(1, sc, COST, 5000), KVTransfer(LINKS["nvlink4"], KV_BYTES))
+    run = simulate_disaggregated(workload(300, 2, gap=0.02, prompt=(20, 100), output=(50, 80)), dep)
+    s = disaggregated_summary(run)
+    assert (s["prefill_stability"], s["decode_stability"]) == ("stable", "overloaded")
+    assert stability(run) == "overloaded"
+    assert s["mean_decode_queue_ms"] > 10 * s["mean_queueing_delay_ms"]
 
 
 def test_one_request_latencies_by_hand():

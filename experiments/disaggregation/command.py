@@ -12,7 +12,6 @@ import numpy as np
 
 from batchlab.core import atomic
 from batchlab.core.class_summary import breakdowns
-from batchlab.core.stability import queue_stability
 from batchlab.core.workload import build_workload
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.disaggregation.setup import pd_setup
@@ -22,7 +21,7 @@ from batchlab.experiments.output import ResultWriter, to_json
 from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.report import comparison_table, footer
 from batchlab.sim.disaggregated import simulate_disaggregated
-from batchlab.sim.disaggregated.summary import disaggregated_summary
+from batchlab.sim.disaggregated.summary import disaggregated_summary, stability
 
 POOL_ROWS: list[tuple[str, str, str]] = [
     ("gpus", "GPUs (both pools)", "{:.0f}"),
@@ -36,6 +35,9 @@ POOL_ROWS: list[tuple[str, str, str]] = [
     ("mean_kv_transfer_ms", "KV transfer mean (ms)", "{:.2f}"),
     ("p99_kv_transfer_ms", "KV transfer p99 (ms)", "{:.2f}"),
     ("mean_kv_link_wait_ms", "link wait mean (ms)", "{:.2f}"),
+    ("mean_decode_queue_ms", "decode queue mean (ms)", "{:.1f}"),
+    ("prefill_stability", "prefill queue", "{}"),
+    ("decode_stability", "decode queue", "{}"),
     ("request_goodput_per_gpu", "goodput per GPU (req/s)", "{:.3f}"),
 ]
 
@@ -57,7 +59,7 @@ def simulate_pools(cfg: ExperimentConfig, args: argparse.Namespace, record: dict
                                          fast_forward=not args.step_by_step, record_steps=args.step_table,
                                          progress=bar.update, keep_on_interrupt=True)
         s = {**disaggregated_summary(run, cfg.run.slo), **breakdowns(run.result.requests, cfg.run.slo)}
-        s["stability"] = queue_stability(run.result.requests).verdict
+        s["stability"] = stability(run)  # either pool's queue growing overloads it
         summaries[name] = s
         print(f"[{name}] {s['completed']:.0f}/{len(workload)} requests, {s['num_steps']} steps "
               f"simulated in {time.perf_counter() - t0:.2f} s", file=sys.stderr)

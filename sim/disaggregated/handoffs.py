@@ -22,6 +22,9 @@ class HandOffLog:
     sent_s: array = field(default_factory=lambda: array("d"))  # both ends' links were free
     arrived_s: array = field(default_factory=lambda: array("d"))  # the KV is on the decode replica
     kv_bytes: array = field(default_factory=lambda: array("q"))
+    # By request id: when a decode replica admitted it (its decode queue's end), noted as
+    # it leaves; admitted_s in the table (NaN: not admitted by the end of the run).
+    admitted: dict[int, float] = field(default_factory=dict)
 
     def add(self, request_id: int, prefill: int, decode: int, ready: float, sent: float,
             arrived: float, nbytes: int) -> None:
@@ -38,8 +41,10 @@ class HandOffLog:
 
     def table(self) -> dict[str, np.ndarray]:
         """Columns as arrays, in the order the transfers were sent."""
-        return {c: np.frombuffer(getattr(self, c), dtype=np.int64 if getattr(self, c).typecode == "q"
-                                 else np.float64).copy() for c in HANDOFF_COLUMNS}
+        t = {c: np.frombuffer(getattr(self, c), dtype=np.int64 if getattr(self, c).typecode == "q"
+                              else np.float64).copy() for c in HANDOFF_COLUMNS}
+        t["admitted_s"] = np.array([self.admitted.get(int(i), np.nan) for i in t["request_id"]], dtype=float)
+        return t
 
 
 class LinkQueues:

@@ -68,12 +68,12 @@ def simulate_disaggregated(workload: Workload, deployment: PDDeployment,
 def _merged(world: DisaggregatedWorld, meta: RunMeta) -> RunResult:
     """One run: the requests' rows, both pools' steps (prefill replicas first, as the
     step table orders replicas), every inter-token gap, both pools' step totals."""
-    pre, dec = world.prefill_rec, world.rec
+    pre, dec = world.prefill_rec, world.decode_rec
     steps = None
     p_steps, d_steps = pre.step_table(), dec.step_table()
     if p_steps is not None and d_steps is not None:
         steps = {c: np.concatenate([p_steps[c], d_steps[c]]) for c in p_steps}
     (pg, pc), (dg, dc) = pre.itl(), dec.itl()
     totals = {k: pre.totals[k] + dec.totals[k] for k in dec.totals}
-    return RunResult(dec.request_table(), steps, np.concatenate([pg, dg]), np.concatenate([pc, dc]),
+    return RunResult(world.rec.request_table(), steps, np.concatenate([pg, dg]), np.concatenate([pc, dc]),
                      meta, totals)

@@ -36,10 +36,13 @@ class DisaggregatedWorld:
                  observer: StepObserver | None = None,
                  progress: Callable[[int], None] | None = None) -> None:
         self.env, self.deployment, self.progress = env, deployment, progress
-        # Two recorders: the prefill pool's request rows are not the requests' (a prompt
-        # handed on finishes on the decode side); its steps are.
+        # Each pool's steps in a recorder of its own; every request's row in a third, as
+        # it leaves (a pool's own rows are not the requests': a prompt handed on finishes
+        # on the decode side, where first_scheduled is the decode queue's, not the client's).
         self.prefill_rec = MetricsRecorder(record_steps)
-        self.rec = MetricsRecorder(record_steps)  # every request's row, the decode pool's steps
+        self.decode_rec = MetricsRecorder(record_steps)
+        self.rec = MetricsRecorder(record_steps)
+        self._prefill_scheduled: dict[int, float] = {}  # by id: first_scheduled on the prefill side
         self.handoffs = HandOffLog()
         dep = deployment
         self.links = LinkQueues(dep.prefill.replicas, dep.decode.replicas)
@@ -58,7 +61,8 @@ class DisaggregatedWorld:
                                       prefill_next if fast_forward else None, observer, pulled)
                         for i in range(dep.prefill.replicas)]
         p = dep.prefill.replicas
-        self.decode = [self._replica(dep.decode, p + j, self.rec, self._decoded,
+        self.decode = [self._replica(dep.decode, p + j, self.decode_rec,
+                                     lambda seq, i=p + j: self._decoded(seq, i),
                                      self._next_handoff if fast_forward else None, observer, None)
                        for j in range(dep.decode.replicas)]
         # A request the decode pool cannot serve is refused before its prefill runs.
@@ -99,6 +103,7 @@ class DisaggregatedWorld:
         self.handoffs.add(request.id, p, replica.index, seq.finish, sent, arrived, transfer.nbytes(tokens))
         heapq.heappush(self._in_flight, arrived)
         handed = decode_sequence(seq, request)
+        self._prefill_scheduled[seq.id] = seq.first_scheduled
         event = urgent(self.env, max(0.0, arrived - self.env.now))
         event.callbacks.append(lambda _e: self._arrived(replica, handed))
 
@@ -107,8 +112,17 @@ class DisaggregatedWorld:
         replica.outstanding -= 1  # submit_sequence counts it again
         replica.submit_sequence(seq, self.env.now)
 
-    def _decoded(self, seq: Sequence) -> None:
+    def _decoded(self, seq: Sequence, index: int) -> None:
+        """A decode replica is done with `seq` (finished, or refused): its row, with the
+        decode queue's admission noted and the client's first_scheduled put back."""
+        self._client_row(seq)
+        self.rec.record_requests([seq], index)
         self._left(seq)
+
+    def _client_row(self, seq: Sequence) -> None:
+        if seq.first_scheduled >= 0:
+            self.handoffs.admitted[seq.id] = seq.first_scheduled
+        seq.first_scheduled = self._prefill_scheduled.pop(seq.id, seq.first_scheduled)
 
     def _left(self, seq: Sequence) -> None:
         self.arrivals.done(seq)
@@ -125,4 +139,8 @@ class DisaggregatedWorld:
     def unfinished(self) -> None:
         """Rows for what is still in either pool (an interrupted run)."""
         for e in (*self.prefill, *self.decode):
-            self.rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
+            seqs = [*e.scheduler.running, *e.scheduler.waiting()]
+            if e.index >= len(self.prefill):
+                for seq in seqs:
+                    self._client_row(seq)
+            self.rec.record_requests(seqs, e.index)
