@@ -82,3 +82,22 @@ def test_replicas_and_seeds_do_not_mix_with_pools(capsys):
     one_line_error(code, err, "run.replicas", "deployment.prefill_replicas")
     code, _, err = run_cli(["simulate", *SMALL, "--seeds", "2", "--decode-replicas", "2"], capsys)
     one_line_error(code, err, "--seeds")
+
+
+def test_each_pool_is_priced_as_the_same_replica_would_be_alone():
+    """A pool's setup is the aggregated setup at that pool's TP: the same cost form (a GPU
+    profile unless the roofline is asked for), KV blocks and seats."""
+    from batchlab.experiments.config import build_config
+    from batchlab.experiments.disaggregation.setup import pd_setup
+    from batchlab.experiments.setup import sim_setup
+    from batchlab.core.features import StepFeatures
+    for hardware in ({"name": "h100-sxm"}, {"name": "h100-sxm", "cost": "roofline"},
+                     {"name": "h100-sxm", "mem_efficiency": 0.7}):
+        base = {"model": {"name": "llama-3-8b"}, "hardware": hardware}
+        alone = sim_setup(build_config(base))
+        pools = pd_setup(build_config({**base, "deployment": {"prefill_tp": 2, "decode_tp": 1}}))
+        two = sim_setup(build_config({**base, "hardware": {**hardware, "tensor_parallel": 2}}))
+        f = StepFeatures(64, 1, 2048, 63, 40_000, 40_000)
+        for pool, ref in ((pools.decode, alone), (pools.prefill, two)):
+            assert pool.meta.cost_model == ref.meta.cost_model and pool.blocks == ref.blocks
+            assert pool.cost.step_time(f) == ref.cost.step_time(f)

@@ -54,7 +54,9 @@ class PDSetup:
 def with_tp(cfg: ExperimentConfig, tp: int, where: str) -> ExperimentConfig:
     """cfg with its replicas over `tp` GPUs, [hardware]'s checks run again."""
     try:
-        hw = HardwareConfig.model_validate({**cfg.hardware.model_dump(), "tensor_parallel": tp})
+        # Only what was given (a field marked given changes the setup: roofline constants
+        # given choose the roofline over a GPU profile), and this pool's TP.
+        hw = HardwareConfig.model_validate({**cfg.hardware.model_dump(exclude_unset=True), "tensor_parallel": tp})
     except ValueError as e:
         raise UserError(f"{where}: {str(e).splitlines()[-1].strip()}") from None
     return cfg.model_copy(update={"hardware": hw})
