@@ -103,6 +103,19 @@ def test_fast_forward_changes_nothing(dep, n, seed):
         np.testing.assert_allclose(ha[c], hb[c], rtol=1e-9, atol=1e-9, err_msg=c)
 
 
+@settings(max_examples=10, deadline=None)
+@given(deployments, st.integers(5, 40), st.integers(0, 10**6), st.integers(1, 8), st.sampled_from([0.0, 0.05]))
+def test_closed_loop_fast_forward_changes_nothing(dep, n, seed, users, think):
+    """Closed loop (a reply brings its user's next request): every request still passes
+    once, and fast-forward still changes nothing."""
+    w = workload(n, seed, output=(1, 200))
+    w = Workload(w.arrival, w.prompt_len, w.output_len, max_concurrency=users, think_time_s=think)
+    a, b = simulate_disaggregated(w, dep), simulate_disaggregated(w, dep, fast_forward=False)
+    assert_same(a.result, b.result)
+    assert sorted(a.result.requests["request_id"]) == list(range(n))
+    assert (a.result.requests["status"] != "waiting").all()
+
+
 def test_fast_forward_skips_steps_on_the_decode_side():
     w, dep = workload(200, 1, output=(100, 300)), deployment(1, 1)
     env = simpy.Environment()

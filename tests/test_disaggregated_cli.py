@@ -101,3 +101,10 @@ def test_each_pool_is_priced_as_the_same_replica_would_be_alone():
         for pool, ref in ((pools.decode, alone), (pools.prefill, two)):
             assert pool.meta.cost_model == ref.meta.cost_model and pool.blocks == ref.blocks
             assert pool.cost.step_time(f) == ref.cost.step_time(f)
+
+
+def test_commands_that_do_not_run_pools_refuse_the_table(tmp_path, capsys):
+    toml = tmp_path / "pd.toml"
+    toml.write_text('[deployment]\ndecode_replicas = 2\n[run]\nslo = {ttft_ms = 1000.0, tpot_ms = 100.0}\n')
+    code, _, err = run_cli(["capacity", "max-rate", "--config", str(toml)], capsys)
+    one_line_error(code, err, "[deployment]", "batchlab simulate")

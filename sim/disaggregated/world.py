@@ -54,16 +54,19 @@ class DisaggregatedWorld:
         closed = self.arrivals.closed_loop
         pulled = self.arrivals if self.arrivals.pulled else None
         prefill_next = self.arrivals.next_time
-        if closed and dep.prefill.replicas > 1:
-            prefill_next = lambda: env.now  # noqa: E731 (a reply anywhere may send a request)
+        if closed:  # a reply on any decode replica may send a request at any moment
+            prefill_next = lambda: env.now  # noqa: E731
         self.prefill = [self._replica(dep.prefill, i, self.prefill_rec,
                                       lambda seq, i=i: self._prefilled(seq, i),
                                       prefill_next if fast_forward else None, observer, pulled)
                         for i in range(dep.prefill.replicas)]
         p = dep.prefill.replicas
+        # Closed loop with several decode replicas: a reply on one may send a request
+        # whose KV reaches another at any moment (one replica's own replies end its runs).
+        decode_next = (lambda: env.now) if closed and dep.decode.replicas > 1 else self._next_handoff
         self.decode = [self._replica(dep.decode, p + j, self.decode_rec,
                                      lambda seq, i=p + j: self._decoded(seq, i),
-                                     self._next_handoff if fast_forward else None, observer, None)
+                                     decode_next if fast_forward else None, observer, None)
                        for j in range(dep.decode.replicas)]
         # A request the decode pool cannot serve is refused before its prefill runs.
         self._decode_check = self.decode[0].scheduler
