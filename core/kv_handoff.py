@@ -15,7 +15,12 @@ replica each send their heads' share over their own link at once (lanes = the sm
 of the two pools' TP). vLLM's NIXL connector (vllm-project/vllm at 002a1057,
 v1/nixl_connector.py) does no layer-wise overlap: wait_for_layer_load and
 save_kv_layer are no-ops, and the decode side reads the blocks after the prefill
-request finishes; the whole transfer is therefore exposed, after the prefill's step."""
+request finishes; the whole transfer is therefore exposed, after the prefill's step
+(layers = 0, the default). A connector that sends each layer's KV as that layer finishes
+(LMCache's layer-wise mode; Splitwise's per-layer transfer) is modelled with layers = the
+model's layer count: the last prefill step's layers overlap the transfer, so it may start
+(L-1)/L of that step before the prefill ends, and ends no sooner than the last layer's
+share after it (KVTransfer.window)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,12 +35,22 @@ class KVTransfer:
     link: LinkSpec
     bytes_per_token: int  # KV of one token over all layers and heads (ModelSpec.kv_bytes_per_token)
     lanes: int = 1  # links used at once: min(prefill TP, decode TP)
+    layers: int = 0  # 0: sent whole after the prefill; L: each of L layers as it finishes
 
     def nbytes(self, tokens: int) -> int:
         return tokens * self.bytes_per_token
 
     def seconds(self, tokens: int) -> float:
         return self.link.transfer_seconds(self.nbytes(tokens), self.lanes)
+
+    def window(self, tokens: int, finish: float, last_step_s: float) -> tuple[float, float]:
+        """(earliest start, earliest end) of the transfer of a prompt whose prefill ended
+        at `finish` with a last step of last_step_s: whole after it, or layer by layer."""
+        whole = self.seconds(tokens)
+        if not self.layers:
+            return finish, finish + whole
+        per_layer = (whole - self.link.latency_s) / self.layers
+        return finish - last_step_s * (self.layers - 1) / self.layers, finish + self.link.latency_s + per_layer
 
 
 def prefill_request(request: Request) -> Request:

@@ -31,11 +31,11 @@ def workload(n: int, seed: int, gap: float = 0.03, prompt=(20, 1500), output=(1,
 
 def deployment(p: int = 2, d: int = 2, link: str = "ib-ndr", policy: str = "chunked",
                blocks: int = 3000, seats: int = 16, router: str = "least_loaded",
-               lanes: int = 1, cost: str = "") -> PDDeployment:
+               lanes: int = 1, cost: str = "", layers: int = 0) -> PDDeployment:
     sc = SchedulerConfig(policy=policy, max_num_seqs=seats, block_size=16, max_num_batched_tokens=2048)
     price = COSTS[cost] if cost else COST
     return PDDeployment(Pool(p, sc, price, blocks, router), Pool(d, sc, price, blocks, router),
-                        KVTransfer(LINKS[link], KV_BYTES, lanes))
+                        KVTransfer(LINKS[link], KV_BYTES, lanes, layers))
 
 
 def same_run(a, b) -> None:
@@ -55,7 +55,8 @@ deployments = st.builds(deployment, p=st.integers(1, 3), d=st.integers(1, 3),
                         link=st.sampled_from(sorted(LINKS)), policy=st.sampled_from(["continuous", "chunked"]),
                         blocks=st.integers(200, 3000), seats=st.integers(1, 16),
                         router=st.sampled_from(["round_robin", "least_loaded", "prefix_aware"]),
-                        lanes=st.integers(1, 4), cost=st.sampled_from(["", *sorted(COSTS)]))
+                        lanes=st.integers(1, 4), cost=st.sampled_from(["", *sorted(COSTS)]),
+                        layers=st.sampled_from([0, 0, 32]))
 
 
 @settings(max_examples=25, deadline=None)
@@ -79,11 +80,16 @@ def test_every_request_passes_prefill_then_decode_once(dep, n, seed):
         assert req["replica"][row[int(i)]] == d
     # One-token replies end where they began, on the prefill side.
     assert (req["replica"][done & (req["output_len"] == 1)] < p).all()
-    # The KV is sent once the prefill is done and both links are free, and takes its time.
-    assert (h["sent_s"] >= h["ready_s"]).all()
+    # The KV is sent once the prefill is done (layer-wise: within its last step) and both
+    # links are free, and takes its time (layer-wise: at least).
     tokens = req["prompt_len"][[row[int(i)] for i in h["request_id"]]]
-    assert np.allclose(h["arrived_s"] - h["sent_s"], [dep.transfer.seconds(int(t)) for t in tokens],
-                       rtol=1e-9, atol=1e-12)
+    took = np.array([dep.transfer.seconds(int(t)) for t in tokens])
+    if dep.transfer.layers:
+        assert (h["arrived_s"] - h["sent_s"] >= took * (1 - 1e-9)).all()
+        assert (h["arrived_s"] > h["ready_s"]).all()
+    else:
+        assert (h["sent_s"] >= h["ready_s"]).all()
+        assert np.allclose(h["arrived_s"] - h["sent_s"], took, rtol=1e-9, atol=1e-12)
     assert (h["kv_bytes"] == tokens * KV_BYTES).all()
     # The first token comes from the prefill side, before the KV leaves.
     first = req["first_token_s"][[row[int(i)] for i in h["request_id"]]]
@@ -240,3 +246,23 @@ def test_summary_reports_pools_and_transfers():
     assert s["prefill_busy_fraction"] == pytest.approx(busy / s["duration"])
     for k in ("prefill_busy_fraction", "decode_busy_fraction", "decode_slot_utilization"):
         assert 0 < s[k] <= 1
+
+
+def test_layer_wise_transfer_hides_all_but_the_last_layer_behind_the_prefill():
+    """One request, a constant step: sent layer by layer, the KV may leave (L-1)/L of the
+    prefill's step early and arrives after the last layer's share of the bytes, or after
+    the whole transfer from that start, whichever is later."""
+    step, prompt, out, layers = 0.05, 1000, 4, 32
+    cost = LinearCostModel(step)
+    sc = SchedulerConfig(policy="chunked", max_num_seqs=4, block_size=16, max_num_batched_tokens=2048)
+    w = Workload(np.array([0.0]), np.array([prompt]), np.array([out]))
+    arrived = {}
+    for n in (0, layers):
+        t = KVTransfer(LINKS["ib-ndr"], KV_BYTES, 1, n)
+        run = simulate_disaggregated(w, PDDeployment(Pool(1, sc, cost, 500), Pool(1, sc, cost, 500), t))
+        arrived[n] = run.handoffs.table()["arrived_s"][0]
+    whole = KVTransfer(LINKS["ib-ndr"], KV_BYTES).seconds(prompt)
+    latency = LINKS["ib-ndr"].latency_s
+    assert arrived[0] == pytest.approx(step + whole)
+    expected = max(step - step * (layers - 1) / layers + whole, step + latency + (whole - latency) / layers)
+    assert arrived[layers] == pytest.approx(expected) and arrived[layers] < arrived[0]

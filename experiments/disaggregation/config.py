@@ -11,8 +11,11 @@ over [hardware]'s GPU, and the link the KV crosses between them.
     # link_gbs = 40            # the link's bandwidth one way per GPU, replacing the catalogue's
     # link_latency_us = 10     # and its fixed cost per transfer
     # prefill_router = "least_loaded"   # default: [run] router
-    # decode_router = "least_loaded" """
+    # decode_router = "least_loaded"
+    # overlap = "layers"       # each layer's KV sent as it finishes (default "none": NIXL's) """
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +35,9 @@ class DeploymentConfig(BaseModel):
     link_latency_us: NonNegative | None = Field(None, le=1e8, description="fixed cost of a transfer (default: the link's)")
     prefill_router: str | None = None
     decode_router: str | None = None
+    overlap: Literal["none", "layers"] = Field(
+        "none", description="none: the KV is sent whole after the prefill (vLLM's NIXL connector); "
+        "layers: each layer's as it finishes (LMCache's layer-wise mode, Splitwise)")
 
     @field_validator("link")
     @classmethod

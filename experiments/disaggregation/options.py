@@ -20,5 +20,8 @@ def add_deployment_options(parser: argparse.ArgumentParser) -> None:
                    help="its bandwidth one way per GPU, replacing the catalogue's")
     g.add_argument("--link-latency-us", dest="de_link_latency_us", type=float, metavar="US",
                    help="its fixed cost per transfer, replacing the catalogue's")
+    g.add_argument("--kv-overlap", dest="de_overlap", choices=("none", "layers"),
+                   help="none: the KV is sent whole after the prefill (vLLM's NIXL connector, the "
+                        "default); layers: each layer's as it finishes (LMCache layer-wise, Splitwise)")
     g.add_argument("--prefill-router", dest="de_prefill_router", metavar="NAME")
     g.add_argument("--decode-router", dest="de_decode_router", metavar="NAME")

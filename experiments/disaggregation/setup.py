@@ -46,9 +46,11 @@ class PDSetup:
                 f"decode pool: {d.decode_replicas} x TP{d.decode_tp}, {self.decode.blocks} KV blocks each",
                 f"KV transfer: {t.bytes_per_token:,} bytes a prompt token over {link.name} "
                 f"({link.bandwidth / 1e9:g} GB/s one way per GPU x {t.lanes} lane(s), "
-                f"{link.latency_s * 1e6:g} us a transfer; {link.source}); sent whole after the "
-                f"prefill (vLLM's NIXL connector does no layer-wise overlap, vllm-project/vllm "
-                f"002a1057); the first token comes from the prefill pool"]
+                f"{link.latency_s * 1e6:g} us a transfer; {link.source}); " + (
+                    f"sent layer by layer ({t.layers} layers) as the prefill's last step computes them "
+                    f"(overlap = layers)" if t.layers else
+                    "sent whole after the prefill (vLLM's NIXL connector does no layer-wise overlap, "
+                    "vllm-project/vllm 002a1057)") + "; the first token comes from the prefill pool"]
 
 
 def with_tp(cfg: ExperimentConfig, tp: int, where: str) -> ExperimentConfig:
@@ -87,5 +89,6 @@ def pd_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: b
         model = served_model(cfg, lookup_model(cfg.model.name))[0]
     except ValueError as e:
         raise UserError(str(e)) from None
-    transfer = KVTransfer(d.link_spec(), model.kv_bytes_per_token, d.lanes)
+    transfer = KVTransfer(d.link_spec(), model.kv_bytes_per_token, d.lanes,
+                          model.num_layers if d.overlap == "layers" else 0)
     return PDSetup(setups["prefill"], setups["decode"], transfer, d, cfg.run.router, gpus)

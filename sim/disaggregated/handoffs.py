@@ -55,9 +55,10 @@ class LinkQueues:
         self.send_free = [0.0] * prefill_replicas
         self.recv_free = [0.0] * decode_replicas
 
-    def reserve(self, p: int, d: int, ready: float, seconds: float) -> tuple[float, float]:
-        """(start, end) of a transfer of `seconds` ready at `ready`."""
+    def reserve(self, p: int, d: int, ready: float, seconds: float, not_before: float = 0.0) -> tuple[float, float]:
+        """(start, end) of a transfer of `seconds` ready at `ready`, ending no sooner than
+        not_before (a layer-wise transfer cannot end before the prefill's last layer)."""
         start = max(ready, self.send_free[p], self.recv_free[d])
-        end = start + seconds
+        end = max(start + seconds, not_before)
         self.send_free[p] = self.recv_free[d] = end
         return start, end

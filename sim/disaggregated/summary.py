@@ -5,7 +5,8 @@
     {prefill,decode}_kv_utilization    mean KV blocks in use over its steps
     kv_transfers, kv_transfer_bytes  hand-offs and the bytes they moved
     {mean,p99}_kv_transfer_ms        time on the link (latency + bytes / bandwidth)
-    mean_kv_link_wait_ms             time a finished prefill waited for a free link
+    mean_kv_link_wait_ms             time a finished prefill waited for a free link (below 0:
+                                     a layer-wise transfer began within its last step)
     {mean,p99}_decode_queue_ms       time an arrived KV waited for a decode replica's seat
     {prefill,decode}_stability       each pool's queue (core/stability.py): the requests'
                                      queueing delay is the prefill pool's alone, and a

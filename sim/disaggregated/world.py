@@ -56,9 +56,13 @@ class DisaggregatedWorld:
         prefill_next = self.arrivals.next_time
         if closed:  # a reply on any decode replica may send a request at any moment
             prefill_next = lambda: env.now  # noqa: E731
+        # Layer-wise transfers start within a prompt's last prefill step: its length is
+        # watched (a prefill replica never fast-forwards: its replies are one token).
+        self._last_step = [0.0] * dep.prefill.replicas
+        watch = self._watch(observer) if dep.transfer.layers else observer
         self.prefill = [self._replica(dep.prefill, i, self.prefill_rec,
                                       lambda seq, i=i: self._prefilled(seq, i),
-                                      prefill_next if fast_forward else None, observer, pulled)
+                                      prefill_next if fast_forward else None, watch, pulled)
                         for i in range(dep.prefill.replicas)]
         p = dep.prefill.replicas
         # Closed loop with several decode replicas: a reply on one may send a request
@@ -76,6 +80,13 @@ class DisaggregatedWorld:
         return Replica(self.env, index, make_scheduler(pool.scheduler, pool.num_kv_blocks), pool.cost,
                        rec, on_done, next_arrival, observer, closed_loop=self.arrivals.closed_loop,
                        window=attention_window(pool.cost), pulled=pulled)
+
+    def _watch(self, observer: StepObserver | None) -> StepObserver:
+        def watch(index: int, start: float, seconds: float, batch) -> None:
+            self._last_step[index] = seconds
+            if observer is not None:
+                observer(index, start, seconds, batch)
+        return watch
 
     # -- the request's way through ----------------------------------------------------
     def _to_prefill(self, request: Request, now: float) -> None:
@@ -102,7 +113,8 @@ class DisaggregatedWorld:
         transfer = self.deployment.transfer
         tokens = request.prompt_len
         d = replica.index - len(self.prefill)
-        sent, arrived = self.links.reserve(p, d, seq.finish, transfer.seconds(tokens))
+        ready, not_before = transfer.window(tokens, seq.finish, self._last_step[p])
+        sent, arrived = self.links.reserve(p, d, ready, transfer.seconds(tokens), not_before)
         self.handoffs.add(request.id, p, replica.index, seq.finish, sent, arrived, transfer.nbytes(tokens))
         heapq.heappush(self._in_flight, arrived)
         handed = decode_sequence(seq, request)
