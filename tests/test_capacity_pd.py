@@ -72,8 +72,10 @@ def test_long_prompts_under_tight_slos_take_fewer_gpus_disaggregated(tmp_path, c
     (option,) = pd["options"]
     assert pd["winner"] == "disaggregated" and option["passes"] and option["gpus"] < agg["gpus"]
     assert option["slo_attainment"] >= 0.9 and option["stability"] == "stable"
-    code, out, _ = run_cli(["capacity", "deploy", "--config", str(config), *SPACE[:-2], "--pd-ratios", "all"], capsys)
+    code, out, _ = run_cli(["capacity", "deploy", "--config", str(config), *SPACE[:-2], "--pd-ratios", "all",
+                            "--out", str(tmp_path / "out")], capsys)
     assert code == 0
+    assert json.loads((tmp_path / "out" / "deploy.json").read_text())["disaggregated"] == pd
     launch = out[out.index("disaggregated winner's launch"):].splitlines()
     serve = [line.strip() for line in launch if line.strip().startswith("vllm serve")]
     assert len(serve) == 2 and all(check_line(line) for line in serve)

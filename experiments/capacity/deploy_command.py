@@ -134,7 +134,8 @@ def run_deploy(args: argparse.Namespace) -> int:
         text += "\n" + "\n".join(pd_lines)
     if out:
         files = deploy_report.write(out, options, prices, sens, criteria)
-        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
+        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options],
+                   **({"disaggregated": pd_json} if pd_json is not None else {})}
         atomic.write_text(out / "deploy.json", to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
