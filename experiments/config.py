@@ -1,5 +1,6 @@
 """An experiment as one pydantic model; a TOML file has the same sections:
-[workload] [scheduler] [model] [hardware] [profile] [run] [speculative]."""
+[workload] [scheduler] [model] [hardware] [profile] [run] [speculative] (and [deployment],
+for prefill/decode pools: experiments/disaggregation/config.py)."""
 from __future__ import annotations
 
 import tomllib
@@ -19,6 +20,7 @@ from batchlab.core.model.layout import Layout
 from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.disaggregation.config import DeploymentConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
 
 
@@ -154,6 +156,9 @@ class ExperimentConfig(BaseModel):
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
     speculative: SpeculativeConfig = SpeculativeConfig()
+    # Prefill/decode pools (experiments/disaggregation): left out of model_dump, so that
+    # every config.json of a run without it stays as it was; record() adds it when set.
+    deployment: DeploymentConfig | None = Field(None, exclude=True)
     # Scheduler fields the embedded demo set and the user did not (load_experiment): not
     # the user's choice, nor the engine's default; the assumptions line says whose they are.
     _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
@@ -242,6 +247,8 @@ class ExperimentConfig(BaseModel):
             data[table][field] = value
         data["run"]["admissions"] = self.admissions()
         data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
+        if self.deployment is not None:
+            data["deployment"] = self.deployment.model_dump()
         return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None,

@@ -105,6 +105,17 @@ class Scheduler:
             self._push(seq)
         return seq
 
+    def add_sequence(self, seq: Sequence, now: float) -> Sequence:
+        """add() for a sequence begun elsewhere: a decode replica receiving a finished
+        prefill (its first token sampled, its KV on the way: Sequence.kv_elsewhere)."""
+        reason = self.reject_reason(seq.request)
+        if reason:
+            seq.status, seq.reject_reason, seq.finish = Status.REJECTED, reason, now
+            self.rejected.append(seq)
+        else:
+            self._push(seq)
+        return seq
+
     def schedule(self, now: float) -> Batch:
         """Form the next step. An empty batch means nothing can run until an arrival
         (or `next_wakeup`)."""

@@ -9,6 +9,7 @@ from batchlab.core import atomic
 from batchlab.experiments.capacity import report
 from batchlab.experiments.capacity import tasks as searches  # run_task read when called: tests patch it
 from batchlab.experiments.capacity.deploy_command import run_deploy
+from batchlab.experiments.capacity.pd_options import add_pd_options
 from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
 from batchlab.experiments.capacity.point import sample_configs
 from batchlab.experiments.capacity.speculation import __doc__ as SPECULATION
@@ -101,6 +102,7 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
                         "hour instead of GPUs")
     g.add_argument("--max-replicas", type=int, default=64, metavar="N",
                    help="give up on a deployment above N replicas (default 64)")
+    add_pd_options(q)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,8 @@ from batchlab.core.sizes import check_run_size
 from batchlab.core.stability import queue_stability
 from batchlab.core.workload import build_workload
 from batchlab.experiments import listing
+from batchlab.experiments.disaggregation.command import simulate_pools
+from batchlab.experiments.disaggregation.options import add_deployment_options
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.limits import check_samples
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
@@ -56,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--step-by-step", action="store_true",
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
     add_plot_option(g)
+    add_deployment_options(p)
     g.add_argument("--list-policies", action="store_true",
                    help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     if cfg.profile.path:
         reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
+    if cfg.deployment is not None:  # prefill and decode pools: experiments/disaggregation
+        return simulate_pools(cfg, args, cfg.record(tuple(BACKEND_ONLY)))
     check_samples(f"--seeds {args.seeds}", args.seeds)
     seeds = [cfg.workload.seed + i for i in range(args.seeds)]
     first = build_workload(cfg.workload.model_copy(update={"seed": seeds[0]}))

@@ -42,5 +42,6 @@ from batchlab.experiments.studies import batching, static_vs_continuous, tradeof
 from batchlab.experiments.studies import paging  # noqa: E402,F401
 from batchlab.experiments.studies import prefix_caching  # noqa: E402,F401
 from batchlab.experiments.studies import fidelity  # noqa: E402,F401
+from batchlab.experiments.studies import disaggregation  # noqa: E402,F401
 
 __all__ = ["SIZES", "STUDIES", "Study", "get_study", "register"]
