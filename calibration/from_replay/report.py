@@ -40,7 +40,7 @@ def _errors(res: ReplayFit) -> list[str]:
                      f"server's speed moved during the replays, so the errors above measure that as much as "
                      f"the fit; replay again on a quiet server")
     v = res.verdict
-    return lines + v.warnings() + [f"written: the {'fitted profile' if v.written == 'fit' else 'prior'} ({v.why})"]
+    return lines + v.warnings() + [f"written: the {'fitted profile' if v.written == 'fit' else 'prior'}: {v.why}"]
 
 
 def replayed(res: ReplayFit, prior_where: str, settings_why: str) -> Calibrated:

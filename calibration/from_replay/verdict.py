@@ -120,13 +120,13 @@ def decide(heldout: Errors | None, heldout_prior: Errors | None, keep_fit: bool,
     """keep_fit: write the fit even where the prior did better on the held-out requests."""
     if heldout is None or heldout_prior is None:
         return Verdict(WRITTEN_FIT, "nothing held out: the fit is written unjudged", False, fitted, judged)
-    a, b = score(heldout), score(heldout_prior)
-    if a <= b:
-        return Verdict(WRITTEN_FIT, f"the fit did better than the prior on the held-out requests "
-                       f"(median error {a:.1f}% against {b:.1f}%)", False, fitted, judged)
-    worse = (f"the fit did worse than the prior on the {heldout.n} held-out requests (median TTFT/TPOT error "
-             f"{heldout.ttft_median_pct:.1f}%/{heldout.tpot_median_pct:.1f}% against "
-             f"{heldout_prior.ttft_median_pct:.1f}%/{heldout_prior.tpot_median_pct:.1f}%)")
+    figures = (f"the {heldout.n} held-out requests (median TTFT/TPOT error {heldout.ttft_median_pct:.1f}%/"
+               f"{heldout.tpot_median_pct:.1f}% against {heldout_prior.ttft_median_pct:.1f}%/"
+               f"{heldout_prior.tpot_median_pct:.1f}%; their mean {score(heldout):.1f}% against "
+               f"{score(heldout_prior):.1f}%)")
+    if score(heldout) <= score(heldout_prior):
+        return Verdict(WRITTEN_FIT, f"the fit did better than the prior on {figures}", False, fitted, judged)
+    worse = f"the fit did worse than the prior on {figures}"
     if keep_fit:
         return Verdict(WRITTEN_FIT, f"{worse}: the fit is written as --keep-fit asks", True, fitted, judged)
     return Verdict(WRITTEN_PRIOR, f"{worse}: the prior is written (--keep-fit writes the fit)", True, fitted, judged)
