@@ -2,10 +2,11 @@
 scaling.py): for every ordered pair of the GPUs with Vidur operator tables, the scaled
 source's per-step error on the target's shapes beside the target's own fit's (the same
 shapes left out the same way), the median measured / priced by region, and the interval a
-borrowed profile carries (core/cost/gpu_profile.py SCALED_PRICE). Prints markdown
+borrowed profile carries (core/cost/gpu_profile.py SCALED_PRICE_INTERVAL). Prints markdown
 (docs/results/2026-12-06-scaled-profile-interval.md).
 
-    PYTHONPATH=. BATCHLAB_PURE=1 .venv/bin/python benchmarks/scaled_profile_interval.py [../shared/gpu-profiles/vidur]"""
+    PYTHONPATH=. BATCHLAB_PURE=1 .venv/bin/python benchmarks/scaled_profile_interval.py \
+        [../shared/gpu-profiles/vidur]"""
 from __future__ import annotations
 
 import sys
@@ -23,8 +24,8 @@ def main(root: Path) -> None:
     measured = [Measured.of(HARDWARE[g], read_layers(root, v)[0]) for g, v in VIDUR_GPUS.items()
                 if (root / "compute" / v).is_dir()]
     pairs = judge_scaling(measured)
-    print("| source -> target | datasheet bandwidth, peak | (model, TP) judged | shapes | scaled: median abs error (p90) | "
-          "own fit: median abs error (p90) | scaled priced high | measured / priced, median: decode, ridge, "
+    print("| source -> target | datasheet bandwidth, peak | (model, TP) judged | shapes | "
+          "scaled: median abs error (p90) | own fit: median abs error (p90) | scaled priced high | measured / priced, median: decode, ridge, "
           "prefill, all |")
     print("|---|---|---|---|---|---|---|---|")
     for p in pairs:
