@@ -47,6 +47,7 @@ class SetupMeta(Record):
     gpu_profile_heldout: str | None = None  # its per-step error on held-out models and TP degrees
     gpu_profile_heldout_median: Number | None = None
     gpu_profile_scaled_from: str | None = None
+    gpu_profile_scaled_interval: str | None = None  # the scaling's own error (set only where scaled)
     gpu_profile_allreduce: str | None = None  # what prices this TP degree's all-reduces
     knobs: dict[str, Number] | None = None  # constants replaced by value (sensitivity)
     # the pool and the schedulers, once sim_setup has made them

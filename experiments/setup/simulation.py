@@ -121,8 +121,9 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
 def gpu_profile_lines(m: SetupMeta) -> list[str]:
     """A GPU preset priced by a GPU profile: which one, from what data, how well it prices
     held-out models, and what it assumes."""
+    interval = f"; {m.gpu_profile_scaled_interval}, varied by --sensitivity" if m.gpu_profile_scaled_interval else ""
     scaled = (f" (no operator tables for {m.hardware}: {m.gpu_profile_scaled_from}'s constants "
-              f"scaled by datasheet ratios)" if m.gpu_profile_scaled_from else "")
+              f"scaled by datasheet ratios{interval})" if m.gpu_profile_scaled_from else "")
     on = (f" on {m.gpu_profile_scaled_from} (none measured on {m.hardware})"
           if m.gpu_profile_scaled_from else "")
     n = m.allreduces_per_step
