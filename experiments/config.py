@@ -72,6 +72,10 @@ class HardwareConfig(DatasheetFigures, _HardwareHead):
         "above is given)")
     gpu_profile: str | None = Field(None, description="a GPU profile file (batchlab calibrate "
                                     "--from-operators) instead of the preset's shipped one")
+    served_engine: str = Field("vllm", description="what a served engine adds to or removes from a GPU "
+                               "profile's kernels: vllm (the shipped terms, fitted on served vLLM "
+                               "benchmarks), none (the kernels' sum, eager), or a served profile file "
+                               "(batchlab calibrate --from-served)")
     knobs: dict[str, Finite] = Field(default_factory=dict, description="the GPU profile's constants "
                                     "replaced by value, by knob name (capacity --sensitivity)")
 

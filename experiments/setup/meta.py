@@ -49,6 +49,7 @@ class SetupMeta(Record):
     gpu_profile_scaled_from: str | None = None
     gpu_profile_scaled_interval: str | None = None  # the scaling's own error (set only where scaled)
     gpu_profile_allreduce: str | None = None  # what prices this TP degree's all-reduces
+    served_engine: str | None = None  # the served-engine terms on the GPU profile (experiments/setup/served.py)
     knobs: dict[str, Number] | None = None  # constants replaced by value (sensitivity)
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None

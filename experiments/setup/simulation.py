@@ -16,6 +16,7 @@ from batchlab.experiments.setup.gpu import gpu_setup, roofline_because
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
+from batchlab.experiments.setup.served import as_served
 from batchlab.experiments.setup.speculative import SpeculativeSetup, speculative_setup, target_model
 
 
@@ -56,9 +57,6 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     else:
         cost, blocks, meta = gpu_setup(cfg, cfg.hardware.knobs)
         hw = cfg.hardware.spec()
-    speculative = None
-    if cfg.speculative.on:
-        cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))
     given = cfg.scheduler.model_fields_set
     schedulers, applied = {}, set()
     for name, p, admission in cfg.runs():
@@ -79,6 +77,11 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     if hw is not None and not cfg.scheduler.num_kv_blocks:
         meta.scheduler_defaults += f"; KV pool: {kv_pool_default(cfg.hardware)}"
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
+    if meta.cost_model == "gpu profile" and hw is not None:  # the kernels' sum as the engine runs it
+        cost = as_served(cost, cfg.hardware.served_engine, hw, max(meta.max_num_seqs.values()), meta)
+    speculative = None
+    if cfg.speculative.on:  # the target as served, the draft's passes beside it
+        cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))
     meta.block_size = cfg.scheduler.block_size
     meta.num_kv_blocks = blocks
     return SimSetup(cost, blocks, meta, schedulers, speculative)
@@ -136,6 +139,7 @@ def gpu_profile_lines(m: SetupMeta) -> list[str]:
     return [f"assumptions: {cost}",
             f"  fitted on {m.gpu_profile_source}",
             f"  held-out per-step error{on}: {m.gpu_profile_heldout}",
+            f"  served engine: {m.served_engine or 'none (the kernels as timed one at a time, eager)'}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
             f"  scheduler defaults: {m.scheduler_defaults}",
