@@ -85,6 +85,7 @@ class AttentionMetadata:
     prefills: list[PrefillChunk]
     num_rows: int
     paged_decode: PagedDecode | None = None  # layout "paged": all decode rows, read in place
+    layout: str = "gather"  # which attention function reads it: paged_attention or inplace_attention
 
 
 def _slots(table: list[int], start: int, n: int, bs: int) -> np.ndarray:
@@ -111,11 +112,12 @@ LAYOUTS = ("gather", "paged")
 
 def build_metadata(decodes: list[tuple[int, list[int]]], prefills: list[tuple[int, int, list[int]]],
                    cache: PagedKVCache, layout: str = "gather",
-                   decode_rows: int | None = None) -> AttentionMetadata:
+                   decode_rows: int | None = None, inplace_prefill: bool = True) -> AttentionMetadata:
     """decodes: (position, block_table) of one-token items, sorted by position; prefills:
     (start, num_tokens, block_table). Rows follow that order: decodes, then prefills.
     layout: "gather" (the reference) or "paged"; decode_rows: the paged kernel's padded
-    row count (default: the next power of two)."""
+    row count (default: sizes.kernel_rows); inplace_prefill: under "paged", later prefill
+    chunks read in place too (else they gather, as in the reference)."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown attention layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     bs, dev = cache.block_size, cache.device
@@ -155,11 +157,11 @@ def build_metadata(decodes: list[tuple[int, list[int]]], prefills: list[tuple[in
             k = -(-(start + n) // bs)
             ids = torch.tensor(table[:k], dtype=torch.int64, device=dev)
         paged = (PagedPrefill(start, n, list(table[:-(-(start + n) // bs)]), bs, cache.num_blocks, dev)
-                 if layout == "paged" and ids is not None else None)
+                 if layout == "paged" and inplace_prefill and ids is not None else None)
         chunks.append(PrefillChunk(row, n, start, ids, paged=paged))
         row += n
     slots = torch.from_numpy(np.concatenate(slot_parts) if slot_parts else np.zeros(0, np.int64))
-    return AttentionMetadata(slots.to(dev), groups, chunks, row, paged_decode)
+    return AttentionMetadata(slots.to(dev), groups, chunks, row, paged_decode, layout)
 
 
 def paged_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -181,16 +183,23 @@ def paged_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         out[grp.row0:grp.row0 + grp.n].view(grp.n, kvh, g, d).copy_(o.transpose(0, 1))
     for ch in meta.prefills:
         r = slice(ch.row0, ch.row0 + ch.n)
-        qp = q[r].transpose(0, 1)[None]  # [1, heads, n, d]
-        if ch.fresh(window):
-            o = F.scaled_dot_product_attention(qp, k[r].transpose(0, 1)[None], v[r].transpose(0, 1)[None],
-                                               is_causal=ch.n > 1, enable_gqa=g > 1)
-        else:
-            K, V = cache.gather(layer, ch.block_ids, 1)  # [kvh, 1, width, d]
-            o = F.scaled_dot_product_attention(qp, K.transpose(0, 1), V.transpose(0, 1),
-                                               attn_mask=ch.mask(K.shape[2], window), enable_gqa=g > 1)
-        out[r].copy_(o[0].transpose(0, 1))
+        out[r] = _prefill_chunk(layer, q[r], k[r], v[r], ch, cache, window, g)
     return out.view(T, nh * d)
+
+
+def _prefill_chunk(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ch: PrefillChunk,
+                   cache: PagedKVCache, window: int | None, g: int) -> torch.Tensor:
+    """One prefill chunk's attention [n, heads, dim]: causal on its fresh K/V, or over
+    its gathered blocks."""
+    qp = q.transpose(0, 1)[None]  # [1, heads, n, d]
+    if ch.fresh(window):
+        o = F.scaled_dot_product_attention(qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                           is_causal=ch.n > 1, enable_gqa=g > 1)
+    else:
+        K, V = cache.gather(layer, ch.block_ids, 1)  # [kvh, 1, width, d]
+        o = F.scaled_dot_product_attention(qp, K.transpose(0, 1), V.transpose(0, 1),
+                                           attn_mask=ch.mask(K.shape[2], window), enable_gqa=g > 1)
+    return o[0].transpose(0, 1)
 
 
 def inplace_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -208,11 +217,8 @@ def inplace_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
         out[:pd.rows] = decode_attention(q[:pd.rows], K, V, pd, window)
     for ch in meta.prefills:
         r = slice(ch.row0, ch.row0 + ch.n)
-        if ch.fresh(window):
-            qp = q[r].transpose(0, 1)[None]
-            o = F.scaled_dot_product_attention(qp, k[r].transpose(0, 1)[None], v[r].transpose(0, 1)[None],
-                                               is_causal=ch.n > 1, enable_gqa=g > 1)
-            out[r].copy_(o[0].transpose(0, 1))
+        if ch.paged is None or ch.fresh(window):
+            out[r] = _prefill_chunk(layer, q[r], k[r], v[r], ch, cache, window, g)
         else:
             out[r] = prefill_attention(q[r], K, V, ch.paged, window)
     return out.view(T, nh * d)

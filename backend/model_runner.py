@@ -23,6 +23,7 @@ from batchlab.backend.attention import AttentionMetadata, build_metadata, inplac
 from batchlab.backend.fast.fused import FusedOps
 from batchlab.backend.fast.graphs import DecodeGraphs
 from batchlab.backend.fast.options import FastPath
+from batchlab.backend.fast.paged_flex import INPLACE_MIN_GATHER_BYTES_CPU
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.linear import Linear, resolve_matmul
 from batchlab.backend.moe import MoEWeights
@@ -103,10 +104,15 @@ class ModelRunner:
         self._rope_scale = float(getattr(rot, "attention_scaling", 1.0))
         self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
         self.fast = (fast or FastPath()).check(self.device)
-        self._attend = inplace_attention if self.fast.attention == "paged" else paged_attention
         self.fused = FusedOps(self.device) if self.fast.fuse else None
         self.has_moe = any(lw.moe is not None for lw in self.layers)
         self._graphs: DecodeGraphs | None = None
+        # decode rows read the pool in place from this many gathered bytes a layer, later
+        # prefill chunks only on a GPU (paged_flex.py)
+        on_cpu = self.device.type == "cpu"
+        self.inplace_min_bytes = INPLACE_MIN_GATHER_BYTES_CPU if on_cpu else 0
+        self.inplace_prefill = not on_cpu
+        self._kv_token_bytes = 2 * self.num_kv_heads * self.head_dim * self.embed.element_size()
 
     def graphs_for(self, cache: PagedKVCache) -> DecodeGraphs | None:
         """The decode graphs over this pool (None: graphs off, or a model they cannot hold)."""
@@ -120,11 +126,15 @@ class ModelRunner:
                  cache: PagedKVCache) -> AttentionMetadata:
         """build_metadata in this runner's layout; a decode-only step is padded to a
         captured graph size when graphs are on."""
-        rows = None
-        graphs = self.graphs_for(cache) if decodes and not prefills else None
+        rows, layout = None, self.fast.attention
+        if layout == "paged" and self.inplace_min_bytes > 0:
+            kv_bytes = (sum(p for p, _ in decodes) + len(decodes)) * self._kv_token_bytes
+            wide = self.inplace_prefill and any(s > 0 for s, _, _ in prefills)
+            layout = "paged" if kv_bytes >= self.inplace_min_bytes or wide else "gather"
+        graphs = self.graphs_for(cache) if decodes and not prefills and layout == "paged" else None
         if graphs is not None:
             rows = graphs.padded(len(decodes))
-        return build_metadata(decodes, prefills, cache, self.fast.attention, rows)
+        return build_metadata(decodes, prefills, cache, layout, rows, self.inplace_prefill)
 
     @property
     def weight_bytes_per_step(self) -> int:
@@ -173,6 +183,7 @@ class ModelRunner:
         self.ensure_rope(max_pos)
         T = input_ids.shape[0]
         fz = self.fused if self.fused is not None and self.fused.use(T) else None
+        attend = inplace_attention if meta.layout == "paged" else paged_attention
         nh, kvh, d, hid = self.num_heads, self.num_kv_heads, self.head_dim, (self.hidden,)
         cos = self._cos[positions][:, None, :]
         sin = self._sin[positions][:, None, :]
@@ -181,7 +192,7 @@ class ModelRunner:
             h = fz.rms_norm(x, lw.ln1, self.eps) if fz else F.rms_norm(x, hid, lw.ln1, self.eps)
             qkv = lw.qkv(h).view(T, nh + 2 * kvh, d)
             qk = (fz.rope if fz else self._rope)(qkv[:, :nh + kvh], cos, sin)
-            attn = self._attend(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
+            attn = attend(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
             x = lw.o(attn, residual=x)
             h = fz.rms_norm(x, lw.ln2, self.eps) if fz else F.rms_norm(x, hid, lw.ln2, self.eps)
             if lw.moe is not None:

@@ -29,6 +29,8 @@ FAST = FastPath("paged", fuse=True)
 def fast_runtime(model) -> Runtime:
     rt = Runtime(loaded=model, keep_hf=True, kv_memory="64MiB", threads=1, fast=FAST)
     rt.runner.fused.min_rows = 1  # the fused kernels on every step, not only large ones
+    rt.runner.inplace_min_bytes = 0  # attention in place on every step, as on a GPU
+    rt.runner.inplace_prefill = True
     return rt
 
 

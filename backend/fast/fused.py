@@ -3,8 +3,9 @@ SiLU(gate) * up, each one kernel instead of 2-6 (the residual adds already ride 
 GEMMs, backend/linear.py). Compiled with a dynamic row count: one compile per function
 and dtype, seconds on a CPU.
 
-On a CPU a compiled call costs ~40 us of guards and dispatch where the eager ops of a
-one-row step cost ~10-15 us, so below MIN_ROWS_CPU rows the eager ops run (measured in
+On a CPU a compiled call costs ~40-50 us of guards and dispatch where the eager ops of a
+one-row step cost ~5-10 us; the fused kernels break even at ~256 rows and pay at ~1024
+(2x for the norm and rotary there), so below MIN_ROWS_CPU rows the eager ops run (measured in
 docs/results/2026-12-06-backend-engine.md). On a GPU the fused kernels always run (and
 CUDA graphs capture them)."""
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-MIN_ROWS_CPU = 64
+MIN_ROWS_CPU = 1024
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -23,8 +24,9 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x*cos + rotate_half(x)*sin, the sign of rotate_half folded into sin (see
-    ModelRunner._rope_tables)."""
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+    ModelRunner._rope_tables); halves swapped by cat (inductor lowers roll ~15x slower)."""
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat([x[..., h:], x[..., :h]], dim=-1) * sin
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -94,7 +94,7 @@ class DecodeGraphs:
         # rows == P: the graph computes every padded row; the masks read g's tensors
         plan = PagedDecode(np.ones(P, np.int64), [[0]] * P, P, bs, nb, dev,
                            masks={w: m.block_mask(bs, nb) for w, m in g.masks.items()})
-        return AttentionMetadata(g.slots, [], [], P, plan)
+        return AttentionMetadata(g.slots, [], [], P, plan, "paged")
 
     def _capture(self, g: _Graph, P: int) -> None:
         runner, dev = self.runner, self.runner.device

@@ -22,13 +22,19 @@ import numpy as np
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-from batchlab.backend.fast.sizes import pow2_at_least
+from batchlab.backend.fast.sizes import kernel_rows, pow2_at_least
 
 Q_BLOCK = 16  # query rows per flex block in a prefill chunk
-# Smallest padded row counts: a padded row (or query block) visits no KV block and costs
-# nothing, while each new shape costs a compile (seconds on a CPU).
-MIN_DECODE_ROWS = 8
+# Smallest padded query rows of a prefill chunk: an empty query block visits no KV block
+# (a few us), while each new shape costs a compile (seconds on a CPU).
 MIN_PREFILL_ROWS = 64
+# On a CPU the compiled kernel costs ~3 us per row and head before it reads anything
+# (SDPA on gathered blocks: ~10 us a call), so it pays only once the gather it saves is
+# large: decode rows attend in place from this many gathered bytes a layer (K and V of
+# every row's context; measured crossover 8-16 MiB, docs/results/2026-12-06-backend-engine.md),
+# else through the gather. Prefill chunks gather on a CPU (flex's prefill ran 1.5x slower
+# than gather + SDPA's flash kernel there). On a GPU: everything in place.
+INPLACE_MIN_GATHER_BYTES_CPU = 16 << 20
 _FAR = 1 << 30  # a window that never closes; the logical place of a block not in the table
 _COMPILED: dict[str, object] = {}
 
@@ -135,9 +141,9 @@ class DecodeMask:
 def plan_decode(decodes: list[tuple[int, list[int]]], block_size: int, num_blocks: int,
                 device: torch.device, padded: int | None = None) -> PagedDecode:
     """decodes: (position, block_table) per row; padded: the kernel's row count (default:
-    the next power of two from MIN_DECODE_ROWS, so that a CPU compiles a few shapes)."""
+    sizes.kernel_rows)."""
     ctx = np.fromiter((p + 1 for p, _ in decodes), dtype=np.int64, count=len(decodes))
-    return PagedDecode(ctx, [t for _, t in decodes], padded or pow2_at_least(len(decodes), MIN_DECODE_ROWS),
+    return PagedDecode(ctx, [t for _, t in decodes], padded or kernel_rows(len(decodes)),
                        block_size, num_blocks, device)
 
 

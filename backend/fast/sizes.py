@@ -9,9 +9,9 @@ A decode step of n sequences runs the graph of the smallest captured size >= n, 
 rows padding (they write a scratch slot and sample nothing); a step larger than every
 captured size runs eagerly.
 
-Compiling FlexAttention on a CPU takes seconds per shape, so there the attention call's
-rows are padded to powers of two instead (a few shapes, not 67); padded rows read no
-block and cost nothing."""
+The in-place attention kernel is compiled per row count too, so its decode rows are
+padded the same way (kernel_rows): on a CPU a padded row reads no block but still costs
+~3 us per head, which the fine steps of vLLM's sizes keep small."""
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -50,3 +50,12 @@ def pow2_at_least(n: int, floor: int = 1) -> int:
     while p < n:
         p *= 2
     return p
+
+
+_KERNEL_SIZES = vllm_capture_sizes(VLLM_MAX_GRAPH_SIZE)
+
+
+def kernel_rows(n: int) -> int:
+    """Rows of a compiled attention call for n decode rows: vLLM's next capture size,
+    past 512 the next power of two."""
+    return padded_size(n, _KERNEL_SIZES) or pow2_at_least(n)
