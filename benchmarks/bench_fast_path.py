@@ -57,6 +57,14 @@ def copy_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
     return 2 * nbytes / best
 
 
+def _turns(engines: dict[str, Engine], rep: int) -> list[tuple[str, Engine]]:
+    """The engines in turn, the order rotated every round (A B C, B C A, C A B, ...):
+    going first or last in a round is worth a few percent on a busy machine."""
+    items = list(engines.items())
+    k = rep % len(items)
+    return items[k:] + items[:k]
+
+
 def batch1_against_floor(engines: dict[str, Engine], weights: int, steps: int) -> dict[str, float]:
     """Per path, the median of floor / step over rounds that time a copy moving the
     weights' bytes (weights/2 read + weights/2 written: the floor at the copy bandwidth)
@@ -69,7 +77,7 @@ def batch1_against_floor(engines: dict[str, Engine], weights: int, steps: int) -
         t0 = time.perf_counter()
         dst.copy_(src)
         floor = time.perf_counter() - t0
-        for name, eng in engines.items():
+        for name, eng in _turns(engines, rep):
             b, seqs = decode_batch(1, 128)
             dt = eng.execute(b)
             for s in seqs:
@@ -108,10 +116,11 @@ def prefill_batch(start: int, n: int) -> tuple[Batch, list[Sequence]]:
 
 def time_steps(engines: dict[str, Engine], make, steps: int) -> dict[str, float]:
     """Median step seconds per engine, their steps alternating, and "ratio": the median
-    of fast / reference over adjacent pairs (a load that drifts cancels in each pair)."""
+    of fast / reference over adjacent pairs (a load that drifts cancels in each pair).
+    The rounds' order rotates (_turns)."""
     times: dict[str, list[float]] = {k: [] for k in engines}
     for rep in range(steps + 2):
-        for name, eng in engines.items():
+        for name, eng in _turns(engines, rep):
             b, seqs = make()
             dt = eng.execute(b)
             for s in seqs:
@@ -120,6 +129,8 @@ def time_steps(engines: dict[str, Engine], make, steps: int) -> dict[str, float]
                 times[name].append(dt)
     out = {k: float(np.median(v)) for k, v in times.items()}
     out["ratio"] = float(np.median(np.array(times["fast"]) / np.array(times["reference"])))
+    if "control" in times:
+        out["control_ratio"] = float(np.median(np.array(times["control"]) / np.array(times["reference"])))
     return out
 
 
@@ -143,7 +154,10 @@ def main() -> None:
     fast = FastPath("paged" if "paged" in parts else "gather", fuse="fuse" in parts)
     grid = QUICK_GRID if args.quick else GRID
     model = build_preset(args.model, seed=0)
-    runners = {"reference": ModelRunner(model.hf), "fast": ModelRunner(model.hf, fast=fast)}
+    # control: a second reference runner, built last (its own packed weights): control /
+    # reference is what the same code measures against itself here (an A/A test)
+    runners = {"reference": ModelRunner(model.hf), "fast": ModelRunner(model.hf, fast=fast),
+               "control": ModelRunner(model.hf)}
     if args.inplace_min_mib is not None:
         runners["fast"].inplace_min_bytes = int(args.inplace_min_mib * 2**20)
     runners["fast"].inplace_prefill |= args.inplace_prefill
@@ -169,22 +183,27 @@ def main() -> None:
     fl = batch1_against_floor(engines, weights, args.steps * 2)
     print(f"\nbatch-1 decode (context 128): floor {floor * 1e3:.1f} ms = {weights / 2**20:.0f} MiB of "
           f"weights / {bw / 1e9:.1f} GB/s copy bandwidth (best of 5 at the start)")
-    for k in engines:
+    for k in ("reference", "fast"):
         print(f"  {k:>9}: {b1[k] * 1e3:7.2f} ms -> {floor / b1[k]:.0%} of the floor's speed; "
               f"{fl[k]:.0%} against a copy of the weights' bytes timed next to each step "
               f"(median {fl['floor_s'] * 1e3:.1f} ms)")
-    print(f"  fast / reference, median of adjacent pairs: {b1['ratio']:.2f}")
-    print(f"\n{'step':>22} {'reference ms':>13} {'fast ms':>9} {'fast/ref':>9}  (median of pairs)")
+    print(f"  fast / reference, median of adjacent pairs: {b1['ratio']:.2f} (control / reference "
+          f"{b1['control_ratio']:.2f})")
+    print(f"\n{'step':>22} {'reference ms':>13} {'fast ms':>9} {'fast/ref':>9} {'control/ref':>12}"
+          f"  (medians of pairs)")
     points = [(f"decode {b:>3} x {c:>4}", lambda b=b, c=c: decode_batch(b, c)) for b, c in grid]
     points += [(f"prefill {n} at {s}", lambda s=s, n=n: prefill_batch(s, n)) for s, n in PREFILLS]
     for label, make in points:
         t = time_steps(engines, make, args.steps)
         ratio = t["ratio"]
-        rows.append({"step": label.strip(), "reference_s": t["reference"], "fast_s": t["fast"], "ratio": ratio})
-        print(f"{label:>22} {t['reference'] * 1e3:13.2f} {t['fast'] * 1e3:9.2f} {ratio:9.2f}", flush=True)
+        rows.append({"step": label.strip(), "reference_s": t["reference"], "fast_s": t["fast"], "ratio": ratio,
+                     "control_ratio": t["control_ratio"]})
+        print(f"{label:>22} {t['reference'] * 1e3:13.2f} {t['fast'] * 1e3:9.2f} {ratio:9.2f} "
+              f"{t['control_ratio']:12.2f}", flush=True)
     load = os.getloadavg()
     print(f"\n{time.perf_counter() - t_all:.0f} s; load average at the end {load[0]:.2f} {load[1]:.2f} "
-          f"{load[2]:.2f}; worst fast/ref {max(r['ratio'] for r in rows):.2f}")
+          f"{load[2]:.2f}; worst fast/ref {max(r['ratio'] for r in rows):.2f}; control/ref "
+          f"{min(r['control_ratio'] for r in rows):.2f}-{max(r['control_ratio'] for r in rows):.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "threads": args.threads, "fast": fast.label(),

@@ -69,3 +69,24 @@ def test_cuda_graphs_refused_on_a_cpu():
     with pytest.raises(ValueError, match="unknown attention"):
         FastPath("flash").check(torch.device("cpu"))
     assert FastPath.fast(torch.device("cpu")) == FastPath("paged", True, False)
+
+
+def test_a_graphs_decode_mask_follows_its_refilled_tensors():
+    """A CUDA graph keeps one block mask per size and refills its tensors each step: the
+    mask (indices and mask function) must then read the new step, as one built fresh."""
+    from batchlab.backend.fast.paged_flex import DecodeMask, plan_decode
+    cpu = torch.device("cpu")
+    first = plan_decode([(20, [3, 4])], 16, 12, cpu, padded=4)
+    later = plan_decode([(5, [7]), (40, [1, 9, 2])], 16, 12, cpu, padded=4)
+    kept = DecodeMask.of(first.arrays(8), cpu)
+    mask = kept.block_mask(16, 12)
+    kept.fill(later.arrays(8))
+    fresh = later.block_mask(8)
+    for a, b in ((mask.kv_num_blocks, fresh.kv_num_blocks), (mask.kv_indices, fresh.kv_indices),
+                 (mask.full_kv_num_blocks, fresh.full_kv_num_blocks),
+                 (mask.full_kv_indices, fresh.full_kv_indices)):
+        assert torch.equal(a, b)
+    b = torch.arange(4)[:, None]
+    kv = torch.arange(12 * 16)[None, :]
+    zero = torch.zeros((), dtype=torch.int64)
+    assert torch.equal(mask.mask_mod(b, zero, zero, kv), fresh.mask_mod(b, zero, zero, kv))
