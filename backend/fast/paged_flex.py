@@ -205,13 +205,26 @@ def pool_view(pool_layer: torch.Tensor) -> torch.Tensor:
     return pool_layer.view(1, h, nb * bs, d)
 
 
+def _kernel_options(device: torch.device, block_size: int, q_block: int | None) -> dict | None:
+    """Triton tile sizes on a GPU: flex asserts that a mask block (a cache block of
+    block_size tokens; Q_BLOCK query rows) is a multiple of its tile, and its default
+    tiles are 64+ wide. Unverified on a GPU yet (engine_check.sh: BS=128 if 16 fails)."""
+    if device.type != "cuda":
+        return None
+    opts = {"BLOCK_N": block_size} if block_size < 64 else {}
+    if q_block is not None:
+        opts["BLOCK_M"] = q_block
+    return opts or None
+
+
 def decode_attention(q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, plan: PagedDecode,
                      window: int | None) -> torch.Tensor:
     """q [rows, heads, dim] -> [rows, heads, dim], reading K/V (pool views) in place."""
     n, nh, d = q.shape
     qp = q.new_zeros(plan.padded, nh, 1, d)
     qp[:n, :, 0] = q
-    o = compiled_flex()(qp, K, V, block_mask=plan.block_mask(window), enable_gqa=nh != K.shape[1])
+    o = compiled_flex()(qp, K, V, block_mask=plan.block_mask(window), enable_gqa=nh != K.shape[1],
+                        kernel_options=_kernel_options(q.device, plan.block_size, None))
     return o[:n, :, 0]
 
 
@@ -221,5 +234,6 @@ def prefill_attention(q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, plan: P
     n, nh, d = q.shape
     qp = q.new_zeros(1, nh, plan.padded, d)
     qp[0, :, :n] = q.transpose(0, 1)
-    o = compiled_flex()(qp, K, V, block_mask=plan.block_mask(window), enable_gqa=nh != K.shape[1])
+    o = compiled_flex()(qp, K, V, block_mask=plan.block_mask(window), enable_gqa=nh != K.shape[1],
+                        kernel_options=_kernel_options(q.device, plan.block_size, Q_BLOCK))
     return o[0, :, :n].transpose(0, 1)
