@@ -107,3 +107,20 @@ def test_attention_reads_the_pool_in_place():
         cache.pool.copy_(saved)
         got = inplace_attention(0, q, k, v, build_metadata(decodes, prefills, cache, "paged"), cache, window)
         assert (got - want).abs().max() < 1e-5
+
+
+def test_cpu_defaults_read_in_place_only_where_it_pays(model):
+    """On a CPU the fast path's defaults: decode rows in place from 16 MiB gathered a layer
+    (their fixed cost beats the gather below it), later prefill chunks gathered."""
+    runner = Runtime(loaded=model, keep_hf=True, kv_memory="64MiB", threads=1, fast=FAST).runner
+    per_token = 2 * model.spec.num_kv_heads * model.spec.head_dim * 4  # K and V, float32, a layer
+    ctx = (16 << 20) // per_token // 64 + 1  # 64 rows at this context gather just over 16 MiB
+    cache = PagedKVCache(model.spec, 64 * (ctx // 16 + 1), 16)
+    table = list(range(ctx // 16 + 1))
+    small = runner.metadata([(100, table)] * 4, [], cache)
+    large = runner.metadata([(ctx - 1, table)] * 64, [(64, 32, table)], cache)
+    assert small.layout == "gather" and small.paged_decode is None
+    assert large.layout == "paged" and large.paged_decode.rows == 64
+    assert large.prefills[0].paged is None  # the later chunk still gathers on a CPU
+    fresh = runner.metadata([(ctx - 1, table)] * 63, [], cache)  # just under 16 MiB
+    assert fresh.layout == "gather"
