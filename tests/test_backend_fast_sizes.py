@@ -64,7 +64,7 @@ def test_row_blocks_cover_exactly_the_attended_blocks(data):
 def test_cuda_graphs_refused_on_a_cpu():
     with pytest.raises(ValueError, match=r"^CUDA graphs need a CUDA device; this backend runs on cpu"):
         FastPath("paged", cuda_graphs=True).check(torch.device("cpu"))
-    with pytest.raises(ValueError, match="--attention paged"):
+    with pytest.raises(ValueError, match="attention='paged'"):
         FastPath("gather", cuda_graphs=True).check(torch.device("cuda"))
     with pytest.raises(ValueError, match="unknown attention"):
         FastPath("flash").check(torch.device("cpu"))

@@ -22,15 +22,15 @@ class FastPath:
         return FastPath("paged", True, device.type == "cuda")
 
     def check(self, device: torch.device) -> FastPath:
-        """This choice for `device`, or a one-line ValueError naming the flag."""
+        """This choice for `device`, or a one-line ValueError naming the setting."""
         if self.attention not in ATTENTION_CHOICES:
             raise ValueError(f"unknown attention {self.attention!r}: expected one of "
                              f"{', '.join(ATTENTION_CHOICES)}")
         if self.cuda_graphs and device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; this backend runs on {device} "
-                             f"(drop --cuda-graphs)")
+                             f"(set cuda_graphs=False)")
         if self.cuda_graphs and self.attention != "paged":
-            raise ValueError("CUDA graphs replay the paged attention kernel: add --attention paged")
+            raise ValueError("CUDA graphs replay the paged attention kernel: set attention='paged'")
         return self
 
     def label(self) -> str:
