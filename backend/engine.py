@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from batchlab.backend.attention import AttentionMetadata, build_metadata
+from batchlab.backend.attention import AttentionMetadata
 from batchlab.backend.device import synchronize
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.model_runner import ModelRunner
@@ -117,7 +117,7 @@ class Engine:
                 rows.extend(range(row - take, row))
                 sampling.append(seq)
                 counts.append(take)
-        meta = build_metadata(
+        meta = self.runner.metadata(
             [(batch.starts[i], batch.seqs[i].block_table) for i in one],
             [(batch.starts[i], batch.num_tokens[i], batch.seqs[i].block_table) for i in many], self.cache)
         positions = np.concatenate(pos_parts)
@@ -159,8 +159,8 @@ class Engine:
         table = list(range(-(-(tokens + 1) // bs)))
         ids = torch.zeros(tokens, dtype=torch.int64, device=self.runner.device)
         for start, n in ((0, tokens), (tokens, 1)):
-            meta = (build_metadata([], [(0, n, table)], self.cache) if n > 1
-                    else build_metadata([(start, table)], [], self.cache))
+            meta = (self.runner.metadata([], [(0, n, table)], self.cache) if n > 1
+                    else self.runner.metadata([(start, table)], [], self.cache))
             pos = torch.arange(start, start + n, device=self.runner.device)
             self.runner.forward(ids[:n], pos, meta, self.cache,
                                 torch.tensor([n - 1], device=self.runner.device), start + n)
