@@ -9,7 +9,10 @@ context length), then each prefill chunk. Per layer:
   copy mostly padding.
 - a prefill chunk starting at 0 attends to its own fresh K/V, causally, no gather;
   a later chunk (chunked prefill, or a recompute longer than one chunk) gathers its
-  blocks and uses an explicit causal mask offset by its start."""
+  blocks and uses an explicit causal mask offset by its start.
+That gather is the reference path. The paged layout (layout="paged", backend/fast/
+paged_flex.py) reads the pool in place instead: one FlexAttention call for all decode
+rows, one per prefill chunk that is not fresh."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from batchlab.backend.fast.paged_flex import (PagedDecode, PagedPrefill, decode_attention, plan_decode,
+                                              pool_view, prefill_attention)
 from batchlab.backend.kv_cache import PagedKVCache
 
 # Fixed cost of one more decode group, in bytes of padded KV it would have to save to
@@ -54,6 +59,7 @@ class PrefillChunk:
     start: int
     block_ids: torch.Tensor | None  # blocks covering [0, start + n); None when start == 0
     masks: dict = field(default_factory=dict)
+    paged: PagedPrefill | None = None  # the in-place kernel's plan (layout "paged")
 
     def fresh(self, window: int | None) -> bool:
         """Attends only to its own new tokens (is_causal on fresh K/V, no gather)."""
@@ -78,6 +84,8 @@ class AttentionMetadata:
     decodes: list[DecodeGroup]
     prefills: list[PrefillChunk]
     num_rows: int
+    paged_decode: PagedDecode | None = None  # layout "paged": all decode rows, read in place
+    layout: str = "gather"  # which attention function reads it: paged_attention or inplace_attention
 
 
 def _slots(table: list[int], start: int, n: int, bs: int) -> np.ndarray:
@@ -99,14 +107,28 @@ def _split(nblocks: np.ndarray, row_bytes: int) -> list[int]:
     return best_cuts
 
 
+LAYOUTS = ("gather", "paged")
+
+
 def build_metadata(decodes: list[tuple[int, list[int]]], prefills: list[tuple[int, int, list[int]]],
-                   cache: PagedKVCache) -> AttentionMetadata:
+                   cache: PagedKVCache, layout: str = "gather",
+                   decode_rows: int | None = None, inplace_prefill: bool = True) -> AttentionMetadata:
     """decodes: (position, block_table) of one-token items, sorted by position; prefills:
-    (start, num_tokens, block_table). Rows follow that order: decodes, then prefills."""
+    (start, num_tokens, block_table). Rows follow that order: decodes, then prefills.
+    layout: "gather" (the reference) or "paged"; decode_rows: the paged kernel's padded
+    row count (default: sizes.kernel_rows); inplace_prefill: under "paged", later prefill
+    chunks read in place too (else they gather, as in the reference)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown attention layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
     bs, dev = cache.block_size, cache.device
     slot_parts: list[np.ndarray] = []
     groups: list[DecodeGroup] = []
-    if decodes:
+    paged_decode = None
+    if decodes and layout == "paged":
+        slot_parts.append(np.fromiter((t[p // bs] * bs + p % bs for p, t in decodes), dtype=np.int64,
+                                      count=len(decodes)))
+        paged_decode = plan_decode(decodes, bs, cache.num_blocks, dev, decode_rows)
+    elif decodes:
         pos = np.fromiter((p for p, _ in decodes), dtype=np.int64, count=len(decodes))
         tables = [t for _, t in decodes]
         slot_parts.append(np.fromiter(
@@ -134,10 +156,12 @@ def build_metadata(decodes: list[tuple[int, list[int]]], prefills: list[tuple[in
         if start > 0 or n > 1:
             k = -(-(start + n) // bs)
             ids = torch.tensor(table[:k], dtype=torch.int64, device=dev)
-        chunks.append(PrefillChunk(row, n, start, ids))
+        paged = (PagedPrefill(start, n, list(table[:-(-(start + n) // bs)]), bs, cache.num_blocks, dev)
+                 if layout == "paged" and inplace_prefill and ids is not None else None)
+        chunks.append(PrefillChunk(row, n, start, ids, paged=paged))
         row += n
     slots = torch.from_numpy(np.concatenate(slot_parts) if slot_parts else np.zeros(0, np.int64))
-    return AttentionMetadata(slots.to(dev), groups, chunks, row)
+    return AttentionMetadata(slots.to(dev), groups, chunks, row, paged_decode, layout)
 
 
 def paged_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -159,13 +183,42 @@ def paged_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
         out[grp.row0:grp.row0 + grp.n].view(grp.n, kvh, g, d).copy_(o.transpose(0, 1))
     for ch in meta.prefills:
         r = slice(ch.row0, ch.row0 + ch.n)
-        qp = q[r].transpose(0, 1)[None]  # [1, heads, n, d]
-        if ch.fresh(window):
-            o = F.scaled_dot_product_attention(qp, k[r].transpose(0, 1)[None], v[r].transpose(0, 1)[None],
-                                               is_causal=ch.n > 1, enable_gqa=g > 1)
+        out[r] = _prefill_chunk(layer, q[r], k[r], v[r], ch, cache, window, g)
+    return out.view(T, nh * d)
+
+
+def _prefill_chunk(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ch: PrefillChunk,
+                   cache: PagedKVCache, window: int | None, g: int) -> torch.Tensor:
+    """One prefill chunk's attention [n, heads, dim]: causal on its fresh K/V, or over
+    its gathered blocks."""
+    qp = q.transpose(0, 1)[None]  # [1, heads, n, d]
+    if ch.fresh(window):
+        o = F.scaled_dot_product_attention(qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                           is_causal=ch.n > 1, enable_gqa=g > 1)
+    else:
+        K, V = cache.gather(layer, ch.block_ids, 1)  # [kvh, 1, width, d]
+        o = F.scaled_dot_product_attention(qp, K.transpose(0, 1), V.transpose(0, 1),
+                                           attn_mask=ch.mask(K.shape[2], window), enable_gqa=g > 1)
+    return o[0].transpose(0, 1)
+
+
+def inplace_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      meta: AttentionMetadata, cache: PagedKVCache,
+                      window: int | None = None) -> torch.Tensor:
+    """paged_attention's contract, reading the pool in place (metadata of layout "paged"):
+    no gather; a fresh chunk attends to its own K/V as in the reference."""
+    T, nh, d = q.shape
+    g = nh // k.shape[1]
+    cache.write(layer, meta.slots, k, v)
+    K, V = pool_view(cache.pool[layer, 0]), pool_view(cache.pool[layer, 1])
+    out = q.new_empty(T, nh, d)
+    pd = meta.paged_decode
+    if pd is not None:
+        out[:pd.rows] = decode_attention(q[:pd.rows], K, V, pd, window)
+    for ch in meta.prefills:
+        r = slice(ch.row0, ch.row0 + ch.n)
+        if ch.paged is None or ch.fresh(window):
+            out[r] = _prefill_chunk(layer, q[r], k[r], v[r], ch, cache, window, g)
         else:
-            K, V = cache.gather(layer, ch.block_ids, 1)  # [kvh, 1, width, d]
-            o = F.scaled_dot_product_attention(qp, K.transpose(0, 1), V.transpose(0, 1),
-                                               attn_mask=ch.mask(K.shape[2], window), enable_gqa=g > 1)
-        out[r].copy_(o[0].transpose(0, 1))
+            out[r] = prefill_attention(q[r], K, V, ch.paged, window)
     return out.view(T, nh * d)

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from batchlab.backend.kv_tiers import HostSwap
 from batchlab.backend.runtime import Runtime
+from batchlab.backend.speculative.setup import check_backend_speculative
 from batchlab.backend.step import run_step
 from batchlab.core.batch import StepObserver
 from batchlab.core.config import SchedulerConfig
@@ -30,6 +31,7 @@ from batchlab.core.request import Sequence, Status
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 
 _SLEEP_SLICE = 0.05  # longest uninterrupted sleep: how fast Ctrl-C is noticed when idle
@@ -69,7 +71,8 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
                  meta: dict | None = None,
                  on_step: Callable[[int], None] | None = None,
                  observer: StepObserver | None = None, kv_tier: TierConfig | None = None,
-                 recompute_seconds: Callable[[int], float] | None = None) -> RunResult:
+                 recompute_seconds: Callable[[int], float] | None = None,
+                 speculative: SpeculativeConfig | None = None) -> RunResult:
     """Serve `workload` with a fresh scheduler of `scheduler` on `runtime`.
 
     time_scale multiplies arrival times (0.5 replays twice as fast, 0 sends everything
@@ -77,13 +80,22 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     on_step(step_index) is called after every step (tests use it to interrupt);
     observer(replica, start, duration, batch) too, as sim.simulate calls its own, after
     complete() and outside the timed region. kv_tier: swap preemption to host memory
-    (backend/kv_tiers/; recompute_seconds prices a recompute for its 'cheapest' choice)."""
+    (backend/kv_tiers/; recompute_seconds prices a recompute for its 'cheapest' choice).
+    speculative: draft and verify as it says (backend/speculative/; greedy only), what
+    verification kept going to meta.speculative."""
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
     check_prefix_hashes(scheduler, workload)
     num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
     sched = make_scheduler(scheduler, num_blocks)
-    engine = runtime.engine(sched.kv.num_blocks, scheduler.block_size, temperature, seed)
+    drafts = speculative if speculative is not None and speculative.on else None
+    if drafts is not None:
+        check_backend_speculative(drafts, temperature)
+    made = (sched.kv.num_blocks, scheduler.block_size, temperature, seed)
+    engine = runtime.engine(*made) if drafts is None else runtime.engine(*made, speculative=drafts)
+    if drafts is not None:
+        sched.use_emission(engine.emission)
+    # The draft shares the target's cache (backend/speculative/draft.py): one pool to swap.
     home = HostSwap(kv_tier, engine.cache, recompute_seconds) if kv_tier else None
     if home:
         sched.use_kv_home(home)
@@ -187,6 +199,8 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
         "scheduler_overhead_ms_per_step": round(1000 * overhead / steps, 4) if steps else 0.0,
         "requests_released": nxt, "interrupted": interrupted, **(meta or {}),
     }
+    if sched.emission.stats():  # a speculative run: what verification kept
+        info["speculative"] = sched.emission.stats()
     result = RunResult.from_recorder(rec, RunMeta(**info))
     if home:
         assert kv_tier is not None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from batchlab.backend.attention import build_metadata
+from batchlab.backend.attention import AttentionMetadata
 from batchlab.backend.device import synchronize
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.model_runner import ModelRunner
@@ -31,6 +31,20 @@ class EngineStats:
     steps: int = 0
     prepare_s: float = 0.0
     forward_s: float = 0.0
+
+
+@dataclass
+class StepInputs:
+    """One forward pass's inputs: token ids and positions [T], attention metadata, the rows
+    whose logits are wanted, and which sequence owns them (counts[i] rows of sampling[i],
+    in order)."""
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    rows: torch.Tensor
+    sampling: list[Sequence]
+    counts: list[int]
+    max_pos: int
 
 
 class Engine:
@@ -74,16 +88,19 @@ class Engine:
         return np.concatenate([prompt[start:], tail])
 
     # -- one step -------------------------------------------------------------------
-    def execute(self, batch: Batch) -> float:
-        """Run `batch` (before Scheduler.complete) and append each sampled token to its
-        sequence's output_token_ids. Returns the step's wall seconds."""
-        t0 = time.perf_counter()
+    def sampled_rows(self, seq: Sequence, start: int, n: int) -> int:
+        """How many of an item's last rows sample a token: its last one where it reaches
+        the end of what its sequence knows (a speculative engine samples at its drafts too)."""
+        return 1 if start + n == seq.known else 0
+
+    def inputs(self, batch: Batch) -> StepInputs:
+        """The step's input tensors, attention metadata and the rows that sample."""
         dev = self.runner.device
         one = [i for i, n in enumerate(batch.num_tokens) if n == 1]
         one.sort(key=lambda i: batch.starts[i])  # similar lengths share a decode group
         many = [i for i, n in enumerate(batch.num_tokens) if n > 1]
         order = one + many
-        ids, pos_parts, rows, sampling = [], [], [], []
+        ids, pos_parts, rows, sampling, counts = [], [], [], [], []
         row = 0
         for i in order:
             seq, s, n = batch.seqs[i], batch.starts[i], batch.num_tokens[i]
@@ -92,31 +109,42 @@ class Engine:
             ids.append(self._tokens(seq, s, n))
             pos_parts.append(np.arange(s, s + n))
             row += n
-            if s + n == seq.known:  # this item reaches the end of what it knows: it samples
+            take = self.sampled_rows(seq, s, n)
+            if take:
                 if len(seq.output_token_ids) != seq.num_generated:
                     raise RuntimeError(f"sequence {seq.id}: {len(seq.output_token_ids)} output ids "
                                        f"but {seq.num_generated} generated")
-                rows.append(row - 1)
+                rows.extend(range(row - take, row))
                 sampling.append(seq)
-        meta = build_metadata(
+                counts.append(take)
+        meta = self.runner.metadata(
             [(batch.starts[i], batch.seqs[i].block_table) for i in one],
             [(batch.starts[i], batch.num_tokens[i], batch.seqs[i].block_table) for i in many], self.cache)
         positions = np.concatenate(pos_parts)
-        input_ids = torch.from_numpy(np.concatenate(ids)).to(dev)
-        pos_t = torch.from_numpy(positions).to(dev)
-        rows_t = torch.tensor(rows, dtype=torch.int64, device=dev)
+        return StepInputs(torch.from_numpy(np.concatenate(ids)).to(dev), torch.from_numpy(positions).to(dev),
+                          meta, torch.tensor(rows, dtype=torch.int64, device=dev), sampling, counts,
+                          int(positions.max()))
+
+    def execute(self, batch: Batch) -> float:
+        """Run `batch` (before Scheduler.complete) and append each sampled token to its
+        sequence's output_token_ids. Returns the step's wall seconds."""
+        t0 = time.perf_counter()
+        x = self.inputs(batch)
         t1 = time.perf_counter()
-        logits = self.runner.forward(input_ids, pos_t, meta, self.cache, rows_t, int(positions.max()))
-        tokens = self.sample(logits, sampling).tolist() if rows else []
-        synchronize(dev)
-        for seq, tok in zip(sampling, tokens):
+        logits = self.runner.forward(x.input_ids, x.positions, x.meta, self.cache, x.rows, x.max_pos)
+        tokens = self.sample(logits, x.sampling).tolist() if x.sampling else []
+        synchronize(self.runner.device)
+        for seq, tok in zip(x.sampling, tokens):
             seq.output_token_ids.append(tok)
         t2 = time.perf_counter()
+        self._count(t1 - t0, t2 - t1)
+        return t2 - t0
+
+    def _count(self, prepare_s: float, forward_s: float) -> None:
         st = self.stats
         st.steps += 1
-        st.prepare_s += t1 - t0
-        st.forward_s += t2 - t1
-        return t2 - t0
+        st.prepare_s += prepare_s
+        st.forward_s += forward_s
 
     def sample(self, logits: torch.Tensor, seqs: list[Sequence] | None = None) -> torch.Tensor:
         """One token per row; seqs[i] owns row i (a server samples per request)."""
@@ -131,8 +159,8 @@ class Engine:
         table = list(range(-(-(tokens + 1) // bs)))
         ids = torch.zeros(tokens, dtype=torch.int64, device=self.runner.device)
         for start, n in ((0, tokens), (tokens, 1)):
-            meta = (build_metadata([], [(0, n, table)], self.cache) if n > 1
-                    else build_metadata([(start, table)], [], self.cache))
+            meta = (self.runner.metadata([], [(0, n, table)], self.cache) if n > 1
+                    else self.runner.metadata([(start, table)], [], self.cache))
             pos = torch.arange(start, start + n, device=self.runner.device)
             self.runner.forward(ids[:n], pos, meta, self.cache,
                                 torch.tensor([n - 1], device=self.runner.device), start + n)

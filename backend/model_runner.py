@@ -7,7 +7,11 @@ from a transformers model and runs one step of many sequences as one flat
 q/k/v and gate/up projections are fused into one matmul each (fewer, larger GEMMs:
 on CPU a thin model is dominated by per-call overhead), residual adds ride on the GEMM,
 matmuls use backend.linear's kernel choice (prepacked oneDNN on CPU float32), and the
-LM head runs only on the rows that sample a token."""
+LM head runs only on the rows that sample a token.
+
+The fast path (backend/fast/, chosen by FastPath) swaps in attention that reads the pool
+in place, fused elementwise kernels, and CUDA graphs for decode steps; the defaults are
+the reference path."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +19,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from batchlab.backend.attention import AttentionMetadata, paged_attention
+from batchlab.backend.attention import AttentionMetadata, build_metadata, inplace_attention, paged_attention
+from batchlab.backend.fast.fused import FusedOps
+from batchlab.backend.fast.graphs import DecodeGraphs
+from batchlab.backend.fast.options import FastPath
+from batchlab.backend.fast.paged_flex import INPLACE_MIN_GATHER_BYTES_CPU
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.backend.linear import Linear, resolve_matmul
 from batchlab.backend.moe import MoEWeights
@@ -56,8 +64,9 @@ class ModelRunner:
     """Holds the weights (shared with the transformers model, except the fused
     matrices) and runs the forward pass of one step."""
 
-    def __init__(self, hf: torch.nn.Module, matmul: str = "auto") -> None:
-        """matmul: 'auto' (oneDNN on CPU float32, else torch), 'onednn' or 'torch'."""
+    def __init__(self, hf: torch.nn.Module, matmul: str = "auto", fast: FastPath | None = None) -> None:
+        """matmul: 'auto' (oneDNN on CPU float32, else torch), 'onednn' or 'torch';
+        fast: the fast path's parts (None: the reference path)."""
         cfg = hf.config
         base = hf.model
         self.config = cfg
@@ -94,6 +103,38 @@ class ModelRunner:
         self._inv_freq = rot.inv_freq.detach().to(device=self.device, dtype=torch.float32)
         self._rope_scale = float(getattr(rot, "attention_scaling", 1.0))
         self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
+        self.fast = (fast or FastPath()).check(self.device)
+        self.fused = FusedOps(self.device) if self.fast.fuse else None
+        self.has_moe = any(lw.moe is not None for lw in self.layers)
+        self._graphs: DecodeGraphs | None = None
+        # decode rows read the pool in place from this many gathered bytes a layer, later
+        # prefill chunks only on a GPU (paged_flex.py)
+        on_cpu = self.device.type == "cpu"
+        self.inplace_min_bytes = INPLACE_MIN_GATHER_BYTES_CPU if on_cpu else 0
+        self.inplace_prefill = not on_cpu
+        self._kv_token_bytes = 2 * self.num_kv_heads * self.head_dim * self.embed.element_size()
+
+    def graphs_for(self, cache: PagedKVCache) -> DecodeGraphs | None:
+        """The decode graphs over this pool (None: graphs off, or a model they cannot hold)."""
+        if not self.fast.cuda_graphs or self.has_moe:
+            return None
+        if self._graphs is None or self._graphs.cache is not cache:
+            self._graphs = DecodeGraphs(self, cache)
+        return self._graphs
+
+    def metadata(self, decodes: list[tuple[int, list[int]]], prefills: list[tuple[int, int, list[int]]],
+                 cache: PagedKVCache) -> AttentionMetadata:
+        """build_metadata in this runner's layout; a decode-only step is padded to a
+        captured graph size when graphs are on."""
+        rows, layout = None, self.fast.attention
+        if layout == "paged" and self.inplace_min_bytes > 0:
+            kv_bytes = (sum(p for p, _ in decodes) + len(decodes)) * self._kv_token_bytes
+            wide = self.inplace_prefill and any(s > 0 for s, _, _ in prefills)
+            layout = "paged" if kv_bytes >= self.inplace_min_bytes or wide else "gather"
+        graphs = self.graphs_for(cache) if decodes and not prefills and layout == "paged" else None
+        if graphs is not None:
+            rows = graphs.padded(len(decodes))
+        return build_metadata(decodes, prefills, cache, layout, rows, self.inplace_prefill)
 
     @property
     def weight_bytes_per_step(self) -> int:
@@ -104,6 +145,10 @@ class ModelRunner:
             total += lw.qkv.nbytes + lw.o.nbytes + mlp
             total += (lw.ln1.numel() + lw.ln2.numel()) * lw.ln1.element_size()
         return total
+
+    def ensure_rope(self, max_pos: int) -> None:
+        if max_pos >= self._cos.shape[0]:
+            self._rope_tables(max_pos)
 
     def _rope_tables(self, max_pos: int) -> None:
         """cos/sin per position, as transformers computes them (fp32, then cast); the sin
@@ -124,27 +169,42 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 cache: PagedKVCache, sample_rows: torch.Tensor, max_pos: int) -> torch.Tensor:
-        """input_ids, positions: [T]; returns logits [len(sample_rows), vocab] (float32)."""
-        if max_pos >= self._cos.shape[0]:
-            self._rope_tables(max_pos)
+        """input_ids, positions: [T]; returns logits [len(sample_rows), vocab] (float32).
+        A decode-only step padded to a captured size replays its CUDA graph."""
+        graphs = self._graphs if self.fast.cuda_graphs else None
+        if graphs is not None and graphs.cache is cache and graphs.runs(meta):
+            return graphs.run(input_ids, positions, meta, sample_rows)
+        return self.forward_eager(input_ids, positions, meta, cache, sample_rows, max_pos)
+
+    @torch.inference_mode()
+    def forward_eager(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                      cache: PagedKVCache, sample_rows: torch.Tensor, max_pos: int) -> torch.Tensor:
+        """The forward pass, kernel by kernel (what a graph captures)."""
+        self.ensure_rope(max_pos)
         T = input_ids.shape[0]
+        fz = self.fused if self.fused is not None and self.fused.use(T) else None
+        attend = inplace_attention if meta.layout == "paged" else paged_attention
         nh, kvh, d, hid = self.num_heads, self.num_kv_heads, self.head_dim, (self.hidden,)
         cos = self._cos[positions][:, None, :]
         sin = self._sin[positions][:, None, :]
         x = F.embedding(input_ids, self.embed)
         for i, lw in enumerate(self.layers):
-            h = F.rms_norm(x, hid, lw.ln1, self.eps)
+            h = fz.rms_norm(x, lw.ln1, self.eps) if fz else F.rms_norm(x, hid, lw.ln1, self.eps)
             qkv = lw.qkv(h).view(T, nh + 2 * kvh, d)
-            qk = self._rope(qkv[:, :nh + kvh], cos, sin)
-            attn = paged_attention(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
+            qk = (fz.rope if fz else self._rope)(qkv[:, :nh + kvh], cos, sin)
+            attn = attend(i, qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:], meta, cache, lw.window)
             x = lw.o(attn, residual=x)
-            h = F.rms_norm(x, hid, lw.ln2, self.eps)
+            h = fz.rms_norm(x, lw.ln2, self.eps) if fz else F.rms_norm(x, hid, lw.ln2, self.eps)
             if lw.moe is not None:
                 x = x + lw.moe(h)
+                continue
+            if fz:
+                x = lw.down(fz.silu_mul(lw.gate_up(h)), residual=x)
                 continue
             gate, up = lw.gate_up(h).chunk(2, dim=-1)
             x = lw.down(F.silu(gate).mul_(up), residual=x)
         if sample_rows.numel() == 0:
             return x.new_empty(0, self.vocab_size, dtype=torch.float32)
-        x = F.rms_norm(x[sample_rows], hid, self.norm, self.eps)
+        x = x[sample_rows]
+        x = fz.rms_norm(x, self.norm, self.eps) if fz else F.rms_norm(x, hid, self.norm, self.eps)
         return self.lm_head(x).float()

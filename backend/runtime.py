@@ -10,12 +10,15 @@ import torch
 from batchlab.backend.device import (budget_bytes, dtype_name, free_memory_bytes, parse_memory,
                             resolve_device, resolve_dtype, set_threads)
 from batchlab.backend.engine import Engine
+from batchlab.backend.fast.options import FastPath
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from batchlab.backend.model_runner import ModelRunner
 from batchlab.backend.models import LoadedModel, load_model
+from batchlab.backend.speculative.setup import speculative_engine
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.sizes import gib
 from batchlab.core.cpu_name import cpu_name
+from batchlab.core.speculative.config import SpeculativeConfig
 
 # KV pool budget when none is given. A GPU serves from its own memory: most of what is
 # free after the weights. A CPU shares host RAM (and zeroing a pool of a fifth of it cost
@@ -27,25 +30,27 @@ class Runtime:
     def __init__(self, model: str = "batchlab-tiny", dtype: str = "float32", device: str = "cpu",
                  threads: int | None = 1, kv_memory: str | float | None = None,
                  seed: int = 0, loaded: LoadedModel | None = None, keep_hf: bool = False,
-                 matmul: str = "auto") -> None:
+                 matmul: str = "auto", fast: FastPath | None = None) -> None:
         """threads: torch intra-op threads (None keeps torch's default); kv_memory: the KV
         pool budget, a fraction of free memory or a size ('2GiB'; None: DEFAULT_KV_MEMORY
         for the device); seed: weights of an
-        embedded preset; matmul: the GEMM kernel (see backend.linear). `loaded` reuses
+        embedded preset; matmul: the GEMM kernel (see backend.linear); fast: the fast
+        path's parts (backend/fast/options.py; None: the reference path). `loaded` reuses
         a model already loaded; keep_hf keeps the transformers module (the oracle)
         alive, else only the runner's weights stay."""
         # How to build this runtime again, in another process (None: a reused model).
         self.args = None if loaded is not None else {
             "model": model, "dtype": dtype, "device": device, "threads": threads,
-            "kv_memory": kv_memory, "seed": seed, "matmul": matmul}
+            "kv_memory": kv_memory, "seed": seed, "matmul": matmul, "fast": fast}
         self.device = resolve_device(device)
+        self.fast = (fast or FastPath()).check(self.device)  # a bad choice fails before loading
         self.dtype = resolve_dtype(dtype)
         self.threads = set_threads(threads)
         self.kv_memory = DEFAULT_KV_MEMORY[self.device.type] if kv_memory is None else kv_memory
         parse_memory(self.kv_memory)  # a bad value fails now, not after loading the model
         t0 = time.perf_counter()
         self.model = loaded or load_model(model, self.dtype, self.device, seed)
-        self.runner = ModelRunner(self.model.hf, matmul)
+        self.runner = ModelRunner(self.model.hf, matmul, self.fast)
         if not keep_hf:
             self.model.hf = None  # frees the unfused q/k/v and gate/up copies
         self.load_s = time.perf_counter() - t0
@@ -91,9 +96,12 @@ class Runtime:
         return self._cache
 
     def engine(self, num_blocks: int, block_size: int, temperature: float = 0.0,
-               seed: int = 0) -> Engine:
-        return Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
-                      seed=seed, prompt_seed=seed)
+               seed: int = 0, speculative: SpeculativeConfig | None = None) -> Engine:
+        """speculative: draft and verify as it says (backend/speculative/; its emission
+        is the engine's `emission`)."""
+        engine = Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
+                        seed=seed, prompt_seed=seed)
+        return speculative_engine(engine, speculative) if speculative is not None else engine
 
     def meta(self) -> RunMeta:
         """What ran (model, dtype, device, machine), the part of a real run's meta the

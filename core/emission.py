@@ -40,5 +40,10 @@ class Emission:
         token and verified - 1 drafts): all a one-token step sampled."""
         return 1
 
+    def stats(self) -> dict[str, object]:
+        """What a run's meta records of its emission (core/run_meta.py Speculation):
+        nothing for one token a step."""
+        return {}
+
 
 ONE_TOKEN = Emission()

@@ -38,6 +38,10 @@ class RunResult:
         totals = step_totals(self.steps) if self.steps is not None else self.totals
         s = summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
         s.update(tier_summary(self.steps, self.totals, s.get("prefix_cache_queries", 0)))  # {} without a tier
+        spec = self.meta.speculative
+        if spec is not None:  # only a run that speculated has these
+            m = spec.mean_acceptance_length
+            s["mean_acceptance_length"] = math.nan if m is None else float(m)
         bad = _infinite(s)
         if bad:  # finite times whose statistics overflow (a std of 1e232 s steps)
             raise ValueError(f"the run's {bad} is infinite: an input beyond the checked ranges")

@@ -116,6 +116,18 @@ class MachineSpeed(Record):
         return tuple((float(t), float(k)) for t, k in self.drift_levels or ())
 
 
+class Speculation(Record):
+    """What speculative decoding did in a run (core/speculative/emission.py for a
+    simulation, backend/speculative/ for a real one)."""
+    method: str | None = None
+    num_speculative_tokens: int | None = None
+    verifications: int = 0  # decode steps of a sequence that ran drafts
+    accepted_tokens: int = 0  # drafts those steps kept
+    mean_acceptance_length: Number | None = None  # tokens kept a verification (1 + accepted / verifications)
+    acceptance_counts: list[int] | None = None  # a real run's: verifications of k drafts keeping 1..k+1
+    draft_cost_share: Number | None = None  # a real run's: the draft's weight bytes a pass over the target's
+
+
 class RunMeta(Record):
     """A run's meta.json. world says which world ran it; the rest depends on the world
     and the producer (see the module docstring)."""
@@ -166,3 +178,4 @@ class RunMeta(Record):
     # ... and what judging it found (experiments/run_labels.py)
     machine_speed: MachineSpeed | None = None
     stability: Stability | None = None
+    speculative: Speculation | None = None  # only where a run speculated

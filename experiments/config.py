@@ -1,5 +1,6 @@
 """An experiment as one pydantic model; a TOML file has the same sections:
-[workload] [scheduler] [model] [hardware] [profile] [run]."""
+[workload] [scheduler] [model] [hardware] [profile] [run] [speculative] [kv_tier] (and
+[deployment], for prefill/decode pools: experiments/disaggregation/config.py)."""
 from __future__ import annotations
 
 import tomllib
@@ -17,8 +18,10 @@ from batchlab.core.params import validate_params
 from batchlab.core.schedulers import policy_class
 from batchlab.core.model.hardware import DATASHEET_FIELDS, HARDWARE, DatasheetFigures, HardwareFigures, HardwareSpec
 from batchlab.core.model.layout import Layout
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
+from batchlab.experiments.disaggregation.config import DeploymentConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
 
 
@@ -70,6 +73,10 @@ class HardwareConfig(DatasheetFigures, _HardwareHead):
         "above is given)")
     gpu_profile: str | None = Field(None, description="a GPU profile file (batchlab calibrate "
                                     "--from-operators) instead of the preset's shipped one")
+    served_engine: str = Field("vllm", description="what a served engine adds to or removes from a GPU "
+                               "profile's kernels: vllm (the shipped terms, fitted on served vLLM "
+                               "benchmarks), none (the kernels' sum, eager), or a served profile file "
+                               "(batchlab calibrate --from-served)")
     knobs: dict[str, Finite] = Field(default_factory=dict, description="the GPU profile's constants "
                                     "replaced by value, by knob name (capacity --sensitivity)")
 
@@ -154,6 +161,10 @@ class ExperimentConfig(BaseModel):
     profile: ProfileConfig = ProfileConfig()
     run: RunConfig = RunConfig()
     kv_tier: TierConfig | None = None  # a tier below the GPU's KV pool (core/kv_tiers/)
+    speculative: SpeculativeConfig = SpeculativeConfig()
+    # Prefill/decode pools (experiments/disaggregation): left out of model_dump, so that
+    # every config.json of a run without it stays as it was; record() adds it when set.
+    deployment: DeploymentConfig | None = Field(None, exclude=True)
     # Scheduler fields the embedded demo set and the user did not (load_experiment): not
     # the user's choice, nor the engine's default; the assumptions line says whose they are.
     _demo_scheduler: frozenset[str] = PrivateAttr(default=frozenset())
@@ -184,6 +195,17 @@ class ExperimentConfig(BaseModel):
         for p in self.policies():
             validate_params(p, policy_class(p).Params, self._params_of(p), strict=True)
         return self
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        """[speculative] only where a run speculates, [kv_tier] only where a tier is set:
+        every other run's config.json, and a sweep point's hash of its config, stay what
+        they were before the sections existed."""
+        data = super().model_dump(**kwargs)
+        if not self.speculative.on:
+            data.pop("speculative", None)
+        if self.kv_tier is None:
+            data.pop("kv_tier", None)
+        return data
 
     def policies(self) -> list[str]:
         return self.run.policies or [self.scheduler.policy]
@@ -221,8 +243,6 @@ class ExperimentConfig(BaseModel):
         is never recorded as float32 on cpu; `ran` ("table.field" -> value) replaces
         a field by what the command resolved it to (the dtype a preset is served in)."""
         data = self.model_dump()
-        if data["kv_tier"] is None:  # recorded only where a tier ran: earlier records stay as they were
-            del data["kv_tier"]
         data["run"]["policies"] = self.policies()
         del data["scheduler"]["policy"]
         for name in ignored:
@@ -236,6 +256,8 @@ class ExperimentConfig(BaseModel):
             data[table][field] = value
         data["run"]["admissions"] = self.admissions()
         data["policy_params"] = self.policy_params()  # each policy's, defaults filled in
+        if self.deployment is not None:
+            data["deployment"] = self.deployment.model_dump()
         return data
 
     def scheduler_for(self, policy: str, max_context: int | None = None,

@@ -137,7 +137,7 @@ def reject_unused_fields(cfg: ExperimentConfig, command: str, unused: dict[str, 
 
 
 _SECTIONS = {"sc_": "scheduler", "mo_": "model", "hw_": "hardware", "pr_": "profile", "ru_": "run",
-             "kt_": "kv_tier"}
+             "kt_": "kv_tier", "sp_": "speculative", "de_": "deployment"}
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -212,6 +212,9 @@ def load_experiment(args: argparse.Namespace, default: dict[str, Any] | None = N
     except UserError as e:
         raise UserError(name_flag(str(e), args)) from None
     cfg._demo_scheduler = frozenset(demo)
+    if cfg.deployment is not None and not hasattr(args, "de_link"):  # only simulate has its flags
+        raise UserError(f"{args.config or 'config'}: [deployment] (prefill and decode pools) is run by "
+                        f"`batchlab simulate` only; this command would ignore it (capacity deploy: --pd-ratios)")
     return cfg
 
 

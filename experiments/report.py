@@ -20,6 +20,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("p99_ttft_ms", "TTFT p99 (ms)", "{:.1f}"),
     ("median_tpot_ms", "TPOT p50 (ms)", "{:.2f}"),
     ("p99_tpot_ms", "TPOT p99 (ms)", "{:.2f}"),
+    ("mean_acceptance_length", "acceptance length (mean)", "{:.2f}"),  # speculative runs only
     ("median_queueing_delay_ms", "queueing p50 (ms)", "{:.1f}"),
     ("p99_queueing_delay_ms", "queueing p99 (ms)", "{:.1f}"),
     ("median_e2el_ms", "E2E latency p50 (ms)", "{:.1f}"),

@@ -24,6 +24,10 @@ def add_roofline_options(parser: argparse.ArgumentParser) -> None:
                    "roofline constant is given")
     g.add_argument("--gpu-profile", dest="hw_gpu_profile", metavar="FILE",
                    help="a GPU profile (batchlab calibrate --from-operators) instead of the shipped one")
+    g.add_argument("--served-engine", dest="hw_served_engine", metavar="vllm|none|FILE",
+                   help="a GPU profile's steps as a served engine runs them: vllm (default: the shipped "
+                   "terms: CUDA graphs, its all-reduce, fused kernels, host time), none (the kernels' sum), "
+                   "or a served profile (batchlab calibrate --from-served)")
     g.add_argument("--mem-efficiency", dest="hw_mem_efficiency", type=float, metavar="F",
                    help="achieved share of datasheet memory bandwidth (default 0.8)")
     g.add_argument("--compute-efficiency", dest="hw_compute_efficiency", type=float, metavar="F",

@@ -83,6 +83,18 @@ class Replica:
         if self._sleeping and not self._wake.triggered:
             self._wake.succeed()
 
+    def submit_sequence(self, seq: Sequence, now: float) -> None:
+        """submit() for a sequence begun elsewhere (a prefill pool's hand-off,
+        sim/disaggregated): queued as it comes, or rejected as submit() would."""
+        self.scheduler.add_sequence(seq, now)
+        if seq.status is Status.REJECTED:
+            self.recorder.record_requests([seq], self.index)
+            self.on_done(seq)
+            return
+        self.outstanding += 1
+        if self._sleeping and not self._wake.triggered:
+            self._wake.succeed()
+
     def _loop(self):
         env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
         seats, kv = sched.max_seqs, sched.kv

@@ -45,8 +45,9 @@ def prefix_aware() -> Router:
         lo, hi = min(loads), max(loads)
         if hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo:
             return _least_loaded(replicas)
-        hits = [r.scheduler.cached_prefix_tokens(request) for r in replicas]
-        return min(replicas, key=lambda r: (-hits[r.index], r.outstanding, r.index))
+        # By position, not index: a pool's replicas need not be numbered from 0.
+        hits = {id(r): r.scheduler.cached_prefix_tokens(request) for r in replicas}
+        return min(replicas, key=lambda r: (-hits[id(r)], r.outstanding, r.index))
     return pick
 
 

@@ -7,6 +7,7 @@ import simpy
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import attention_window, CostModel
+from batchlab.core.emission import Emission
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.kv_tiers import TierConfig, TieredHome, lone_prefill_seconds
 from batchlab.core.kv_tiers.columns import tier_columns, tier_totals
@@ -28,7 +29,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              fast_forward: bool = True, record_steps: bool = True,
              progress: Callable[[int], None] | None = None,
              keep_on_interrupt: bool = False, front_end: FrontEnd | None = None,
-             kv_tier: TierConfig | None = None, kv_bytes_per_token: float = 0.0) -> RunResult:
+             emission: Emission | None = None, kv_tier: TierConfig | None = None,
+             kv_bytes_per_token: float = 0.0) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one decision, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
@@ -40,8 +42,10 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     instead of raising. meta: what the caller adds to the run's meta (the setup's
     assumptions), after the simulator's own keys. front_end: a server's front end before
     the engine (core/front_end.py); requests keep their send times as arrivals.
-    kv_tier: a tier below each replica's KV pool (core/kv_tiers/), sized and priced by
-    kv_bytes_per_token (per GPU); its figures join the step table and the summary."""
+    emission: tokens a decode runs and keeps (core/emission.py; None: one), shared by the
+    replicas; what it counted goes into meta.speculative. kv_tier: a tier below each
+    replica's KV pool (core/kv_tiers/), sized and priced by kv_bytes_per_token (per GPU);
+    its figures join the step table and the summary."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
@@ -67,7 +71,10 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
     for i in range(replicas):
-        engines.append(Replica(env, i, make_scheduler(scheduler, num_kv_blocks), cost, rec,
+        sched = make_scheduler(scheduler, num_kv_blocks)
+        if emission is not None:
+            sched.use_emission(emission)
+        engines.append(Replica(env, i, sched, cost, rec,
                                done, next_arrival if fast_forward else None, observer,
                                closed_loop=arrivals.closed_loop, window=attention_window(cost),
                                pulled=arrivals if arrivals.pulled else None))
@@ -87,6 +94,8 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
             "interrupted": interrupted, "simulated_s": env.now,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
+    if emission is not None and emission.stats():
+        info["speculative"] = emission.stats()
     result = RunResult.from_recorder(rec, RunMeta(**info))
     if homes:
         assert kv_tier is not None

@@ -98,3 +98,17 @@ def test_a_tier_on_a_plain_workload_keeps_the_run_whole(runtime):
     assert s["kv_tier_swaps"] == res.steps["tier_swaps"].sum() > 0
     assert s["kv_tier_bytes_in"] <= s["kv_tier_bytes_out"]
     assert all(len(out[i]) == w.output_len[i] for i in range(len(w)))
+
+
+def test_swaps_under_speculation_keep_the_targets_output(hf_runtime, reference):
+    """The draft shares the target's cache (backend/speculative/draft.py): the one pool
+    swapped out and back, verification still keeps the target's greedy tokens."""
+    from batchlab.core.speculative.config import SpeculativeConfig
+    outputs: dict[int, list[int]] = {}
+    res = run_workload(hf_runtime, W_MIXED, SchedulerConfig(policy="chunked", block_size=4, num_kv_blocks=22,
+                                                            max_num_batched_tokens=32),
+                       time_scale=0.0, progress=False, outputs=outputs, kv_tier=SWAP,
+                       speculative=SpeculativeConfig(method="draft_model", draft_layers=1, num_speculative_tokens=3))
+    assert (res.requests["status"] == "finished").all()
+    assert res.steps["tier_swaps"].sum() > 0 and res.meta.speculative.verifications > 0
+    assert outputs == reference

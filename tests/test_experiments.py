@@ -40,11 +40,13 @@ def test_list_names_every_study_in_claim_order(capsys):
     assert main(["experiment", "--list"]) == 0
     out = capsys.readouterr().out
     names = ["batching", "static-vs-continuous", "tradeoff", "latency-vs-load", "paging",
-             "prefix-caching", "kv-tiers", "fidelity"]
+             "prefix-caching", "kv-tiers", "fidelity", "disaggregation"]
     assert [line.split()[0] for line in out.splitlines()] == names
     assert main(["experiment", "--list", "--format", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [s["name"] for s in listed] == names and all(s["backend"] is True for s in listed)
+    simulated_only = {"disaggregation"}  # no --backend variant (sim/disaggregated only)
+    assert [s["name"] for s in listed] == names
+    assert all(s["backend"] is (s["name"] not in simulated_only) for s in listed)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -221,6 +221,7 @@ def test_cli_roofline_prior_for_a_gpu_server_record(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["heldout"]["tpot_median_pct"] < out["heldout_prior"]["tpot_median_pct"]
+    assert out["written"]["profile"] == "fit" and not out["warnings"]  # better than the prior: no word
     assert out["settings"]["num_kv_blocks"]["source"] == "the prior profile"
     fitted = load_profile(tmp_path / "fit.json")
     assert fitted.model.name == "llama-3.1-8b" and fitted.device.name == "h100-sxm"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from batchlab.calibration.served_bench.client import benchmark_workload
 from batchlab.calibration.served_bench.judge import Predicted, curve_answers, judge
-from batchlab.calibration.served_bench.read import BenchmarkRow, read_benchmarks
+from batchlab.calibration.served_bench.read import BenchmarkRow, in_regime, read_benchmarks
 from tests.helpers import cli, one_line_error
 
 HEADER = ("id,backend,backend_version,model_path,system,precision,isl,osl,gemm_quant_mode,moe_quant_mode,"
@@ -123,3 +123,22 @@ def test_validate_judges_a_table_end_to_end(tmp_path):
     code, text, err = cli(["validate", "--served-benchmarks", str(path), "--client", "staggered", "--rows"])
     assert code == 0, err
     assert "client model: staggered" in text and "qwen3-32b, h100-sxm, TP 2" in text
+
+
+def test_rows_the_server_queued_are_set_apart_and_said_so(tmp_path):
+    # 40 s to a first token against 127 x 20 ms = 2.5 s of reply: most users waited in a queue
+    queued = line(c=512, osl=128, ttft="40000", tpot="20")
+    ok = line(c=8, osl=128, ttft="2400", tpot="20")  # just under one reply's generation: kept
+    rows = read_benchmarks(table(tmp_path, queued, ok))
+    assert [r.queued_by_server for r in rows] == [True, False]
+    kept, apart = in_regime(rows)
+    assert kept == [rows[1]] and apart == [rows[0]]
+    code, text, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, queued, ok, name="b.csv"))])
+    assert code == 0, err
+    assert "1 configurations set apart" in text and "qwen3-32b at 512 users" in text
+
+
+def test_validate_refuses_served_benchmark_options_without_a_table(tmp_path):
+    for flag in (["--client", "staggered"], ["--rows"], ["--served-engine", "none"]):
+        code, _, err = cli(["validate", *flag, "--real", str(tmp_path)])
+        one_line_error(code, err, f"{flag[0]} applies with --served-benchmarks")

@@ -10,7 +10,9 @@ import pytest
 
 from batchlab.calibration.served_bench.fit import START, fit, predict, served_cost
 from batchlab.calibration.served_bench.read import read_benchmarks
+from batchlab.core.cost.gpu_form import AllReduce
 from batchlab.core.cost.served.engine import VLLM
+from batchlab.core.cost.served.model import EngineAllReduce
 from batchlab.core.cost.served.profile import load_served_profile
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
@@ -34,6 +36,26 @@ def test_the_engine_facts_are_vllms():
     assert VLLM.max_capture_tokens(1024) == 512 and VLLM.max_capture_tokens(16) == 32
     assert VLLM.custom_allreduce(8, nvlink=True) and VLLM.custom_allreduce(2, nvlink=False)
     assert not VLLM.custom_allreduce(4, nvlink=False) and not VLLM.custom_allreduce(3, nvlink=True)
+
+
+def test_the_all_reduce_takes_vllms_path_for_the_message_size():
+    # Hopper with symmetric memory: the own all-reduce to 256 KiB at 8 GPUs, multimem to 64 MiB
+    p8 = VLLM.allreduce_paths("h100-sxm", 8, nvlink=True)
+    assert (p8.custom_below, p8.symm_below, p8.multimem) == (256 * 1024, 64 * 2**20, True)
+    p2 = VLLM.allreduce_paths("h200", 2, nvlink=True)
+    assert (p2.custom_below, p2.symm_below, p2.multimem) == (8 * 2**20, 64 * 2**20, False)
+    # an A100 has no symmetric-memory path: the own all-reduce to 8 MiB, NCCL above
+    a = VLLM.allreduce_paths("a100-80gb", 8, nvlink=True)
+    assert (a.custom_below, a.symm_below) == (8 * 2**20, 0)
+    table_ = {8: ((1.0, 2.0**30), (20e-6, 20e-6 * 2**30 / 1.0 * 1e-6))}
+    ar = EngineAllReduce(table_, 0.0, 400e9, custom_scale=0.5, custom_below=p8.custom_below,
+                         symm_below=p8.symm_below, multimem=True, symm_efficiency=0.8)
+    nccl = AllReduce(table_, 0.0, 400e9)
+    assert ar.time(128 * 1024, 8) == 0.5 * nccl.time(128 * 1024, 8)
+    assert ar.time(2**20, 8) == 0.5 * nccl.time(1.0, 8) + 2**20 / (400e9 * 0.8)
+    assert ar.time(2**27, 8) == nccl.time(2**27, 8)
+    two_shot = dataclasses.replace(ar, multimem=False)
+    assert two_shot.time(2**20, 8) == 0.5 * nccl.time(1.0, 8) + 1.75 * 2**20 / (400e9 * 0.8)
 
 
 def test_a_term_out_of_its_physical_bounds_is_refused():
@@ -68,7 +90,7 @@ def test_graphs_and_the_engines_all_reduce_make_a_decode_step_cheaper(recorded):
 
 def test_the_fit_finds_terms_that_reproduce_rows_made_with_known_terms(recorded):
     _, recs, prices = recorded
-    truth = ServedTerms(graph_fixed_share=0.2, custom_allreduce_scale=0.3, attention_speedup=1.5,
+    truth = ServedTerms(graph_fixed_share=0.2, custom_allreduce_scale=0.3, symm_mem_efficiency=0.5, attention_speedup=1.5,
                         elementwise_share=0.4, gemm_speedup=1.2, step_s=0.4e-3, seq_s=8e-6)
     made = predict(recs, prices, truth)
     synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
@@ -86,10 +108,10 @@ def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, t
     assert code == 0, err
     report = json.loads(text)
     assert report["profile"] == str(out) and set(report["terms"]) == set(ServedTerms.names())
-    # TP 4's four rows left out leave five to fit seven terms: not judged; TP 2's five leave four: neither
+    # TP 4's four rows left out leave five to fit eight terms: not judged; TP 2's five leave four: neither
     assert report["heldout"] == []
     assert load_served_profile(out).served_terms() == ServedTerms(**report["terms"])
-    code, text, err = cli(["validate", "--served-benchmarks", str(path), "--served-profile", str(out)])
+    code, text, err = cli(["validate", "--served-benchmarks", str(path), "--served-engine", str(out)])
     assert code == 0, err
     assert f"the served engine ({out})" in text
 
@@ -97,11 +119,11 @@ def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, t
 def test_too_few_rows_and_bad_profiles_are_one_line_errors(tmp_path):
     code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3])), "--out",
                         str(tmp_path / "s.json")])
-    one_line_error(code, err, "3 configurations cannot tell 7 served-engine terms apart")
+    one_line_error(code, err, "3 configurations cannot tell 8 served-engine terms apart")
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 1}')
     code, _, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, *ROWS[:2], name="t.csv")),
-                        "--served-profile", str(bad)])
+                        "--served-engine", str(bad)])
     one_line_error(code, err, str(bad))
     code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3], name="u.csv")),
                         "--leave-out", "gpu"])

@@ -27,6 +27,7 @@ from batchlab.backend.engine import Engine
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.sampling import SamplingParams, sample_row
 from batchlab.backend.server.stops import StopMatcher
+from batchlab.backend.speculative.setup import check_backend_speculative, speculative_engine
 from batchlab.backend.step import run_step
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.features import StepHistory
@@ -102,7 +103,9 @@ Emit = Callable[[TokenEvent], None]
 
 class EngineLoop:
     def __init__(self, runtime: Runtime, scheduler: SchedulerConfig, *, temperature: float = 0.0,
-                 seed: int = 0, observer: StepObserver | None = None, warmup: bool = True) -> None:
+                 seed: int = 0, observer: StepObserver | None = None, warmup: bool = True,
+                 speculative: SpeculativeConfig | None = None) -> None:
+        """speculative: draft and verify as it says (backend/speculative/; greedy requests only)."""
         self.runtime, self.config = runtime, scheduler
         num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
         self.sched = make_scheduler(scheduler, num_blocks)
@@ -110,6 +113,11 @@ class EngineLoop:
         self._stops: dict[int, StopMatcher] = {}
         self.engine = PerRequestEngine(runtime, self.sched.kv.num_blocks, scheduler.block_size,
                                        temperature, seed, self._params)
+        self.speculating = speculative is not None and speculative.on
+        if speculative is not None and self.speculating:
+            check_backend_speculative(speculative, temperature)
+            self.engine = speculative_engine(self.engine, speculative, served=True)
+            self.sched.use_emission(self.engine.emission)
         self.temperature, self.seed = temperature, seed
         self.observer = observer or StepObserver()
         self.observer.watch(self.sched)
@@ -200,13 +208,17 @@ class EngineLoop:
             except queue.Empty:
                 return
             if kind == "add":
+                params, stop = extra
+                if self.speculating and params is not None and not params.greedy:
+                    emit(TokenEvent(-1, -1, now, True, "this server speculates and verifies greedily: "
+                                    "give temperature 0", 400))
+                    continue
                 seq = self.sched.add(item, now)
                 if seq.status is Status.REJECTED:  # checked before, but lengths can race
                     self._record([seq])
                     emit(TokenEvent(-1, -1, now, True, seq.reject_reason, 400))
                     continue
                 self._live[item.id] = (seq, emit)
-                params, stop = extra
                 if params is not None:
                     self._params[item.id] = params
                     gen = params.generator(self.engine.runner.device)
@@ -286,10 +298,12 @@ class EngineLoop:
         failed = self.engine.failed
         ended = []  # by a stop string
         for i, seq in enumerate(batch.seqs):
-            if batch.sampled[i] and seq.id not in failed:
-                gap = end - last[i] if seq.num_generated > 1 else None
-                self.observer.on_token(seq, gap)
-                emitted |= self._emit_token(seq, end, ended)
+            count = batch.sampled[i]  # tokens kept (several where drafts were accepted)
+            if count and seq.id not in failed:
+                for j in range(count):  # the ones kept together arrive together: gaps of 0
+                    gap = (end - last[i] if j == 0 else 0.0) if seq.num_generated - count + j > 0 else None
+                    self.observer.on_token(seq, gap)
+                emitted |= self._emit_token(seq, end, ended, count)
         if emitted and self.flush is not None:
             # Let the HTTP side send this step's tokens before the next forward pass
             # takes the GIL and the core: a client then sees a token when it was made.
@@ -307,21 +321,30 @@ class EngineLoop:
                 self._forget(seq)
         return True
 
-    def _emit_token(self, seq: Sequence, end: float, ended: list[Sequence]) -> bool:
-        """Send a sequence's new token to its client; True if it had one."""
+    def _emit_token(self, seq: Sequence, end: float, ended: list[Sequence], count: int = 1) -> bool:
+        """Send a sequence's `count` new tokens to its client; True if it had one. A stop
+        string ending it within them drops the ones after (they never reach the client)."""
         entry = self._live.get(seq.id)
         if entry is None:
             return False
-        last = seq.status is Status.FINISHED
-        token, text, reason = seq.output_token_ids[-1], None, "length"
         stop = self._stops.get(seq.id)
-        if stop is not None:
-            text = stop.feed(token, last)
-            if stop.stopped:
-                last, reason = True, "stop"
-                if seq.status is not Status.FINISHED:
-                    ended.append(seq)
-        entry[1](TokenEvent(token, seq.num_generated - 1, end, last, text=text, finish_reason=reason))
+        for j in range(count):
+            index = seq.num_generated - count + j
+            last = seq.status is Status.FINISHED and j == count - 1
+            token, text, reason = seq.output_token_ids[index], None, "length"
+            if stop is not None:
+                text = stop.feed(token, last)
+                if stop.stopped:
+                    last, reason = True, "stop"
+                    if j < count - 1:  # the request ends here: not with what was kept after
+                        del seq.output_token_ids[index + 1:]
+                        seq.num_generated = index + 1
+                        seq.request = seq.request.replace(output_len=seq.num_generated)
+                    if seq.status is not Status.FINISHED:
+                        ended.append(seq)
+            entry[1](TokenEvent(token, index, end, last, text=text, finish_reason=reason))
+            if last:
+                break
         return True
 
     def _close_live(self, reason: str, status: int) -> None:
@@ -352,4 +375,6 @@ class EngineLoop:
             "requests_received": self._ids, "interrupted": False, "error": self.error,
             **(meta or {}),
         }
+        if self.sched.emission.stats():  # a speculating server: what verification kept
+            info["speculative"] = self.sched.emission.stats()
         return RunResult.from_recorder(rec, RunMeta(**info))

@@ -17,6 +17,7 @@ from batchlab.backend.server.protocol import Limits
 from batchlab.backend.server.text import load_codec
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.result import RunResult
+from batchlab.core.speculative.config import SpeculativeConfig
 
 SWITCH_INTERVAL_S = 0.0005
 
@@ -24,10 +25,10 @@ SWITCH_INTERVAL_S = 0.0005
 class Server:
     def __init__(self, runtime: Runtime, scheduler: SchedulerConfig, *, model_name: str,
                  api_key: str | None = None, temperature: float = 0.0, seed: int = 0,
-                 max_body_bytes: int = 4 << 20) -> None:
+                 max_body_bytes: int = 4 << 20, speculative: SpeculativeConfig | None = None) -> None:
         self.metrics = ServerMetrics(model_name)
         self.loop = EngineLoop(runtime, scheduler, temperature=temperature, seed=seed,
-                               observer=self.metrics)
+                               observer=self.metrics, speculative=speculative)
         spec = runtime.spec
         self.codec = load_codec(runtime.model.source, runtime.model.name, runtime.runner.vocab_size)
         self.limits = Limits(max_model_len=scheduler.max_model_len or spec.max_context,

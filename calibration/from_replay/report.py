@@ -1,6 +1,8 @@
 """A profile fitted on request timings (--from-replay, --endpoint): what was read, the
-engine's settings, each term against its prior and whether the data told it, and the
-per-request error against the prior's and the server's own spread."""
+engine's settings, each term against its prior and whether the data told it, the
+per-request error against the prior's and the server's own spread, and which profile was
+written (verdict.py), with a line where the fit did worse than the prior or the fitted
+and judged parts ran in different load regimes."""
 from __future__ import annotations
 
 from batchlab.calibration.fit.calibrated import Calibrated
@@ -37,7 +39,8 @@ def _errors(res: ReplayFit) -> list[str]:
         lines.append(f"WARNING: the same requests sent twice differed by more than {UNSTEADY_PCT:.0f}%: the "
                      f"server's speed moved during the replays, so the errors above measure that as much as "
                      f"the fit; replay again on a quiet server")
-    return lines
+    v = res.verdict
+    return lines + v.warnings() + [f"written: the {'fitted profile' if v.written == 'fit' else 'prior'}: {v.why}"]
 
 
 def replayed(res: ReplayFit, prior_where: str, settings_why: str) -> Calibrated:
@@ -56,5 +59,6 @@ def replayed(res: ReplayFit, prior_where: str, settings_why: str) -> Calibrated:
                "train": res.train.as_dict(), "floor": res.floor and res.floor.as_dict(),
                "heldout_by_replay": [{"replay": w, "fit": a.as_dict(), "prior": b.as_dict()}
                                      for w, a, b in res.per_replay],
-               "fit_s": f.seconds, "evaluations": f.nfev}
+               "fit_s": f.seconds, "evaluations": f.nfev, "written": res.verdict.as_dict(),
+               "warnings": res.verdict.warnings()}
     return Calibrated(res.profile, lines + _terms(res) + _errors(res), summary)

@@ -1,25 +1,25 @@
 """The whole fit from request timings: the replays read, their engine settings, the prior
 (a profile), the fit (fit.py) on some replays and the judgement on the others, and the
-profile it makes. Every problem is a one-line ValueError."""
+profile it writes (made.py): the fit's, or the prior's where it did better on the
+held-out requests (verdict.py). Every problem is a one-line ValueError."""
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchlab.calibration.from_replay.fit import (FRONT, REQUEST_OVERHEAD, REQUEST_OVERHEAD_PRIOR, SERIAL,
-                                                  SERIAL_PRIOR, FitResult, fit)
+from batchlab.calibration.from_replay.fit import (REQUEST_OVERHEAD, REQUEST_OVERHEAD_PRIOR, SERIAL, SERIAL_PRIOR,
+                                                  FitResult, fit)
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
+from batchlab.calibration.from_replay.made import Made, quality
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, predict
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, prior_space
-from batchlab.calibration.fit.profile_parts import cost_params, effective
-from batchlab.core.cost.cpu_form import CpuFormModel
+from batchlab.calibration.from_replay.verdict import WRITTEN_PRIOR, Verdict, decide, regime
 from batchlab.core.front_end import FrontEnd
-from batchlab.core.cost.profile import FitQuality, FrontEndParams, Profile, PROFILE_VERSION, RegionError
+from batchlab.core.cost.profile import Profile
 
 HOLDOUT_SHARE = 0.25  # one replay only: the requests sent last are judged, not fitted
 
@@ -37,6 +37,7 @@ class ReplayFit:
     train: Errors
     floor: Errors | None  # the server's own spread
     floor_from: str
+    verdict: Verdict  # which profile is written (the fit's or the prior's) and why
     per_replay: list[tuple[str, Errors, Errors]] = field(default_factory=list)  # judged: (where, fit, prior)
 
 
@@ -67,23 +68,6 @@ def split(cases: list[Case], holdout_every: int, held: list[bool] | None = None
     judge_m = [o if h else z for h, o, z in zip(held, ones, zeros)]
     return fit_m, judge_m, [c.where for c, h in zip(cases, held) if not h], \
         [c.where for c, h in zip(cases, held) if h]
-
-
-def refitted_form(prior: Profile, model) -> dict:
-    """The profile fields of the refitted form: the GPU form's constants where it priced
-    the prior (the fitted form's `cost` kept as the prior had it), else the fitted form's."""
-    if isinstance(model, CpuFormModel):
-        assert prior.gpu_form is not None  # a CpuFormModel prices only a profile carrying it
-        return {"gpu_form": prior.gpu_form.refined(model), "form": "gpu"}
-    return {"cost": cost_params(model), "effective": effective(model, {}), "gpu_form": None, "form": "fitted"}
-
-
-def form_note(model) -> str:
-    """What was refitted, for the profile's notes: the GPU form (core/cost/cpu_form.py) or
-    the fitted form (core/cost/fitted.py)."""
-    if isinstance(model, CpuFormModel):
-        return "the GPU form refitted (the fitted form's cost: the prior's, not refitted)"
-    return "the fitted form refitted"
 
 
 def judged(space: ParamSpace, values: dict, cases: list[Case], masks: list[np.ndarray],
@@ -117,10 +101,12 @@ def check_servable(cases: list[Case], settings: EngineSettings, prior: Profile) 
 
 def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
                  settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
-                 same_model: bool = True, tick: Callable[[], None] | None = None) -> ReplayFit:
+                 same_model: bool = True, tick: Callable[[], None] | None = None,
+                 keep_fit: bool = False) -> ReplayFit:
     """same_model: the replays must name the prior's model (False: a roofline prior, whose
     preset the user chose to stand for the server's model); tick: called after each of the
-    fit's simulations (progress)."""
+    fit's simulations (progress); keep_fit: write the fit even where the prior did better
+    on the held-out requests."""
     for r in replays:
         if same_model and not model_matches(r.model, prior):
             raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
@@ -143,36 +129,16 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             one = [np.ones(len(c), bool) & m]
             per_replay.append((c.where, judged(space, result.values, [c], one, settings),
                                judged(space, prior_front, [c], one, settings)))
-    model = space.fitted(result.values)
-    src = heldout or train
-
-    def region(ape: float, n: int) -> RegionError:
-        return RegionError(n=n, median_ape=round(ape, 2), max_ape=None)
-    quality = FitQuality(heldout=region((src.ttft_median_pct + src.tpot_median_pct) / 2, src.n),
-                         train=region((train.ttft_median_pct + train.tpot_median_pct) / 2, train.n),
-                         regions={"ttft": region(src.ttft_median_pct, src.n),
-                                  "tpot": region(src.tpot_median_pct, src.n)},
-                         spread_median_pct=None if floor is None else
-                         round((floor.ttft_median_pct + floor.tpot_median_pct) / 2, 2))
-    told = [t.name for t in result.terms if t.told and t.name not in FRONT]
-    together = [t.name for t in result.terms if t.status == "together"]
-    ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
-    profile = prior.model_copy(update={
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        **refitted_form(prior, model), "fit": quality,
-        "num_kv_blocks": int(settings.num_kv_blocks.value), "block_size": int(settings.block_size.value),
-        "measurements": None, "measurements_path": None, "serving": None, "grid": None, "sweep_s": None, "total_s": None,
-        "runs": fitted_on, "version": PROFILE_VERSION,
-        "front_end": FrontEndParams(delay_s=ro, serial_s=serial, source=(
-            f"fitted from client timings of {', '.join(fitted_on)}: a delay a request from send to "
-            f"the engine, and a handling time a request of a burst")),
-        "notes": (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
-               f"observations of {', '.join(fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
-               f"prior {prior_where}; {form_note(model)}; told by the data: {', '.join(told) or 'none'}; told only in "
-               f"combination (split as the prior): {', '.join(together) or 'none'}; held at the "
-               f"prior: {', '.join(result.untold + result.held) or 'none'}; the server's front end "
-               f"(front_end, simulated before the engine): {ro * 1e3:.1f} ms a request from send "
-               f"to the engine, {serial * 1e3:.2f} ms more for each request of a burst; engine: "
-               f"{'; '.join(settings.lines())}")})
+    made = Made(prior, space, settings, fitted_on)
+    fitted = made.profile(result.values, quality(heldout or train, train, floor),
+                          made.fitted_notes(result, prior_where, judged_on), made.fitted_front())
+    verdict = decide(heldout, before, keep_fit, regime(cases, fit_m, sched.max_num_seqs),
+                     regime(cases, judge_m, sched.max_num_seqs))
+    profile = fitted
+    if verdict.written == WRITTEN_PRIOR:
+        prior_train = judged(space, prior_front, cases, fit_m, settings)
+        profile = made.profile(prior_front, quality(before, prior_train, floor),
+                               made.prior_notes(prior_where, verdict.why),
+                               "the fit's prior, not fitted (calibrate --from-replay kept the prior)", prior.runs)
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
-                     floor, floor_from, per_replay)
+                     floor, floor_from, verdict, per_replay)

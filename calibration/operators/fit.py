@@ -12,7 +12,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from batchlab.calibration.operators.vidur import AttentionTiming, LayerTiming
-from batchlab.core.cost.gpu_form import GEMM_TILE_TOKENS, SMALL_M_ROWS, TILE_CHOICES
+from batchlab.core.cost.gpu_form import GEMM_TILE_TOKENS, SMALL_M_ROWS, TILE_CHOICES, prefill_token_width
 
 LAYER_PARAMS = ("mem_efficiency", "compute_efficiency", "ridge_k", "gemm_fixed_s", "layer_fixed_s",
                 "elementwise_efficiency", "elementwise_row_efficiency")
@@ -133,7 +133,7 @@ class AttentionArrays(NamedTuple):
     kv_bytes: np.ndarray  # bytes read
     pair_flops: np.ndarray
     self_flops: np.ndarray  # of pair_flops: prefill chunks' own pairs
-    prefill_tokens: np.ndarray
+    prefill_tokens: np.ndarray  # times the shape's a_tok width (core/cost/gpu_form.py)
     time_s: np.ndarray
 
     @classmethod
@@ -142,7 +142,8 @@ class AttentionArrays(NamedTuple):
                    np.array([r.kv_tokens_read * r.shapes.kv_bytes_per_token for r in rows]),
                    np.array([r.attention_pairs * r.shapes.attn_flops_per_pair for r in rows]),
                    np.array([r.self_pairs * r.shapes.attn_flops_per_pair for r in rows]),
-                   np.array([r.prefill_tokens for r in rows], dtype=float),
+                   np.array([r.prefill_tokens * prefill_token_width(r.shapes.attn_flops_per_pair)
+                             for r in rows], dtype=float),
                    np.array([r.time_s for r in rows]))
 
 

@@ -23,8 +23,8 @@ from batchlab.core.cost.served.engine import VLLM, EngineFacts
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
 
-START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, attention_speedup=1.3,
-                    elementwise_share=0.5, gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6)
+START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, symm_mem_efficiency=0.6,
+                    attention_speedup=1.3, elementwise_share=0.5, gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6)
 SEQ_S_FLOOR = 1e-7  # the fit works in logs: seq_s's bound 0 becomes this
 
 
@@ -32,6 +32,7 @@ class Priced(NamedTuple):
     """What a row is priced on: its operator-fitted GPU cost and the engine's settings."""
     base: GpuCostModel
     max_num_seqs: int
+    gpu: str  # catalogue name: the engine's all-reduce paths depend on its architecture
     nvlink: bool
 
 
@@ -46,7 +47,7 @@ class ServedFit:
 
 
 def served_cost(p: Priced, terms: ServedTerms, facts: EngineFacts = VLLM) -> ServedGpuCost:
-    return ServedGpuCost.build(p.base, terms, facts, p.max_num_seqs, p.nvlink)
+    return ServedGpuCost.build(p.base, terms, facts, p.max_num_seqs, p.gpu, p.nvlink)
 
 
 def predict(rows: list[RecordedRow], priced: list[Priced], terms: ServedTerms) -> list[Predicted]:

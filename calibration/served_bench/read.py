@@ -27,6 +27,9 @@ PRECISIONS = {"": None, "bf16": "bf16", "fp8": "fp8", "fp4": None}
 # No engine runs more than this many users' requests at once on one GPU set; a count
 # past it is a typo, not a benchmark.
 MAX_CONCURRENCY = 65536
+# A mean TTFT this many reply generations long: the server queued most users (the shared
+# file's gpt-oss rows at 512 users wait 3.8-4.4 generations, every other row under 1.05).
+QUEUED_TTFT_SHARE = 2.0
 MAX_TOKENS = 1 << 21
 
 
@@ -54,6 +57,14 @@ class BenchmarkRow:
     @property
     def group(self) -> tuple[str, str, int]:
         return (self.model, self.gpu, self.tp)
+
+    @property
+    def queued_by_server(self) -> bool:
+        """The server ran far fewer of the users at once than there were: a request waited
+        longer than QUEUED_TTFT_SHARE generations of a reply ((osl - 1) x TPOT) before its
+        first token, so a setting the file does not state (max_num_seqs, the KV pool) held
+        the rest back, and its TPOT is that of the few running."""
+        return self.osl > 1 and self.ttft_s > QUEUED_TTFT_SHARE * (self.osl - 1) * self.tpot_s
 
     def describe(self) -> str:
         prec = f" {self.precision}" if self.precision else ""
@@ -112,3 +123,19 @@ def _repeat(path: Path, first: BenchmarkRow, again: BenchmarkRow) -> BenchmarkRo
                 f"{where(path, again.line, column)}: {b * 1e3:.4g} ms conflicts with {a * 1e3:.4g} ms for the same "
                 f"configuration on line {first.line} ({first.describe()}; repeats may differ by x{CONFLICT_RATIO} at most)")
     return dataclasses.replace(first, ttft_s=(first.ttft_s + again.ttft_s) / 2, tpot_s=(first.tpot_s + again.tpot_s) / 2)
+
+
+def in_regime(rows: list[BenchmarkRow]) -> tuple[list[BenchmarkRow], list[BenchmarkRow]]:
+    """(the rows a default engine's settings reproduce, those queued by the server's own
+    unstated settings: set apart from fits and judgements, and said so)."""
+    return [r for r in rows if not r.queued_by_server], [r for r in rows if r.queued_by_server]
+
+
+def set_apart_line(apart: list[BenchmarkRow]) -> str:
+    """What was set apart and why, in one line (empty: nothing)."""
+    if not apart:
+        return ""
+    return (f"{len(apart)} configurations set apart: their mean TTFT is over {QUEUED_TTFT_SHARE:g} reply "
+            f"generations ((osl - 1) x TPOT), so the server ran far fewer of the users at once than "
+            f"vLLM's default max_num_seqs and KV pool would (settings the file does not state): "
+            f"{', '.join(sorted({f'{r.model} at {r.concurrency} users' for r in apart}))}")

@@ -29,11 +29,13 @@ def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedPro
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
 
-def served_report(f: ServedFit, held: list[HeldOut], source: Path) -> Calibrated:
+def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: str = "") -> Calibrated:
+    """set_apart: the line saying which rows were not fitted, and why (read.py set_apart_line)."""
     profile = served_profile(f, held, source)
     own = _stats("none", "fitted rows", f.rows)
     lines = [f"served-engine terms ({VLLM.name}) fitted on {profile.fitted_on}: {f.evaluations} evaluations, "
-             f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", f"engine facts: {VLLM.source}"]
+             f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", *([set_apart] if set_apart else []),
+             f"engine facts: {VLLM.source}"]
     lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + ("  (at its bound: not told by these rows)"
                                                         if n in f.at_bound else "") for n in f.terms.names()]
     lines.append(f"mean TPOT |error| (median, p90, share priced slow): fitted rows {own.tpot_median_pct:.1f}%, "
@@ -50,4 +52,4 @@ def served_report(f: ServedFit, held: list[HeldOut], source: Path) -> Calibrated
                "heldout": [s.model_dump() for s in profile.heldout]}
     return Calibrated(profile, lines, summary, written=(
         "\nserved-engine profile written to {out}; judge it with batchlab validate --served-benchmarks FILE "
-        "--served-profile {out}"))
+        "--served-engine {out}"))

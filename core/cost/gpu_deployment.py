@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel, GpuCostParams
+from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel, GpuCostParams, prefill_token_width
 from batchlab.core.cost.operator_shapes import OperatorShapes
 from batchlab.core.features import StepFeatures
 
@@ -72,7 +72,7 @@ def deployed_terms(s: OperatorShapes, b_mem: float, peak: float, b_kv: float, p_
         prefill_pair=(s.layers * (s.prefill_attn_flops_per_pair - s.attn_flops_per_pair) / p_attn
                       if s.prefill_attn_flops_per_pair else 0.0),
         self_pair=s.layers * prefill_pair_flops / p_attn * (self_pair_cost - 1),
-        prefill_token=s.layers * prefill_token_s,
+        prefill_token=s.layers * prefill_token_s * prefill_token_width(prefill_pair_flops),
         head_mem=s.head.weight_bytes / b_mem, head_flop=s.head.flops_per_token / peak)
 
 

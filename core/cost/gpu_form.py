@@ -22,7 +22,8 @@ all-reduce table (1; sensitivity varies it).
 
 A prefill chunk's own (causal) pairs cost r_self times a pair against cached keys (the
 diagonal blocks are masked, smaller and less pipelined: 2-4x in Vidur's A100 timings),
-and each prefill token a_tok (its query tile's loads, softmax state and output writes).
+and each prefill token a_tok (its query tile's loads, softmax state and output writes),
+in proportion to the query heads a GPU holds (A_TOK_REFERENCE_PAIR_FLOPS).
 r_self = 1 and a_tok = 0 price as a profile without them did.
 
 Only the attention terms change along a steady decode run (T and num_seqs stay), so the
@@ -95,6 +96,18 @@ def gemm_rows(tokens: int, tile: float) -> float:
     return tokens if tokens <= SMALL_M_ROWS else math.ceil(tokens / tile) * tile
 
 
+# a_tok is fitted on the one attention table there is (Vidur's A100 rows: a 70B shape at TP 2,
+# 32 query heads of 128 a GPU) and is a query tile's loads, softmax state and output writes
+# per prefill token: it scales with the query heads a GPU holds, as a pair's FLOPs do. Per
+# prefill token and layer, a_tok x (this GPU's FLOPs a pair / the table's).
+A_TOK_REFERENCE_PAIR_FLOPS = 4.0 * 32 * 128
+
+
+def prefill_token_width(attn_flops_per_pair: float) -> float:
+    """The factor on a_tok for a GPU whose attention does this many FLOPs a pair."""
+    return attn_flops_per_pair / A_TOK_REFERENCE_PAIR_FLOPS
+
+
 FIXED_COSTS = ("gemm_fixed_s", "layer_fixed_s", "attn_layer_s", "attn_seq_s", "step_s", "seq_s",
                "attn_prefill_token_s")
 
@@ -163,7 +176,7 @@ class GpuCostModel(FormDefaults):
         pair_coef = shapes.layers * shapes.attn_flops_per_pair / (peak_flops_16 * p.attn_pair_efficiency)
         return cls(shapes, params, mem_bandwidth, peak_flops, peak_flops_16, allreduce,
                    gemm_mem, gemm_flop, kv_coef, pair_coef, pair_coef * (p.attn_self_pair_cost - 1),
-                   shapes.layers * p.attn_prefill_token_s,
+                   shapes.layers * p.attn_prefill_token_s * prefill_token_width(shapes.attn_flops_per_pair),
                    **cls.extra_terms(shapes, params, mem_bandwidth, peak_flops_16, b_mem, peak))
 
     @classmethod
@@ -227,4 +240,4 @@ class GpuCostModel(FormDefaults):
         return sum(gemms) + self._elementwise(tokens)
 
 
-__all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "smooth"]
+__all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "prefill_token_width", "smooth"]

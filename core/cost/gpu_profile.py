@@ -8,6 +8,7 @@ TP degree (core/cost/gpu_form.py). Versioned JSON, "format": "batchlab-gpu-profi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -116,10 +117,37 @@ class FittedOn(_Strict):
     attention: str  # what the attention terms rest on
 
 
+# How far a price scaled by datasheet ratios lands from the time measured: measured /
+# priced on one measured GPU's layers from another's constants, the least and the most of
+# any (source, target) pair's median by region (decode, ridge, prefill), among the A100,
+# H100 and A40 (calibration/operators/scaling.py; measured by
+# benchmarks/scaled_profile_interval.py: docs/results/2026-12-06-scaled-profile-interval.md).
+SCALED_PRICE_INTERVAL = (0.8963, 1.1100)
+SCALED_PRICE = "scaled_price"  # the knob: a factor on a borrowed profile's operator terms
+SCALED_PRICE_GPUS = "the A100, H100 and A40"  # the GPUs with operator tables it was measured between
+SCALED_PRICE_SOURCE = (f"measured / priced of datasheet scaling between {SCALED_PRICE_GPUS} "
+                       f"(docs/results/2026-12-06-scaled-profile-interval.md)")
+
+
 class ScaledFrom(_Strict):
     gpu: str  # the measured GPU
     bandwidth_ratio: float = Field(gt=0)
     peak_ratio: float = Field(gt=0)
+    # The interval the scaling's own error allows (SCALED_PRICE_INTERVAL; None: not carried,
+    # a profile scaled before it was measured), and the factor priced at (sensitivity moves
+    # it): the operators' terms (GEMMs, elementwise, attention) times it; the engine's
+    # step_s and seq_s and the collectives have knobs of their own.
+    price_low: float | None = Field(None, gt=0, allow_inf_nan=False)
+    price_high: float | None = Field(None, gt=0, allow_inf_nan=False)
+    price: float = Field(1.0, gt=0, allow_inf_nan=False)
+
+    def interval_text(self) -> str:
+        """The interval in words (the assumptions line), '' where none is carried."""
+        if self.price_low is None or self.price_high is None:
+            return ""
+        at = f"; priced at x{self.price:.3g}" if self.price != 1.0 else ""
+        return (f"such scaling between {SCALED_PRICE_GPUS} measured x{self.price_low:.2f}-"
+                f"x{self.price_high:.2f} of its price{at}")
 
 
 class GpuProfile(_Strict):
@@ -161,13 +189,20 @@ class GpuProfile(_Strict):
         prices: its datasheet bandwidth and peak). A layout that does not fit: ValueError."""
         peak16 = hw.flops_for("bf16")
         peak = hw.flops_for("fp8" if model.dtype_bytes == 1 else "bf16")
-        return gpu_cost(operator_shapes(model, tensor_parallel), self.cost_params(),
+        params = self.cost_params()
+        k = self.scaled_from.price if self.scaled_from else 1.0
+        if k != 1.0:  # the operators' terms k times as long; the engine's loop as it is
+            params = replace(params.scaled(k, k), step_s=params.step_s, seq_s=params.seq_s)
+        return gpu_cost(operator_shapes(model, tensor_parallel), params,
                         hw.mem_bandwidth, peak, peak16, self.allreduce())
 
     def describe(self) -> str:
         """One line: which profile, from what, and its held-out error."""
         h = self.heldout.overall
-        scaled = f", scaled from {self.scaled_from.gpu} by datasheet ratios" if self.scaled_from else ""
+        sf = self.scaled_from
+        scaled = f", scaled from {sf.gpu} by datasheet ratios" if sf else ""
+        if sf and sf.interval_text():
+            scaled += f": {sf.interval_text()}"
         error = (f"held-out per-step error median {h.median:.1%}, p90 {h.p90:.1%}" if h.n
                  else "no held-out error (not judged)")
         return f"GPU profile {self.gpu} (fitted on {self.source.split(';')[0]}{scaled}): {error}"
@@ -190,14 +225,21 @@ class GpuProfile(_Strict):
             lo_bound, hi_bound, _ = knob_bound(name, p.value)
             low, high = max(low, lo_bound), min(high, hi_bound)  # a range never past what can be
             out.append(Knob(name, p.value, low, high, f"{p.source} ({self.gpu} GPU profile)"))
+        sf = self.scaled_from
+        if sf and sf.price_low is not None and sf.price_high is not None:
+            out.append(Knob(SCALED_PRICE, sf.price, sf.price_low, sf.price_high,
+                            f"{SCALED_PRICE_SOURCE}; {self.gpu} borrows {sf.gpu}'s constants"))
         return out
 
     def with_values(self, values: dict[str, float]) -> GpuProfile:
         """This profile with some constants replaced (a knob dictionary: sensitivity, or
         [hardware] knobs), each within its physical bound (knob_bound)."""
+        values = dict(values)
+        scaled = self._with_price(values.pop(SCALED_PRICE)) if SCALED_PRICE in values else self.scaled_from
         unknown = set(values) - set(self.params)
         if unknown:
-            raise ValueError(f"unknown GPU profile constants {sorted(unknown)}; expected {sorted(self.params)}")
+            raise ValueError(f"unknown GPU profile constants {sorted(unknown)}; expected {sorted(self.params)}"
+                             + (f" or {SCALED_PRICE} (a profile scaled from another GPU)" if scaled else ""))
         params = dict(self.params)
         for n, v in values.items():  # validated as the profile's own values are (model_copy is not)
             fixed = n in FIXED_COSTS
@@ -209,7 +251,15 @@ class GpuProfile(_Strict):
                 ok = False
             if not ok:
                 raise ValueError(f"GPU profile constant {n} = {v!r}: expected {what}")
-        return self.model_copy(update={"params": params})
+        return self.model_copy(update={"params": params, "scaled_from": scaled})
+
+    def _with_price(self, v: float) -> ScaledFrom:
+        """scaled_from priced at factor v (SCALED_PRICE): only a profile scaled from another GPU."""
+        if self.scaled_from is None:
+            raise ValueError(f"{SCALED_PRICE}: {self.gpu}'s profile is its own, not scaled from another GPU")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= MAX_FACTOR:
+            raise ValueError(f"GPU profile {SCALED_PRICE} = {v!r}: expected a factor > 0 and <= {MAX_FACTOR:g}")
+        return self.scaled_from.model_copy(update={"price": float(v)})
 
     def save(self, path: str | Path) -> None:
         """Written whole or not at all (a temporary file renamed over the target)."""
@@ -276,4 +326,5 @@ def scaled_to(profile: GpuProfile, measured: HardwareSpec, target: HardwareSpec)
         note.append(f"all-reduce: {c.fallback}")
     return profile.model_copy(update={
         "gpu": target.name, "collectives": c, "assumptions": [*note, *profile.assumptions],
-        "scaled_from": ScaledFrom(gpu=measured.name, bandwidth_ratio=round(bw, 4), peak_ratio=round(peak, 4))})
+        "scaled_from": ScaledFrom(gpu=measured.name, bandwidth_ratio=round(bw, 4), peak_ratio=round(peak, 4),
+                                  price_low=SCALED_PRICE_INTERVAL[0], price_high=SCALED_PRICE_INTERVAL[1])})

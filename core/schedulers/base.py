@@ -107,6 +107,17 @@ class Scheduler:
             self._push(seq)
         return seq
 
+    def add_sequence(self, seq: Sequence, now: float) -> Sequence:
+        """add() for a sequence begun elsewhere: a decode replica receiving a finished
+        prefill (its first token sampled, its KV on the way: Sequence.kv_elsewhere)."""
+        reason = self.reject_reason(seq.request)
+        if reason:
+            seq.status, seq.reject_reason, seq.finish = Status.REJECTED, reason, now
+            self.rejected.append(seq)
+        else:
+            self._push(seq)
+        return seq
+
     def schedule(self, now: float) -> Batch:
         """Form the next step. An empty batch means nothing can run until an arrival
         (or `next_wakeup`)."""
@@ -294,9 +305,11 @@ class Scheduler:
         if limit is not None and total > limit:
             return (f"prompt+output = {total} tokens exceeds max_model_len={limit} "
                     f"(the model's context length unless set)")
-        need = blocks_for(request.max_kv_tokens, self.kv.block_size)
+        # Its last decode holds its drafts' KV too (width - 1 more: core/emission.py).
+        need = blocks_for(request.max_kv_tokens + self._width - 1, self.kv.block_size)
         if need > self.kv.num_blocks:
-            return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens) "
+            drafts = f" and {self._width - 1} drafts" if self._width > 1 else ""
+            return (f"needs {need} KV blocks (prompt+output-1 = {request.max_kv_tokens} tokens{drafts}) "
                     f"but the cache has {self.kv.num_blocks}")
         return ""
 

@@ -108,9 +108,12 @@ def fit_and_report(args, replays, prior, where: str, settings, why: str, held=No
     try:
         with fit_progress(n) as tick:
             res = from_replays(replays, prior, where, settings, args.holdout_every, held,
-                               same_model=not args.hardware, tick=tick)
+                               same_model=not args.hardware, tick=tick, keep_fit=args.keep_fit)
     except ValueError as e:
         raise UserError(str(e)) from None
     out = save_fitted_profile(args, out, res.profile, "replayed")
+    if args.format == "json":  # the table prints them with the report; JSON keeps stdout for JSON
+        for line in res.verdict.warnings():
+            print(line, file=sys.stderr)
     print_calibrated(args, replayed(res, where, why), out)
     return 0

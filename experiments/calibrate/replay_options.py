@@ -21,6 +21,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-kv-blocks", type=int, metavar="N", help="the server's KV pool, in blocks")
     g.add_argument("--prefix-caching", dest="prefix_caching", action="store_const", const=True)
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const", const=False)
+    g.add_argument("--keep-fit", action="store_true",
+                   help="write the fitted profile even where the prior did better on the held-out "
+                   "requests (default: write the better of the two, saying so)")
     g.add_argument("--hardware", metavar="NAME",
                    help="with a preset model no profile was measured for: price the prior from this "
                    "hardware preset's datasheet (the roofline's efficiencies)")

@@ -13,6 +13,7 @@ from batchlab.experiments.capacity import deploy_report
 from batchlab.experiments.capacity import tasks as searches  # run_task read when called: tests patch it
 from batchlab.experiments.capacity.deploy import check_prices, ranked, runner_up, search_deployments
 from batchlab.experiments.capacity.options import check_samples, criteria_from
+from batchlab.experiments.capacity.pd_options import check_pd_options, run_pd
 from batchlab.experiments.capacity.point import sample_configs
 from batchlab.experiments.capacity.space import DeploySpace, parse_list
 from batchlab.experiments.capacity.reproduce import simulate_command, window_line
@@ -44,6 +45,24 @@ def read_prices(items: list[str] | None) -> dict[str, float] | None:
     return out
 
 
+def speculation_options(cfg, text: str | None) -> list[str]:
+    """--speculative-options off,1,3: speculation off, or the config's method at each k
+    (default: the config's alone). One line naming the option where it cannot be."""
+    sp = cfg.speculative
+    if text is None:
+        return [f"{sp.method}:{sp.num_speculative_tokens}" if sp.on else ""]
+    out = []
+    for item in parse_list(text, "--speculative-options"):
+        if item == "off":
+            out.append("off")
+        elif item.isdigit() and int(item) >= 1 and sp.on:
+            out.append(f"{sp.method}:{int(item)}")
+        else:
+            raise UserError(f"--speculative-options: {item!r}: expected off or a draft length >= 1"
+                            + ("" if sp.on else " with --speculative METHOD and its --acceptance"))
+    return out
+
+
 def run_deploy(args: argparse.Namespace) -> int:
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
@@ -65,7 +84,8 @@ def run_deploy(args: argparse.Namespace) -> int:
                         pp=parse_list(args.pp_options, "--pp-options", int),
                         ep=parse_list(args.ep_options, "--ep-options"),
                         routers=parse_list(args.router_options, "--router-options") if args.router_options
-                        is not None else [""])
+                        is not None else [""],
+                        speculative=speculation_options(cfg, args.speculative_options))
     bad_router = [r for r in space.routers if r and r not in ROUTERS]
     if bad_router:
         raise UserError(f"--router-options: {bad_router[0]!r} is not one of {', '.join(ROUTERS)}")
@@ -81,6 +101,9 @@ def run_deploy(args: argparse.Namespace) -> int:
         _known(lookup_hardware, g, "--gpus")
     prices = read_prices(args.price)
     check_prices(space, prices)
+    pd_search = check_pd_options(args)  # disaggregated pools (--pd-ratios): searched after the rest
+    if pd_search and prices is not None:
+        raise UserError("--pd-ratios with --price: the disaggregated search ranks by GPUs only")
     samples = sample_configs(cfg.workload, args.seeds, args.windows)
     seeds_vary = check_seeds_vary(cfg.workload, args.seeds, "--windows W")
     n = len(samples)
@@ -116,6 +139,7 @@ def run_deploy(args: argparse.Namespace) -> int:
                 tasks = build_tasks("replicas", o.cfg, criteria, samples, args.max_replicas, None, True)[1:]
                 answers = run_all(ex, searches.run_task, tasks)
                 sens[o.dep.label()] = (o.answer, list(zip([t[0] for t in tasks], answers)))
+        pd_lines, pd_json = run_pd(args, cfg, criteria, samples, space, options, pd_search, ex) if pd_search else ([], None)
     header.append(f"ran on {where}")
 
     def more(o) -> list[str]:  # under the winner and the runner-up
@@ -125,9 +149,12 @@ def run_deploy(args: argparse.Namespace) -> int:
         return [f"priced by: {priced_by(o)}", f"reproduce: {again}"]
 
     text = deploy_report.render(options, criteria, header, prices, sens, more)
+    if pd_lines:
+        text += "\n" + "\n".join(pd_lines)
     if out:
         files = deploy_report.write(out, options, prices, sens, criteria)
-        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options]}
+        summary = {"options": [deploy_report.option_row(o, prices, criteria) for o in options],
+                   **({"disaggregated": pd_json} if pd_json is not None else {})}
         atomic.write_text(out / "deploy.json", to_json(summary) + "\n")
         text += f"\nresults written to {out}/ ({', '.join(files + ['deploy.json'])})"
     if args.format == "json":
@@ -137,10 +164,12 @@ def run_deploy(args: argparse.Namespace) -> int:
                        "winner": _label(best, 0),
                        "runner_up": (r.dep.label() if (r := runner_up(best)) else None),
                        "sized_for": sized.removeprefix("sized for: "),
-                       "reproduce": {o.dep.label(): more(o)[1].removeprefix("reproduce: ") for o in shown}}))
+                       "reproduce": {o.dep.label(): more(o)[1].removeprefix("reproduce: ") for o in shown},
+                       **({"disaggregated": pd_json} if pd_json is not None else {})}))
     else:
         print(text)
-    return 0 if ranked(options, criteria) else 1
+    found = ranked(options, criteria) or (pd_json or {}).get("disaggregated_winner")
+    return 0 if found else 1
 
 
 def _given(value: str | None, default: str) -> str:

@@ -64,7 +64,19 @@ def serve_flags(dep: Deployment) -> list[str]:
         parts.append(f"--pipeline-parallel-size {dep.pp}")
     if dep.ep > 1:
         parts.append("--enable-expert-parallel")
-    return parts + [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}", *dtype_flags(dep)]
+    return parts + [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}", *dtype_flags(dep),
+                    *speculative_flags(dep)]
+
+
+def speculative_flags(dep: Deployment) -> list[str]:
+    """vLLM's --speculative-config for dep's speculation (its method names are batchlab's:
+    vllm/config/speculative.py SpeculativeMethod); a draft model or EAGLE head is named by
+    its checkpoint, which the deployment does not know."""
+    if not dep.speculative or dep.speculative == "off":
+        return []
+    method, k = dep.speculative.split(":")
+    draft = ', "model": "DRAFT_CHECKPOINT"' if method in ("draft_model", "eagle") else ""
+    return [f"--speculative-config '{{\"method\": \"{method}\", \"num_speculative_tokens\": {k}{draft}}}'"]
 
 
 def vllm_command(dep: Deployment, replicas: int) -> str:

@@ -142,7 +142,8 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
         w = _workload(wl.model_copy(update={"rate_scale": cfg.workload.rate_scale}).model_dump_json())
         result = simulate(w, scheduler, setup.cost, setup.blocks, replicas=cfg.run.replicas,
                           router=cfg.run.router, meta=setup.meta, record_steps=False,
-                          front_end=setup.front_end, **setup.tier_options)  # a [kv_tier], if any
+                          front_end=setup.front_end, emission=setup.emission(wl.seed),
+                          **setup.tier_options)  # a [kv_tier], if any
         summaries.append({**result.summary(criteria.slo), "too_long": too_long(w, setup.meta.max_context)})
         verdicts.append(queue_stability(result.requests).verdict)
         rates.append(mean_rate(w))
@@ -173,4 +174,7 @@ def evaluate(cfg: ExperimentConfig, criteria: Criteria, samples: list[WorkloadCo
         row[k] = int(sum(s.get(k, 0) for s in summaries))
     row["requests"] = row["completed"] + row["rejected"] + row["unfinished"]
     row.update({k: getattr(setup.meta, k) for k in ASSUMED})
+    if setup.speculative is not None:  # only a speculating point has these
+        row["speculative"] = f"{cfg.speculative.method} k={cfg.speculative.num_speculative_tokens}"
+        row["mean_acceptance_length"] = float(np.mean([s["mean_acceptance_length"] for s in summaries]))
     return row

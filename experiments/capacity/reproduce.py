@@ -12,11 +12,12 @@ from batchlab.experiments.capacity.space import Deployment
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.options import add_common_options
 from batchlab.experiments.roofline_options import add_roofline_options
+from batchlab.experiments.speculative_options import add_speculative_options
 
 # Options the deployment itself sets (its own flags are appended instead).
 SET_BY_DEPLOYMENT = {"mo_name", "hw_name", "hw_tensor_parallel", "hw_pipeline_parallel", "hw_expert_parallel",
                      "mo_dtype", "sc_max_num_seqs", "sc_max_num_batched_tokens", "ru_replicas", "policy",
-                     "ru_router"}
+                     "ru_router", "sp_method", "sp_num_speculative_tokens"}
 WINDOW = {"wl_window_start_s", "wl_window_duration_s"}
 OUTPUT = {"out", "format"}  # where deploy writes is not where the rerun should
 
@@ -41,6 +42,7 @@ def _given(args: argparse.Namespace, skip: set[str]) -> list[str]:
     p = argparse.ArgumentParser(add_help=False)
     add_common_options(p)
     add_roofline_options(p)
+    add_speculative_options(p)
     words: list[str] = []
     for a in p._actions:
         if not a.option_strings or a.dest in skip or not hasattr(args, a.dest):
@@ -51,6 +53,8 @@ def _given(args: argparse.Namespace, skip: set[str]) -> list[str]:
         flag = a.option_strings[0]
         if a.nargs == 0:  # store_const / store_true
             words.append(flag)
+        elif a.dest == "sp_acceptance":  # one option, a comma list
+            words += [flag, ",".join(map(str, v))]
         elif isinstance(v, list):
             for item in v:
                 words += [flag, str(item)]
@@ -74,4 +78,7 @@ def simulate_command(args: argparse.Namespace, cfg: ExperimentConfig, dep: Deplo
     if dep.ep > 1:
         words += ["--ep", str(dep.ep)]
     words += ["--dtype", dep.dtype, "--max-num-seqs", str(dep.seats), "--max-num-batched-tokens", str(dep.budget)]
+    if dep.speculative and dep.speculative != "off":
+        method, k = dep.speculative.split(":")
+        words += ["--speculative", method, "--num-speculative-tokens", k]
     return shlex.join(words)

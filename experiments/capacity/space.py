@@ -28,6 +28,7 @@ class Deployment(NamedTuple):
     pp: int = 1  # pipeline stages (issue 30)
     ep: int = 1  # expert parallel degree (issue 30)
     router: str = ""  # the load balancer in front of the replicas ('': the config's)
+    speculative: str = ""  # 'off', or 'METHOD:K' drafts a step ('': the config's [speculative])
 
     @property
     def gpus_per_replica(self) -> int:
@@ -39,7 +40,9 @@ class Deployment(NamedTuple):
         if self.dtype == CHECKPOINT_DTYPE["mxfp4"] and _quantization(self.model) == "mxfp4":
             dtype = "mxfp4"  # its experts' (the bulk of its weights); attention stays bf16
         routed = f" {self.router}" if self.router else ""
-        return f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} tokens{routed}"
+        drafts = f" spec {self.speculative.replace(':', ' k=')}" if self.speculative else ""
+        return (f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} "
+                f"tokens{routed}{drafts}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class DeploySpace:
     pp: list[int] = field(default_factory=lambda: [1])  # pipeline stages
     ep: list[str] = field(default_factory=lambda: ["off"])  # "off" | "on": experts over the TP GPUs
     routers: list[str] = field(default_factory=lambda: [""])  # '': the config's router
+    speculative: list[str] = field(default_factory=lambda: [""])  # off | METHOD:K ('': the config's)
 
     def size(self) -> int:
         return len(deployments(self))
@@ -60,8 +64,8 @@ class DeploySpace:
     def describe(self) -> str:
         dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("PP", self.pp),
                 ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets),
-                ("router", self.routers)]
-        hidden = {"PP": [1], "EP": ["off"], "router": [""]}  # dimensions left at their one default
+                ("router", self.routers), ("speculation", self.speculative)]
+        hidden = {"PP": [1], "EP": ["off"], "router": [""], "speculation": [""]}  # left at their one default
         shown = [(n, v) for n, v in dims if hidden.get(n) != v]
         note = " (EP on: MoE models at TP > 1)" if "on" in self.ep else ""
         return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
@@ -86,10 +90,11 @@ def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int
 
 
 def deployments(space: DeploySpace) -> list[Deployment]:
-    return [Deployment(m, g, tp, d, s, b, pp, ep, r)
+    return [Deployment(m, g, tp, d, s, b, pp, ep, r, k)
             for m in space.models for g in space.gpus for tp in space.tp
             for pp, ep in layouts(m, tp, space.pp, space.ep)
-            for d in space.dtypes for s in space.seats for b in space.budgets for r in space.routers]
+            for d in space.dtypes for s in space.seats for b in space.budgets for r in space.routers
+            for k in space.speculative]
 
 
 def why_not(dep: Deployment) -> str:
@@ -125,6 +130,11 @@ def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
     c.run.replicas = 1
     if dep.router:
         c.run.router = dep.router
+    if dep.speculative == "off":
+        c.speculative.method = "off"
+    elif dep.speculative:
+        method, k = dep.speculative.split(":")
+        c.speculative.method, c.speculative.num_speculative_tokens = method, int(k)
     return c
 
 

@@ -15,7 +15,7 @@ COMMANDS = {
     "workload": "inspect and convert workloads and traces",
     "experiment": "reproduce a claim about batching: report + plots",
     "validate": "run a workload for real and simulated, report the error",
-    "capacity": "capacity planning: max-rate | replicas | deploy",
+    "capacity": "capacity planning: max-rate | replicas | deploy | speculation",
     "sweep": "a grid of simulations or capacity searches, with a Pareto table",
     "serve": "serve the backend over an OpenAI-compatible HTTP API",
     "replay": "send a workload to an OpenAI-compatible server, measure it",

@@ -215,7 +215,8 @@ def run_from_served(args: argparse.Namespace) -> int:
     """--from-served FILE: the served-engine constants (calibration/served_bench/fit.py),
     judged with rows left out by --leave-out."""
     from batchlab.calibration.served_bench.fit import LEAVE_OUT, fit, leave_out  # lazy: scipy
-    from batchlab.calibration.served_bench.read import read_benchmarks  # lazy: scipy (through fit's package)
+    from batchlab.calibration.served_bench.read import (in_regime, read_benchmarks,  # lazy: scipy (fit's package)
+                                                        set_apart_line)
     from batchlab.calibration.served_bench.report import served_report  # lazy: scipy (through fit)
     from batchlab.experiments.validation.served_benchmarks import recorded_rows  # lazy: the simulator setup
 
@@ -227,7 +228,7 @@ def run_from_served(args: argparse.Namespace) -> int:
     if not out.parent.is_dir() or out.is_dir():
         raise UserError(f"--out {out}: give a file in an existing directory")
     try:
-        rows = read_benchmarks(args.from_served)
+        rows, apart = in_regime(read_benchmarks(args.from_served))
     except ValueError as e:
         raise UserError(str(e)) from None
     try:
@@ -236,7 +237,7 @@ def run_from_served(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(f"--from-served {args.from_served}: {e}") from None
     held = [h for axis in axes for h in leave_out(recs, prices, axis)]
-    calibrated = served_report(result, held, Path(args.from_served))
+    calibrated = served_report(result, held, Path(args.from_served), set_apart_line(apart))
     calibrated.profile.save(out)
     print_calibrated(args, calibrated, out)
     return 0

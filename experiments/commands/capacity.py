@@ -9,8 +9,11 @@ from batchlab.core import atomic
 from batchlab.experiments.capacity import report
 from batchlab.experiments.capacity import tasks as searches  # run_task read when called: tests patch it
 from batchlab.experiments.capacity.deploy_command import run_deploy
+from batchlab.experiments.capacity.pd_options import add_pd_options
 from batchlab.experiments.capacity.options import add_criteria_options, check_samples, criteria_from
 from batchlab.experiments.capacity.point import sample_configs
+from batchlab.experiments.capacity.speculation import __doc__ as SPECULATION
+from batchlab.experiments.capacity.speculation import add_speculation_options, run_speculation
 from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, setup_or_none
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import add_executor_options, make_executor, run_all
@@ -22,6 +25,7 @@ from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import CAPACITY_EXPERIMENT, sim_setup
+from batchlab.experiments.speculative_options import add_speculative_options
 
 # max-rate's description: what capacity.search.search_max_rate does.
 MAX_RATE = "Bisection on the rate scale from 1 (the workload as configured)."
@@ -32,7 +36,7 @@ DEPLOY = ("Every deployment of the space (models x GPUs x TP degrees x dtypes x 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy",
+    p = subparsers.add_parser("capacity", help="capacity planning: max-rate | replicas | deploy | speculation",
                               description=__doc__)
     sub = p.add_subparsers(dest="capacity_command", required=True, parser_class=type(p))
     mr = sub.add_parser("max-rate", help="the highest request rate within the SLOs, with its band",
@@ -60,6 +64,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         q.add_argument("--busiest-window", type=float, metavar="S",
                        help="size for the busiest S seconds of the trace (in its own time)")
     add_deploy_options(dp)
+    add_speculative_options(dp)
+    sp = sub.add_parser("speculation", help="where speculative decoding stops paying: TPOT and "
+                        "throughput with and without it, by batch size", description=SPECULATION)
+    add_common_options(sp)
+    add_roofline_options(sp)
+    add_speculative_options(sp)
+    add_speculation_options(sp)
     p.set_defaults(func=run)
 
 
@@ -85,16 +96,22 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
     g.add_argument("--router-options", metavar="R1,R2",
                    help="routers in front of the replicas to search (round_robin, least_loaded, "
                         "prefix_aware; default: --router's alone)")
+    g.add_argument("--speculative-options", metavar="off,1,3",
+                   help="speculation off, or the config's method (--speculative) at each draft length "
+                        "(default: as configured)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
     g.add_argument("--max-replicas", type=int, default=64, metavar="N",
                    help="give up on a deployment above N replicas (default 64)")
+    add_pd_options(q)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.capacity_command == "deploy":
         return run_deploy(args)
+    if args.capacity_command == "speculation":
+        return run_speculation(args)
     cfg = load_experiment(args, CAPACITY_EXPERIMENT)
     check_samples(args.seeds, args.windows)
     criteria = criteria_from(cfg.run.slo, args.percentile, args.goodput, args.max_rejected_share,

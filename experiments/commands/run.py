@@ -18,7 +18,9 @@ from batchlab.experiments.output import ResultWriter, check_out_dir, to_json
 from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.run_labels import label_real
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime
+from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative, write_acceptance
 from batchlab.experiments.validation import profile_source
+from batchlab.experiments.validation.speculative import drafted
 
 if TYPE_CHECKING:
     from batchlab.core.run_meta import RunMeta
@@ -35,6 +37,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="0: greedy (default)")
     add_plot_option(g)
     add_kv_tier_options(p)
+    add_speculative_options(p)
+    p.add_argument("--acceptance-out", metavar="CSV",
+                   help="with --speculative: write the measured acceptance (every policy's runs "
+                        "pooled) for simulate --acceptance-file")
     p.set_defaults(func=run)
 
 
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if cfg.run.replicas != 1:
         raise UserError(f"batchlab run serves one replica; got replicas={cfg.run.replicas}")
     check_backend_tier(cfg.kv_tier, priced=profile is not None)
+    check_run_speculative(cfg, args.acceptance_out)
     workload = build_workload(cfg.workload)
     if args.out:
         check_out_dir(args.out)  # before the model loads
@@ -82,8 +89,11 @@ def run(args: argparse.Namespace) -> int:
             result = run_workload(rt, workload, sched, time_scale=cfg.run.time_scale,
                                   temperature=cfg.run.temperature, seed=cfg.workload.seed,
                                   progress=not args.no_progress, kv_tier=cfg.kv_tier,
-                                  recompute_seconds=tier_price(cfg.kv_tier, speed_cost))
-        label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
+                                  recompute_seconds=tier_price(cfg.kv_tier, speed_cost),
+                                  speculative=cfg.speculative)
+        # meta: machine_speed (each step priced with the draft's passes where it drafted), stability
+        label_real(result, drafted(speed_cost, result.meta.speculative) if speed_cost is not None else None,
+                   speed_source, probe)
         summaries[policy] = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo),
                              "stability": result.meta.stability.verdict}
         metas[policy] = result.meta
@@ -98,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
             writer.add(policy, result, summaries[policy])
         if m.interrupted:
             break  # Ctrl-C: keep what finished, run no further policy
+    if args.acceptance_out:
+        write_acceptance(args.acceptance_out, cfg.speculative.num_speculative_tokens, metas.values())
     if results:
         from batchlab.experiments.run_plots import write_run_plots  # lazy: matplotlib, only with --plot
         files = write_run_plots(args.plot, results)

@@ -19,7 +19,9 @@ from batchlab.experiments.output import ResultWriter, check_out_dir
 from batchlab.experiments.run_labels import label_real
 from batchlab.experiments.serve_journal import ServeJournal, refuse_used_out
 from batchlab.experiments.setup import SERVE_EXPERIMENT, load_runtime
+from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative
 from batchlab.experiments.validation import profile_source
+from batchlab.experiments.validation.speculative import drafted
 
 API_KEY_ENV = "BATCHLAB_API_KEY"  # as vLLM's VLLM_API_KEY
 
@@ -39,6 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--served-model-name", metavar="NAME", help="the model name clients send (default: --model)")
     g.add_argument("--max-request-bytes", type=int, default=4 << 20, metavar="N",
                    help="largest request body accepted (default 4 MiB)")
+    add_speculative_options(p)
     p.set_defaults(func=run)
 
 
@@ -65,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"batchlab serve serves one replica; got replicas={cfg.run.replicas}")
     if len(cfg.policies()) != 1:
         raise UserError(f"batchlab serve runs one policy; got {', '.join(cfg.policies())}")
+    check_run_speculative(cfg, None)
     policy = cfg.policies()[0]
     if args.out:  # before torch loads: a used --out is refused at once
         check_out_dir(args.out)
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     name = args.served_model_name or cfg.model.name
     server = Server(rt, sched, model_name=name, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
                     temperature=cfg.run.temperature, seed=cfg.workload.seed,
-                    max_body_bytes=args.max_request_bytes)
+                    max_body_bytes=args.max_request_bytes, speculative=cfg.speculative)
     journal = ServeJournal(writer.dir / policy) if writer else None
     if journal:
         server.loop.on_rows = journal.append
@@ -97,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
     with profile_source.probe_around(rt.device, speed_cost is None) as probe:
         server.run(sock)
     result = server.result({"host": args.host, "port": port, "served_model_name": name})
-    label_real(result, speed_cost, speed_source, probe)  # meta: machine_speed, stability
+    # meta: machine_speed (steps priced with the draft's passes where it drafted), stability
+    label_real(result, drafted(speed_cost, result.meta.speculative) if speed_cost is not None else None,
+               speed_source, probe)
     summary = result.summary(cfg.run.slo)
     m = result.meta
     print(f"batchlab serve: stopped; {summary['completed']:.0f} requests finished of "

@@ -13,6 +13,8 @@ from batchlab.core.sizes import check_run_size
 from batchlab.core.stability import queue_stability
 from batchlab.core.workload import build_workload
 from batchlab.experiments import listing
+from batchlab.experiments.disaggregation.command import simulate_pools
+from batchlab.experiments.disaggregation.options import add_deployment_options
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.limits import check_samples
@@ -25,6 +27,7 @@ from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.experiments.seed_effect import check_seeds_vary
 from batchlab.experiments.setup import SIMULATE_EXPERIMENT, sim_setup
+from batchlab.experiments.speculative_options import add_speculative_options
 
 # [model] and [run] fields only the torch backend reads (batchlab run, validate).
 _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it is a backend setting"
@@ -47,6 +50,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_common_options(p)
     add_roofline_options(p)
     add_kv_tier_options(p)
+    add_speculative_options(p)
     g = p.add_argument_group("simulator")
     g.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="run N seeds (the workload's seed, +1, ...): each metric's mean with a "
@@ -56,6 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--step-by-step", action="store_true",
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
     add_plot_option(g)
+    add_deployment_options(p)
     g.add_argument("--list-policies", action="store_true",
                    help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
@@ -71,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     if cfg.profile.path:
         reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
+    if cfg.deployment is not None:  # prefill and decode pools: experiments/disaggregation
+        return simulate_pools(cfg, args, cfg.record(tuple(BACKEND_ONLY)))
     check_samples(f"--seeds {args.seeds}", args.seeds)
     seeds = [cfg.workload.seed + i for i in range(args.seeds)]
     first = build_workload(cfg.workload.model_copy(update={"seed": seeds[0]}))
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         for policy, scheduler in setup.schedulers.items():
             name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
             summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer,
-                                                 kept if seed == seeds[0] else None)
+                                                 kept if seed == seeds[0] else None, seed)
             runs[policy].append(summary)
             if interrupted:
                 break  # Ctrl-C: keep what was simulated, run no further policy
@@ -121,14 +128,14 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None) -> tuple[dict, bool]:
+def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None, seed=0) -> tuple[dict, bool]:
     t0 = time.perf_counter()
     with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
         result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
                           replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                           fast_forward=not args.step_by_step, record_steps=args.step_table,
                           progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
-                          **setup.tier_options)
+                          emission=setup.emission(seed), **setup.tier_options)
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted

@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 from batchlab.calibration.served_bench.client import CLIENTS
-from batchlab.calibration.served_bench.read import read_benchmarks
-from batchlab.core.cost.served.profile import load_served_profile
+from batchlab.calibration.served_bench.read import in_regime, read_benchmarks, set_apart_line
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
@@ -28,16 +27,19 @@ from batchlab.experiments.options import (add_backend_options, add_common_option
 from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # RUN_EXPERIMENT: `batchlab run`'s defaults
+from batchlab.experiments.setup.served import served_profile_of
 from batchlab.experiments.validation import profile_source, render, served_benchmarks
 from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
 from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
+from batchlab.experiments.speculative_options import add_speculative_options, check_run_speculative
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("validate", help="run a workload for real and simulated, report the error",
                               description=__doc__)
     add_common_options(p)  # --profile among them; without one, validate calibrates first
+    add_speculative_options(p)
     g = add_backend_options(p, threads_note="; the profile should be measured with the same")
     g.add_argument("--repeats", type=int, default=1, metavar="N",
                    help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
@@ -49,12 +51,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-benchmarks", metavar="FILE",
                    help="serve nothing: judge the default prediction on a served-engine benchmark table "
                    "(mean TTFT/TPOT per configuration, as ../shared/served-benchmarks/vllm_train.csv)")
-    p.add_argument("--client", choices=CLIENTS, default="lockstep",
+    p.add_argument("--client", choices=CLIENTS,
                    help="with --served-benchmarks: how the benchmark's users were phased (default lockstep)")
     p.add_argument("--rows", action="store_true", help="with --served-benchmarks: every configuration's figures")
-    p.add_argument("--served-profile", metavar="FILE",
-                   help="with --served-benchmarks: price steps as the served engine runs them, with these "
-                   "constants (batchlab calibrate --from-served)")
+    p.add_argument("--served-engine", metavar="vllm|none|FILE",
+                   help="with --served-benchmarks: the served-engine terms on the GPU profiles: vllm (default: "
+                   "the shipped ones), none (the kernels' sum), or a served profile (calibrate --from-served)")
     p.add_argument("--real", nargs="+", metavar="DIR",
                    help="serve nothing: judge --profile on the real runs earlier `validate --out` "
                         "directories stored (the fidelity study's cells/WORKLOAD too), simulated again")
@@ -64,8 +66,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.served_benchmarks:
         return judge_served_benchmarks(args)
-    if args.served_profile:
-        raise UserError("--served-profile applies with --served-benchmarks")
+    for flag, given in (("--served-engine", args.served_engine), ("--client", args.client), ("--rows", args.rows)):
+        if given:
+            raise UserError(f"{flag} applies with --served-benchmarks")
     if args.real:
         return judge_stored(args)
     no_slo = "it compares latencies, not goodput"
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_tables(cfg, "validate", {"hardware": "it serves on this machine's device (--device)"})
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
+    check_run_speculative(cfg, None)
     workload = build_workload(cfg.workload)
     if not len(workload):
         raise UserError("the workload has no requests")
@@ -130,7 +134,7 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE
         side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
                           seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
-                          where=where, kv_tier=cfg.kv_tier)
+                          where=where, kv_tier=cfg.kv_tier, speculative=cfg.speculative)
         judged.append(judge.cell(side, info.as_dict()))
         if writer:
             writer.add(judged[-1], judge.report(judged))
@@ -210,17 +214,18 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
     """--served-benchmarks FILE (experiments/validation/served_benchmarks.py)."""
     if args.real or args.endpoint:
         raise UserError("--served-benchmarks judges a table: give it without --real or --endpoint")
+    served, client = args.served_engine or "vllm", args.client or "lockstep"
     try:
-        rows = read_benchmarks(args.served_benchmarks)
-        served = load_served_profile(args.served_profile) if args.served_profile else None
+        rows, apart = in_regime(read_benchmarks(args.served_benchmarks))
     except ValueError as e:
         raise UserError(str(e)) from None
-    judgement = served_benchmarks.judge_rows(rows, args.client,
-                                             progress=not args.no_progress and sys.stderr.isatty(),
-                                             terms=served.served_terms() if served else None)
+    served_profile_of(served)  # a bad file: one line before any row runs
+    judgement = served_benchmarks.judge_rows(rows, client, progress=not args.no_progress and sys.stderr.isatty(),
+                                             served=served)
     if args.format == "json":
         print(to_json(dataclasses.asdict(judgement)))
     else:
-        by = f"the served engine ({args.served_profile})" if served else ""
-        print(served_benchmarks.render(judgement, args.client, args.rows, by))
+        by = {"vllm": "the shipped served-engine terms (vLLM)", "none": "the kernels' sum (no served-engine terms)"}
+        print(served_benchmarks.render(judgement, client, args.rows, by.get(served, f"the served engine ({served})"),
+                                       set_apart_line(apart)))
     return 0

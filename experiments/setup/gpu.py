@@ -112,6 +112,8 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
                      gpu_profile_heldout_median=held.overall.median if held.overall.n else None,
                      gpu_profile_scaled_from=profile.scaled_from.gpu if profile.scaled_from else None,
                      knobs=dict(knob_values) if knob_values else None)
+    if profile.scaled_from and profile.scaled_from.interval_text():  # set here only: own profiles' meta unchanged
+        meta.gpu_profile_scaled_interval = profile.scaled_from.interval_text()
     if h.tensor_parallel > 1:
         c = profile.collectives
         meta.gpu_profile_allreduce = (f"NCCL all-reduce measured on {h.tensor_parallel} GPUs ({c.interconnect})"

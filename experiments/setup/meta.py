@@ -47,13 +47,16 @@ class SetupMeta(Record):
     gpu_profile_heldout: str | None = None  # its per-step error on held-out models and TP degrees
     gpu_profile_heldout_median: Number | None = None
     gpu_profile_scaled_from: str | None = None
+    gpu_profile_scaled_interval: str | None = None  # the scaling's own error (set only where scaled)
     gpu_profile_allreduce: str | None = None  # what prices this TP degree's all-reduces
+    served_engine: str | None = None  # the served-engine terms on the GPU profile (experiments/setup/served.py)
     knobs: dict[str, Number] | None = None  # constants replaced by value (sensitivity)
     # the pool and the schedulers, once sim_setup has made them
     scheduler_defaults: str | None = None
     max_num_seqs: dict[str, int] | None = None  # per run (policy)
     block_size: int | None = None
     num_kv_blocks: int | None = None
+    speculation: str | None = None  # speculative decoding, in words (experiments/setup/speculative.py)
 
     @property
     def front_end(self) -> FrontEnd | None:

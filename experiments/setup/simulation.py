@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.emission import Emission
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.kv_tiers import TierConfig
 from batchlab.experiments.config import ExperimentConfig
@@ -17,6 +18,8 @@ from batchlab.experiments.setup.kv_tier import checked_tier
 from batchlab.experiments.setup.meta import SetupMeta
 from batchlab.experiments.setup.profile import profile_setup
 from batchlab.experiments.setup.roofline import roofline_setup
+from batchlab.experiments.setup.served import as_served
+from batchlab.experiments.setup.speculative import SpeculativeSetup, speculative_setup, target_model
 
 
 @dataclass
@@ -25,8 +28,13 @@ class SimSetup:
     blocks: int
     meta: SetupMeta
     schedulers: dict[str, SchedulerConfig]
+    speculative: SpeculativeSetup | None = None  # cost already holds the draft's passes
     kv_tier: TierConfig | None = None
     kv_bytes_per_token: float = 0.0  # per GPU: what the tier moves and holds per token
+
+    def emission(self, seed: int) -> Emission | None:
+        """A run's emission (None: one token a step, no speculation)."""
+        return self.speculative.emission(seed) if self.speculative else None
 
     def assumptions(self) -> list[str]:
         tier = [f"  {self.kv_tier.describe()}"] if self.kv_tier else []
@@ -80,11 +88,17 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     if hw is not None and not cfg.scheduler.num_kv_blocks:
         meta.scheduler_defaults += f"; KV pool: {kv_pool_default(cfg.hardware)}"
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
+    if meta.cost_model == "gpu profile" and hw is not None:  # the kernels' sum as the engine runs it
+        cost = as_served(cost, cfg.hardware.served_engine, hw, max(meta.max_num_seqs.values()), meta)
+    speculative = None
+    if cfg.speculative.on:  # the target as served, the draft's passes beside it
+        cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))
     meta.block_size = cfg.scheduler.block_size
     meta.num_kv_blocks = blocks
     if cfg.kv_tier is None:
-        return SimSetup(cost, blocks, meta, schedulers)
-    return SimSetup(cost, blocks, meta, schedulers, cfg.kv_tier, checked_tier(cfg))
+        return SimSetup(cost, blocks, meta, schedulers, speculative=speculative)
+    return SimSetup(cost, blocks, meta, schedulers, speculative=speculative, kv_tier=cfg.kv_tier,
+                    kv_bytes_per_token=checked_tier(cfg, speculative.draft if speculative else None))
 
 
 def assumption_lines(meta: SetupMeta) -> list[str]:
@@ -117,14 +131,16 @@ def assumption_lines(meta: SetupMeta) -> list[str]:
     return [f"assumptions: {cost}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
-            f"  scheduler defaults: {m.scheduler_defaults}"]
+            f"  scheduler defaults: {m.scheduler_defaults}",
+            *([f"  speculative decoding: {m.speculation}"] if m.speculation else [])]
 
 
 def gpu_profile_lines(m: SetupMeta) -> list[str]:
     """A GPU preset priced by a GPU profile: which one, from what data, how well it prices
     held-out models, and what it assumes."""
+    interval = f"; {m.gpu_profile_scaled_interval}, varied by --sensitivity" if m.gpu_profile_scaled_interval else ""
     scaled = (f" (no operator tables for {m.hardware}: {m.gpu_profile_scaled_from}'s constants "
-              f"scaled by datasheet ratios)" if m.gpu_profile_scaled_from else "")
+              f"scaled by datasheet ratios{interval})" if m.gpu_profile_scaled_from else "")
     on = (f" on {m.gpu_profile_scaled_from} (none measured on {m.hardware})"
           if m.gpu_profile_scaled_from else "")
     n = m.allreduces_per_step
@@ -137,6 +153,8 @@ def gpu_profile_lines(m: SetupMeta) -> list[str]:
     return [f"assumptions: {cost}",
             f"  fitted on {m.gpu_profile_source}",
             f"  held-out per-step error{on}: {m.gpu_profile_heldout}",
+            f"  served engine: {m.served_engine or 'none (the kernels as timed one at a time, eager)'}",
             *([f"  {m.deployment}"] if m.deployment else []),
             f"  {comm}; {m.num_kv_blocks} KV blocks of {m.block_size} tokens per replica",
-            f"  scheduler defaults: {m.scheduler_defaults}"]
+            f"  scheduler defaults: {m.scheduler_defaults}",
+            *([f"  speculative decoding: {m.speculation}"] if m.speculation else [])]

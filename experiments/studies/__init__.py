@@ -1,6 +1,7 @@
 """Studies that reproduce the published claims about batching (`batchlab experiment NAME`),
 each with a markdown report, PNG figures, CSV tables and study.json. Imported in claim
-order, so `--list` reads 1 to 4, then paging, prefix caching, KV tiers, then the fidelity study.
+order, so `--list` reads 1 to 4, then paging, prefix caching, KV tiers, the fidelity
+study, then disaggregation.
 
 The format of a study
 - One file, experiments/studies/NAME.py (the name with `_` for `-`), in this order: the
@@ -43,5 +44,6 @@ from batchlab.experiments.studies import paging  # noqa: E402,F401
 from batchlab.experiments.studies import prefix_caching  # noqa: E402,F401
 from batchlab.experiments.studies import kv_tiers  # noqa: E402,F401
 from batchlab.experiments.studies import fidelity  # noqa: E402,F401
+from batchlab.experiments.studies import disaggregation  # noqa: E402,F401
 
 __all__ = ["SIZES", "STUDIES", "Study", "get_study", "register"]

@@ -41,6 +41,7 @@ from batchlab.experiments.validation.per_step import per_step
 from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, JudgedCell, ProfileInfo,
                                                      RunConditions, RunSpeed, Validation)
 from batchlab.experiments.validation.sources import RealSide
+from batchlab.experiments.validation.speculative import drafted, emission, speculation
 from batchlab.experiments.validation.step_kinds import kind_table
 from batchlab.experiments.validation.steps import step_error, step_match
 from batchlab.experiments.validation.verdicts import metric_rows, totals
@@ -80,11 +81,13 @@ class Judge:
         front = self.front_end if side.client_timed else None
         tier = ({"kv_tier": side.kv_tier, "kv_bytes_per_token": side.kv_bytes_per_token}
                 if side.kv_tier else {})
-        sim = run_sim(side.workload, side.scheduler, CostAtSpeed(self.cost, loop=self.loop),
-                      {**(sim_meta or {}), "cost_model": HEADLINE}, front, **tier)
-        speeds = [machine_speed(r.steps, self.cost, self.profile.describe) for r in side.reals]
-        normalised = [run_sim(side.workload, side.scheduler, normalised_cost(self.cost, s, self.loop),
-                              {**(sim_meta or {}), "cost_model": NORMALISED}, front, **tier)
+        metas = [r.meta for r in side.reals]
+        cost = drafted(self.cost, speculation(metas))  # the profile, plus a draft as the runs had
+        sim = run_sim(side.workload, side.scheduler, CostAtSpeed(cost, loop=self.loop),
+                      {**(sim_meta or {}), "cost_model": HEADLINE}, front, emission(metas), **tier)
+        speeds = [machine_speed(r.steps, cost, self.profile.describe) for r in side.reals]
+        normalised = [run_sim(side.workload, side.scheduler, normalised_cost(cost, s, self.loop),
+                              {**(sim_meta or {}), "cost_model": NORMALISED}, front, emission(metas), **tier)
                       for s in speeds] if side.with_steps else []
         for run in normalised:
             stability(run.result)
@@ -110,8 +113,8 @@ class Judge:
             d.steps = step_match(first.keys, j.headline.keys)
             d.divergence = explain(first.result, j.headline.result, first.keys, j.headline.keys,
                                    d.steps.first_divergence)
-        if first.steps is not None:
-            d.step_error = step_error(first.steps, self.cost)
+        if first.steps is not None:  # each step priced as its run ran it (with a draft's passes)
+            d.step_error = step_error(first.steps, drafted(self.cost, speculation([r.meta for r in reals])))
         if len(reals) >= 2:
             d.distributions = distribution_tests([r.result for r in reals], j.headline.result)
         d.undecidable = undecidable(j.cell.metrics, d.distributions)

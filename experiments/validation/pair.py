@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from batchlab.core.batch import Batch
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.emission import Emission
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.result import RunResult
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 from batchlab.experiments.validation.steps import Composition, composition
 from batchlab.sim import simulate
@@ -67,15 +69,16 @@ def _cpu_jiffies() -> tuple[float, float] | None:
 
 
 def run_real(runtime, workload: Workload, scheduler: SchedulerConfig, *, seed: int = 0,
-             progress: bool = False, meta: dict | None = None, **tier) -> Run:
-    """Serve `workload` on the backend at its arrival times (time scale 1); tier: a KV
-    tier's kv_tier and recompute_seconds (run_workload's)."""
+             progress: bool = False, meta: dict | None = None,
+             speculative: SpeculativeConfig | None = None, **tier) -> Run:
+    """Serve `workload` on the backend at its arrival times (time scale 1), speculating
+    as `speculative` says; tier: a KV tier's kv_tier and recompute_seconds (run_workload's)."""
     from batchlab.backend.driver import run_workload  # lazy: torch, only when a real run is asked for
 
     batches: list[Batch] = []
     load0, cpu0, mach0, t0 = os.getloadavg()[0], time.process_time(), _cpu_jiffies(), time.perf_counter()
     res = run_workload(_KeepingRuntime(runtime, batches), workload, scheduler, seed=seed,
-                       progress=progress, meta=meta, **tier)
+                       progress=progress, meta=meta, speculative=speculative, **tier)
     # Contention, for the record: other processes that take the core away mid-step
     # (cpu_share, the CPU this process got over its busy time, falls below 1) or share
     # the memory bus and caches (others_cpu: CPUs' worth of work they did meanwhile).
@@ -98,13 +101,16 @@ def sim_scheduler(scheduler: SchedulerConfig, real: RunResult) -> SchedulerConfi
 
 
 def run_sim(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
-            meta: dict | None = None, front_end: FrontEnd | None = None, **tier) -> Run:
+            meta: dict | None = None, front_end: FrontEnd | None = None,
+            emission: Emission | None = None, **tier) -> Run:
     """Simulate `workload` with `scheduler`, whose num_kv_blocks must be set (front_end:
-    a server's front end before the engine, core/front_end.py; tier: simulate()'s kv_tier
-    and kv_bytes_per_token)."""
+    a server's front end before the engine, core/front_end.py; emission: drafts as the
+    real runs did, experiments/validation/speculative.py; tier: simulate()'s kv_tier and
+    kv_bytes_per_token)."""
     if scheduler.num_kv_blocks is None:
         raise ValueError("run_sim needs scheduler.num_kv_blocks (the real run's pool)")
     batches: list[Batch] = []
     res = simulate(workload, scheduler, cost, scheduler.num_kv_blocks, meta=meta,
-                   observer=lambda _r, _s, _d, batch: batches.append(batch), front_end=front_end, **tier)
+                   observer=lambda _r, _s, _d, batch: batches.append(batch), front_end=front_end,
+                   emission=emission, **tier)
     return Run(res, [composition(b) for b in batches])

@@ -8,36 +8,39 @@ import sys
 
 from batchlab import sim
 from batchlab.calibration.served_bench.client import benchmark_workload
-from batchlab.calibration.served_bench.fit import Priced, served_cost
+from batchlab.calibration.served_bench.fit import Priced
 from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
-from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import SimSetup, sim_setup
 
 
-def config_for(row: BenchmarkRow) -> ExperimentConfig:
+def config_for(row: BenchmarkRow, served: str = "vllm") -> ExperimentConfig:
+    """The row's deployment; served: the served-engine terms on its GPU profile (vllm: the
+    shipped ones, none: the kernels' sum, or a served profile file)."""
     model = {"name": row.model, **({"dtype": row.dtype} if row.dtype else {})}
     return ExperimentConfig.model_validate({"model": model, "scheduler": {"policy": "chunked"},
-                                            "hardware": {"name": row.gpu, "tensor_parallel": row.tp}})
+                                            "hardware": {"name": row.gpu, "tensor_parallel": row.tp,
+                                                         "served_engine": served}})
 
 
 def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
     """What the served-engine terms apply to: the row's GPU cost and engine settings."""
     scheduler = next(iter(setup.schedulers.values()))
     nvlink = "nvlink" in (HARDWARE[row.gpu].interconnect or "").lower()
-    return Priced(setup.cost, scheduler.max_num_seqs, nvlink)
+    return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, nvlink)
 
 
 def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list[RecordedRow], list[Priced]]:
-    """Each row simulated once at its operator-fitted price (calibrate --from-served)."""
+    """Each row simulated once at its operator-fitted price, the kernels' sum (calibrate
+    --from-served prices its steps again as the served engine runs them)."""
     recs, prices = [], []
     for i, row in enumerate(rows):
         if progress:
             print(f"\r{i + 1}/{len(rows)} configurations recorded", end="", file=sys.stderr, flush=True)
-        setup = sim_setup(config_for(row))
+        setup = sim_setup(config_for(row, "none"))
         recs.append(record(row, setup.cost, next(iter(setup.schedulers.values())), setup.blocks))
         prices.append(priced(row, setup))
     if progress:
@@ -45,13 +48,12 @@ def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list
     return recs, prices
 
 
-def predict(row: BenchmarkRow, client: str, terms: ServedTerms | None = None) -> Predicted:
+def predict(row: BenchmarkRow, client: str, served: str = "vllm") -> Predicted:
     """The row's mean TTFT and TPOT as simulated: a lockstep run first, whose mean latency
-    the staggered client spreads its users' first sends over. terms: priced as the served
-    engine runs its steps (core/cost/served/), else by the operator-fitted profile."""
-    setup = sim_setup(config_for(row))
+    the staggered client spreads its users' first sends over. served: as config_for's."""
+    setup = sim_setup(config_for(row, served))
     scheduler = next(iter(setup.schedulers.values()))
-    cost = setup.cost if terms is None else served_cost(priced(row, setup), terms)
+    cost = setup.cost
 
     def run(workload):
         result = sim.simulate(workload, scheduler, cost, setup.blocks, record_steps=False)
@@ -62,13 +64,12 @@ def predict(row: BenchmarkRow, client: str, terms: ServedTerms | None = None) ->
     return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
 
 
-def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True,
-               terms: ServedTerms | None = None) -> Judgement:
+def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True, served: str = "vllm") -> Judgement:
     out = []
     for i, row in enumerate(rows):
         if progress:
             print(f"\r{i + 1}/{len(rows)} configurations simulated", end="", file=sys.stderr, flush=True)
-        out.append(predict(row, client, terms))
+        out.append(predict(row, client, served))
     if progress:
         print(file=sys.stderr)
     return judge(out)
@@ -78,9 +79,10 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "") -> str:
+def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", set_apart: str = "") -> str:
     lines = [f"client model: {client} (calibration/served_bench/client.py); prices: "
-             f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)"]
+             f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)",
+             *([set_apart] if set_apart else [])]
     if rows:
         lines.append(f"  {'configuration':<58}{'TTFT ms':>9}{'sim':>9}{'err':>7}{'TPOT ms':>9}{'sim':>8}{'err':>7}")
         for p in j.rows:

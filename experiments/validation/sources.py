@@ -18,9 +18,11 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.kv_tiers import TierConfig, lone_prefill_seconds
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
+from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 from batchlab.experiments import run_labels
 from batchlab.experiments.validation.pair import Run, run_real, sim_scheduler
+from batchlab.experiments.validation.speculative import drafted
 from batchlab.experiments.validation.steps import Composition
 
 SERVED_HERE = "served here"
@@ -78,7 +80,8 @@ def live_run(run: Run, where: str) -> RealRun:
 
 def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: CostModel, source: str, *,
                repeats: int = 1, seed: int = 0, progress: bool = False, where: str = SERVED_HERE,
-               kv_tier: TierConfig | None = None) -> RealSide:
+               kv_tier: TierConfig | None = None,
+               speculative: SpeculativeConfig | None = None) -> RealSide:
     """Serve `workload` with `scheduler` `repeats` times, each run labelled in its meta with
     the machine's speed as `cost` (described by `source`) prices its steps, and its
     stability. Ctrl-C during a run: KeyboardInterrupt (a partial run has nothing to judge)."""
@@ -86,11 +89,11 @@ def serve_here(runtime, workload: Workload, scheduler: SchedulerConfig, cost: Co
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     runs = []
     for _ in range(repeats):
-        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress, kv_tier=kv_tier,
-                       recompute_seconds=lone_prefill_seconds(cost) if kv_tier else None)
+        run = run_real(runtime, workload, scheduler, seed=seed, progress=progress, speculative=speculative,
+                       kv_tier=kv_tier, recompute_seconds=lone_prefill_seconds(cost) if kv_tier else None)
         if run.result.meta.interrupted:
             raise KeyboardInterrupt
-        run_labels.label_real(run.result, cost, source)
+        run_labels.label_real(run.result, drafted(cost, run.result.meta.speculative), source)
         runs.append(run)
     first = runs[0].result
     return RealSide(where, workload, sim_scheduler(scheduler, first), [live_run(r, where) for r in runs],

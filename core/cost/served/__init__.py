@@ -6,4 +6,6 @@ all-reduce, fused elementwise kernels, its attention kernel, its own time a step
     terms.py    ServedTerms: the constants fitted on served benchmarks, and how they
                 change a GPU profile's constants
     model.py    ServedGpuCost: a step priced as the engine runs it (graph, piecewise, eager)
+    profile.py  ServedProfile: fitted terms with their held-out error; the shipped one
+                (core/cost/profiles/served/vllm.json) is the default price's
 """

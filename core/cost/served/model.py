@@ -1,7 +1,7 @@
 """A step priced as a served engine runs it (engine.py's facts, terms.py's constants): a
 decode batch within the largest capture size from a full CUDA graph, a prefill or mixed
-batch within it from piecewise graphs, anything larger eagerly; the engine's own
-all-reduce below its size limit."""
+batch within it from piecewise graphs, anything larger eagerly; the engine's all-reduce
+by message size."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,15 +18,27 @@ from batchlab.core.features import StepFeatures
 
 @dataclass(frozen=True, slots=True)
 class EngineAllReduce(AllReduce):
-    """The measured (NCCL) all-reduce, and the engine's own below its size limit, at
-    `custom_scale` of NCCL's time for the same message."""
+    """The engine's all-reduce by message size (engine.py): its own below `custom_below`
+    bytes at `custom_scale` of NCCL's measured time for the message; symmetric memory below
+    `symm_below`, that latency plus the bytes each GPU moves (one message's worth by NVLink
+    SHARP, 2 (n - 1) / n of it two-shot) at `symm_efficiency` of the link's one-way
+    bandwidth; the measured NCCL table above."""
     custom_scale: float = 1.0
-    custom_max_bytes: float = 0.0
-    custom: bool = False  # the engine's own serves this GPU count and link
+    custom_below: float = 0.0
+    symm_below: float = 0.0
+    multimem: bool = False
+    symm_efficiency: float = 1.0
 
     def time(self, nbytes: float, gpus: int) -> float:
-        t = AllReduce.time(self, nbytes, gpus)
-        return t * self.custom_scale if self.custom and nbytes < self.custom_max_bytes else t
+        if gpus <= 1 or nbytes <= 0:
+            return 0.0
+        if nbytes < self.custom_below:
+            return AllReduce.time(self, nbytes, gpus) * self.custom_scale
+        if nbytes < self.symm_below:
+            moved = nbytes if self.multimem else 2 * (gpus - 1) / gpus * nbytes
+            floor = AllReduce.time(self, 1.0, gpus) * self.custom_scale
+            return floor + moved / (self.bandwidth * self.symm_efficiency)
+        return AllReduce.time(self, nbytes, gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +50,12 @@ class ServedGpuCost(FormDefaults):
 
     @classmethod
     def build(cls, base: GpuCostModel, terms: ServedTerms, facts: EngineFacts, max_num_seqs: int,
-              nvlink: bool) -> ServedGpuCost:
+              gpu: str, nvlink: bool) -> ServedGpuCost:
         a = base.allreduce
+        paths = facts.allreduce_paths(gpu, base.shapes.tensor_parallel, nvlink)
         allreduce = EngineAllReduce(a.table, a.latency_s, a.bandwidth, terms.custom_allreduce_scale,
-                                    facts.custom_allreduce_max_bytes,
-                                    facts.custom_allreduce(base.shapes.tensor_parallel, nvlink))
+                                    paths.custom_below, paths.symm_below if a.bandwidth > 0 else 0.0,
+                                    paths.multimem, terms.symm_mem_efficiency)
 
         def form(graphs: str) -> GpuCostModel:
             return gpu_cost(base.shapes, terms.params(base.params, graphs), base.mem_bandwidth, base.peak_flops,

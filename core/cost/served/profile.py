@@ -1,6 +1,6 @@
 """A served-engine profile: the constants of terms.py fitted on served benchmarks, with
 where they came from and how they did on rows left out of their fit. Written by
-`batchlab calibrate --from-served`, read by `--served-profile`."""
+`batchlab calibrate --from-served`, read by `--served-engine FILE` (simulate, capacity, validate --served-benchmarks)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from batchlab.core import atomic
 from batchlab.core.cost.served.terms import ServedTerms
+from batchlab.core.cost.shipped import shipped_dir
 
-SERVED_PROFILE_VERSION = 1
+SERVED_PROFILE_VERSION = 2  # 2: symm_mem_efficiency
 
 
 class HeldOutStats(BaseModel):
@@ -41,6 +42,13 @@ class ServedProfile(BaseModel):
 
     def save(self, path: str | Path) -> None:
         atomic.write_text(path, self.model_dump_json(indent=1) + "\n")
+
+
+SHIPPED = "vllm"  # core/cost/profiles/served/vllm.json: the default price's served-engine terms
+
+
+def shipped_served_profile() -> Path:
+    return shipped_dir("served") / f"{SHIPPED}.json"
 
 
 def load_served_profile(path: str | Path) -> ServedProfile:

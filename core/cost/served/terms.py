@@ -8,7 +8,8 @@ kernels' bytes. The served attention kernel runs `attention_speedup` times the e
 table's pair and KV rates, and a prefill chunk's own causal pairs cost what a cached
 key's do (FlashAttention skips the masked blocks). GEMMs run `gemm_speedup` times the
 eager rate on their compute side. `step_s` and `seq_s` are the engine's own time a step
-and a sequence. No efficiency passes 1: the datasheet is a ceiling."""
+and a sequence. A symmetric-memory all-reduce moves its bytes at `symm_mem_efficiency` of
+the link's one-way bandwidth. No efficiency passes 1: the datasheet is a ceiling."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,6 +21,7 @@ from batchlab.core.cost.gpu_form import GpuCostParams
 # eager tables' rates at least 1/2 (no served kernel is much slower than its eager self)
 # and at most the datasheet (applied capped), host time under 10 ms a step.
 BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0),
+          "symm_mem_efficiency": (0.1, 1.0),
           "attention_speedup": (0.5, 4.0), "elementwise_share": (0.05, 1.0), "gemm_speedup": (0.5, 2.0),
           "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6)}
 
@@ -28,6 +30,7 @@ BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0
 class ServedTerms:
     graph_fixed_share: float
     custom_allreduce_scale: float
+    symm_mem_efficiency: float
     attention_speedup: float
     elementwise_share: float
     gemm_speedup: float

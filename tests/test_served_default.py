@@ -1,0 +1,50 @@
+"""The default GPU price is the served engine's (experiments/setup/served.py): a GPU
+profile's kernels as vLLM runs them, with the shipped terms; `--served-engine none` gives
+the kernels' sum, a file a user's fitted terms."""
+from __future__ import annotations
+
+import json
+
+from batchlab.core.cost.served.profile import load_served_profile, shipped_served_profile
+from tests.helpers import cli, one_line_error
+
+RUN = ["simulate", "--model", "llama-3-8b", "--hardware", "h100-sxm", "--tensor-parallel", "2",
+       "--workload", "chat", "--num-requests", "60", "--rate", "8", "--seed", "3", "--policy", "chunked"]
+
+
+def _summary(*extra: str) -> tuple[dict, str]:
+    code, out, err = cli([*RUN, *extra, "--format", "json"])
+    assert code == 0, err
+    code, text, err = cli([*RUN, *extra])
+    assert code == 0, err
+    return json.loads(out), text
+
+
+def test_the_shipped_terms_load_and_name_their_source():
+    p = load_served_profile(shipped_served_profile())
+    assert p.engine == "vLLM V1" and "served-benchmarks" in p.fitted_on and p.heldout
+
+
+def test_the_default_prices_steps_as_the_served_engine_runs_them():
+    served, text = _summary()
+    kernels, plain = _summary("--served-engine", "none")
+    assert "served engine: vLLM V1 as served (shipped vLLM terms" in text
+    assert "served engine: none (the kernels as timed one at a time, eager)" in plain
+    # CUDA graphs, the engine's all-reduce and fused kernels: the same requests decode faster
+    (s,), (k,) = served.values(), kernels.values()
+    assert s["mean_tpot_ms"] < k["mean_tpot_ms"]
+
+
+def test_a_served_profile_file_prices_like_the_shipped_one_when_it_is_that_one(tmp_path):
+    mine = tmp_path / "mine.json"
+    mine.write_text(shipped_served_profile().read_text())
+    served, _ = _summary()
+    again, text = _summary("--served-engine", str(mine))
+    assert served == again and f"({mine}:" in text
+
+
+def test_a_bad_served_profile_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 2, "engine": "x"}')
+    code, _, err = cli([*RUN, "--served-engine", str(bad)])
+    one_line_error(code, err, f"[hardware] served_engine: {bad}")
