@@ -19,6 +19,7 @@ from batchlab.core.model.layout import kv_shards
 from batchlab.core.cost.deployment import deployment_kv_blocks, DeploymentRoofline
 from batchlab.core.features import StepFeatures, window_pairs, window_reads
 from batchlab.core.cost.gpu_form import gemm_rows, GpuCostModel, smooth
+from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.gpu_profile import load_gpu_profile
 from batchlab.core.model.layout import Layout
 from batchlab.core.cost.dispatch import operator_shapes
@@ -88,9 +89,10 @@ def reference_step(model, tp: int, hw, profile, f: StepFeatures) -> float:
     base = p.step_s + p.seq_s * f.num_seqs + model.num_layers * layer + head
     kv_coef = model.num_layers * (2.0 * kv_heads * hd * kv_b) / (hw.mem_bandwidth * p.attn_kv_efficiency)
     pair_coef = model.num_layers * (4.0 * q_heads * hd) / (hw.flops_for("bf16") * p.attn_pair_efficiency)
-    # a chunk's own pairs and tokens (the attention terms of issue 28; 1 and 0: none)
+    # a chunk's own pairs and tokens (the attention terms of issue 28; 1 and 0: none); a_tok
+    # per the query heads a GPU holds, against the table's 32 of 128 (issue 42)
     base += (pair_coef * (p.attn_self_pair_cost - 1) * f.prefill_self_pairs
-             + model.num_layers * p.attn_prefill_token_s * f.prefill_tokens)
+             + model.num_layers * p.attn_prefill_token_s * (q_heads * hd / (32 * 128)) * f.prefill_tokens)
     return base + (kv_coef * f.kv_tokens_read + pair_coef * f.attention_pairs)
 
 
@@ -295,7 +297,9 @@ def test_a_gpu_preset_priced_by_the_roofline_says_why(hardware, why):
     ("gemma-3-12b", "a100-80gb", {"tensor_parallel": 2, "pipeline_parallel": 2}, "shipped a100-80gb")])
 def test_moe_mla_window_and_layouts_are_priced_by_the_gpu_profile(model, hardware, layout, where):
     s = setup(model, hardware, **layout)
-    assert isinstance(s.cost, GpuCostModel) and s.meta.cost_model == "gpu profile"
+    # the GPU form's kernels, as the served engine runs them (the default, experiments/setup/served.py)
+    assert isinstance(s.cost, ServedGpuCost) and isinstance(s.cost.eager, GpuCostModel)
+    assert s.meta.cost_model == "gpu profile"
     assert s.meta.gpu_profile == where and s.meta.roofline_because is None
     cfg = ExperimentConfig.model_validate({"model": {"name": model}, "hardware": {"name": hardware, **layout}})
     spec = MODELS[model]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from batchlab.core.cost.gpu_form import GpuCostModel
+from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.roofline import RooflineCostModel
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
@@ -22,7 +23,9 @@ def config(**hardware) -> ExperimentConfig:
 
 def test_a_measured_preset_is_priced_by_its_shipped_profile():
     s = sim_setup(config())
-    assert isinstance(s.cost, GpuCostModel) and s.meta.cost_model == "gpu profile"
+    # the GPU form's kernels, as the served engine runs them (the default, experiments/setup/served.py)
+    assert isinstance(s.cost, ServedGpuCost) and isinstance(s.cost.eager, GpuCostModel)
+    assert s.meta.cost_model == "gpu profile"
     assert s.meta.gpu_profile == "shipped h100-sxm" and "MIT" in s.meta.gpu_profile_source
     assert s.meta.gpu_profile_heldout.startswith("median ") and "decode" in s.meta.gpu_profile_heldout
     assert s.meta.allreduces_per_step == 160 and s.meta.gpu_profile_scaled_from is None
