@@ -74,19 +74,16 @@ class Replica:
         env.process(self._loop())
 
     def submit(self, request: Request, now: float) -> None:
-        seq = self.scheduler.add(request, now)
-        if seq.status is Status.REJECTED:
-            self.recorder.record_requests([seq], self.index)
-            self.on_done(seq)
-            return
-        self.outstanding += 1
-        if self._sleeping and not self._wake.triggered:
-            self._wake.succeed()
+        self._queued(self.scheduler.add(request, now))
 
     def submit_sequence(self, seq: Sequence, now: float) -> None:
         """submit() for a sequence begun elsewhere (a prefill pool's hand-off,
         sim/disaggregated): queued as it comes, or rejected as submit() would."""
         self.scheduler.add_sequence(seq, now)
+        self._queued(seq)
+
+    def _queued(self, seq: Sequence) -> None:
+        """A sequence the scheduler took (or rejected): counted, and the loop woken."""
         if seq.status is Status.REJECTED:
             self.recorder.record_requests([seq], self.index)
             self.on_done(seq)

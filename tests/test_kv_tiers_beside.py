@@ -50,3 +50,11 @@ def test_pools_refuse_a_tier(capsys):
                             "--hardware", "h100-sxm", "--prefill-replicas", "1", "--decode-replicas", "1",
                             "--kv-tier-capacity", "16"], capsys)
     one_line_error(code, err, "[kv_tier]", "[deployment]")
+
+
+def test_pools_refuse_speculation(capsys):
+    # the pools emit one token a step: a draft priced without its extra tokens would be wrong
+    code, _, err = run_cli(["simulate", "--num-requests", "20", "--policy", "chunked", "--model", "llama-3-8b",
+                            "--hardware", "h100-sxm", "--prefill-replicas", "1", "--decode-replicas", "1",
+                            "--speculative", "eagle", "--acceptance", "0.7"], capsys)
+    one_line_error(code, err, "[speculative]", "[deployment]")

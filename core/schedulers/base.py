@@ -98,14 +98,7 @@ class Scheduler:
 
     # -- the contract --------------------------------------------------------------
     def add(self, request: Request, now: float) -> Sequence:
-        seq = Sequence(request)
-        reason = self.reject_reason(request)
-        if reason:
-            seq.status, seq.reject_reason, seq.finish = Status.REJECTED, reason, now
-            self.rejected.append(seq)
-        else:
-            self._push(seq)
-        return seq
+        return self.add_sequence(Sequence(request), now)
 
     def add_sequence(self, seq: Sequence, now: float) -> Sequence:
         """add() for a sequence begun elsewhere: a decode replica receiving a finished

@@ -74,6 +74,9 @@ def pd_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: b
     if cfg.kv_tier is not None:  # the pools' simulator keeps no tier: refused, not ignored
         raise UserError("[kv_tier] (--kv-tier*) with [deployment]: the prefill and decode pools are "
                         "simulated without a KV tier; leave one of them out")
+    if cfg.speculative.on:  # the pools emit one token a step: a draft's price alone would be wrong
+        raise UserError("[speculative] (--speculative) with [deployment]: the prefill and decode pools are "
+                        "simulated without speculative decoding; leave one of them out")
     if "replicas" in cfg.run.model_fields_set:
         raise UserError("run.replicas (--replicas): with [deployment] the replicas are "
                         "deployment.prefill_replicas and deployment.decode_replicas")
