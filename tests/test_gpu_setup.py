@@ -96,7 +96,11 @@ def test_gpu_pricing_options_do_not_apply_with_a_calibration_profile():
 
 def test_the_all_reduce_line_says_measured_or_fallback():
     h100 = sim_setup(config())
-    assert h100.meta.gpu_profile_allreduce == "NCCL all-reduce measured on 4 GPUs (dgx)"
+    # by message size as vLLM on Hopper picks it, NCCL's measured table above (the served default)
+    assert h100.meta.gpu_profile_allreduce == ("the engine's own below 8 MiB, symmetric memory (multimem) below "
+                                               "32 MiB, else NCCL all-reduce measured on 4 GPUs (dgx)")
+    kernels = sim_setup(config(served_engine="none"))
+    assert kernels.meta.gpu_profile_allreduce == "NCCL all-reduce measured on 4 GPUs (dgx)"
     a40 = sim_setup(config(name="a40", tensor_parallel=4)).meta
     assert "no all-reduce measured" in a40.gpu_profile_allreduce
-    assert "160 all-reduces a step, NCCL all-reduce measured on 4 GPUs" in "\n".join(h100.assumptions())
+    assert "160 all-reduces a step, the engine's own below 8 MiB" in "\n".join(h100.assumptions())

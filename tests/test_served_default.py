@@ -30,6 +30,9 @@ def test_the_default_prices_steps_as_the_served_engine_runs_them():
     kernels, plain = _summary("--served-engine", "none")
     assert "served engine: vLLM V1 as served (shipped vLLM terms" in text
     assert "served engine: none (the kernels as timed one at a time, eager)" in plain
+    # vLLM's path by message size on Hopper at 2 GPUs (core/cost/served/engine.py), NCCL's table above
+    assert ("the engine's own below 8 MiB, symmetric memory (two-shot) below 64 MiB, else NCCL" in text
+            and "the engine's own" not in plain)
     # CUDA graphs, the engine's all-reduce and fused kernels: the same requests decode faster
     (s,), (k,) = served.values(), kernels.values()
     assert s["mean_tpot_ms"] < k["mean_tpot_ms"]
