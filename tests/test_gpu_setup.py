@@ -55,7 +55,9 @@ def test_knob_values_change_the_price_and_knobs_are_the_profiles():
     from batchlab.core.features import StepFeatures
     f = StepFeatures(8, 0, 0, 8, 8000, 8000)
     assert slow.step_time(f) == pytest.approx(base.step_time(f) + 2e-3)
-    assert {k.name for k in gpu_knobs(cfg)} >= {"mem_efficiency", "compute_efficiency", "step_s", "allreduce_scale"}
+    # served (the default): the engine's own host time replaces the profile's step_s
+    assert {k.name for k in gpu_knobs(cfg)} >= {"mem_efficiency", "compute_efficiency", "allreduce_scale"}
+    assert "step_s" in {k.name for k in gpu_knobs(config(served_engine="none"))}
     with pytest.raises(UserError, match="unknown GPU profile constants"):
         gpu_setup(cfg, {"nonsense": 1.0})
 

@@ -13,6 +13,7 @@ from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup import knobs as knobs_mod
 from batchlab.experiments.setup import sim_setup
 from batchlab.experiments.setup.knobs import RATE, price_knobs, register, with_knobs
+from batchlab.experiments.setup.served import served_knobs
 
 
 def cfg(**hardware) -> ExperimentConfig:
@@ -39,7 +40,10 @@ def test_a_gpu_profile_prices_with_its_own_knobs():
     base = cfg(tensor_parallel=4)
     profile = load_gpu_profile("h100-sxm")
     ks = {k.name: k for k in price_knobs(base)}
-    assert set(ks) == {k.name for k in profile.knobs() if k.low != k.high} | {RATE}
+    # the profile's, less the host times the served engine's own replace, and the served terms
+    served = {k.name for k in served_knobs("vllm")}
+    own = {k.name for k in profile.knobs() if k.low != k.high} - {"step_s", "seq_s"}
+    assert served and all(n.startswith("served_") for n in served) and set(ks) == own | served | {RATE}
     eff = ks["compute_efficiency"]
     assert eff.low < eff.value == profile.params["compute_efficiency"].value < eff.high
     moved = with_knobs(base, {"compute_efficiency": eff.low})

@@ -51,3 +51,27 @@ def test_a_bad_served_profile_is_one_line_naming_it(tmp_path):
     bad.write_text('{"version": 2, "engine": "x"}')
     code, _, err = cli([*RUN, "--served-engine", str(bad)])
     one_line_error(code, err, f"[hardware] served_engine: {bad}")
+
+
+def test_the_served_terms_are_knobs_that_move_the_price():
+    from batchlab.core.features import StepFeatures
+    from batchlab.experiments.config import build_config
+    from batchlab.experiments.setup import sim_setup
+    from batchlab.experiments.setup.knobs import price_knobs, with_knobs
+
+    def cfg(served: str = "vllm"):
+        return build_config({"model": {"name": "llama-3-70b"}, "workload": {"source": "chat", "num_requests": 10},
+                             "hardware": {"name": "h100-sxm", "tensor_parallel": 4, "served_engine": served}})
+    knobs = {k.name: k for k in price_knobs(cfg(), traffic=False)}
+    # a term the benchmarks did not tell (at its bound) spans its physical range
+    graphs = knobs["served_graph_fixed_share"]
+    assert graphs.ends() == (0.02, 1.0) and "not told" in graphs.source
+    ar = knobs["served_custom_allreduce_scale"]  # fitted: the range its held-out folds gave it
+    assert ar.low < ar.high and "held-out folds" in ar.source
+    decode = StepFeatures(8, 0, 0, 8, 8 * 512, 8 * 512)  # 8 tokens: the engine's own all-reduce
+    base = sim_setup(cfg()).cost.step_time(decode)
+    high = sim_setup(with_knobs(cfg(), {"served_custom_allreduce_scale": ar.high})).cost.step_time(decode)
+    assert high > base
+    # the kernels' sum has no served knobs, and keeps the profile's assumed host time
+    plain = {k.name for k in price_knobs(cfg("none"), traffic=False)}
+    assert not any(n.startswith("served_") for n in plain) and {"step_s", "seq_s"} <= plain

@@ -14,10 +14,11 @@ from batchlab.core.cost.served.engine import VLLM
 from batchlab.core.cost.served.profile import HeldOutStats, ServedProfile
 
 
-def _stats(by: str, left_out: str, rows: list[Predicted]) -> HeldOutStats:
+def _stats(by: str, left_out: str, rows: list[Predicted], fold: ServedFit | None = None) -> HeldOutStats:
     s = Spread.of([p.tpot_error for p in rows])
+    terms = {n: float(getattr(fold.terms, n)) for n in fold.terms.names()} if fold else {}
     return HeldOutStats(by=by, left_out=left_out, rows=s.n, tpot_median_pct=round(100 * s.median, 2),
-                        tpot_p90_pct=round(100 * s.p90, 2), slow_share=round(s.slow_share, 3))
+                        tpot_p90_pct=round(100 * s.p90, 2), slow_share=round(s.slow_share, 3), terms=terms)
 
 
 def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedProfile:
@@ -25,7 +26,7 @@ def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedPro
         engine=VLLM.name, engine_source=VLLM.source,
         terms={n: float(getattr(f.terms, n)) for n in f.terms.names()},
         fitted_on=f"{source} ({len(f.rows)} configurations)", rms_log=round(f.rms_log, 4), at_bound=f.at_bound,
-        heldout=[_stats(h.by, h.left_out, h.judged) for h in held],
+        heldout=[_stats(h.by, h.left_out, h.judged, h.fit) for h in held],
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
 

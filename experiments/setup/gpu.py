@@ -22,6 +22,7 @@ from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.dtypes import served_model
 from batchlab.experiments.setup.meta import SetupMeta
+from batchlab.experiments.setup.served import KNOB_PREFIX, served_knobs
 from batchlab.experiments.setup.roofline import kv_blocks
 
 # Giving one of these asks for the roofline (cost = auto).
@@ -82,9 +83,10 @@ def gpu_setup(cfg: ExperimentConfig, knob_values: dict[str, float] | None = None
     knob_values replace profile constants by name (sensitivity: GpuProfile.knobs)."""
     profile, where = gpu_profile_for(cfg)
     h = cfg.hardware
-    if knob_values:
+    own = {k: v for k, v in (knob_values or {}).items() if not k.startswith(KNOB_PREFIX)}  # served_*: served.py's
+    if own:
         try:
-            profile = profile.with_values(knob_values)
+            profile = profile.with_values(own)
         except ValueError as e:
             raise UserError(f"[hardware] knobs: {e}") from None
     try:
@@ -147,5 +149,9 @@ def gpu_form_terms(model: ModelSpec, layout: Layout, c: Collectives) -> str:
 
 
 def gpu_knobs(cfg: ExperimentConfig) -> list[Knob]:
-    """The constants cfg's GPU price rests on, with their ranges (capacity --sensitivity)."""
-    return gpu_profile_for(cfg)[0].knobs()
+    """The constants cfg's GPU price rests on, with their ranges (capacity --sensitivity):
+    the GPU profile's, then the served engine's terms on top (experiments/setup/served.py)."""
+    served = served_knobs(cfg.hardware.served_engine)
+    # a served engine's own host time replaces the profile's assumed step_s and seq_s (terms.py)
+    own = [k for k in gpu_profile_for(cfg)[0].knobs() if not (served and k.name in ("step_s", "seq_s"))]
+    return own + served

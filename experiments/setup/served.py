@@ -7,7 +7,9 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.engine import VLLM
 from batchlab.core.cost.served.model import EngineAllReduce, ServedGpuCost
+from batchlab.core.cost.knobs import Knob
 from batchlab.core.cost.served.profile import ServedProfile, load_served_profile, shipped_served_profile
+from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
 from batchlab.core.model.hardware import HardwareSpec
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.meta import SetupMeta
@@ -24,13 +26,16 @@ def served_profile_of(choice: str) -> tuple[ServedProfile | None, str]:
         raise UserError(f"[hardware] served_engine: {e}") from None
 
 
-def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int, meta: SetupMeta) -> CostModel:
-    """`cost` (a GPU profile's) with the served-engine terms `choice` names on top."""
+def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int, meta: SetupMeta,
+              knobs: dict[str, float] | None = None) -> CostModel:
+    """`cost` (a GPU profile's) with the served-engine terms `choice` names on top; knobs:
+    `served_<term>` values replacing the profile's (capacity --sensitivity)."""
     profile, where = served_profile_of(choice)
     if profile is None or not isinstance(cost, GpuCostModel):
         return cost
     nvlink = "nvlink" in (hw.interconnect or "").lower()
-    served = ServedGpuCost.build(cost, profile.served_terms(), VLLM, max_num_seqs, hw.name, nvlink)
+    terms = with_knobs(profile, knobs or {})
+    served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, nvlink)
     held = {h.left_out: h.tpot_median_pct for h in profile.heldout if h.by == "model"}
     judged = (f"; mean TPOT held out by model: median {', '.join(f'{m} {v:.0f}%' for m, v in held.items())}"
               if held else "")
@@ -48,3 +53,41 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
 
 def _size(nbytes: float) -> str:
     return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:g} KiB"
+
+
+KNOB_PREFIX = "served_"  # a served-engine term as a knob (capacity --sensitivity): served_<term>
+
+
+def served_knobs(choice: str) -> list[Knob]:
+    """The served-engine terms of `choice` as knobs: a term the benchmarks did not tell (at
+    its bound) over its physical range; a fitted one over the values its held-out folds
+    (the fits without one model or TP degree) gave it."""
+    profile, where = served_profile_of(choice)
+    if profile is None:
+        return []
+    out = []
+    for name, value in profile.terms.items():
+        if name in profile.at_bound:
+            lo, hi = BOUNDS[name]
+            source = f"{where}: not told by the benchmarks (at its bound), its physical range"
+        else:
+            folds = [h.terms[name] for h in profile.heldout if name in h.terms]
+            if not folds:
+                continue
+            lo, hi = min(folds + [value]), max(folds + [value])
+            source = f"{where}: fitted; its range over {len(folds)} held-out folds"
+        if lo != hi:
+            out.append(Knob(KNOB_PREFIX + name, value, lo, hi, source))
+    return out
+
+
+def with_knobs(profile: ServedProfile, values: dict[str, float]) -> ServedTerms:
+    """The profile's terms with the `served_*` knobs among `values` applied."""
+    terms = dict(profile.terms)
+    for k, v in values.items():
+        if k.startswith(KNOB_PREFIX):
+            terms[k.removeprefix(KNOB_PREFIX)] = v
+    try:
+        return ServedTerms(**terms)
+    except ValueError as e:
+        raise UserError(f"[hardware] knobs: {e}") from None

@@ -23,6 +23,7 @@ class HeldOutStats(BaseModel):
     tpot_median_pct: float  # median |error| of mean TPOT, the left-out rows priced by a fit without them
     tpot_p90_pct: float
     slow_share: float
+    terms: dict[str, float] = {}  # the fold's fitted terms: how far they move (capacity --sensitivity)
 
 
 class ServedProfile(BaseModel):
