@@ -2,9 +2,9 @@
 run, serve, validate and calibrate): backend/fast/options.py FastPath, chosen by the
 user. The defaults are the reference path, so a run that names none of them is the run
 it was. Checked here, before torch loads, so that an impossible choice is one line
-naming the flag. vLLM captures CUDA graphs unless told --enforce-eager (vLLM v0.13.0,
-vllm/engine/arg_utils.py); here graphs are off by default and --enforce-eager is kept as
-the way to say so over a config file's `cuda_graphs = true`."""
+naming the flag. vLLM captures CUDA graphs unless told --enforce-eager (vllm/config/model.py
+ModelConfig.enforce_eager = False, vllm-project/vllm at 0052a5b, before v0.13.0); here
+graphs are off by default and --enforce-eager says so over a config's `cuda_graphs = true`."""
 from __future__ import annotations
 
 import argparse
