@@ -102,6 +102,11 @@ def test_cuda_graphs_on_a_cpu_is_one_line_naming_the_flag(command, capsys):
     assert "--cuda-graphs" in line and "CUDA device" in line and "cpu" in line
 
 
+def test_calibrate_refuses_the_path_where_it_runs_no_backend(tmp_path, capsys):
+    line = _error(*run_cli(["calibrate", "--from-run", str(tmp_path), "--attention", "paged"], capsys)[::2])
+    assert "--attention" in line and "--from-run" in line
+
+
 def test_cuda_graphs_need_paged_attention(capsys):
     line = _error(*run_cli(["run", *FEW, "--device", "cuda", "--cuda-graphs"], capsys)[::2])
     assert "--cuda-graphs" in line and "--attention paged" in line

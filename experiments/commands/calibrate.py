@@ -77,6 +77,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    fitted = next((f for f, on in (("--from-served", args.from_served), ("--from-operators", args.from_operators),
+                                   ("--from-run", args.from_run), ("--from-replay", args.from_replay),
+                                   ("--endpoint", args.endpoint)) if on), None)
+    fast = [d for d in ("attention", "fused", "cuda_graphs") if getattr(args, d) is not None]
+    if fitted and fast:  # these fit timings already taken: no backend runs to take a path
+        raise UserError(f"--{fast[0].replace('_', '-')} (the backend's fast path) applies to a sweep, "
+                        f"not with {fitted}")
     if args.from_served:
         return run_from_served(args)
     if args.from_operators:
