@@ -118,6 +118,8 @@ class Runtime:
             "cpu": cpu_name(), "kv_memory": str(self.kv_memory),
             "kv_budget_bytes": self.kv_budget_bytes, "model_load_s": round(self.load_s, 3),
         }
+        if self.fast != FastPath():  # the reference path's meta stays as it was
+            info["fast_path"] = self.fast.label()
         if self.model.seed is not None:
             info["weights_seed"] = self.model.seed
         if self.device.type == "cuda":

@@ -155,6 +155,7 @@ class RunMeta(Record):
     cpu: str | None = None
     gpu: str | None = None
     matmul: str | None = None
+    fast_path: str | None = None  # backend FastPath.label(), when not the reference path
     torch: str | None = None
     # ... how it went (backend/driver.py, backend/server/engine_loop.py)
     wall_s: Number | None = None

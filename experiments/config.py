@@ -23,6 +23,7 @@ from batchlab.core.summary import SLO
 from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.disaggregation.config import DeploymentConfig
 from batchlab.experiments.errors import UserError, describe_validation_error
+from batchlab.experiments.fast_options import FastChoice
 
 
 class ModelConfig(BaseModel):
@@ -37,6 +38,14 @@ class ModelConfig(BaseModel):
     kv_memory: KVMemory | None = Field(None, description="backend: KV pool, a size (2GiB) or a fraction "
                                   "of free memory (0.5); default 1GiB on cpu, 0.8 on cuda")
     matmul: Literal["auto", "onednn", "torch"] = Field("auto", description="backend: GEMM kernel")
+    # The fast path (experiments/fast_options.py); left out of config.json at its defaults.
+    attention: Literal["gather", "paged"] = Field("gather", description="backend: gather (the "
+                                                  "reference) | paged (KV read in place)")
+    fused: bool = Field(False, description="backend: compiled elementwise kernels")
+    cuda_graphs: bool = Field(False, description="backend: replay decode steps as CUDA graphs")
+
+    def fast_choice(self) -> FastChoice:
+        return FastChoice(self.attention, self.fused, self.cuda_graphs)
 
 
 class _HardwareHead(BaseModel):
@@ -205,6 +214,9 @@ class ExperimentConfig(BaseModel):
             data.pop("speculative", None)
         if self.kv_tier is None:
             data.pop("kv_tier", None)
+        for name, value in FastChoice().__dict__.items():  # the reference path: as before
+            if data.get("model", {}).get(name, value) == value:
+                data.get("model", {}).pop(name, None)
         return data
 
     def policies(self) -> list[str]:

@@ -12,6 +12,7 @@ from batchlab.core.plugins import PluginError, cut
 from batchlab.core.schedulers import SCHEDULERS, policy_class
 from batchlab.experiments.config import ExperimentConfig, build_config, read_toml
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.fast_options import add_fast_path_options
 from batchlab.experiments.workload_options import add_workload_options, workload_overrides
 
 
@@ -81,7 +82,7 @@ def add_plot_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_backend_options(parser: argparse.ArgumentParser, threads_note: str = "") -> argparse._ArgumentGroup:
-    """The torch backend's options (run, validate); mo_* land in the [model] table."""
+    """The torch backend's options (run, serve, validate); mo_* land in the [model] table."""
     g = parser.add_argument_group("backend")
     g.add_argument("--dtype", dest="mo_dtype", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
     g.add_argument("--device", dest="mo_device", metavar="DEV", help="cpu (default) | cuda | cuda:N")
@@ -92,6 +93,7 @@ def add_backend_options(parser: argparse.ArgumentParser, threads_note: str = "")
                         "1GiB on cpu, 0.8 of free GPU memory on cuda; --num-kv-blocks overrides it")
     g.add_argument("--matmul", dest="mo_matmul", choices=("auto", "onednn", "torch"),
                    help="GEMM kernel (auto: prepacked oneDNN on CPU float32)")
+    add_fast_path_options(g)
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     return g
 

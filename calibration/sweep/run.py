@@ -12,6 +12,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
+from batchlab.backend.fast.options import FastPath
 from batchlab.backend.models import params_label
 from batchlab.backend.runtime import Runtime
 from batchlab.calibration.fit.both_forms import DEFAULT_FORM, gpu_form_params
@@ -40,7 +41,8 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
               block_size: int = BLOCK_SIZE, kv_memory: str | None = None, dtype: str = "float32",
               progress: bool = True, seed: int = 0, normalise: str = "auto",
               embed_measurements: bool = True, log: Callable[[str], None] | None = None,
-              runtime: Runtime | None = None, on_contention: str | None = None) -> Profile:
+              runtime: Runtime | None = None, on_contention: str | None = None,
+              fast: FastPath | None = None) -> Profile:
     """Time `model` on `device` over `grid` (default_grid()), fit the cost model and
     return the profile; with `out`, save it there and keep raw timings in the JSONL
     next to it (a re-run with the same settings resumes from them).
@@ -49,14 +51,15 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
     1GiB on CPU). runtime: an already loaded backend to time (its model, device, dtype
     and threads win over the arguments). on_contention: refuse (default:
     $BATCHLAB_ON_CONTENTION, else refuse) or keep a serving phase contended twice
-    (calibration/sweep/contention.py). Raises ValueError (one line) for an unknown model or
+    (calibration/sweep/contention.py); fast: the backend's fast path (None: the
+    reference path). Raises ValueError (one line) for an unknown model or
     absent device, or an unknown on_contention."""
     grid = grid or default_grid()
     contention_mode = on_contention_mode(on_contention)
     say = log or (lambda msg: print(msg, file=sys.stderr))
     t_start = time.perf_counter()
     rt = runtime or Runtime(model, dtype=dtype, device=device, threads=threads,
-                            kv_memory=kv_memory, seed=seed)
+                            kv_memory=kv_memory, seed=seed, fast=fast)
     rt.pool_blocks(None, block_size)  # a budget that holds no block fails now, not after the sweep
     meta = rt.meta()
     say(f"calibrate: {meta.model} ({params_label(rt.spec.params)} params, {meta.dtype}) on "
@@ -69,6 +72,8 @@ def calibrate(model: str = DEFAULT_MODEL, device: str = "cpu", threads: int | No
             f"this model cannot serve")
     ident = {"model": meta.model, "device": meta.device, "threads": meta.threads,
              "dtype": meta.dtype, "matmul": meta.matmul, "block_size": block_size}
+    if meta.fast_path:  # another path's timings are not resumed from; the reference's keys stay
+        ident["fast_path"] = meta.fast_path
     path = measurements_path(out) if out else Path(tempfile.mkdtemp()) / "measurements.jsonl"
 
     roof = roofline_for(rt.device, rt.dtype)

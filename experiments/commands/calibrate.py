@@ -18,6 +18,7 @@ from batchlab.core.model.hardware import HARDWARE
 from batchlab.experiments.calibrate.replay_options import add_options
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.fast_options import FastChoice, add_fast_path_options
 from batchlab.experiments.output import print_calibrated, profile_out_path, save_fitted_profile
 
 GRIDS = ("default", "quick")
@@ -35,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="torch threads (default 1: steady timing on small shared CPUs)")
     p.add_argument("--dtype", default="float32", metavar="DTYPE", help="float32 (default) | bfloat16 | float16")
+    add_fast_path_options(p, prefix="")
     p.add_argument("--out", metavar="FILE", help="profile JSON (default MODEL-DEVICE.json); raw "
                    "timings go to the .jsonl next to it")
     p.add_argument("--grid", choices=GRIDS, default="default",
@@ -75,6 +77,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    fitted = next((f for f, on in (("--from-served", args.from_served), ("--from-operators", args.from_operators),
+                                   ("--from-run", args.from_run), ("--from-replay", args.from_replay),
+                                   ("--endpoint", args.endpoint)) if on), None)
+    fast = [d for d in ("attention", "fused", "cuda_graphs") if getattr(args, d) is not None]
+    if fitted and fast:  # these fit timings already taken: no backend runs to take a path
+        raise UserError(f"--{fast[0].replace('_', '-')} (the backend's fast path) applies to a sweep, "
+                        f"not with {fitted}")
     if args.from_served:
         return run_from_served(args)
     if args.from_operators:
@@ -106,13 +115,15 @@ def run(args: argparse.Namespace) -> int:
             parse_memory(args.kv_memory)
         except ValueError as e:
             raise UserError(f"--kv-memory: {e}") from None
+    choice = FastChoice(args.attention or "gather", bool(args.fused), bool(args.cuda_graphs))
+    fast = choice.check(args.device, table=None).fast_path()
     out = profile_out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:
         profile = calibrate(args.model, args.device, args.threads, out, grid, dtype=args.dtype,
                             block_size=args.block_size, kv_memory=args.kv_memory,
                             progress=not args.no_progress and sys.stderr.isatty(),
-                            on_contention=args.on_contention)
+                            on_contention=args.on_contention, fast=fast)
     except KeyboardInterrupt:
         kept = measurements_path(out)
         if kept.is_file() and kept.stat().st_size:

@@ -9,6 +9,7 @@ from batchlab.experiments.errors import UserError
 def load_runtime(cfg: ExperimentConfig):
     """The backend Runtime for cfg.model; a one-line error without torch, or for a
     checkpoint transformers cannot read."""
+    choice = cfg.model.fast_choice().check(cfg.model.device)  # a bad choice fails before torch loads
     try:
         from batchlab.backend.runtime import Runtime  # lazy: torch, only when serving
     except ImportError as e:  # torch is an optional dependency
@@ -17,7 +18,7 @@ def load_runtime(cfg: ExperimentConfig):
     m = cfg.model
     try:
         return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
-                       kv_memory=m.kv_memory, matmul=m.matmul)
+                       kv_memory=m.kv_memory, matmul=m.matmul, fast=choice.fast_path())
     except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {m.name!r}: {first}") from None

@@ -18,7 +18,8 @@ from batchlab.experiments.replay.measure import measure
 from batchlab.experiments.replay.results import failure_summary
 from batchlab.experiments.validation.sources import RealRun, RealSide
 
-NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul")
+NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul",
+                     "mo_attention", "mo_fused", "mo_cuda_graphs")
 
 
 def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
