@@ -104,6 +104,11 @@ def binding(answer: dict, nxt: dict | None, criteria: Criteria, next_label: str 
     return Binding(constraint, headroom, detail, next_label, what, miss, next_what, *watch)
 
 
+def failure_text(p: dict, criteria: Criteria) -> str:
+    """What a failing point failed on, in words."""
+    return _failure(p, criteria)[0]
+
+
 def _failure(p: dict, criteria: Criteria) -> tuple[str, float, str]:
     """(what a failing point failed on, the relative miss, the constraint's name) of its
     worst failure; an SLO miss is named, a queue that grows is throughput."""

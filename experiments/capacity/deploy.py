@@ -16,6 +16,7 @@ from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.capacity.binding import constraints
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.search import Answer, search_replicas
+from batchlab.experiments.capacity.tier_options import tier_gib
 from batchlab.experiments.capacity.space import DeploySpace, Deployment, configure, deployments, why_not
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
@@ -79,11 +80,12 @@ def search_one(task: tuple) -> Answer:
 
 
 def ranked(options: list[Option], criteria: Criteria | None = None) -> list[Option]:
-    """Options with an answer, cheapest first; among equals fewer GPUs, then (given the
-    criteria) the most headroom on the tightest SLO (the most robust to a wrong
+    """Options with an answer, cheapest first; among equals fewer GPUs, then no KV tier
+    (it costs host memory), then (given the criteria) the most headroom on the tightest SLO (the most robust to a wrong
     assumption), then search order."""
     ok = [o for o in options if o.replicas is not None]
-    return sorted(ok, key=lambda o: (o.cost, o.gpus, -headroom(o, criteria), options.index(o)))
+    return sorted(ok, key=lambda o: (o.cost, o.gpus, tier_gib(o.dep.kv_tier) is not None, -headroom(o, criteria),
+                                     options.index(o)))
 
 
 def headroom(o: Option, criteria: Criteria | None) -> float:

@@ -16,6 +16,7 @@ from batchlab.experiments.capacity.options import check_samples, criteria_from
 from batchlab.experiments.capacity.pd_options import check_pd_options, run_pd
 from batchlab.experiments.capacity.point import sample_configs
 from batchlab.experiments.capacity.space import DeploySpace, parse_list
+from batchlab.experiments.capacity.tier_options import parse_tier_options
 from batchlab.experiments.capacity.reproduce import simulate_command, window_line
 from batchlab.experiments.capacity.tasks import build_tasks, busiest_window, setup_or_none
 from batchlab.experiments.errors import UserError
@@ -85,7 +86,8 @@ def run_deploy(args: argparse.Namespace) -> int:
                         ep=parse_list(args.ep_options, "--ep-options"),
                         routers=parse_list(args.router_options, "--router-options") if args.router_options
                         is not None else [""],
-                        speculative=speculation_options(cfg, args.speculative_options))
+                        speculative=speculation_options(cfg, args.speculative_options),
+                        kv_tiers=parse_tier_options(args.kv_tier_options))
     bad_router = [r for r in space.routers if r and r not in ROUTERS]
     if bad_router:
         raise UserError(f"--router-options: {bad_router[0]!r} is not one of {', '.join(ROUTERS)}")

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from batchlab.experiments.capacity import sensitivity
-from batchlab.experiments.capacity.binding import binding
+from batchlab.experiments.capacity.binding import binding, failure_text
 from batchlab.experiments.capacity.deploy import Option, next_cheaper, ranked, runner_up
 from batchlab.experiments.capacity.launch import data_parallel_command, vllm_command
 from batchlab.experiments.capacity.point import Criteria
+from batchlab.experiments.capacity.tier_options import tier_gib
 from batchlab.experiments.capacity.tables import text_table, write_rows
 
 SHOWN = 10  # options in the printed table (options.csv has them all)
@@ -31,6 +32,8 @@ def option_row(o: Option, prices: dict | None, criteria: Criteria | None = None)
            "gpus": o.gpus if o.replicas is not None else math.nan,
            "cost_per_hour": o.cost if prices is not None and o.replicas is not None else math.nan,
            "searched_up_to": o.cap or None, "why_none": o.why_none()}
+    if o.dep.kv_tier:  # searched (--kv-tier-options): its column, absent otherwise
+        row["kv_tier"] = o.dep.kv_tier
     for k in ("p99_ttft_ms", "p99_tpot_ms", "slo_attainment", "requests", "rejected", "unfinished",
               "kv_utilization", "slot_utilization", "preemptions"):
         row[k] = b.get(k) if o.replicas is not None else math.nan
@@ -52,7 +55,23 @@ def _block(title: str, o: Option, options: list[Option], criteria: Criteria, pri
                      "does not judge)")
     nxt, label = next_cheaper(options, o, criteria) if compare_cheaper else o.answer.next_cheaper()
     lines.append("  " + binding(o.answer.best, nxt, criteria, label).text())
+    if without := untiered(o, options, criteria):
+        lines.append(f"  {without}")
     return lines + [f"  {x}" for x in more(o)]
+
+
+def untiered(o: Option, options: list[Option], criteria: Criteria) -> str:
+    """For a winner with a searched KV tier: the same deployment without it, its answer and
+    what it fails on at the winner's replica count (what the tier buys); '' otherwise."""
+    if tier_gib(o.dep.kv_tier) is None:
+        return ""
+    twin = next((x for x in options if x.dep == o.dep._replace(kv_tier="off")), None)
+    if twin is None or twin.answer is None:
+        return ""
+    needs = (f"needs {twin.replicas} replica(s)" if twin.replicas is not None else twin.why_none())
+    at = next((p for p in twin.answer.points if p["replicas"] == o.replicas and not p["passes"]), None)
+    fails = f"; at x {o.replicas} it fails: {failure_text(at, criteria)}" if at is not None else ""
+    return f"without the KV tier: {needs}{fails}"
 
 
 def render(options: list[Option], criteria: Criteria, header: list[str], prices: dict | None,

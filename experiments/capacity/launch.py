@@ -7,7 +7,7 @@ folder to that folder. The quantisation flags follow the checkpoint: an unquanti
 served in fp8 is vLLM's online fp8 (`--quantization fp8`, the KV cache alike, as the
 simulation assumed); an fp8 (DeepSeek-V3/R1) or mxfp4 (gpt-oss) checkpoint carries its
 own quantization_config, which vLLM reads, so no flag is given (and another dtype needs
-another checkpoint: space.why_not). Every flag printed is one of vLLM's `vllm serve`
+another checkpoint: space.why_not). A searched CPU KV tier is vLLM's native offloading. Every flag printed is one of vLLM's `vllm serve`
 flags (tests/data/vllm_serve_flags.txt names the version they were read from)."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from batchlab.core.model.presets import PRESET_CONFIGS, is_model_path, lookup_model
 from batchlab.experiments.capacity.space import Deployment
+from batchlab.experiments.capacity.tier_options import tier_gib
 
 CHECKPOINTS = {
     "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf", "llama-2-13b": "meta-llama/Llama-2-13b-chat-hf",
@@ -65,7 +66,20 @@ def serve_flags(dep: Deployment) -> list[str]:
     if dep.ep > 1:
         parts.append("--enable-expert-parallel")
     return parts + [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}", *dtype_flags(dep),
-                    *speculative_flags(dep)]
+                    *speculative_flags(dep), *offload_flags(dep)]
+
+
+def offload_flags(dep: Deployment) -> list[str]:
+    """vLLM's native CPU offloading for a searched tier (--kv-tier-options). vllm-project/vllm
+    vllm/config/cache.py @ c1d86421174a87056edc90a41dc9942391509e84: CacheConfig.kv_offloading_size
+    is "in GiB. When TP > 1, this is the total buffer size summed across all TP ranks", and
+    kv_offloading_backend is 'native' (vLLM's CPU offloading) or 'lmcache'; arg_utils.py's cache
+    group exposes both as --kv-offloading-size / --kv-offloading-backend. batchlab's tier is per
+    GPU, so the size is it times the TP degree."""
+    gib = tier_gib(dep.kv_tier)
+    if gib is None:
+        return []
+    return ["--kv-offloading-backend native", f"--kv-offloading-size {gib * dep.tp:g}"]
 
 
 def speculative_flags(dep: Deployment) -> list[str]:

@@ -9,6 +9,7 @@ import shlex
 
 from batchlab.core.workload import build_workload
 from batchlab.experiments.capacity.space import Deployment
+from batchlab.experiments.capacity.tier_options import tier_config
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.options import add_common_options
 from batchlab.experiments.roofline_options import add_roofline_options
@@ -81,4 +82,18 @@ def simulate_command(args: argparse.Namespace, cfg: ExperimentConfig, dep: Deplo
     if dep.speculative and dep.speculative != "off":
         method, k = dep.speculative.split(":")
         words += ["--speculative", method, "--num-speculative-tokens", k]
-    return shlex.join(words)
+    return shlex.join(words + tier_words(cfg, dep))
+
+
+def tier_words(cfg: ExperimentConfig, dep: Deployment) -> list[str]:
+    """A searched tier's --kv-tier flags (the configured tier's are not carried: '' adds none)."""
+    if not dep.kv_tier or dep.kv_tier == "off":
+        return []
+    t = tier_config(dep.kv_tier, cfg.kv_tier)
+    words = ["--kv-tier", t.kind, "--kv-tier-capacity", f"{t.capacity_gib:g}"]
+    if t.bandwidth_gbs is not None:
+        words += ["--kv-tier-bandwidth", f"{t.bandwidth_gbs:g}"]
+    if t.latency_us is not None:
+        words += ["--kv-tier-latency-us", f"{t.latency_us:g}"]
+    words += ["--kv-tier-preemption", t.preemption] + ([] if t.prefix else ["--no-kv-tier-prefix"])
+    return words

@@ -1,5 +1,6 @@
 """The deployment space `capacity deploy` searches: every model x GPU x TP degree x
-PP degree x EP (for MoE models) x weights dtype x seats x token budget, each one a configuration whose fewest replicas the search finds. A deployment that
+PP degree x EP (for MoE models) x weights dtype x seats x token budget (x router,
+speculation, KV tier where asked), each one a configuration whose fewest replicas the search finds. A deployment that
 cannot run (a layout that does not divide the heads, layers or experts, fp8 on a GPU
 without fp8, a model that leaves no KV memory) is listed with why, not searched."""
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import NamedTuple
 
 from batchlab.core.model.layout import Layout
 from batchlab.core.model.presets import lookup_hardware, lookup_model
+from batchlab.experiments.capacity.tier_options import tier_config, tier_label
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 
@@ -29,6 +31,7 @@ class Deployment(NamedTuple):
     ep: int = 1  # expert parallel degree (issue 30)
     router: str = ""  # the load balancer in front of the replicas ('': the config's)
     speculative: str = ""  # 'off', or 'METHOD:K' drafts a step ('': the config's [speculative])
+    kv_tier: str = ""  # 'off', or 'cpu:GIB' per GPU (tier_options.py; '': the config's [kv_tier])
 
     @property
     def gpus_per_replica(self) -> int:
@@ -42,7 +45,7 @@ class Deployment(NamedTuple):
         routed = f" {self.router}" if self.router else ""
         drafts = f" spec {self.speculative.replace(':', ' k=')}" if self.speculative else ""
         return (f"{self.model} {par} {self.hardware} {dtype} {self.seats} seats {self.budget} "
-                f"tokens{routed}{drafts}")
+                f"tokens{routed}{drafts}{tier_label(self.kv_tier)}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class DeploySpace:
     ep: list[str] = field(default_factory=lambda: ["off"])  # "off" | "on": experts over the TP GPUs
     routers: list[str] = field(default_factory=lambda: [""])  # '': the config's router
     speculative: list[str] = field(default_factory=lambda: [""])  # off | METHOD:K ('': the config's)
+    kv_tiers: list[str] = field(default_factory=lambda: [""])  # off | cpu:GIB ('': the config's)
 
     def size(self) -> int:
         return len(deployments(self))
@@ -64,8 +68,8 @@ class DeploySpace:
     def describe(self) -> str:
         dims = [("model", self.models), ("GPU", self.gpus), ("TP", self.tp), ("PP", self.pp),
                 ("EP", self.ep), ("dtype", self.dtypes), ("seats", self.seats), ("token budget", self.budgets),
-                ("router", self.routers), ("speculation", self.speculative)]
-        hidden = {"PP": [1], "EP": ["off"], "router": [""], "speculation": [""]}  # left at their one default
+                ("router", self.routers), ("speculation", self.speculative), ("KV tier", self.kv_tiers)]
+        hidden = {"PP": [1], "EP": ["off"], "router": [""], "speculation": [""], "KV tier": [""]}  # left at their one default
         shown = [(n, v) for n, v in dims if hidden.get(n) != v]
         note = " (EP on: MoE models at TP > 1)" if "on" in self.ep else ""
         return (" x ".join(f"{len(v)} {n}{'s' if len(v) > 1 and not n.endswith('s') else ''} "
@@ -90,11 +94,11 @@ def layouts(model: str, tp: int, pp: list[int], ep: list[str]) -> list[tuple[int
 
 
 def deployments(space: DeploySpace) -> list[Deployment]:
-    return [Deployment(m, g, tp, d, s, b, pp, ep, r, k)
+    return [Deployment(m, g, tp, d, s, b, pp, ep, r, k, t)
             for m in space.models for g in space.gpus for tp in space.tp
             for pp, ep in layouts(m, tp, space.pp, space.ep)
             for d in space.dtypes for s in space.seats for b in space.budgets for r in space.routers
-            for k in space.speculative]
+            for k in space.speculative for t in space.kv_tiers]
 
 
 def why_not(dep: Deployment) -> str:
@@ -135,6 +139,8 @@ def configure(cfg: ExperimentConfig, dep: Deployment) -> ExperimentConfig:
     elif dep.speculative:
         method, k = dep.speculative.split(":")
         c.speculative.method, c.speculative.num_speculative_tokens = method, int(k)
+    if dep.kv_tier:
+        c.kv_tier = tier_config(dep.kv_tier, cfg.kv_tier)
     return c
 
 

@@ -99,6 +99,9 @@ def add_deploy_options(q: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-options", metavar="off,1,3",
                    help="speculation off, or the config's method (--speculative) at each draft length "
                         "(default: as configured)")
+    g.add_argument("--kv-tier-options", metavar="off,cpu:64",
+                   help="KV tiers to search: off, or cpu:GIB (a CPU tier of GIB GiB per GPU, launched as "
+                        "vLLM's native offloading) (default: as configured, --kv-tier)")
     g.add_argument("--price", action="append", metavar="GPU=USD",
                    help="USD per GPU-hour of a GPU (repeat, one per GPU searched): rank by cost per "
                         "hour instead of GPUs")
