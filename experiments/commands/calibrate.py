@@ -100,12 +100,15 @@ def run(args: argparse.Namespace) -> int:
         args.model = "batchlab-small"
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
+    choice = FastChoice(args.attention or "gather", bool(args.fused), bool(args.cuda_graphs))
+    choice.check(args.device, table=None)  # a bad choice fails before torch loads
     from batchlab.calibration.sweep.report import swept  # lazy: profile model
     try:
         from batchlab.calibration.sweep.run import calibrate  # lazy: torch (an optional dependency)
     except ImportError as e:  # torch is an optional dependency
         raise UserError(f"calibration needs the backend: torch and transformers ({e}); "
                         "install batchlab[backend]") from None
+    fast = choice.fast_path()
     if not 1 <= args.threads <= 4096:
         raise UserError(f"--threads must be from 1 to 4096, got {args.threads}")
     if not 1 <= args.block_size <= MAX_BLOCK_SIZE:
@@ -115,8 +118,6 @@ def run(args: argparse.Namespace) -> int:
             parse_memory(args.kv_memory)
         except ValueError as e:
             raise UserError(f"--kv-memory: {e}") from None
-    choice = FastChoice(args.attention or "gather", bool(args.fused), bool(args.cuda_graphs))
-    fast = choice.check(args.device, table=None).fast_path()
     out = profile_out_path(args)
     grid = default_grid() if args.grid == "default" else tiny_grid()
     try:

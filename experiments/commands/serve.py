@@ -77,12 +77,13 @@ def run(args: argparse.Namespace) -> int:
         sock = bind(args.host, args.port)
     except ValueError as e:
         raise UserError(f"--host/--port: {e}") from None
-    # The backend (torch) only once the arguments are known to be good and the port bound.
-    from batchlab.backend.models import params_label  # lazy: torch, once the port is bound
-    from batchlab.backend.server.server import Server  # lazy: torch, once the port is bound
+    # The backend (torch) only once the arguments are known to be good and the port bound;
+    # load_runtime says in one line when torch is missing.
     port = bound_port(sock)
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
+    from batchlab.backend.models import params_label  # lazy: torch, loaded by load_runtime
+    from batchlab.backend.server.server import Server  # lazy: torch, loaded by load_runtime
     sched = cfg.scheduler_for(policy, rt.spec.max_context)
     writer = ResultWriter(args.out, cfg.model_dump()) if args.out else None
     name = args.served_model_name or cfg.model.name
