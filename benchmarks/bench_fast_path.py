@@ -35,6 +35,7 @@ from batchlab.backend.model_runner import ModelRunner  # noqa: E402
 from batchlab.backend.models import build_preset  # noqa: E402
 from batchlab.core.batch import Batch  # noqa: E402
 from batchlab.core.request import Request, Sequence  # noqa: E402
+from bench_backend import copy_bandwidth  # noqa: E402  beside this script: the same copy floor
 
 BS = 16
 GRID = [(1, 128), (1, 1024), (4, 512), (8, 128), (8, 1024), (16, 512), (32, 256), (32, 1024), (64, 128),
@@ -42,19 +43,6 @@ GRID = [(1, 128), (1, 1024), (4, 512), (8, 128), (8, 1024), (16, 512), (32, 256)
 QUICK_GRID = [(1, 128), (4, 512), (16, 256), (64, 128)]
 PREFILLS = [(0, 512), (512, 256)]  # (start, tokens): a fresh chunk, a later chunk
 _IDS = itertools.count()  # request ids: an engine keeps prompt ids per id
-
-
-def copy_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 5) -> float:
-    """STREAM-style copy: bytes read + written per second, best of a few (as
-    bench_backend.py measures it)."""
-    src = torch.ones(nbytes // 4)
-    dst = torch.empty_like(src)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
 
 
 def _turns(engines: dict[str, Engine], rep: int) -> list[tuple[str, Engine]]:

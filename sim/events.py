@@ -1,4 +1,8 @@
-"""Same-instant ordering. SimPy runs events due at the same time by priority, then in
+"""Running the SimPy world, and same-instant ordering.
+
+run_to_end runs it until nothing is left to do (Ctrl-C may keep what was simulated).
+
+Same-instant ordering. SimPy runs events due at the same time by priority, then in
 the order they were scheduled. Arrivals go first (URGENT) and a woken engine decides
 last (LATE), so a burst of requests arriving together is seen whole, in both the
 step-by-step and the fast-forward engine."""
@@ -8,6 +12,18 @@ import simpy
 from simpy.events import URGENT, Event
 
 LATE = 2  # after URGENT (0) and NORMAL (1)
+
+
+def run_to_end(env: simpy.Environment, keep_on_interrupt: bool) -> bool:
+    """env.run() to the end; True where Ctrl-C stopped it and keep_on_interrupt keeps what
+    was simulated (a long replay), else the interrupt propagates."""
+    try:
+        env.run()
+    except KeyboardInterrupt:
+        if not keep_on_interrupt:
+            raise
+        return True
+    return False
 
 
 class Delay(Event):

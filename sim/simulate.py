@@ -19,6 +19,7 @@ from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
 from batchlab.sim.arrivals import Arrivals
+from batchlab.sim.events import run_to_end
 from batchlab.sim.engine import Replica, StepObserver
 from batchlab.sim.router import make_router
 
@@ -81,13 +82,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
     if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
         arrivals.submit = engines[0].submit
-    interrupted = False
-    try:
-        env.run()
-    except KeyboardInterrupt:  # Ctrl-C on a long replay: keep what was simulated
-        if not keep_on_interrupt:
-            raise
-        interrupted = True
+    interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
     for e in engines:  # nothing should be left unless interrupted; rows say so
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,

@@ -37,6 +37,11 @@ class HardwareSpec(BaseModel):
     allreduce_latency_s: Seconds = Field(0.0, description="fixed cost of one all-reduce")
     source: str = Field("", description="where the figures come from")
 
+    @property
+    def nvlink(self) -> bool:
+        """Whether its GPUs talk over NVLink (an engine's own all-reduce needs it past two)."""
+        return "nvlink" in self.interconnect.lower()
+
     def flops_for(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s for weights in `dtype` (a DTYPES key)."""
         if dtype == "fp8":

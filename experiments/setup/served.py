@@ -33,9 +33,8 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
     profile, where = served_profile_of(choice)
     if profile is None or not isinstance(cost, GpuCostModel):
         return cost
-    nvlink = "nvlink" in (hw.interconnect or "").lower()
-    terms = with_knobs(profile, knobs or {})
-    served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, nvlink)
+    terms = terms_with(profile, knobs or {})
+    served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, hw.nvlink)
     held = {h.left_out: h.tpot_median_pct for h in profile.heldout if h.by == "model"}
     judged = (f"; mean TPOT held out by model: median {', '.join(f'{m} {v:.0f}%' for m, v in held.items())}"
               if held else "")
@@ -81,7 +80,7 @@ def served_knobs(choice: str) -> list[Knob]:
     return out
 
 
-def with_knobs(profile: ServedProfile, values: dict[str, float]) -> ServedTerms:
+def terms_with(profile: ServedProfile, values: dict[str, float]) -> ServedTerms:
     """The profile's terms with the `served_*` knobs among `values` applied."""
     terms = dict(profile.terms)
     for k, v in values.items():

@@ -29,8 +29,7 @@ def config_for(row: BenchmarkRow, served: str = "vllm") -> ExperimentConfig:
 def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
     """What the served-engine terms apply to: the row's GPU cost and engine settings."""
     scheduler = next(iter(setup.schedulers.values()))
-    nvlink = "nvlink" in (HARDWARE[row.gpu].interconnect or "").lower()
-    return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, nvlink)
+    return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, HARDWARE[row.gpu].nvlink)
 
 
 def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list[RecordedRow], list[Priced]]:

@@ -16,6 +16,7 @@ from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
 from batchlab.sim.disaggregated.handoffs import HandOffLog
 from batchlab.sim.disaggregated.world import DisaggregatedWorld
+from batchlab.sim.events import run_to_end
 
 
 @dataclass
@@ -39,13 +40,7 @@ def simulate_disaggregated(workload: Workload, deployment: PDDeployment,
         check_run_size(len(workload), pool.replicas, pool.scheduler.num_kv_blocks or pool.num_kv_blocks)
     env = simpy.Environment()
     world = DisaggregatedWorld(env, workload, dep, fast_forward, record_steps, observer, progress)
-    interrupted = False
-    try:
-        env.run()
-    except KeyboardInterrupt:  # Ctrl-C on a long replay: keep what was simulated
-        if not keep_on_interrupt:
-            raise
-        interrupted = True
+    interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
     world.unfinished()
     t = dep.transfer
     info = {"world": "sim", "policy": dep.decode.scheduler.policy,
