@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import json
 import os
 import random
 import sys
@@ -100,6 +101,7 @@ def main() -> int:
             raise SystemExit(f"batchlab serve exited {code}: {srv.log.read_text()[-2000:]}")
         folder = Path(tmp) / "serve" / "continuous"
         n_req, n_steps = rows(folder / "requests.csv"), rows(folder / "steps.csv")
+        meta = json.loads((folder.parent / "meta.json").read_text())["continuous"]
     half = [s for s in samples if s[0] >= samples[-1][0] / 2]
     (t1, m1, r1, _), (t2, m2, r2, _) = half[0], half[-1]
     tables = (n_req * ROW_BYTES["requests"] + n_steps * ROW_BYTES["steps"]) / 2**20
@@ -108,6 +110,8 @@ def main() -> int:
     print(f"second half ({t1:.0f}-{t2:.0f} s): RSS {m2 - m1:+.1f} MiB over {r2 - r1} requests "
           f"({(m2 - m1) / max(t2 - t1, 1e-9) * 60:+.2f} MiB/min); the whole run's tables in typed "
           f"columns: {tables:.1f} MiB")
+    print(f"the server trimmed its heap {meta.get('heap_trims')} times, taking "
+          f"{meta.get('heap_trim_s', 0) * 1e3:.0f} ms of engine time in all")
     return 0
 
 

@@ -26,6 +26,7 @@ import torch
 from batchlab.backend.engine import Engine
 from batchlab.backend.runtime import Runtime
 from batchlab.backend.sampling import SamplingParams, sample_row
+from batchlab.backend.server.memory import HeapTrim
 from batchlab.backend.server.stops import StopMatcher
 from batchlab.backend.speculative.setup import check_backend_speculative, speculative_engine
 from batchlab.backend.step import run_step
@@ -134,6 +135,7 @@ class EngineLoop:
         self.failed_steps = 0  # in a row
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.idle_s = 0.0
+        self.heap = HeapTrim()  # freed memory back to the system, between steps
         self.flush: Callable[[], None] | None = None  # see _step; set by the HTTP side
         # Called on this thread with the requests that ended, as their rows are recorded
         # (serve's core/run_journal.py): what a kill leaves.
@@ -189,7 +191,10 @@ class EngineLoop:
         try:
             while not self._stop.is_set():
                 self._take_inbox()
-                if not self._step():
+                if self._step():
+                    self.heap.after_step()
+                else:
+                    self.heap.on_idle()
                     t = time.perf_counter()
                     self._wake.wait(_IDLE_WAIT_S)
                     self._wake.clear()
@@ -372,6 +377,7 @@ class EngineLoop:
             "seed": self.seed, "warmup_s": round(self.warmup_s, 4), "wall_s": round(wall, 4),
             "steps": self.steps, "engine_prepare_s": round(st.prepare_s, 4),
             "engine_forward_s": round(st.forward_s, 4), "idle_s": round(self.idle_s, 4),
+            "heap_trims": self.heap.count, "heap_trim_s": round(self.heap.seconds, 4),
             "requests_received": self._ids, "interrupted": False, "error": self.error,
             **(meta or {}),
         }
