@@ -116,7 +116,9 @@ def _blocks_beside(cfg: ExperimentConfig, blocks: int, target: ModelSpec, draft:
     per_block = target.kv_bytes_per_token * bs
     free = blocks * per_block - draft.extra_weight_bytes
     if free < per_block + draft.extra_kv_bytes_per_token * bs:
-        raise UserError(f"speculative: the draft ({draft.words}, {draft.extra_weight_bytes / 2**30:.2f} "
+        sp = cfg.speculative
+        field = f"speculative.draft_model {sp.draft_model}" if sp.draft_model else f"speculative.method {sp.method}"
+        raise UserError(f"{field}: the draft ({draft.words}, {draft.extra_weight_bytes / 2**30:.2f} "
                         f"GiB of weights) does not fit beside {target.name} on "
                         f"{cfg.hardware.gpus} x {cfg.hardware.name}: the KV pool leaves "
                         f"{blocks * per_block / 2**30:.2f} GiB")
