@@ -50,6 +50,17 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
     return served
 
 
+def as_served_draft(draft: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
+                    knobs: dict[str, float] | None = None) -> CostModel:
+    """A speculative draft's price (a GPU profile's, for its shape) as the engine serving the
+    target runs its passes: piecewise CUDA graphs, the served terms, no host time of its own."""
+    profile, _ = served_profile_of(choice)
+    if profile is None or not isinstance(draft, GpuCostModel):
+        return draft
+    return ServedGpuCost.build(draft, terms_with(profile, knobs or {}), VLLM, max_num_seqs, hw.name,
+                               hw.nvlink, drafting=True)
+
+
 def _size(nbytes: float) -> str:
     return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 1024:g} KiB"
 

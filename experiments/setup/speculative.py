@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from batchlab.core.cost.dispatch import roofline
 from batchlab.core.cost.form import CostModel, Slowed
+from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.model.layout import Layout
 from batchlab.core.model.presets import lookup_model
 from batchlab.core.model.spec import ModelSpec
@@ -19,6 +20,7 @@ from batchlab.core.speculative.emission import SpeculativeEmission
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.meta import SetupMeta
+from batchlab.experiments.setup.served import as_served_draft
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,9 @@ def speculative_setup(cfg: ExperimentConfig, cost: CostModel, blocks: int, meta:
     k = sp.num_speculative_tokens
     meta.speculation = (f"{sp.method}, k={k}: {draft.words}; {acceptance.source} (mean acceptance "
                         f"length {acceptance.mean_length:.2f}); the target verifies k+1 tokens a "
-                        f"decode, the draft runs k passes a step priced for its shape, no step overhead")
+                        f"decode, the draft runs k passes a step priced for its shape"
+                        f"{' as served (piecewise CUDA graphs)' if isinstance(draft_cost, ServedGpuCost) else ''}"
+                        f", no step overhead")
     shares = sp.method == "draft_model" and sp.draft_model is None  # the target's own layers
     return DraftedCost(cost, draft_cost, k, shares), blocks, SpeculativeSetup(sp, acceptance, draft)
 
@@ -103,7 +107,10 @@ def _draft_price(cfg: ExperimentConfig, cost: CostModel, meta: SetupMeta, target
         from batchlab.experiments.setup.gpu import gpu_profile_for  # the GPU setup's own lookup
 
         profile = gpu_profile_for(cfg)[0].with_values({"step_s": 0.0})
-        return profile.cost(draft.shape, layout, hw)
+        kernels = profile.cost(draft.shape, layout, hw)
+        if not isinstance(cost, ServedGpuCost):  # the target priced by the kernels' sum: so is its draft
+            return kernels
+        return as_served_draft(kernels, h.served_engine, hw, max(meta.max_num_seqs.values()), h.knobs)
     return roofline(draft.shape, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
                     0.0, h.allreduce_latency_s, layout=layout)
 
