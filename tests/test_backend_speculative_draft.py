@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")  # the backend extra; without it the module
 
 from batchlab.backend.driver import run_workload
 from batchlab.core.config import SchedulerConfig
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 
@@ -37,17 +38,23 @@ def five_layers(tiny, tmp_path_factory):
     return str(path)
 
 
-@pytest.mark.parametrize("policy, budget, blocks, k", [
-    ("chunked", 64, None, 3), ("chunked", 8, None, 4),  # 8: the budget cuts drafts
-    ("continuous", None, None, 2), ("chunked", 64, 14, 3)])  # 14 blocks: preemptions (recompute)
+SWAP = TierConfig(capacity_gib=0.25, preemption="swap", prefix=False)
+
+
+@pytest.mark.parametrize("policy, budget, blocks, k, tier", [
+    ("chunked", 64, None, 3, None), ("chunked", 8, None, 4, None),  # 8: the budget cuts drafts
+    ("continuous", None, None, 2, None),
+    ("chunked", 64, 14, 3, None), ("chunked", 64, 14, 3, SWAP)])  # 14 blocks: preemptions
 def test_a_separate_draft_keeps_its_kv_in_step_with_the_target(runtime, five_layers, policy, budget,
-                                                               blocks, k):
+                                                               blocks, k, tier):
     cfg = SchedulerConfig(policy=policy, block_size=8, max_num_seqs=4, max_num_batched_tokens=budget,
                           num_kv_blocks=blocks)
     plain, own, separate = {}, {}, {}
     run_workload(runtime, W, cfg, progress=False, outputs=plain)
-    a = run_workload(runtime, W, cfg, progress=False, outputs=own, speculative=spec(k, layers=5))
-    b = run_workload(runtime, W, cfg, progress=False, outputs=separate, speculative=spec(k, five_layers))
+    a = run_workload(runtime, W, cfg, progress=False, outputs=own, speculative=spec(k, layers=5),
+                     kv_tier=tier)
+    b = run_workload(runtime, W, cfg, progress=False, outputs=separate, speculative=spec(k, five_layers),
+                     kv_tier=tier)
     assert separate == own == plain and len(plain) == len(W)  # the target's greedy output
     s, t = b.meta.speculative, a.meta.speculative
     assert s.draft_model == five_layers and t.draft_model is None
@@ -57,6 +64,8 @@ def test_a_separate_draft_keeps_its_kv_in_step_with_the_target(runtime, five_lay
     assert 0 < s.accepted_tokens < s.verifications * k  # some drafts rejected, some accepted
     if blocks:
         assert b.summary()["preemptions"] > 0
+    if tier:  # swapped out and back: only the target's pool moves; the draft is fed again
+        assert b.steps["tier_swaps"].sum() > 0
 
 
 def test_a_draft_of_its_own_shape_beside_the_target(runtime):
