@@ -163,6 +163,19 @@ def test_validate_simulates_a_separate_drafts_runs(tmp_path, capsys):
     sim = json.loads((tmp_path / "chunked" / "sim" / "meta.json").read_text())["speculative"]
     assert real["draft_model"] == "batchlab-tiny-draft" and 0 < real["draft_cost_share"] < 1
     assert real["verifications"] == sim["verifications"] > 0  # every draft rejected, in both worlds
+    # The per-step judgement prices each real step as it ran: the profile plus the draft's passes.
+    from batchlab.core.cost.profile import load_profile, resolve_profile_path
+    from batchlab.core.run_folder import parse_meta, read_steps
+    from batchlab.experiments.validation.speculative import drafted
+    from batchlab.experiments.validation.steps import step_error
+
+    folder = tmp_path / "chunked" / "real"
+    steps = read_steps(folder / "steps.csv", "steps")
+    meta = parse_meta(json.loads((folder / "meta.json").read_text()), folder / "meta.json")
+    cost = load_profile(resolve_profile_path("batchlab-tiny-cpu")).cost_model()
+    reported = json.loads((tmp_path / "comparison.json").read_text())["per_step"]["median_ape"]
+    assert reported == pytest.approx(step_error(steps, drafted(cost, meta.speculative)).median_ape)
+    assert reported != pytest.approx(step_error(steps, cost).median_ape)  # not the plain profile's
 
 
 def test_a_server_speculating_with_a_separate_draft_streams_the_targets_tokens(runtime):
