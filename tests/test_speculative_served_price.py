@@ -54,3 +54,22 @@ def test_the_assumptions_say_how_the_draft_is_priced(speculative):
         "model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm"},
         "speculative": {**speculative, "acceptance": 0.7}})
     assert "as served (piecewise CUDA graphs)" in sim_setup(cfg).meta.speculation
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_speculating_decode_widens_the_capture_sizes(k):
+    """vLLM sizes its CUDA graphs for decodes of 1 + k tokens (vllm/config/vllm.py @ 09f030e:
+    min(max_num_seqs x decode_query_len x 2, 512)): 16 seats capture 32 tokens plain,
+    32 (1 + k) speculating, for the target's steps and the draft's passes alike."""
+    def served(speculative: dict):
+        cfg = ExperimentConfig.model_validate({
+            "model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm"},
+            "scheduler": {"max_num_seqs": 16}, "speculative": speculative})
+        return sim_setup(cfg).cost
+
+    assert served({}).max_capture_tokens == 32
+    cost = served({"method": "eagle", "acceptance": 0.7, "num_speculative_tokens": k})
+    assert cost.base.max_capture_tokens == cost.draft.max_capture_tokens == 32 * (1 + k)
+    # A verification of 16 sequences (16 (1 + k) tokens) replays the target's full graph.
+    f = StepFeatures(16, 0, 0, 16 * (1 + k), 16 * 500, 16 * (1 + k) * 500)
+    assert cost.base.step_time(f) == cost.base.graph.step_time(f)

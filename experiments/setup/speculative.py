@@ -110,7 +110,8 @@ def _draft_price(cfg: ExperimentConfig, cost: CostModel, meta: SetupMeta, target
         kernels = profile.cost(draft.shape, layout, hw)
         if not isinstance(cost, ServedGpuCost):  # the target priced by the kernels' sum: so is its draft
             return kernels
-        return as_served_draft(kernels, h.served_engine, hw, max(meta.max_num_seqs.values()), h.knobs)
+        return as_served_draft(kernels, h.served_engine, hw, max(meta.max_num_seqs.values()), h.knobs,
+                               1 + cfg.speculative.num_speculative_tokens)
     return roofline(draft.shape, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
                     0.0, h.allreduce_latency_s, layout=layout)
 
