@@ -86,16 +86,17 @@ def run_workload(runtime: Runtime, workload: Workload, scheduler: SchedulerConfi
     if not time_scale >= 0 or math.isinf(time_scale):
         raise ValueError(f"time_scale must be a finite number >= 0, got {time_scale}")
     check_prefix_hashes(scheduler, workload)
-    num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
-    sched = make_scheduler(scheduler, num_blocks)
     drafts = speculative if speculative is not None and speculative.on else None
     if drafts is not None:
         check_backend_speculative(drafts, temperature)
+    runtime.use_draft(drafts.draft_model if drafts is not None else None)  # its KV shares the pool
+    num_blocks = runtime.pool_blocks(scheduler.num_kv_blocks, scheduler.block_size)
+    sched = make_scheduler(scheduler, num_blocks)
     made = (sched.kv.num_blocks, scheduler.block_size, temperature, seed)
     engine = runtime.engine(*made) if drafts is None else runtime.engine(*made, speculative=drafts)
     if drafts is not None:
         sched.use_emission(engine.emission)
-    # The draft shares the target's cache (backend/speculative/draft.py): one pool to swap.
+    # Only the target's pool swaps: a separate draft refeeds a swapped sequence (separate.py).
     home = HostSwap(kv_tier, engine.cache, recompute_seconds) if kv_tier else None
     if home:
         sched.use_kv_home(home)

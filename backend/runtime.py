@@ -14,6 +14,7 @@ from batchlab.backend.fast.options import FastPath
 from batchlab.backend.kv_cache import PagedKVCache, blocks_in_budget, bytes_per_block
 from batchlab.backend.model_runner import ModelRunner
 from batchlab.backend.models import LoadedModel, load_model
+from batchlab.backend.speculative.draft_model import LoadedDraft, load_draft
 from batchlab.backend.speculative.setup import speculative_engine
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.sizes import gib
@@ -57,6 +58,41 @@ class Runtime:
         # Resolved once, after the weights are in memory: every run gets the same pool.
         self.kv_budget_bytes = budget_bytes(self.kv_memory, self.device)
         self._cache: PagedKVCache | None = None
+        self.seed, self.draft = seed, None  # a separate speculative draft (use_draft)
+        self._drafts: dict[str, LoadedDraft] = {}
+        self._draft_cache: PagedKVCache | None = None
+
+    def use_draft(self, name: str | None) -> None:
+        """Serve beside the separate draft model `name` (speculative.draft_model; None: no
+        draft of its own), loaded once, its KV in a pool of its own sized like the target's:
+        a block of the budget holds both models' KV. ValueError, one line naming the field,
+        where it cannot serve beside the model."""
+        if name is not None and name not in self._drafts:
+            self._drafts[name] = load_draft(name, self.model, self.dtype, self.device, self.seed,
+                                            self.runner.matmul)
+        self.draft = None if name is None else self._drafts[name]
+
+    def _budget(self) -> int:
+        """The KV budget; a fraction of free memory taken after the draft's weights too."""
+        kind, num = parse_memory(self.kv_memory)
+        if self.draft is None or kind != "fraction":
+            return self.kv_budget_bytes
+        return max(0, self.kv_budget_bytes - int(num * self.draft.runner.weight_bytes_per_step))
+
+    def block_bytes(self, block_size: int) -> int:
+        """KV bytes of one block: the model's, and its draft's where it has one."""
+        own = bytes_per_block(self.spec, block_size, self.dtype)
+        return own + (bytes_per_block(self.draft.spec, block_size, self.dtype) if self.draft else 0)
+
+    def draft_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
+        """The draft's pool, block for block beside the model's (reused when unchanged)."""
+        c = self._draft_cache
+        if c is None or c.num_blocks != num_blocks or c.block_size != block_size \
+                or (c.num_layers, c.kv_heads, c.head_dim) != (self.draft.spec.num_layers,
+                                                             self.draft.spec.num_kv_heads, self.draft.spec.head_dim):
+            self._draft_cache = None
+            self._draft_cache = PagedKVCache(self.draft.spec, num_blocks, block_size, self.dtype, self.device)
+        return self._draft_cache
 
     @property
     def spec(self):
@@ -64,26 +100,30 @@ class Runtime:
 
     def kv_blocks(self, block_size: int) -> int:
         """Blocks the memory budget holds (what the scheduler's BlockManager gets)."""
-        return blocks_in_budget(self.spec, block_size, self.dtype, self.kv_budget_bytes)
+        if self.draft is None:
+            return blocks_in_budget(self.spec, block_size, self.dtype, self.kv_budget_bytes)
+        return self._budget() // self.block_bytes(block_size)
 
     def pool_blocks(self, num_kv_blocks: int | None, block_size: int) -> int:
         """The KV pool a run gets: num_kv_blocks, else what the budget holds; refused,
         naming the option and the figure, before anything is allocated when it holds no
         block or would not fit in the device's free memory."""
-        per_block = bytes_per_block(self.spec, block_size, self.dtype)
+        per_block = self.block_bytes(block_size)
         blocks = num_kv_blocks or self.kv_blocks(block_size)
         what = (f"--num-kv-blocks {num_kv_blocks}" if num_kv_blocks
-                else f"--kv-memory {self.kv_memory} ({self.kv_budget_bytes:,} bytes)")
+                else f"--kv-memory {self.kv_memory} ({self._budget():,} bytes)")
+        beside = f" with speculative.draft_model {self.draft.name}'s KV" if self.draft else ""
         if blocks < 1:
             raise ValueError(f"{what} holds no KV block: one block of {block_size} tokens of "
-                             f"{self.model.name} in {dtype_name(self.dtype)} takes {per_block:,} "
+                             f"{self.model.name}{beside} in {dtype_name(self.dtype)} takes {per_block:,} "
                              f"bytes; give at least that (or a smaller --block-size)")
         c = self._cache
-        if c is None or c.num_blocks != blocks or c.block_size != block_size:
+        if c is None or c.num_blocks != blocks or c.block_size != block_size or self.draft:
             need = blocks * per_block
-            free = free_memory_bytes(self.device) + (c.nbytes if c is not None else 0)
+            held = [x for x in (c, self._draft_cache) if x is not None]
+            free = free_memory_bytes(self.device) + sum(x.nbytes for x in held)
             if need > free:
-                raise ValueError(f"{what}: a KV pool of {blocks:,} blocks of {block_size} tokens "
+                raise ValueError(f"{what}: a KV pool of {blocks:,} blocks of {block_size} tokens{beside} "
                                  f"would need {gib(need)}; {self.device} has {gib(free)} free")
         return blocks
 
@@ -101,7 +141,15 @@ class Runtime:
         is the engine's `emission`)."""
         engine = Engine(self.runner, self.cache(num_blocks, block_size), temperature=temperature,
                         seed=seed, prompt_seed=seed)
-        return speculative_engine(engine, speculative) if speculative is not None else engine
+        if speculative is None:
+            return engine
+        return speculative_engine(engine, speculative, draft=self.draft_parts(num_blocks, block_size))
+
+    def draft_parts(self, num_blocks: int, block_size: int) -> tuple[ModelRunner, PagedKVCache] | None:
+        """The separate draft's runner and pool (None: no draft of its own)."""
+        if self.draft is None:
+            return None
+        return self.draft.runner, self.draft_cache(num_blocks, block_size)
 
     def meta(self) -> RunMeta:
         """What ran (model, dtype, device, machine), the part of a real run's meta the

@@ -126,6 +126,7 @@ class Speculation(Record):
     mean_acceptance_length: Number | None = None  # tokens kept a verification (1 + accepted / verifications)
     acceptance_counts: list[int] | None = None  # a real run's: verifications of k drafts keeping 1..k+1
     draft_cost_share: Number | None = None  # a real run's: the draft's weight bytes a pass over the target's
+    draft_model: str | None = None  # a real run's separate draft (None: the target's own layers, its KV shared)
 
 
 class RunMeta(Record):

@@ -32,7 +32,8 @@ def add_speculative_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--acceptance-file", dest="sp_acceptance_file", metavar="CSV",
                    help="simulator: measured acceptance (as `batchlab run --speculative` writes)")
     g.add_argument("--draft-model", dest="sp_draft_model", metavar="NAME|DIR",
-                   help="draft_model: the draft (a preset or config.json dir)")
+                   help="draft_model: a separate draft of the same vocabulary (a preset, a "
+                        "config.json dir, or on the backend a local checkpoint)")
     g.add_argument("--draft-layers", dest="sp_draft_layers", type=int, metavar="N",
                    help="layers of the draft: an EAGLE head's or MTP's (1), or the target's first N "
                         "(draft_model without --draft-model)")
@@ -48,17 +49,16 @@ def check_run_speculative(cfg: ExperimentConfig, acceptance_out: str | None) -> 
     sp = cfg.speculative
     if acceptance_out and not sp.on:
         raise UserError("--acceptance-out: the run does not speculate (give --speculative draft_model "
-                        "--draft-layers N)")
+                        "--draft-model NAME|DIR, or --draft-layers N)")
     if not sp.on:
         return
     for name in _SIM_ONLY:
         if getattr(sp, name) is not None:
             raise UserError(f"speculative.{name}: a simulator setting; a real run measures its acceptance")
-    if sp.method != "draft_model" or sp.draft_model is not None:
-        raise UserError(f"speculative.method {sp.method}"
-                        f"{' with draft_model ' + sp.draft_model if sp.draft_model else ''}: the "
-                        f"backend drafts with the target's own first layers (method draft_model, "
-                        f"draft_layers N)")
+    if sp.method != "draft_model":
+        raise UserError(f"speculative.method {sp.method}: the backend drafts with a draft model "
+                        f"(method draft_model, with draft_model NAME|DIR or draft_layers N of the "
+                        f"target's own)")
     if cfg.run.temperature != 0:
         raise UserError(f"run.temperature (--temperature) {cfg.run.temperature:g}: speculative decoding "
                         f"on the backend verifies greedily; give 0")

@@ -51,7 +51,7 @@ def test_speculation_pays_at_batch_one_on_a_memory_bound_gpu(capsys):
     (["--speculative", "draft_model", "--model", "llama-3-8b", "--draft-model", "llama-2-7b",
       "--acceptance", "0.5"], ["speculative.draft_model llama-2-7b", "vocabulary"]),
     (["--speculative", "draft_model", "--model", "llama-2-13b", "--draft-model", "llama-2-70b",
-      "--hardware", "a100-40gb", "--tp", "2", "--acceptance", "0.5"], ["does not fit beside llama-2-13b"]),
+      "--hardware", "a100-40gb", "--tp", "2", "--acceptance", "0.5"], ["speculative.draft_model llama-2-70b", "does not fit beside llama-2-13b"]),
     (["--speculative", "draft_model", "--acceptance", "0.5"], ["needs draft_model", "draft_layers"]),
     (["--speculative", "eagle", "--acceptance-file", "/nonexistent.csv"],
      ["speculative.acceptance_file", "/nonexistent.csv"]),

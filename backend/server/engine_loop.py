@@ -108,6 +108,8 @@ class EngineLoop:
                  speculative: SpeculativeConfig | None = None) -> None:
         """speculative: draft and verify as it says (backend/speculative/; greedy requests only)."""
         self.runtime, self.config = runtime, scheduler
+        drafting = speculative is not None and speculative.on
+        runtime.use_draft(speculative.draft_model if drafting else None)  # its KV shares the pool
         num_blocks = scheduler.num_kv_blocks or runtime.kv_blocks(scheduler.block_size)
         self.sched = make_scheduler(scheduler, num_blocks)
         self._params: dict[int, SamplingParams] = {}
@@ -117,7 +119,9 @@ class EngineLoop:
         self.speculating = speculative is not None and speculative.on
         if speculative is not None and self.speculating:
             check_backend_speculative(speculative, temperature)
-            self.engine = speculative_engine(self.engine, speculative, served=True)
+            self.engine = speculative_engine(self.engine, speculative, served=True,
+                                             draft=runtime.draft_parts(self.sched.kv.num_blocks,
+                                                                       scheduler.block_size))
             self.sched.use_emission(self.engine.emission)
         self.temperature, self.seed = temperature, seed
         self.observer = observer or StepObserver()

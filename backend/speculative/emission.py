@@ -9,11 +9,14 @@ from batchlab.core.request import Sequence
 class VerifiedEmission(Emission):
     """k drafts a step; each sequence keeps what the engine's verification kept."""
 
-    def __init__(self, k: int, method: str = "draft_model", draft_cost_share: float | None = None) -> None:
+    def __init__(self, k: int, method: str = "draft_model", draft_cost_share: float | None = None,
+                 draft_model: str | None = None) -> None:
         """draft_cost_share: the draft's weight bytes a pass over the target's (what the
-        simulator scales a profile's price by for the draft's passes)."""
+        simulator scales a profile's price by for the draft's passes); draft_model: a
+        separate draft's name (None: the target's own first layers, sharing its KV)."""
         super().__init__(k + 1)
         self.k, self.method, self.draft_cost_share = k, method, draft_cost_share
+        self.draft_model = draft_model
         self._kept: dict[int, int] = {}
         self.verifications = 0
         self.accepted_total = 0  # tokens kept by verification (a reply's end not applied)
@@ -38,4 +41,5 @@ class VerifiedEmission(Emission):
                 "mean_acceptance_length": mean,
                 # verifications of all k drafts by tokens kept (1..k+1): the acceptance file's rows
                 "acceptance_counts": [self.histogram.get(e, 0) for e in range(1, self.k + 2)],
-                "draft_cost_share": self.draft_cost_share}
+                "draft_cost_share": self.draft_cost_share,
+                **({"draft_model": self.draft_model} if self.draft_model else {})}

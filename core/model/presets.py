@@ -57,6 +57,8 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in [
     # The backend's embedded models (seeded random weights, float32 on CPU).
     _llama("batchlab-tiny", 6, 256, 8, 4, 768, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
     _llama("batchlab-small", 12, 768, 12, 4, 2048, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
+    # A separate draft for batchlab-tiny (speculative decoding): its vocabulary, its own shape.
+    _llama("batchlab-tiny-draft", 2, 128, 4, 2, 384, 32000, 8192).model_copy(update={"dtype_bytes": 4}),
 ]}
 # The presets shipped as config.json files (core/model/presets/models, sources in SOURCES.toml).
 PRESET_CONFIGS = Path(__file__).parent / "presets" / "models"

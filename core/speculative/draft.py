@@ -43,14 +43,7 @@ def draft_of(cfg: SpeculativeConfig, target: ModelSpec, draft_model: ModelSpec |
     """The draft of `target` that cfg describes (draft_model: the looked-up draft_model).
     ValueError, one line naming the field, where it cannot serve beside the target."""
     if cfg.method == "draft_model" and draft_model is not None:
-        if draft_model.vocab_size != target.vocab_size:
-            raise ValueError(f"speculative.draft_model {draft_model.name}: vocabulary of "
-                             f"{draft_model.vocab_size:,} tokens, the target {target.name}'s "
-                             f"{target.vocab_size:,}; a draft must share the target's vocabulary")
-        if (target.max_context or 0) > (draft_model.max_context or 0):
-            raise ValueError(f"speculative.draft_model {draft_model.name}: context of "
-                             f"{draft_model.max_context} tokens, shorter than the target "
-                             f"{target.name}'s {target.max_context}")
+        check_draft_model(draft_model, target)
         shape = draft_model.model_copy(update={"dtype_bytes": target.dtype_bytes,
                                                "kv_dtype_bytes": target.kv_dtype_bytes})
         return Draft(shape, shape.weight_bytes, shape.kv_bytes_per_token,
@@ -70,6 +63,19 @@ def draft_of(cfg: SpeculativeConfig, target: ModelSpec, draft_model: ModelSpec |
     shape = _layers_of(target, layers, f"{target.name} MTP")
     return Draft(shape, _own_bytes(shape), shape.kv_bytes_per_token,
                  f"{layers} MTP layer(s) of the target")
+
+
+def check_draft_model(draft: ModelSpec, target: ModelSpec, name: str | None = None) -> None:
+    """ValueError, one line naming the field, where a separate draft cannot propose for
+    `target`: another vocabulary, or a shorter context (simulator and backend alike)."""
+    name = name or draft.name
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"speculative.draft_model {name}: vocabulary of {draft.vocab_size:,} "
+                         f"tokens, the target {target.name}'s {target.vocab_size:,}; a draft must "
+                         f"share the target's vocabulary")
+    if (target.max_context or 0) > (draft.max_context or 0):
+        raise ValueError(f"speculative.draft_model {name}: context of {draft.max_context} tokens, "
+                         f"shorter than the target {target.name}'s {target.max_context}")
 
 
 def _layers_of(model: ModelSpec, layers: int, name: str) -> ModelSpec:

@@ -17,8 +17,16 @@ def load_runtime(cfg: ExperimentConfig):
                         "install batchlab[backend]") from None
     m = cfg.model
     try:
-        return Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
-                       kv_memory=m.kv_memory, matmul=m.matmul, fast=choice.fast_path())
+        rt = Runtime(m.name, dtype=m.dtype, device=m.device, threads=m.threads,
+                     kv_memory=m.kv_memory, matmul=m.matmul, fast=choice.fast_path())
     except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {m.name!r}: {first}") from None
+    sp = cfg.speculative
+    if sp.on and sp.draft_model is not None:  # loaded now: the KV pool is sized beside it
+        try:
+            rt.use_draft(sp.draft_model)
+        except (OSError, RuntimeError) as e:  # a checkpoint transformers cannot read
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"speculative.draft_model {sp.draft_model}: cannot load it: {first}") from None
+    return rt

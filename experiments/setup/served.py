@@ -27,14 +27,16 @@ def served_profile_of(choice: str) -> tuple[ServedProfile | None, str]:
 
 
 def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int, meta: SetupMeta,
-              knobs: dict[str, float] | None = None) -> CostModel:
+              knobs: dict[str, float] | None = None, decode_query_len: int = 1) -> CostModel:
     """`cost` (a GPU profile's) with the served-engine terms `choice` names on top; knobs:
-    `served_<term>` values replacing the profile's (capacity --sensitivity)."""
+    `served_<term>` values replacing the profile's (capacity --sensitivity); decode_query_len:
+    1 + k where the deployment speculates (its capture sizes)."""
     profile, where = served_profile_of(choice)
     if profile is None or not isinstance(cost, GpuCostModel):
         return cost
     terms = terms_with(profile, knobs or {})
-    served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, hw.nvlink)
+    served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, hw.nvlink,
+                                 decode_query_len=decode_query_len)
     held = {h.left_out: h.tpot_median_pct for h in profile.heldout if h.by == "model"}
     judged = (f"; mean TPOT held out by model: median {', '.join(f'{m} {v:.0f}%' for m, v in held.items())}"
               if held else "")
@@ -48,6 +50,17 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
                           f"tokens, its all-reduce by message size, fused elementwise kernels, its attention "
                           f"kernel, host time a step; fitted on {profile.fitted_on}{judged})")
     return served
+
+
+def as_served_draft(draft: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
+                    knobs: dict[str, float] | None = None, decode_query_len: int = 1) -> CostModel:
+    """A speculative draft's price (a GPU profile's, for its shape) as the engine serving the
+    target runs its passes: piecewise CUDA graphs, the served terms, no host time of its own."""
+    profile, _ = served_profile_of(choice)
+    if profile is None or not isinstance(draft, GpuCostModel):
+        return draft
+    return ServedGpuCost.build(draft, terms_with(profile, knobs or {}), VLLM, max_num_seqs, hw.name,
+                               hw.nvlink, drafting=True, decode_query_len=decode_query_len)
 
 
 def _size(nbytes: float) -> str:

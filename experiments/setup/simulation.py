@@ -89,8 +89,9 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
         meta.scheduler_defaults += f"; KV pool: {kv_pool_default(cfg.hardware)}"
     meta.max_num_seqs = {p: s.max_num_seqs for p, s in schedulers.items()}
     if meta.cost_model == "gpu profile" and hw is not None:  # the kernels' sum as the engine runs it
+        sp = cfg.speculative  # a speculating decode runs 1 + k tokens: wider capture sizes
         cost = as_served(cost, cfg.hardware.served_engine, hw, max(meta.max_num_seqs.values()), meta,
-                         cfg.hardware.knobs)
+                         cfg.hardware.knobs, 1 + sp.num_speculative_tokens if sp.on else 1)
     speculative = None
     if cfg.speculative.on:  # the target as served, the draft's passes beside it
         cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))

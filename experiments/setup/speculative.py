@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from batchlab.core.cost.dispatch import roofline
 from batchlab.core.cost.form import CostModel, Slowed
+from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.model.layout import Layout
 from batchlab.core.model.presets import lookup_model
 from batchlab.core.model.spec import ModelSpec
@@ -19,6 +20,7 @@ from batchlab.core.speculative.emission import SpeculativeEmission
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.meta import SetupMeta
+from batchlab.experiments.setup.served import as_served_draft
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,9 @@ def speculative_setup(cfg: ExperimentConfig, cost: CostModel, blocks: int, meta:
     k = sp.num_speculative_tokens
     meta.speculation = (f"{sp.method}, k={k}: {draft.words}; {acceptance.source} (mean acceptance "
                         f"length {acceptance.mean_length:.2f}); the target verifies k+1 tokens a "
-                        f"decode, the draft runs k passes a step priced for its shape, no step overhead")
+                        f"decode, the draft runs k passes a step priced for its shape"
+                        f"{' as served (piecewise CUDA graphs)' if isinstance(draft_cost, ServedGpuCost) else ''}"
+                        f", no step overhead")
     shares = sp.method == "draft_model" and sp.draft_model is None  # the target's own layers
     return DraftedCost(cost, draft_cost, k, shares), blocks, SpeculativeSetup(sp, acceptance, draft)
 
@@ -103,7 +107,11 @@ def _draft_price(cfg: ExperimentConfig, cost: CostModel, meta: SetupMeta, target
         from batchlab.experiments.setup.gpu import gpu_profile_for  # the GPU setup's own lookup
 
         profile = gpu_profile_for(cfg)[0].with_values({"step_s": 0.0})
-        return profile.cost(draft.shape, layout, hw)
+        kernels = profile.cost(draft.shape, layout, hw)
+        if not isinstance(cost, ServedGpuCost):  # the target priced by the kernels' sum: so is its draft
+            return kernels
+        return as_served_draft(kernels, h.served_engine, hw, max(meta.max_num_seqs.values()), h.knobs,
+                               1 + cfg.speculative.num_speculative_tokens)
     return roofline(draft.shape, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
                     0.0, h.allreduce_latency_s, layout=layout)
 
@@ -116,7 +124,9 @@ def _blocks_beside(cfg: ExperimentConfig, blocks: int, target: ModelSpec, draft:
     per_block = target.kv_bytes_per_token * bs
     free = blocks * per_block - draft.extra_weight_bytes
     if free < per_block + draft.extra_kv_bytes_per_token * bs:
-        raise UserError(f"speculative: the draft ({draft.words}, {draft.extra_weight_bytes / 2**30:.2f} "
+        sp = cfg.speculative
+        field = f"speculative.draft_model {sp.draft_model}" if sp.draft_model else f"speculative.method {sp.method}"
+        raise UserError(f"{field}: the draft ({draft.words}, {draft.extra_weight_bytes / 2**30:.2f} "
                         f"GiB of weights) does not fit beside {target.name} on "
                         f"{cfg.hardware.gpus} x {cfg.hardware.name}: the KV pool leaves "
                         f"{blocks * per_block / 2**30:.2f} GiB")

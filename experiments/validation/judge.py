@@ -123,12 +123,17 @@ class Judge:
     def report(self, judged: list[Judged], apart: list[tuple[dict, dict]] = ()) -> Validation:
         """Every cell together: the totals over their numbers, the per-step test over their
         runs with step tables (apart: stored.same_work_apart), the step kinds of live runs."""
-        with_steps = [j.runs_with_speed for j in judged if j.side.with_steps]
-        live = [run for j in judged if j.side.live and j.side.with_steps for run in j.runs_with_speed]
+        # Each run's steps priced as it ran them: the profile, plus a draft's passes where it drafted.
+        priced = [drafted(self.cost, speculation([r.meta for r in j.side.reals])) for j in judged]
+        stepped = [i for i, j in enumerate(judged) if j.side.with_steps]
+        with_steps = [judged[i].runs_with_speed for i in stepped]
+        live = [(run, priced[i]) for i in stepped if judged[i].side.live for run in judged[i].runs_with_speed]
         cells = [j.cell for j in judged]
         return Validation(profile=self.profile, cells=cells, totals=totals([m for c in cells for m in c.metrics]),
-                          per_step=per_step(with_steps, self.cost, apart) if with_steps else None,
-                          step_kinds=kind_table(live, self.cost) if live else None)
+                          per_step=per_step(with_steps, self.cost, apart, [priced[i] for i in stepped])
+                          if with_steps else None,
+                          step_kinds=kind_table([r for r, _ in live], self.cost, [c for _, c in live])
+                          if live else None)
 
 
 def conditions(meta: RunMeta) -> RunConditions:

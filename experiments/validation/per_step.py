@@ -29,20 +29,23 @@ def identical_work_spread(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) ->
 
 
 def per_step(cells: list[list[tuple[dict[str, np.ndarray], MachineSpeed | None]]], cost: CostForm,
-             apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = ()) -> PerStep:
+             apart: list[tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = (),
+             cell_costs: list[CostForm] | None = None) -> PerStep:
     """cells: per cell, (step table, its machine_speed) of each real run. The profile's
     median |error| per step raw and at each run's speed (step_kinds.normalised_ratios: as
     the normalised simulation prices each step), the share predicted faster, and the
     real-vs-real spread on identical work between the first two runs of each cell; `met`:
     model <= spread (raw). apart: pairs of runs of the identical work served at different
     times (validations hours apart), whose spread is the machine's repeatability over the
-    time a profile is used for."""
+    time a profile is used for. cell_costs: each cell's own price (the profile with the
+    draft's passes where its runs speculated), else `cost` for all."""
     raw, norm, spread, took = [], [], [], []
-    for runs in cells:
+    for i, runs in enumerate(cells):
+        c = cell_costs[i] if cell_costs is not None else cost
         for steps, speed in runs:
-            raw.append(ratios(steps, cost))
+            raw.append(ratios(steps, c))
             took.append(np.asarray(steps["duration_s"], float))
-            norm.append(normalised_ratios(steps, cost, speed))
+            norm.append(normalised_ratios(steps, c, speed))
         if len(runs) >= 2:
             spread.append(identical_work_spread(runs[0][0], runs[1][0]))
     r = np.concatenate(raw) if raw else np.array([])

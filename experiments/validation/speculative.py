@@ -25,8 +25,10 @@ def drafted(cost: CostForm, spec: Speculation | None) -> CostForm:
     if share is None:
         raise ValueError("the real runs speculated without recording their draft's cost share "
                          "(meta.speculative.draft_cost_share): serve them again")
-    # The backend's draft is the target's own first layers: it shares the target's KV.
-    return DraftedCost(cost, Slowed(cost, float(share)), int(spec.num_speculative_tokens), shares_kv=True)
+    # A draft of the target's own first layers shares its KV; a separate draft model runs
+    # the step's tokens through its own (backend/speculative/separate.py).
+    return DraftedCost(cost, Slowed(cost, float(share)), int(spec.num_speculative_tokens),
+                       shares_kv=spec.draft_model is None)
 
 
 def emission(metas: list[RunMeta], seed: int = 0) -> SpeculativeEmission | None:

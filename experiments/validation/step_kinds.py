@@ -55,15 +55,18 @@ def _over_price(steps: dict[str, np.ndarray], predicted: np.ndarray) -> np.ndarr
         return np.where(predicted > 0, measured / predicted, np.nan)
 
 
-def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], cost: CostForm) -> list[KindRow]:
+def kind_table(runs: list[tuple[dict[str, np.ndarray], MachineSpeed | None]], cost: CostForm,
+               run_costs: list[CostForm] | None = None) -> list[KindRow]:
     """runs: (step table, its meta's machine_speed) of each real run. Per kind: steps,
     median measured/price, the same over the price at the run's speed, and the median
-    |error| of the profile's price before and after normalising by the speed."""
+    |error| of the profile's price before and after normalising by the speed. run_costs:
+    each run's own price (with the draft's passes where it speculated), else `cost`."""
     kinds, raw, norm = [], [], []
-    for steps, speed in runs:
+    for i, (steps, speed) in enumerate(runs):
+        c = run_costs[i] if run_costs is not None else cost
         kinds.append(classify(steps))
-        raw.append(ratios(steps, cost))
-        norm.append(normalised_ratios(steps, cost, speed))
+        raw.append(ratios(steps, c))
+        norm.append(normalised_ratios(steps, c, speed))
     k, raw, norm = np.concatenate(kinds), np.concatenate(raw), np.concatenate(norm)
     rows = []
     for i, name in enumerate(KINDS):

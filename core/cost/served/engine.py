@@ -8,6 +8,8 @@ shared benchmarks ran):
   - capture sizes [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16), max =
     min(2 x max_num_seqs, 512). A batch runs padded to the next capture size; a decode GEMM
     below the ridge reads the same weights padded or not, so the padding is not priced.
+    With speculative decoding a decode runs 1 + k tokens and max = min(2 x max_num_seqs x
+    (1 + k), 512) (vllm/config/vllm.py _set_cudagraph_sizes @ 09f030e: decode_query_len).
   - Inductor compiles the model with vLLM's custom ops off: norms, activations and
     residual adds run as fused Triton kernels.
 The tensor-parallel all-reduce (vllm/distributed/device_communicators/cuda_communicator.py,
@@ -41,8 +43,9 @@ class EngineFacts:
     symm_mem_max: dict[str, dict[int, int]] = field(default_factory=dict)
     multimem_gpus: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
-    def max_capture_tokens(self, max_num_seqs: int) -> int:
-        return min(2 * max_num_seqs, self.max_capture_cap)
+    def max_capture_tokens(self, max_num_seqs: int, decode_query_len: int = 1) -> int:
+        """decode_query_len: tokens a decode runs (1 + k drafts with speculation)."""
+        return min(2 * max_num_seqs * decode_query_len, self.max_capture_cap)
 
     def custom_allreduce(self, gpus: int, nvlink: bool) -> bool:
         """Whether the engine's own all-reduce serves `gpus` GPUs (below its size limit)."""

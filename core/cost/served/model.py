@@ -4,7 +4,7 @@ batch within it from piecewise graphs, anything larger eagerly; the engine's all
 by message size."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -50,7 +50,11 @@ class ServedGpuCost(FormDefaults):
 
     @classmethod
     def build(cls, base: GpuCostModel, terms: ServedTerms, facts: EngineFacts, max_num_seqs: int,
-              gpu: str, nvlink: bool) -> ServedGpuCost:
+              gpu: str, nvlink: bool, drafting: bool = False, decode_query_len: int = 1) -> ServedGpuCost:
+        """drafting: a speculative draft's passes (vLLM's EagleProposer at 008603a runs each
+        pass within the capture size from piecewise graphs, CUDAGraphMode.PIECEWISE), with
+        no host time of their own: the target's step pays it. decode_query_len: tokens a
+        decode runs (1 + k with speculation), which widens the capture sizes (engine.py)."""
         a = base.allreduce
         paths = facts.allreduce_paths(gpu, base.shapes.tensor_parallel, nvlink)
         allreduce = EngineAllReduce(a.table, a.latency_s, a.bandwidth, terms.custom_allreduce_scale,
@@ -58,9 +62,13 @@ class ServedGpuCost(FormDefaults):
                                     paths.multimem, terms.symm_mem_efficiency)
 
         def form(graphs: str) -> GpuCostModel:
-            return gpu_cost(base.shapes, terms.params(base.params, graphs), base.mem_bandwidth, base.peak_flops,
-                            base.peak_flops_16, allreduce)
-        return cls(form("full"), form("piecewise"), form("none"), facts.max_capture_tokens(max_num_seqs))
+            p = terms.params(base.params, graphs)
+            if drafting:
+                p = replace(p, step_s=0.0, seq_s=0.0)
+            return gpu_cost(base.shapes, p, base.mem_bandwidth, base.peak_flops, base.peak_flops_16, allreduce)
+        piecewise = form("piecewise")
+        return cls(piecewise if drafting else form("full"), piecewise, form("none"),
+                   facts.max_capture_tokens(max_num_seqs, decode_query_len))
 
     def _form(self, f: StepFeatures) -> GpuCostModel:
         if f.prefill_tokens + f.decode_tokens > self.max_capture_tokens:
