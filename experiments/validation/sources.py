@@ -15,7 +15,9 @@ import numpy as np
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.kv_handoff import KVTransfer
 from batchlab.core.kv_tiers import TierConfig, lone_prefill_seconds
+from batchlab.core.pd_deployment import PDDeployment, Pool
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.speculative.config import SpeculativeConfig
@@ -26,6 +28,19 @@ from batchlab.experiments.validation.speculative import drafted
 from batchlab.experiments.validation.steps import Composition
 
 SERVED_HERE = "served here"
+
+
+@dataclass(frozen=True)
+class PoolsSetup:
+    """What the pools' cell needs beside a cell's scheduler: the prefill pool's blocks (the
+    decode pool's are the scheduler's num_kv_blocks) and the hand-off's price."""
+    prefill_blocks: int
+    transfer: KVTransfer
+
+    def deployment(self, scheduler: SchedulerConfig, cost: CostModel) -> PDDeployment:
+        assert scheduler.num_kv_blocks is not None, "the decode pool's blocks (the real run's)"
+        return PDDeployment(Pool(1, scheduler, cost, self.prefill_blocks),
+                            Pool(1, scheduler, cost, scheduler.num_kv_blocks), self.transfer)
 
 
 @dataclass
@@ -62,6 +77,8 @@ class RealSide:
     # sized by the real runs' KV bytes per token.
     kv_tier: TierConfig | None = None
     kv_bytes_per_token: float = 0.0
+    # Served as a prefill and a decode engine (pools.py): simulated as that deployment.
+    pools: PoolsSetup | None = None
 
     @property
     def live(self) -> bool:

@@ -1,6 +1,6 @@
 """The disaggregated world: arrivals go to the prefill pool's router; a prompt finished
 there (its first token sampled) goes to the decode pool's router, whose pick receives
-its KV over the link (sim/disaggregated/handoffs.py) and queues the request on arrival;
+its KV over the link (core/pd_handoffs.py) and queues the request on arrival;
 a decode replica admits it when it has the blocks (core/kv_handoff.py says what it
 holds). Replicas are numbered across the pools: prefill 0..P-1, decode P..P+D-1.
 
@@ -20,11 +20,11 @@ from batchlab.core.cost.form import attention_window
 from batchlab.core.kv_handoff import decode_sequence, prefill_request
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.pd_deployment import PDDeployment, Pool
+from batchlab.core.pd_handoffs import HandOffLog, LinkQueues
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers import make_scheduler
 from batchlab.core.workload import Workload
 from batchlab.sim.arrivals import Arrivals
-from batchlab.sim.disaggregated.handoffs import HandOffLog, LinkQueues
 from batchlab.sim.engine import Replica
 from batchlab.sim.events import urgent
 from batchlab.sim.router import make_router
