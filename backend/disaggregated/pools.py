@@ -9,8 +9,9 @@ outputs equal an aggregated engine's.
 
 One device runs both engines, one step at a time; each pool keeps a timeline of its own,
 as if on its own device: a step starts at its pool's clock, no earlier than what it serves
-arrived, and lasts what it measured (timed) or one second (untimed: a schedule that does
-not depend on the machine, for exactness tests). The engine whose clock is behind steps
+arrived, and lasts what it measured (timed: the host's time around it, forming the step
+and its bookkeeping after, goes on the clock too, as in a served engine's loop) or one
+second (untimed: a schedule that does not depend on the machine, for exactness tests). The engine whose clock is behind steps
 next (the prefill engine on a tie), so a decode step never runs before a hand-off that
 arrives ahead of it. A hand-off is sent when its prefill step ends, once the link (one
 transfer at a time, core/pd_handoffs.py) is free, and arrives after its staging copy's
@@ -23,6 +24,7 @@ import heapq
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from batchlab.backend.disaggregated.handoff import StagedKV, land, stage
 from batchlab.backend.device import synchronize
@@ -123,6 +125,7 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
         d_next = dec.next_time(in_flight[0][0] if in_flight else math.inf)
         if p_next == math.inf and d_next == math.inf:
             break  # done, or work that nothing can ever schedule (left unfinished)
+        turn = time.perf_counter()  # host time before the step (arrivals, schedule) is on the clock
         if p_next <= d_next:
             pre.clock = now = p_next
             while nxt < n and workload.arrival[nxt] <= now:
@@ -143,7 +146,7 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
                 pre.stuck = True
                 continue
             pre.stuck = False
-            finished = _step(pre, batch, timed, after=staging)
+            finished, host = _step(pre, batch, timed, turn, after=staging)
             out.prefill_steps += 1
             end = pre.clock
             for seq in finished:
@@ -164,6 +167,7 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
                     prefill_scheduled[seq.id] = seq.first_scheduled
                     heapq.heappush(in_flight, (arrived, seq.id, d))
                 pre.engine.forget(seq)
+            pre.clock += host()
         else:
             dec.clock = now = d_next
             while in_flight and in_flight[0][0] <= now:
@@ -183,7 +187,7 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
                     if kv is not None:
                         first = seq.cached_tokens // bs if dec.sched.prefix_caching else 0
                         out.land_s += copy(lambda: land(dec.engine.cache, kv, seq.block_table, first))
-            finished = _step(dec, batch, timed, before=landing)
+            finished, host = _step(dec, batch, timed, turn, before=landing)
             out.decode_steps += 1
             for seq in finished:
                 if seq.first_scheduled >= 0:
@@ -193,6 +197,7 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
                 if seq.status is Status.FINISHED:
                     out.outputs[seq.id] = list(seq.output_token_ids)
                 dec.engine.forget(seq)
+            dec.clock += host()
     for side in (pre, dec):  # what could not finish: rows that say so
         left = [*side.sched.running, *side.sched.waiting()]
         for seq in left if side is dec else ():
@@ -205,25 +210,33 @@ def run_pools(runtime: Runtime, workload: Workload, scheduler: SchedulerConfig, 
     return out
 
 
-def _step(side: _Side, batch: Batch, timed: bool, before=None, after=None) -> list[Sequence]:
-    """One step of `side` at its clock, lasting what it measured (timed) or one second,
-    recorded; before/after: copies at its start (landing, inside its time) or after its
-    forward pass (staging, outside it: on the link). Returns the finished sequences."""
-    sched, kv, start = side.sched, side.sched.kv, side.clock
-    features = step_features(batch, *side.history.context(start), window=side.engine.runner.window)
+def _step(side: _Side, batch: Batch, timed: bool, turn: float, before=None,
+          after=None) -> tuple[list[Sequence], Callable[[], float]]:
+    """One step of `side`, recorded as start..end: timed, the host time since
+    `turn` (arrivals, schedule) before it and its copies and forward pass; untimed, one
+    second. before/after: copies at its start (landing, inside its time) or after its
+    forward pass (staging: on the link, off the clock). Returns the finished sequences
+    and the host time since then, less the staging (the engine loop's bookkeeping after
+    a step, which the pool's clock then adds, as a served engine's loop spends it)."""
+    sched, kv = side.sched, side.sched.kv
+    features = step_features(batch, *side.history.context(side.clock), window=side.engine.runner.window)
     kv_used, cached = kv.num_used, kv.num_cached
     t0 = time.perf_counter()
+    start = side.clock + (t0 - turn if timed else 0.0)
     if before is not None:
         before()
     side.engine.execute(batch)
-    end = start + (time.perf_counter() - t0 if timed else 1.0)
+    t1 = time.perf_counter()
+    end = start + (t1 - t0 if timed else 1.0)
+    staging = 0.0
     if after is not None:
         after(batch)
+        staging = time.perf_counter() - t1
     side.history.ran(end, features.num_prefill_seqs > 0)
     finished = sched.complete(batch, end)
     side.rec.record_step(side.index, start, end, batch, features, kv_used, kv.num_blocks, sched.max_seqs, cached)
     side.clock = end
-    return finished
+    return finished, lambda: time.perf_counter() - t1 - staging if timed else 0.0
 
 
 def _sampling(batch: Batch) -> list[Sequence]:
