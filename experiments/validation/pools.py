@@ -48,8 +48,8 @@ def check_deployment(cfg: ExperimentConfig) -> None:
                         "(overlap = none)")
     for table, on in (("kv_tier", cfg.kv_tier is not None), ("speculative", cfg.speculative.on)):
         if on:
-            raise UserError(f"[{table}] with [deployment]: the pools are served and simulated without it; "
-                            f"leave one of them out")
+            raise UserError(f"[{table}] with [deployment]: validate's pools are served without it (simulate "
+                            f"takes it); leave one of them out")
     if cfg.workload.max_concurrency:
         raise UserError("workload.max_concurrency with [deployment]: validate's pools serve an open-loop "
                         "workload (arrival times)")

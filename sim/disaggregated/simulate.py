@@ -7,6 +7,7 @@ from typing import Callable
 import simpy
 
 from batchlab.core.batch import StepObserver
+from batchlab.core.kv_tiers.columns import tier_columns, tier_totals
 from batchlab.core.pd_deployment import PDDeployment
 from batchlab.core.pd_handoffs import HandOffLog, merged_run
 from batchlab.core.result import RunResult
@@ -56,4 +57,9 @@ def simulate_disaggregated(workload: Workload, deployment: PDDeployment,
             "kv_bytes_per_token": t.bytes_per_token,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
     result = merged_run(world.rec, world.prefill_rec, world.decode_rec, RunMeta(**info))
+    if world.homes:  # both pools' replicas each keep a tier (replica order: the step table's)
+        result.meta.kv_tier = dep.decode.kv_tier.describe()
+        result.totals.update(tier_totals(world.homes))
+        if result.steps is not None:
+            result.steps = tier_columns(result.steps, world.homes)
     return DisaggregatedResult(result, world.handoffs, dep)
