@@ -11,9 +11,10 @@ One device runs both engines, one step at a time; each pool keeps a timeline of 
 as if on its own device: a step starts at its pool's clock, no earlier than what it serves
 arrived, and lasts what it measured (timed: the host's time around it, forming the step
 and its bookkeeping after, goes on the clock too, as in a served engine's loop) or one
-second (untimed: a schedule that does not depend on the machine, for exactness tests). The engine whose clock is behind steps
-next (the prefill engine on a tie), so a decode step never runs before a hand-off that
-arrives ahead of it. A hand-off is sent when its prefill step ends, once the link (one
+second (untimed: a schedule that does not depend on the machine, for exactness tests).
+The engine whose clock is behind steps next (the prefill engine on a tie), so a decode
+step never runs before a hand-off that arrives ahead of it. No wall-clock sleep: an idle
+pool's clock jumps to its next arrival. Open-loop workloads only (arrival times). A hand-off is sent when its prefill step ends, once the link (one
 transfer at a time, core/pd_handoffs.py) is free, and arrives after its staging copy's
 measured time: TTFT is the prefill side's, TPOT and ITL the decode side's, as in
 sim/disaggregated. The run's tables have the simulator's schema (replica 0 prefill,
@@ -41,6 +42,7 @@ from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
+from batchlab.core.schedulers.base import Scheduler
 from batchlab.core.workload import Workload
 
 PREFILL, DECODE = 0, 1  # replica numbers in the tables (prefill first, as the simulator's)
@@ -64,7 +66,7 @@ class PoolsRun:
 class _Side:
     """One pool: its engine, scheduler, step records and clock."""
     engine: Engine
-    sched: object
+    sched: Scheduler
     rec: MetricsRecorder
     index: int
     clock: float = 0.0
