@@ -1,7 +1,8 @@
 """`batchlab validate`: judge a calibrated profile on real runs of a workload. The real
 runs come from one of three sources: served here on the backend (the default; --repeats N
-serves each policy N times), a replay against a server (--endpoint URL), or runs earlier
-validations stored (--real DIR ...). The simulator runs the identical request list under
+serves each policy N times; with --prefill-replicas 1 --decode-replicas 1, as a prefill
+and a decode engine, simulated as that deployment), a replay against a server (--endpoint
+URL), or runs earlier validations stored (--real DIR ...). The simulator runs the identical request list under
 the same scheduler settings and the real runs' KV pool with the profile (the headline)
 and at each real run's measured machine speed (normalised); every judged latency and
 throughput number gets its error and verdict, followed by the diagnostics the source

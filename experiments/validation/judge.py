@@ -36,9 +36,9 @@ from batchlab.experiments.run_labels import stability
 from batchlab.experiments.validation.distributions import distribution_tests, undecidable
 from batchlab.experiments.validation.divergence import explain
 from batchlab.experiments.validation.normalised import normalised_cost
+from batchlab.experiments.validation.metrics import POOL_NUMBERS
 from batchlab.experiments.validation.pair import Run, run_sim
 from batchlab.experiments.validation.per_step import per_step
-from batchlab.experiments.validation.metrics import POOL_NUMBERS
 from batchlab.experiments.validation.pools import simulate_pools
 from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, JudgedCell, ProfileInfo,
                                                      RunConditions, RunSpeed, Validation)

@@ -3,7 +3,8 @@ of one request list under one scheduler setting and KV pool, which judge.py judg
 same way whatever their source.
 
 - served here (`serve_here`, below): the list served N times on the backend, each run
-  with its step table and each step's composition (pair.py);
+  with its step table and each step's composition (pair.py); with a [deployment], on a
+  prefill and a decode engine (pools.py: steps and hand-offs, no compositions);
 - an endpoint (endpoint.py): one replay against a server, request timings only;
 - stored runs (stored.py): N runs an earlier validation wrote, read back with their
   summaries and step tables, no compositions."""
