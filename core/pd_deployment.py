@@ -8,18 +8,22 @@ from dataclasses import dataclass
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
 from batchlab.core.kv_handoff import KVTransfer
+from batchlab.core.kv_tiers import TierConfig
 
 
 @dataclass(frozen=True)
 class Pool:
     """Replicas of one engine: its scheduler, its step price, its KV blocks, its router,
-    and the GPUs each replica holds (for per-GPU figures)."""
+    the GPUs each replica holds (for per-GPU figures), and a KV tier below each replica's
+    blocks (core/kv_tiers/; sized by the KV bytes a token takes on one of its GPUs)."""
     replicas: int
     scheduler: SchedulerConfig
     cost: CostModel
     num_kv_blocks: int
     router: str = "round_robin"
     gpus_per_replica: int = 1
+    kv_tier: TierConfig | None = None
+    kv_bytes_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

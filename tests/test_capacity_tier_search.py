@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.experiments.capacity.launch import vllm_command
 from batchlab.experiments.capacity.space import Deployment
 from batchlab.experiments.capacity.tier_options import parse_tier_options, tier_config
@@ -83,3 +84,30 @@ def test_without_the_option_nothing_of_tiers_is_printed_or_written(capsys, tmp_p
     assert "KV tier" not in out + err and "offloading" not in out and "--kv-tier" not in out
     assert "kv_tier" not in (tmp_path / "options.csv").read_text()
     assert "qwen3-8b TP1 l4 bf16 64 seats 2048 tokens x 2: 2 GPU(s)" in out  # KV binds: 2 L4s
+
+
+def test_the_configured_tier_launches_with_its_offload_size():
+    dep = Deployment("llama-3-8b", "h100-sxm", 2, "bf16", 256, 2048)  # kv_tier '': the config's
+    line = vllm_command(dep, 1, TierConfig(kind="cpu", capacity_gib=32))
+    check_line(line)
+    assert "--kv-offloading-backend native --kv-offloading-size 64" in line
+    assert "offloading" not in vllm_command(dep, 1, TierConfig(kind="disk", capacity_gib=32))  # no native flag
+    assert "offloading" not in vllm_command(dep, 1, None)
+
+
+def test_a_tier_in_the_config_reaches_the_winners_launch_line(capsys):
+    # --kv-tier flags set [kv_tier] as a config's table does (a --config file would replace
+    # capacity's embedded defaults that KV_BOUND relies on)
+    code, out, _ = run_cli([*KV_BOUND, "--kv-tier", "cpu", "--kv-tier-capacity", "48",
+                            "--kv-tier-preemption", "swap"], capsys)
+    assert code == 0
+    winner = out.split("winner: ")[1].splitlines()
+    launch = winner[1].strip()
+    assert "--kv-offloading-backend native --kv-offloading-size 48" in launch
+    check_line(launch)
+    # the reproduce command carries the tier, and its rerun meets the SLO at the winner's count
+    cmd = next(x for x in winner if "reproduce: " in x).split("reproduce: ")[1]
+    assert "--kv-tier cpu --kv-tier-capacity 48" in cmd and "--kv-tier-preemption swap" in cmd
+    code, again, _ = run_cli([*shlex.split(cmd)[1:], "--format", "json"], capsys)
+    rerun = json.loads(again)["chunked"]
+    assert code == 0 and "kv_tier_bytes_out" in rerun and rerun["p99_ttft_ms"] <= 1000  # with its tier

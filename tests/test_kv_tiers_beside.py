@@ -1,6 +1,6 @@
 """A KV tier beside the other serving features: a speculative draft's own KV is swapped
 with the target's (the tier's bytes per token count it), speculation and a tier run
-together, and prefill/decode pools, which keep no tier, refuse one instead of ignoring it."""
+together, prefill/decode pools size it by each pool's TP and refuse speculation."""
 from __future__ import annotations
 
 import json
@@ -45,11 +45,16 @@ def test_speculation_and_a_tier_run_together(capsys):
     assert s["completed"] == 200 and s["mean_acceptance_length"] > 1 and s["kv_tier_bytes_out"] > 0
 
 
-def test_pools_refuse_a_tier(capsys):
-    code, _, err = run_cli(["simulate", "--num-requests", "20", "--policy", "chunked", "--model", "llama-3-8b",
-                            "--hardware", "h100-sxm", "--prefill-replicas", "1", "--decode-replicas", "1",
-                            "--kv-tier-capacity", "16"], capsys)
-    one_line_error(code, err, "[kv_tier]", "[deployment]")
+def test_pools_size_the_tier_by_each_pools_tp():
+    from batchlab.experiments.disaggregation.setup import pd_setup
+    cfg = build_config({"model": {"name": "llama-3-8b"}, "hardware": HARDWARE, "kv_tier": TIER,
+                        "scheduler": {"policy": "chunked"},
+                        "deployment": {"prefill_tp": 1, "decode_tp": 2}})
+    dep = pd_setup(cfg).deployment("chunked")
+    assert dep.prefill.kv_tier == dep.decode.kv_tier == cfg.kv_tier
+    # each GPU holds its KV heads' share: half a token's bytes at TP2
+    assert dep.prefill.kv_bytes_per_token == 2 * dep.decode.kv_bytes_per_token == lookup_model(
+        "llama-3-8b").kv_bytes_per_token
 
 
 def test_pools_refuse_speculation(capsys):

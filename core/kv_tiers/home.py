@@ -162,3 +162,26 @@ class TieredHome(KVHome):
         for i in range(5):
             self.totals[i] += step[i]
             step[i] = 0
+
+
+class HandOffTier(TieredHome):
+    """A decode replica's tier (sim/disaggregated): a sequence handed off by a prefill
+    replica brings its prompt's KV over the link, priced there (core/kv_handoff.py), not
+    from this tier; its admission moves nothing here, costs nothing here and is no hit.
+    It is told apart as the scheduler admits it: KV elsewhere, yet nothing swapped here."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._arrived = 0  # tokens of this step's admissions that came by hand-off
+
+    def loaded(self, seq: Sequence, tokens: int) -> None:
+        if seq.kv_elsewhere and seq not in self.swapped:
+            self._arrived += tokens
+            return
+        super().loaded(seq, tokens)
+
+    def load_seconds(self, tokens: int) -> float:
+        """The step's loads (batch.kv_loaded) less its hand-offs', priced once a step
+        (a step that loads anything is formed by schedule(), never fast-forwarded)."""
+        tier, self._arrived = tokens - self._arrived, 0
+        return self.transfer_seconds(tier) if tier > 0 else 0.0

@@ -47,8 +47,8 @@ def option_row(o: Option, prices: dict | None, criteria: Criteria | None = None)
 def _block(title: str, o: Option, options: list[Option], criteria: Criteria, prices: dict | None,
            compare_cheaper: bool, more: Callable[[Option], list[str]]) -> list[str]:
     lines = [f"{title}: {o.dep.label()} x {o.replicas}: {_cost(o, prices)}",
-             f"  {vllm_command(o.dep, o.replicas)}"]
-    if dp := data_parallel_command(o.dep, o.replicas):
+             f"  {vllm_command(o.dep, o.replicas, o.cfg.kv_tier)}"]
+    if dp := data_parallel_command(o.dep, o.replicas, o.cfg.kv_tier):
         lines.append(f"  or: {dp}")
     if o.dep.dtype == "fp8":
         lines.append("  (fp8 weights and KV cache: faster and smaller, at some accuracy this simulator "

@@ -7,14 +7,16 @@ folder to that folder. The quantisation flags follow the checkpoint: an unquanti
 served in fp8 is vLLM's online fp8 (`--quantization fp8`, the KV cache alike, as the
 simulation assumed); an fp8 (DeepSeek-V3/R1) or mxfp4 (gpt-oss) checkpoint carries its
 own quantization_config, which vLLM reads, so no flag is given (and another dtype needs
-another checkpoint: space.why_not). A searched CPU KV tier is vLLM's native offloading. Every flag printed is one of vLLM's `vllm serve`
-flags (tests/data/vllm_serve_flags.txt names the version they were read from)."""
+another checkpoint: space.why_not). A CPU KV tier (searched, or the config's [kv_tier]) is
+vLLM's native offloading. Every flag printed is one of vLLM's `vllm serve` flags
+(tests/data/vllm_serve_flags.txt names the version they were read from)."""
 from __future__ import annotations
 
 import functools
 import tomllib
 from pathlib import Path
 
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.core.model.presets import PRESET_CONFIGS, is_model_path, lookup_model
 from batchlab.experiments.capacity.space import Deployment
 from batchlab.experiments.capacity.tier_options import tier_gib
@@ -59,24 +61,28 @@ def dtype_flags(dep: Deployment) -> list[str]:
     return [f"--dtype {'bfloat16' if dep.dtype == 'bf16' else 'float16'}"]
 
 
-def serve_flags(dep: Deployment) -> list[str]:
+def serve_flags(dep: Deployment, tier: TierConfig | None = None) -> list[str]:
+    """tier: the deployment's KV tier as simulated (Option.cfg.kv_tier: a searched one, or
+    the config's [kv_tier]; None: none)."""
     parts = [f"--tensor-parallel-size {dep.tp}"]
     if dep.pp > 1:
         parts.append(f"--pipeline-parallel-size {dep.pp}")
     if dep.ep > 1:
         parts.append("--enable-expert-parallel")
     return parts + [f"--max-num-seqs {dep.seats}", f"--max-num-batched-tokens {dep.budget}", *dtype_flags(dep),
-                    *speculative_flags(dep), *offload_flags(dep)]
+                    *speculative_flags(dep), *offload_flags(dep, tier)]
 
 
-def offload_flags(dep: Deployment) -> list[str]:
-    """vLLM's native CPU offloading for a searched tier (--kv-tier-options). vllm-project/vllm
+def offload_flags(dep: Deployment, tier: TierConfig | None = None) -> list[str]:
+    """vLLM's native CPU offloading for a CPU tier (searched, or the config's). vllm-project/vllm
     vllm/config/cache.py @ c1d86421174a87056edc90a41dc9942391509e84: CacheConfig.kv_offloading_size
     is "in GiB. When TP > 1, this is the total buffer size summed across all TP ranks", and
     kv_offloading_backend is 'native' (vLLM's CPU offloading) or 'lmcache'; arg_utils.py's cache
     group exposes both as --kv-offloading-size / --kv-offloading-backend. batchlab's tier is per
-    GPU, so the size is it times the TP degree."""
+    GPU, so the size is it times the TP degree. A disk tier has no native flag (none printed)."""
     gib = tier_gib(dep.kv_tier)
+    if gib is None and not dep.kv_tier and tier is not None and tier.kind == "cpu":
+        gib = tier.capacity_gib  # the config's [kv_tier], searched as given
     if gib is None:
         return []
     return ["--kv-offloading-backend native", f"--kv-offloading-size {gib * dep.tp:g}"]
@@ -93,17 +99,17 @@ def speculative_flags(dep: Deployment) -> list[str]:
     return [f"--speculative-config '{{\"method\": \"{method}\", \"num_speculative_tokens\": {k}{draft}}}'"]
 
 
-def vllm_command(dep: Deployment, replicas: int) -> str:
+def vllm_command(dep: Deployment, replicas: int, tier: TierConfig | None = None) -> str:
     """One replica's `vllm serve` line, and how many to run."""
     ckpt = checkpoint(dep.model)
     if ckpt is None:
         return f"# {dep.model} is batchlab's embedded model, not a Hugging Face checkpoint: no vLLM command"
     router = f"one {dep.router} router" if dep.router else "one router"
     times = f"  # x {replicas} replica(s), {replicas * dep.gpus_per_replica} GPU(s), behind {router}"
-    return " ".join(["vllm serve", ckpt, *serve_flags(dep)]) + times
+    return " ".join(["vllm serve", ckpt, *serve_flags(dep, tier)]) + times
 
 
-def data_parallel_command(dep: Deployment, replicas: int) -> str:
+def data_parallel_command(dep: Deployment, replicas: int, tier: TierConfig | None = None) -> str:
     """The replicas as one command (vLLM's --data-parallel-size: N engines behind its own
     balancer), where that is the same deployment: a dense model on one node. For a
     mixture of experts vLLM runs the expert layers as one group over all the data-parallel
@@ -112,5 +118,5 @@ def data_parallel_command(dep: Deployment, replicas: int) -> str:
     gpus = replicas * dep.gpus_per_replica
     if ckpt is None or replicas < 2 or lookup_model(dep.model).is_moe or gpus > ONE_NODE:
         return ""
-    return (" ".join(["vllm serve", ckpt, *serve_flags(dep), f"--data-parallel-size {replicas}"])
+    return (" ".join(["vllm serve", ckpt, *serve_flags(dep, tier), f"--data-parallel-size {replicas}"])
             + f"  # the {replicas} replicas in one command, on one node of {gpus} GPUs")

@@ -46,6 +46,7 @@ def run_pd(args: argparse.Namespace, cfg: ExperimentConfig, criteria: Criteria, 
     launch = {"model": space.models[0], "gpu": space.gpus[0], "dtype": space.dtypes[0],
               "seats": seats, "budget": budget}
     base = configure(cfg, Deployment(launch["model"], launch["gpu"], 1, launch["dtype"], seats, budget))
+    launch["kv_tier"] = base.kv_tier  # the config's [kv_tier], below both pools' replicas
     bound = winner.gpus if winner else float("inf")
     found = search_pd(base, criteria, samples, searched, args.link, bound, executor)
     lines = render_pd(found, criteria, args.link, bound, winner.dep.label() if winner else None, launch)

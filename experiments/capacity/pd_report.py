@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 
+from batchlab.core.kv_tiers import TierConfig
 from batchlab.experiments.capacity.launch import checkpoint, serve_flags
 from batchlab.experiments.capacity.pd_search import PDOption, PDShape, best_pd
 from batchlab.experiments.capacity.point import Criteria
@@ -23,15 +24,17 @@ from batchlab.experiments.capacity.tables import text_table
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))
 
 
-def pool_commands(model: str, gpu: str, dtype: str, seats: int, budget: int, s: PDShape) -> list[str]:
-    """One `vllm serve` line per pool, with how many replicas of it to run."""
+def pool_commands(model: str, gpu: str, dtype: str, seats: int, budget: int, s: PDShape,
+                  tier: TierConfig | None = None) -> list[str]:
+    """One `vllm serve` line per pool, with how many replicas of it to run (tier: the
+    config's [kv_tier], below each replica of both pools: vLLM's offloading flags)."""
     ckpt = checkpoint(model)
     if ckpt is None:
         return [f"# {model} is batchlab's embedded model, not a Hugging Face checkpoint: no vLLM command"]
     out = []
     for pool, n, tp in (("prefill", s.prefill, s.prefill_tp), ("decode", s.decode, s.decode_tp)):
         dep = Deployment(model, gpu, tp, dtype, seats, budget)
-        out.append(" ".join(["vllm serve", ckpt, *serve_flags(dep), "--kv-transfer-config", f"'{NIXL}'"])
+        out.append(" ".join(["vllm serve", ckpt, *serve_flags(dep, tier), "--kv-transfer-config", f"'{NIXL}'"])
                    + f"  # {pool} pool: x {n} replica(s), {n * tp} GPU(s)")
     out.append("# a proxy sends each request to a prefill replica (max_tokens=1), then to a decode replica "
                "with its kv_transfer_params (vLLM's nixl_integration/toy_proxy_server.py, llm-d, Dynamo)")
@@ -101,7 +104,7 @@ def render_pd(options: list[PDOption], criteria: Criteria, link: str, aggregated
                  f"({best.gpus:.0f} GPUs) against aggregated {agg}")
     lines.append("disaggregated winner's launch (vLLM disaggregated serving, NIXL connector):")
     lines += ["  " + c for c in pool_commands(launch["model"], launch["gpu"], launch["dtype"], launch["seats"],
-                                              launch["budget"], best.found)]
+                                              launch["budget"], best.found, launch.get("kv_tier"))]
     lines.append("what binds each pool:")
     lines += binding_lines(best, criteria)
     return lines

@@ -86,10 +86,11 @@ def simulate_command(args: argparse.Namespace, cfg: ExperimentConfig, dep: Deplo
 
 
 def tier_words(cfg: ExperimentConfig, dep: Deployment) -> list[str]:
-    """A searched tier's --kv-tier flags (the configured tier's are not carried: '' adds none)."""
-    if not dep.kv_tier or dep.kv_tier == "off":
+    """The deployment's tier as --kv-tier flags: a searched one, or the config's [kv_tier]
+    ('', whether it came from --config or from --kv-tier flags, which _given does not carry)."""
+    if dep.kv_tier == "off" or not (dep.kv_tier or cfg.kv_tier):
         return []
-    t = tier_config(dep.kv_tier, cfg.kv_tier)
+    t = tier_config(dep.kv_tier, cfg.kv_tier) if dep.kv_tier else cfg.kv_tier
     words = ["--kv-tier", t.kind, "--kv-tier-capacity", f"{t.capacity_gib:g}"]
     if t.bandwidth_gbs is not None:
         words += ["--kv-tier-bandwidth", f"{t.bandwidth_gbs:g}"]

@@ -1,7 +1,8 @@
 """`batchlab validate`: judge a calibrated profile on real runs of a workload. The real
 runs come from one of three sources: served here on the backend (the default; --repeats N
-serves each policy N times), a replay against a server (--endpoint URL), or runs earlier
-validations stored (--real DIR ...). The simulator runs the identical request list under
+serves each policy N times; with --prefill-replicas 1 --decode-replicas 1, as a prefill
+and a decode engine, simulated as that deployment), a replay against a server (--endpoint
+URL), or runs earlier validations stored (--real DIR ...). The simulator runs the identical request list under
 the same scheduler settings and the real runs' KV pool with the profile (the headline)
 and at each real run's measured machine speed (normalised); every judged latency and
 throughput number gets its error and verdict, followed by the diagnostics the source
@@ -19,6 +20,7 @@ from batchlab.calibration.served_bench.read import in_regime, read_benchmarks, s
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
 from batchlab.core.workload import build_workload
+from batchlab.experiments.disaggregation.options import add_deployment_options
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.limits import check_samples
 from batchlab.experiments.kv_tier_options import add_kv_tier_options, check_backend_tier
@@ -28,7 +30,7 @@ from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # RUN_EXPERIMENT: `batchlab run`'s defaults
 from batchlab.experiments.setup.served import served_profile_of
-from batchlab.experiments.validation import profile_source, render, served_benchmarks
+from batchlab.experiments.validation import pools, profile_source, render, served_benchmarks
 from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
 from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
@@ -46,6 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         "what this hardware cannot decide (default 1)")
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
     add_kv_tier_options(p)
+    add_deployment_options(p)  # [deployment]: served as a prefill and a decode engine (validation/pools.py)
     p.add_argument("--served-model-name", metavar="NAME",
                    help="with --endpoint: the model name the server serves (default: its first)")
     p.add_argument("--served-benchmarks", metavar="FILE",
@@ -84,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     if cfg.run.replicas != 1:
         raise UserError(f"validate serves one replica; got replicas={cfg.run.replicas}")
     check_run_speculative(cfg, None)
+    if cfg.deployment is not None:
+        if args.endpoint:
+            raise UserError("[deployment] applies to a workload served here, not with --endpoint")
+        pools.check_deployment(cfg)
     workload = build_workload(cfg.workload)
     if not len(workload):
         raise UserError("the workload has no requests")
@@ -129,12 +136,22 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
     table = args.format == "table"
     if table:
         print(render.fit(render.profile_line(info)) + "\n")
+    link = pools.copy_link(profile, rt.device) if cfg.deployment is not None else None
+    if table and link is not None:
+        print(render.fit(f"served as 1 prefill + 1 decode engine in one process, each step timed, each pool on a "
+                         f"timeline of its own; the KV hand-off is an {link.name} priced at "
+                         f"{link.bandwidth / 1e9:.3g} GB/s ({link.source})") + "\n")
     judged = []
     for sched in schedulers.values():
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE
-        side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
-                          seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
-                          where=where, kv_tier=cfg.kv_tier, speculative=cfg.speculative)
+        if link is not None:
+            side = pools.serve_pools_here(rt, workload, sched, judge.cost, info.describe,
+                                          rt.pool_blocks(sched.num_kv_blocks, sched.block_size), link,
+                                          repeats=args.repeats, seed=cfg.workload.seed, where=where)
+        else:
+            side = serve_here(rt, workload, sched, judge.cost, info.describe, repeats=args.repeats,
+                              seed=cfg.workload.seed, progress=not args.no_progress and sys.stderr.isatty(),
+                              where=where, kv_tier=cfg.kv_tier, speculative=cfg.speculative)
         judged.append(judge.cell(side, info.as_dict()))
         if writer:
             writer.add(judged[-1], judge.report(judged))

@@ -29,11 +29,11 @@ class PDSetup:
     def deployment(self, run: str) -> PDDeployment:
         """Run `run`'s deployment: both pools under that run's policy."""
         d = self.config
-        return PDDeployment(
+        return PDDeployment(  # a [kv_tier] below every replica of both pools, sized by its pool's TP
             Pool(d.prefill_replicas, self.prefill.schedulers[run], self.prefill.cost, self.prefill.blocks,
-                 d.prefill_router or self.router, self.gpus["prefill"]),
+                 d.prefill_router or self.router, self.gpus["prefill"], **self.prefill.tier_options),
             Pool(d.decode_replicas, self.decode.schedulers[run], self.decode.cost, self.decode.blocks,
-                 d.decode_router or self.router, self.gpus["decode"]),
+                 d.decode_router or self.router, self.gpus["decode"], **self.decode.tier_options),
             self.transfer)
 
     @property
@@ -71,9 +71,6 @@ def pd_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: b
     if cfg.profile.path:
         raise UserError("[deployment] with [profile]: a calibration profile prices the one layout it "
                         "was measured on; the pools are priced from [hardware] (roofline or GPU form)")
-    if cfg.kv_tier is not None:  # the pools' simulator keeps no tier: refused, not ignored
-        raise UserError("[kv_tier] (--kv-tier*) with [deployment]: the prefill and decode pools are "
-                        "simulated without a KV tier; leave one of them out")
     if cfg.speculative.on:  # the pools emit one token a step: a draft's price alone would be wrong
         raise UserError("[speculative] (--speculative) with [deployment]: the prefill and decode pools are "
                         "simulated without speculative decoding; leave one of them out")

@@ -36,8 +36,10 @@ from batchlab.experiments.run_labels import stability
 from batchlab.experiments.validation.distributions import distribution_tests, undecidable
 from batchlab.experiments.validation.divergence import explain
 from batchlab.experiments.validation.normalised import normalised_cost
+from batchlab.experiments.validation.metrics import POOL_NUMBERS
 from batchlab.experiments.validation.pair import Run, run_sim
 from batchlab.experiments.validation.per_step import per_step
+from batchlab.experiments.validation.pools import simulate_pools
 from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, JudgedCell, ProfileInfo,
                                                      RunConditions, RunSpeed, Validation)
 from batchlab.experiments.validation.sources import RealSide
@@ -83,19 +85,25 @@ class Judge:
                 if side.kv_tier else {})
         metas = [r.meta for r in side.reals]
         cost = drafted(self.cost, speculation(metas))  # the profile, plus a draft as the runs had
-        sim = run_sim(side.workload, side.scheduler, CostAtSpeed(cost, loop=self.loop),
-                      {**(sim_meta or {}), "cost_model": HEADLINE}, front, emission(metas), **tier)
+
+        def simulated(priced, label: str) -> Run:
+            meta = {**(sim_meta or {}), "cost_model": label}
+            if side.pools is not None:  # served as a prefill and a decode engine: that deployment
+                return simulate_pools(side.workload, side.scheduler, priced, side.pools, meta)
+            return run_sim(side.workload, side.scheduler, priced, meta, front, emission(metas), **tier)
+
+        sim = simulated(CostAtSpeed(cost, loop=self.loop), HEADLINE)
         speeds = [machine_speed(r.steps, cost, self.profile.describe) for r in side.reals]
-        normalised = [run_sim(side.workload, side.scheduler, normalised_cost(cost, s, self.loop),
-                              {**(sim_meta or {}), "cost_model": NORMALISED}, front, emission(metas), **tier)
+        normalised = [simulated(normalised_cost(cost, s, self.loop), NORMALISED)
                       for s in speeds] if side.with_steps else []
         for run in normalised:
             stability(run.result)
         real_verdicts = [r.verdict for r in side.reals]
         sim_verdict = stability(sim.result).verdict
         flagged = sim_verdict == "overloaded" or "overloaded" in real_verdicts
-        rows = metric_rows([r.summary for r in side.reals], sim.result.summary(),
-                           [n.result.summary() for n in normalised] if side.with_steps else None, flagged)
+        rows = metric_rows([r.summary for r in side.reals], sim.summary(),
+                           [n.summary() for n in normalised] if side.with_steps else None, flagged,
+                           POOL_NUMBERS if side.pools is not None else ())
         cell = JudgedCell(where=side.where, policy=side.scheduler.policy, runs=len(side.reals),
                           stability=CellStability(real=real_verdicts, sim=sim_verdict),
                           machine_speed=[RunSpeed(factor=s.factor, compute_factor=s.compute_factor) for s in speeds],

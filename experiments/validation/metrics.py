@@ -51,3 +51,9 @@ def rel_error(real: float, sim: float) -> float:
 def targets_text() -> str:
     """The targets, as the totals line ends: 'mean 5%, median 5%, p90 5%, p99 10%, throughput 5%'."""
     return ", ".join(f"{k} {t * 100:g}%" for k, t in STAT_TARGET.items()) + f", throughput {THROUGHPUT_TARGET * 100:g}%"
+
+
+# Reported beside the judged numbers, not judged (no target): the hand-off and the decode queue.
+POOL_NUMBERS = (Number("mean_kv_transfer_ms", "KV hand-off", "mean", None, True),
+                Number("p99_kv_transfer_ms", "KV hand-off", "p99", None, True),
+                Number("mean_decode_queue_ms", "decode queue", "mean", None, True))

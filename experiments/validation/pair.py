@@ -29,6 +29,10 @@ from batchlab.sim import simulate
 class Run:
     result: RunResult
     keys: list[Composition] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # figures beside the run's summary (a pools' run: pools.py)
+
+    def summary(self) -> dict:
+        return {**self.result.summary(), **self.extra} if self.extra else self.result.summary()
 
 
 class _KeepingEngine:

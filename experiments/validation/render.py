@@ -14,7 +14,7 @@ import textwrap
 
 from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
 from batchlab.experiments.machine_speed import describe as describe_speed
-from batchlab.experiments.validation.metrics import targets_text
+from batchlab.experiments.validation.metrics import POOL_NUMBERS, targets_text
 from batchlab.experiments.validation.numbers import drifts, pct, speeds
 from batchlab.experiments.validation.per_step import describe as describe_per_step
 from batchlab.experiments.validation.verdicts import beyond_range
@@ -77,7 +77,7 @@ def diagnostic_lines(c: JudgedCell) -> list[str]:
         e = d.step_error
         lines.append(f"per-step duration{first}, profile vs measured: median APE {pct(e.median_ape, False)}, "
                      f"p90 {pct(e.p90_ape, False)} over all {e.steps} real steps, total time {pct(e.total_error)}")
-    lines += _speed_lines(d) + _contention(d)
+    lines += _pool_lines(c) + _speed_lines(d) + _contention(d)
     if d.distributions:
         lines += ["", *_tests(d.distributions)]
     if c.runs > 1:
@@ -91,6 +91,15 @@ def diagnostic_lines(c: JudgedCell) -> list[str]:
                      if d.undecidable else
                      "every judged number is decidable here: the real runs agree within its target")
     return lines
+
+
+def _pool_lines(c: JudgedCell) -> list[str]:
+    """A prefill/decode cell's hand-off, measured against its price, and decode queue
+    (reported, not judged); none for other cells."""
+    keys = {n.key for n in POOL_NUMBERS}
+    rows = [m for m in c.metrics if m.key in keys]
+    return [f"{m.label} (not judged): real {_float(m.spread.median):.3f} ms (spread "
+            f"{pct(m.spread.range, False)}), sim {_float(m.sim):.3f} ms, error {pct(m.error)}" for m in rows]
 
 
 def _speed_lines(d: CellDiagnostics) -> list[str]:

@@ -3,7 +3,8 @@ of one request list under one scheduler setting and KV pool, which judge.py judg
 same way whatever their source.
 
 - served here (`serve_here`, below): the list served N times on the backend, each run
-  with its step table and each step's composition (pair.py);
+  with its step table and each step's composition (pair.py); with a [deployment], on a
+  prefill and a decode engine (pools.py: steps and hand-offs, no compositions);
 - an endpoint (endpoint.py): one replay against a server, request timings only;
 - stored runs (stored.py): N runs an earlier validation wrote, read back with their
   summaries and step tables, no compositions."""
@@ -15,7 +16,9 @@ import numpy as np
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.kv_handoff import KVTransfer
 from batchlab.core.kv_tiers import TierConfig, lone_prefill_seconds
+from batchlab.core.pd_deployment import PDDeployment, Pool
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.speculative.config import SpeculativeConfig
@@ -26,6 +29,19 @@ from batchlab.experiments.validation.speculative import drafted
 from batchlab.experiments.validation.steps import Composition
 
 SERVED_HERE = "served here"
+
+
+@dataclass(frozen=True)
+class PoolsSetup:
+    """What the pools' cell needs beside a cell's scheduler: the prefill pool's blocks (the
+    decode pool's are the scheduler's num_kv_blocks) and the hand-off's price."""
+    prefill_blocks: int
+    transfer: KVTransfer
+
+    def deployment(self, scheduler: SchedulerConfig, cost: CostModel) -> PDDeployment:
+        assert scheduler.num_kv_blocks is not None, "the decode pool's blocks (the real run's)"
+        return PDDeployment(Pool(1, scheduler, cost, self.prefill_blocks),
+                            Pool(1, scheduler, cost, scheduler.num_kv_blocks), self.transfer)
 
 
 @dataclass
@@ -62,6 +78,8 @@ class RealSide:
     # sized by the real runs' KV bytes per token.
     kv_tier: TierConfig | None = None
     kv_bytes_per_token: float = 0.0
+    # Served as a prefill and a decode engine (pools.py): simulated as that deployment.
+    pools: PoolsSetup | None = None
 
     @property
     def live(self) -> bool:

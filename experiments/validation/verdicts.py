@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from batchlab.experiments.validation.metrics import LATENCY_SUFFIX, numbers, rel_error
+from batchlab.experiments.validation.metrics import LATENCY_SUFFIX, Number, numbers, rel_error
 from batchlab.experiments.validation.records import Counts, MetricRow, Spread, Totals
 from batchlab.experiments.validation.stat_tests import inside, spread
 
@@ -49,13 +49,14 @@ def verdict(err: float, target: float | None, sp: Spread, sim: float, flagged: b
 
 
 def metric_rows(real_sums: list[dict], sim_sum: dict, norm_sums: list[dict] | None,
-                flagged: bool) -> list[MetricRow]:
+                flagged: bool, extra: tuple[Number, ...] = ()) -> list[MetricRow]:
     """Per number of the summaries: the real runs' values and spread, the simulated
     value, its median error over the real runs raw and normalised (norm_sums[i]: the
     simulation at real run i's machine speed; None: no run had steps to measure it), and
-    the verdicts. flagged: some run is overloaded (latencies not judged)."""
+    the verdicts. flagged: some run is overloaded (latencies not judged). extra: numbers
+    besides the usual ones (a pools' cell: the hand-off's, pools.py)."""
     rows = []
-    for n in numbers():
+    for n in [*numbers(), *extra]:
         overloaded = flagged and n.latency
         sim = float(sim_sum.get(n.key, math.nan))
         values = [s.get(n.key, math.nan) for s in real_sums]

@@ -4,17 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import simpy
 
 from batchlab.core.batch import StepObserver
+from batchlab.core.kv_tiers.columns import tier_columns, tier_totals
 from batchlab.core.pd_deployment import PDDeployment
+from batchlab.core.pd_handoffs import HandOffLog, merged_run
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import Record, RunMeta
 from batchlab.core.schedulers import check_prefix_hashes
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
-from batchlab.sim.disaggregated.handoffs import HandOffLog
 from batchlab.sim.disaggregated.world import DisaggregatedWorld
 from batchlab.sim.events import run_to_end
 
@@ -56,19 +56,10 @@ def simulate_disaggregated(workload: Workload, deployment: PDDeployment,
             "kv_link": t.link.name, "kv_link_source": t.link.source, "kv_link_lanes": t.lanes,
             "kv_bytes_per_token": t.bytes_per_token,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
-    result = _merged(world, RunMeta(**info))
+    result = merged_run(world.rec, world.prefill_rec, world.decode_rec, RunMeta(**info))
+    if world.homes:  # both pools' replicas each keep a tier (replica order: the step table's)
+        result.meta.kv_tier = dep.decode.kv_tier.describe()
+        result.totals.update(tier_totals(world.homes))
+        if result.steps is not None:
+            result.steps = tier_columns(result.steps, world.homes)
     return DisaggregatedResult(result, world.handoffs, dep)
-
-
-def _merged(world: DisaggregatedWorld, meta: RunMeta) -> RunResult:
-    """One run: the requests' rows, both pools' steps (prefill replicas first, as the
-    step table orders replicas), every inter-token gap, both pools' step totals."""
-    pre, dec = world.prefill_rec, world.decode_rec
-    steps = None
-    p_steps, d_steps = pre.step_table(), dec.step_table()
-    if p_steps is not None and d_steps is not None:
-        steps = {c: np.concatenate([p_steps[c], d_steps[c]]) for c in p_steps}
-    (pg, pc), (dg, dc) = pre.itl(), dec.itl()
-    totals = {k: pre.totals[k] + dec.totals[k] for k in dec.totals}
-    return RunResult(world.rec.request_table(), steps, np.concatenate([pg, dg]), np.concatenate([pc, dc]),
-                     meta, totals)

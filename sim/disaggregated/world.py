@@ -1,6 +1,6 @@
 """The disaggregated world: arrivals go to the prefill pool's router; a prompt finished
 there (its first token sampled) goes to the decode pool's router, whose pick receives
-its KV over the link (sim/disaggregated/handoffs.py) and queues the request on arrival;
+its KV over the link (core/pd_handoffs.py) and queues the request on arrival;
 a decode replica admits it when it has the blocks (core/kv_handoff.py says what it
 holds). Replicas are numbered across the pools: prefill 0..P-1, decode P..P+D-1.
 
@@ -18,13 +18,14 @@ import simpy
 from batchlab.core.batch import StepObserver
 from batchlab.core.cost.form import attention_window
 from batchlab.core.kv_handoff import decode_sequence, prefill_request
+from batchlab.core.kv_tiers import HandOffTier, TieredHome, lone_prefill_seconds
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.pd_deployment import PDDeployment, Pool
+from batchlab.core.pd_handoffs import HandOffLog, LinkQueues
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers import make_scheduler
 from batchlab.core.workload import Workload
 from batchlab.sim.arrivals import Arrivals
-from batchlab.sim.disaggregated.handoffs import HandOffLog, LinkQueues
 from batchlab.sim.engine import Replica
 from batchlab.sim.events import urgent
 from batchlab.sim.router import make_router
@@ -44,6 +45,7 @@ class DisaggregatedWorld:
         self.rec = MetricsRecorder(record_steps)
         self._prefill_scheduled: dict[int, float] = {}  # by id: first_scheduled on the prefill side
         self.handoffs = HandOffLog()
+        self.homes: list[TieredHome] = []  # each replica's KV tier, in replica order (with [kv_tier])
         dep = deployment
         self.links = LinkQueues(dep.prefill.replicas, dep.decode.replicas)
         self._pick_prefill = make_router(dep.prefill.router)
@@ -77,9 +79,18 @@ class DisaggregatedWorld:
 
     def _replica(self, pool: Pool, index: int, rec: MetricsRecorder, on_done, next_arrival,
                  observer, pulled) -> Replica:
-        return Replica(self.env, index, make_scheduler(pool.scheduler, pool.num_kv_blocks), pool.cost,
-                       rec, on_done, next_arrival, observer, closed_loop=self.arrivals.closed_loop,
-                       window=attention_window(pool.cost), pulled=pulled)
+        replica = Replica(self.env, index, make_scheduler(pool.scheduler, pool.num_kv_blocks), pool.cost,
+                          rec, on_done, next_arrival, observer, closed_loop=self.arrivals.closed_loop,
+                          window=attention_window(pool.cost), pulled=pulled)
+        tier = pool.kv_tier
+        if tier is not None:  # a tier of its own, as sim/simulate.py gives each replica
+            kind = HandOffTier if pool is self.deployment.decode else TieredHome
+            home = kind(tier, pool.kv_bytes_per_token, pool.scheduler.block_size,
+                        lone_prefill_seconds(pool.cost) if tier.preemption == "cheapest" else None)
+            replica.scheduler.use_kv_home(home)
+            replica.step_note = home.note
+            self.homes.append(home)
+        return replica
 
     def _watch(self, observer: StepObserver | None) -> StepObserver:
         def watch(index: int, start: float, seconds: float, batch) -> None:

@@ -1,13 +1,19 @@
-"""The hand-offs of one run, one row a request sent from the prefill pool to the decode
-pool, and the links they queue on: each prefill replica sends one transfer at a time and
-each decode replica receives one at a time (its NICs carry one request's KV at full
-rate), first come first served."""
+"""The hand-offs of one disaggregated run, one row a request sent from the prefill pool to
+the decode pool, and the links they queue on: each prefill replica sends one transfer at
+a time and each decode replica receives one at a time (its NICs carry one request's KV at
+full rate), first come first served. Both worlds keep them (sim/disaggregated priced by
+the link, backend/disaggregated measured), and both merge their pools' records into one
+run the same way (merged_run)."""
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from batchlab.core.metrics import MetricsRecorder
+from batchlab.core.result import RunResult
+from batchlab.core.run_meta import RunMeta
 
 HANDOFF_COLUMNS = ("request_id", "prefill_replica", "decode_replica", "ready_s", "sent_s",
                    "arrived_s", "kv_bytes")
@@ -62,3 +68,18 @@ class LinkQueues:
         end = max(start + seconds, not_before)
         self.send_free[p] = self.recv_free[d] = end
         return start, end
+
+
+def merged_run(requests: MetricsRecorder, prefill: MetricsRecorder, decode: MetricsRecorder,
+               meta: RunMeta) -> RunResult:
+    """One run: the requests' rows (the client's, in `requests`), both pools' steps
+    (prefill replicas first, as the step table orders replicas), every inter-token gap,
+    both pools' step totals."""
+    steps = None
+    p_steps, d_steps = prefill.step_table(), decode.step_table()
+    if p_steps is not None and d_steps is not None:
+        steps = {c: np.concatenate([p_steps[c], d_steps[c]]) for c in p_steps}
+    (pg, pc), (dg, dc) = prefill.itl(), decode.itl()
+    totals = {k: prefill.totals[k] + decode.totals[k] for k in decode.totals}
+    return RunResult(requests.request_table(), steps, np.concatenate([pg, dg]), np.concatenate([pc, dc]),
+                     meta, totals)
