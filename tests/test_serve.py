@@ -191,6 +191,27 @@ def test_validate_against_the_endpoint(server, tmp_path):
     assert len(list(csv.DictReader(open(tmp_path / "v" / "real" / "requests.csv")))) == 6
 
 
+def test_validate_against_the_endpoint_repeated(server, tmp_path):
+    """--repeats 2 replays twice, the prompts' tokens seeded apart: the second replay finds
+    nothing of the first in the prefix cache, and the error is judged beside the spread."""
+    journal = server.out / "continuous" / "requests.journal.csv"
+    before = len(list(csv.DictReader(open(journal)))) if journal.exists() else 0
+    p = batchlab("validate", "--endpoint", server.base, "--api-key", KEY, "--profile", "default",
+                 "--workload", "uniform", "--num-requests", "4", "--rate", "4", "--max-prompt-len", "64",
+                 "--max-output-len", "6", "--num-kv-blocks", str(BLOCKS), "--repeats", "2", "--seed", "71",
+                 "--out", str(tmp_path / "v"), "--no-progress")
+    assert p.returncode == 0, p.stderr
+    assert f"[continuous] {server.base}/v1/completions: 2 real run(s)" in p.stdout
+    comp = json.loads((tmp_path / "v" / "comparison.json").read_text())["cells"][0]
+    ttft = next(c for c in comp["metrics"] if c["key"] == "median_ttft_ms")
+    assert len(ttft["real"]) == 2 and all(v > 0 for v in ttft["real"])
+    assert [r["failed"] for r in comp["diagnostics"]["runs"]] == [0, 0]
+    for name in ("real", "real_2"):
+        assert len(list(csv.DictReader(open(tmp_path / "v" / name / "requests.csv")))) == 4
+    served = list(csv.DictReader(open(journal)))[before:]  # the server's rows: seeds 71, 72
+    assert len(served) == 8 and all(int(r["cached_tokens"]) == 0 for r in served), [(r["request_id"], r["prompt_len"], r["cached_tokens"]) for r in served]
+
+
 def test_replay_agrees_with_the_server_records(server, tmp_path):
     before = metrics(server)
     out = tmp_path / "replay"

@@ -44,8 +44,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_speculative_options(p)
     g = add_backend_options(p, threads_note="; the profile should be measured with the same")
     g.add_argument("--repeats", type=int, default=1, metavar="N",
-                   help="serve the real side N times: real-vs-real spread, KS and TOST tests, "
-                        "what this hardware cannot decide (default 1)")
+                   help="serve (or with --endpoint replay) the real side N times: real-vs-real "
+                        "spread, KS and TOST tests, what this hardware cannot decide (default 1)")
     add_target_options(p, required=False)  # --endpoint: replay against a server instead
     add_kv_tier_options(p)
     add_deployment_options(p)  # [deployment]: served as a prefill and a decode engine (validation/pools.py)
@@ -105,8 +105,6 @@ def run(args: argparse.Namespace) -> int:
     check_backend_tier(cfg.kv_tier, priced=True)  # validate always has a profile's price
     if args.endpoint:
         from batchlab.experiments.validation import endpoint  # lazy: httpx, only with --endpoint
-        if args.repeats != 1:
-            raise UserError("--repeats does not apply with --endpoint (one replay per validation)")
         endpoint.check_args(args, path)
         return judge_endpoint(args, cfg, workload, profile_source.load(path), path)
     if path:

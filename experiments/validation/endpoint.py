@@ -1,5 +1,8 @@
 """The endpoint source of a validation (sources.py): `batchlab validate --endpoint URL`
-replays the workload against a server (any OpenAI-compatible one) once, and the judgement
+replays the workload against a server (any OpenAI-compatible one) once, or --repeats N
+times one after another (the same arrivals and lengths; the prompts' tokens seeded seed,
+seed+1, ..., so no replay hits the prefix cache another one filled): the replays' spread
+is the server's own, beside which the error is judged. The judgement
 simulates the identical request list priced by a calibration profile under the scheduler
 settings given (they should be the server's: seats, token budget, KV blocks; KV blocks
 default to the profile's pool).
@@ -33,7 +36,7 @@ def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
 
 
 def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> tuple[RealSide, str]:
-    """The one replay as a cell, and what failed in it ('' where nothing did)."""
+    """The replays as a cell, and what failed in them ('' where nothing did)."""
     schedulers = cfg.schedulers(profile.model.max_context)
     if len(schedulers) != 1:
         raise UserError(f"--endpoint validates the one scheduler the server runs; got "
@@ -41,9 +44,13 @@ def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> t
     (policy, sched), = schedulers.items()
     sched = sched.model_copy(update={"num_kv_blocks": sched.num_kv_blocks or profile.num_kv_blocks,
                                      "block_size": sched.block_size})
-    real, rep, target = measure(args, workload, args.served_model_name, cfg.workload.seed)
-    failures = failure_summary(rep)
-    if failures:
-        warn(f"{failures}; the comparison counts finished requests only")
-    run = RealRun(target.url, real.meta, real.summary(), None, real)
-    return RealSide(target.url, workload, sched, [run], client_timed=True), failures
+    runs, failed = [], []
+    for k in range(args.repeats):
+        real, rep, target = measure(args, workload, args.served_model_name, cfg.workload.seed + k)
+        failures = failure_summary(rep)
+        if failures:
+            where = f"replay {k + 1} of {args.repeats}: " if args.repeats > 1 else ""
+            warn(f"{where}{failures}; the comparison counts finished requests only")
+            failed.append(where + failures)
+        runs.append(RealRun(target.url, real.meta, real.summary(), None, real))
+    return RealSide(target.url, workload, sched, runs, client_timed=True), "; ".join(failed)

@@ -3,7 +3,8 @@ real_2/ ... with --repeats) and simulation (sim/ the headline, sim_normalised/,
 sim_normalised_2/ ... one per real run), and its figures (cdf.png; with repeats
 cdf_band.png, sim against the real runs' band); at the top, comparison.json (the
 judgement so far, records.py Validation, rewritten after each policy) and config.json.
-With --endpoint: real/ and sim/ request tables beside comparison.json."""
+With --endpoint: real/ (real_2/ ... with --repeats) and sim/ request tables beside
+comparison.json."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -75,7 +76,8 @@ class ValidationWriter:
 def write_endpoint(out_dir: str | Path, config: dict, j: Judged, judgement: Validation) -> None:
     """--endpoint: the replay's and the simulation's request tables, and the judgement."""
     d = make_out_dir(out_dir, config)
-    for name, result in (("real", j.side.reals[0].result), ("sim", j.headline.result)):
+    reals = [(f"real_{i}" if i > 1 else "real", r.result) for i, r in enumerate(j.side.reals, 1)]
+    for name, result in (*reals, ("sim", j.headline.result)):
         (d / name).mkdir(exist_ok=True)
         write_table(d / name / REQUESTS, result.requests)
     atomic.write_text(d / "comparison.json", to_json(judgement.as_dict()) + "\n")
