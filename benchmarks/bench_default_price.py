@@ -43,8 +43,15 @@ def cli_run(tree: Path, n: int, extra: list[str]) -> tuple[float, float]:
     cpu = children_cpu() - before  # the runs are one at a time: this one's
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {p.stderr.strip()[-600:]}")
+    for line in p.stderr.splitlines():  # e.g. a stale build running as pure Python
+        if line.startswith("batchlab:") and line not in WARNED:
+            WARNED.add(line)
+            print(f"  WARNING ({tree.name}): {line}")
     wall = re.search(r"simulated in ([0-9.]+) s", p.stderr)
     return cpu, float(wall.group(1)) if wall else float("nan")
+
+
+WARNED: set[str] = set()
 
 
 def cli_instructions(tree: Path, n: int, extra: list[str]) -> int:
