@@ -15,7 +15,8 @@ import sys
 
 # From a profile of the simulator (benchmarks/bench_sim.py --profile): the engine loop,
 # the scheduler and the decode group, KV blocks, metrics recording, requests and batches,
-# step features and the roofline (docs/results/2026-12-02-compiled.md).
+# step features and the roofline (docs/results/2026-12-02-compiled.md); the default price
+# (the served GPU form: docs/results/2026-12-06-default-price-compiled.md).
 HOT = (
     "batchlab.core.request",
     "batchlab.core.emission",
@@ -32,6 +33,8 @@ HOT = (
     "batchlab.core.cost.form",
     "batchlab.core.cost.roofline",
     "batchlab.core.cost.linear",
+    "batchlab.core.cost.gpu_step",
+    "batchlab.core.cost.served.model",
     "batchlab.core.orders.admission",
     "batchlab.core.orders.victims",
     "batchlab.core.schedulers.base",

@@ -11,8 +11,8 @@ import pytest
 from batchlab.calibration.served_bench.fit import START, fit, predict, served_cost
 from batchlab.calibration.served_bench.read import read_benchmarks
 from batchlab.core.cost.gpu_form import AllReduce
+from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.model import EngineAllReduce
 from batchlab.core.cost.served.profile import load_served_profile
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures

@@ -41,6 +41,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from batchlab.core.cost.form import FormDefaults, growing
+from batchlab.core.cost.gpu_step import SMALL_M_ROWS, gemm_rows, smooth  # compiled: every GEMM's price
 from batchlab.core.cost.operator_shapes import Gemm, OperatorShapes
 from batchlab.core.features import StepFeatures
 
@@ -85,15 +86,8 @@ class GpuCostParams:
 # whole tiles of rows: Vidur's timings step up just past multiples of the tile and stay
 # flat between (128 rows on the H100; the A100's and A40's fit 64 better). The profile
 # picks its tile among TILE_CHOICES by the fit's error.
-SMALL_M_ROWS = 128
 GEMM_TILE_TOKENS = 128.0
 TILE_CHOICES = (64.0, 128.0)
-
-
-def gemm_rows(tokens: int, tile: float) -> float:
-    """The rows a GEMM computes for `tokens` tokens: all of them up to SMALL_M_ROWS, whole
-    tiles beyond."""
-    return tokens if tokens <= SMALL_M_ROWS else math.ceil(tokens / tile) * tile
 
 
 # a_tok is fitted on the one attention table there is (Vidur's A100 rows: a 70B shape at TP 2,
@@ -135,15 +129,6 @@ class AllReduce:
         x0, x1 = math.log(sizes[i - 1]), math.log(sizes[i])
         y0, y1 = math.log(times[i - 1]), math.log(times[i])
         return math.exp(y0 + (y1 - y0) * (math.log(nbytes) - x0) / (x1 - x0))
-
-
-def smooth(a: float, b: float, k: float) -> float:
-    """(a^k + b^k)^(1/k): max(a, b) as k grows, a + b at k = 1. Scaled by the larger side
-    so that powers of tiny times stay in range."""
-    m = max(b, a)
-    if m <= 0:
-        return 0.0
-    return m * ((a / m) ** k + (b / m) ** k) ** (1.0 / k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,4 +225,5 @@ class GpuCostModel(FormDefaults):
         return sum(gemms) + self._elementwise(tokens)
 
 
-__all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "prefill_token_width", "smooth"]
+__all__ = ["AllReduce", "Gemm", "GpuCostModel", "GpuCostParams", "SMALL_M_ROWS", "gemm_rows", "prefill_token_width",
+           "smooth"]

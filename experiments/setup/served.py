@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from batchlab.core.cost.form import CostModel
 from batchlab.core.cost.gpu_form import GpuCostModel
+from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.model import EngineAllReduce, ServedGpuCost
+from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.knobs import Knob
 from batchlab.core.cost.served.profile import ServedProfile, load_served_profile, shipped_served_profile
 from batchlab.core.cost.served.terms import BOUNDS, ServedTerms

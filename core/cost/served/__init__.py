@@ -5,7 +5,9 @@ all-reduce, fused elementwise kernels, its attention kernel, its own time a step
     engine.py   the engine's facts, from its source (version named)
     terms.py    ServedTerms: the constants fitted on served benchmarks, and how they
                 change a GPU profile's constants
-    model.py    ServedGpuCost: a step priced as the engine runs it (graph, piecewise, eager)
+    model.py    ServedGpuCost: a step priced as the engine runs it (graph, piecewise, eager;
+                compiled: the default price)
+    allreduce.py EngineAllReduce: the engine's all-reduce by message size
     profile.py  ServedProfile: fitted terms with their held-out error; the shipped one
                 (core/cost/profiles/served/vllm.json) is the default price's
 """

@@ -1,44 +1,30 @@
 """A step priced as a served engine runs it (engine.py's facts, terms.py's constants): a
 decode batch within the largest capture size from a full CUDA graph, a prefill or mixed
 batch within it from piecewise graphs, anything larger eagerly; the engine's all-reduce
-by message size."""
+by message size (allreduce.py).
+
+The default price for dense models: compiled (batchlab/_compiled.py HOT), and each dense
+form priced through its flattened step (core/cost/gpu_step.py), to the same bits."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from batchlab.core.cost.dispatch import gpu_cost
-from batchlab.core.cost.form import FormDefaults
-from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel
+from batchlab.core.cost.form import FormDefaults, stretch_times
+from batchlab.core.cost.gpu_form import GpuCostModel
+from batchlab.core.cost.gpu_step import DenseGpuStep
+from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import EngineFacts
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
 
 
-@dataclass(frozen=True, slots=True)
-class EngineAllReduce(AllReduce):
-    """The engine's all-reduce by message size (engine.py): its own below `custom_below`
-    bytes at `custom_scale` of NCCL's measured time for the message; symmetric memory below
-    `symm_below`, that latency plus the bytes each GPU moves (one message's worth by NVLink
-    SHARP, 2 (n - 1) / n of it two-shot) at `symm_efficiency` of the link's one-way
-    bandwidth; the measured NCCL table above."""
-    custom_scale: float = 1.0
-    custom_below: float = 0.0
-    symm_below: float = 0.0
-    multimem: bool = False
-    symm_efficiency: float = 1.0
-
-    def time(self, nbytes: float, gpus: int) -> float:
-        if gpus <= 1 or nbytes <= 0:
-            return 0.0
-        if nbytes < self.custom_below:
-            return AllReduce.time(self, nbytes, gpus) * self.custom_scale
-        if nbytes < self.symm_below:
-            moved = nbytes if self.multimem else 2 * (gpus - 1) / gpus * nbytes
-            floor = AllReduce.time(self, 1.0, gpus) * self.custom_scale
-            return floor + moved / (self.bandwidth * self.symm_efficiency)
-        return AllReduce.time(self, nbytes, gpus)
+def flattened(form: GpuCostModel) -> DenseGpuStep | None:
+    """The flattened step of a dense form; None for one that prices more (a subclass:
+    core/cost/gpu_deployment.py), which is asked itself."""
+    return DenseGpuStep.of(form) if type(form) is GpuCostModel else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +33,19 @@ class ServedGpuCost(FormDefaults):
     piecewise: GpuCostModel  # a prefill or mixed batch from piecewise graphs
     eager: GpuCostModel  # past the largest capture size
     max_capture_tokens: int
+    # each form's flattened step (derived)
+    graph_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
+    piecewise_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
+    eager_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "graph_step", flattened(self.graph))
+        object.__setattr__(self, "piecewise_step", flattened(self.piecewise))
+        object.__setattr__(self, "eager_step", flattened(self.eager))
+
+    def __reduce__(self) -> tuple:
+        """Pickled (a process pool, Dask) as its forms: the flattened steps are made again."""
+        return ServedGpuCost, (self.graph, self.piecewise, self.eager, self.max_capture_tokens)
 
     @classmethod
     def build(cls, base: GpuCostModel, terms: ServedTerms, facts: EngineFacts, max_num_seqs: int,
@@ -75,16 +74,29 @@ class ServedGpuCost(FormDefaults):
             return self.eager
         return self.graph if f.prefill_tokens == 0 else self.piecewise
 
+    def _step(self, f: StepFeatures) -> DenseGpuStep | None:
+        """_form's flattened step (None: ask _form)."""
+        if f.prefill_tokens + f.decode_tokens > self.max_capture_tokens:
+            return self.eager_step
+        return self.graph_step if f.prefill_tokens == 0 else self.piecewise_step
+
     @property
     def window(self) -> int:
         return self.graph.window
 
     def step_time(self, f: StepFeatures) -> float:
-        return self._form(f).step_time(f)
+        step = self._step(f)
+        return step.step_time(f) if step is not None else self._form(f).step_time(f)
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
-        return self._form(f).decode_run_times(f, m)
+        step = self._step(f)
+        return step.decode_run_times(f, m) if step is not None else self._form(f).decode_run_times(f, m)
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        step = self.eager_step if n > self.max_capture_tokens else self.graph_step
+        return step.decode_times(n, kv0, m) if step is not None else stretch_times(self, n, kv0, m)
 
     def at_speed(self, memory: float, compute: float | None = None) -> ServedGpuCost:
         return ServedGpuCost(self.graph.at_speed(memory, compute), self.piecewise.at_speed(memory, compute),
                              self.eager.at_speed(memory, compute), self.max_capture_tokens)
+
