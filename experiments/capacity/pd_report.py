@@ -20,6 +20,7 @@ from batchlab.experiments.capacity.pd_search import PDOption, PDShape, best_pd
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.space import Deployment
 from batchlab.experiments.capacity.tables import text_table
+from batchlab.experiments.capacity.tier_options import tier_config, tier_gib
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))
 
@@ -79,6 +80,21 @@ def binding_lines(option: PDOption, criteria: Criteria) -> list[str]:
     return lines
 
 
+def untiered(best: PDOption, options: list[PDOption]) -> str:
+    """For a winner with a searched KV tier: its line without the tier, its answer and
+    what it fails on at the winner's pools (what the tier buys); '' otherwise."""
+    if tier_gib(best.line.kv_tier) is None:
+        return ""
+    twin = next((o for o in options if o.line.kv_tier == "off" and o.line.candidates == best.line.candidates), None)
+    if twin is None:
+        return ""
+    needs = f"needs {twin.found.label()} ({twin.gpus:.0f} GPUs)" if twin.found else twin.why
+    assert best.found is not None
+    at = next((r for r in twin.tried if r.get("deployment") == best.found.label() and not r["passes"]), None)
+    fails = f"; at {best.found.label()} it fails: {at['failures']}" if at is not None else ""
+    return f"without the KV tier: {needs}{fails}"
+
+
 def render_pd(options: list[PDOption], criteria: Criteria, link: str, aggregated_gpus: float,
               aggregated_label: str | None, launch: dict) -> list[str]:
     """launch: model, gpu, dtype, seats, budget of the pools' servers."""
@@ -103,8 +119,11 @@ def render_pd(options: list[PDOption], criteria: Criteria, link: str, aggregated
     lines.append(f"aggregated against disaggregated: disaggregated wins, {best.found.label()} "
                  f"({best.gpus:.0f} GPUs) against aggregated {agg}")
     lines.append("disaggregated winner's launch (vLLM disaggregated serving, NIXL connector):")
+    tier = tier_config(best.line.kv_tier, launch.get("kv_tier")) if best.line.kv_tier else launch.get("kv_tier")
     lines += ["  " + c for c in pool_commands(launch["model"], launch["gpu"], launch["dtype"], launch["seats"],
-                                              launch["budget"], best.found, launch.get("kv_tier"))]
+                                              launch["budget"], best.found, tier)]
+    if without := untiered(best, options):
+        lines.append(f"  {without}")
     lines.append("what binds each pool:")
     lines += binding_lines(best, criteria)
     return lines
