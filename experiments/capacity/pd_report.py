@@ -56,10 +56,11 @@ def binding_lines(option: PDOption, criteria: Criteria) -> list[str]:
     assert s is not None, "binding lines are for an option that passed"
     by_percentile = criteria.goodput is None
     ttft, tpot = criteria.slo.ttft_ms, criteria.slo.tpot_ms
-    lines = [f"  prefill pool ({s.prefill} x TP{s.prefill_tp}): busy {r.get('prefill_busy_fraction', math.nan):.0%}, "
+    lines = [f"  prefill pool ({s.prefill} x TP{s.prefill_tp}): stepping {r.get('prefill_busy_fraction', math.nan):.0%}, "
              f"p99 TTFT {r.get('p99_ttft_ms', math.nan):.0f} ms{_headroom(r.get('p99_ttft_ms', math.nan), ttft if by_percentile else None)}",
-             f"  decode pool ({s.decode} x TP{s.decode_tp}): busy {r.get('decode_busy_fraction', math.nan):.0%}, "
-             f"seats {r.get('decode_slot_utilization', math.nan):.0%}, KV {r.get('decode_kv_utilization', math.nan):.0%}, "
+             f"  decode pool ({s.decode} x TP{s.decode_tp}): stepping {r.get('decode_busy_fraction', math.nan):.0%}, "
+             f"seats {r.get('decode_slot_utilization', math.nan):.0%} (all full "
+             f"{r.get('decode_seats_full_fraction', math.nan):.0%} of the time), KV {r.get('decode_kv_utilization', math.nan):.0%}, "
              f"p99 TPOT {r.get('p99_tpot_ms', math.nan):.1f} ms{_headroom(r.get('p99_tpot_ms', math.nan), tpot if by_percentile else None)} "
              f"(KV transfer mean {r.get('mean_kv_transfer_ms', math.nan):.2f} ms)"]
     if criteria.goodput is not None:  # judged by the share within both, not by a percentile

@@ -27,7 +27,7 @@ from batchlab.sim.disaggregated.summary import disaggregated_summary, stability
 # What a disaggregated point's row carries (means over its samples).
 PD_METRICS = ("request_throughput", "p99_ttft_ms", "p99_tpot_ms", "median_ttft_ms", "median_tpot_ms",
               "slo_attainment", "request_goodput", "prefill_busy_fraction", "decode_busy_fraction",
-              "decode_slot_utilization", "decode_kv_utilization", "mean_kv_transfer_ms",
+              "decode_slot_utilization", "decode_seats_full_fraction", "decode_kv_utilization", "mean_kv_transfer_ms",
               "p99_kv_transfer_ms", "mean_kv_link_wait_ms", "mean_decode_queue_ms")
 
 
