@@ -59,3 +59,22 @@ def test_each_pool_offloads_the_per_gpu_tier_times_its_tp():
     assert sizes == ["192", "96"]
     assert not any("offloading" in x for x in pool_commands("llama-3-70b", "h100-sxm", "bf16", 256, 2048,
                                                             PDShape(3, 2, 4, 2), tier_config("off", None)))
+
+
+def test_without_the_tier_names_what_the_twin_needs_or_fails():
+    from batchlab.experiments.capacity.pd_report import untiered
+    from batchlab.experiments.capacity.pd_search import PDOption, best_pd
+
+    off, cpu = lines([(1, 1)], [(1, 1)], 4, ("off", "cpu:64"))
+    small, big = off.candidates[0], off.candidates[1]
+    row = {"passes": True, "request_goodput": 1.0}
+    tiered = PDOption(cpu, small, row, [{"deployment": small.label(), **row}])
+    twin = PDOption(off, big, row, [{"deployment": small.label(), "passes": False, "failures": "p99 TTFT 9 ms > 1"},
+                                    {"deployment": big.label(), **row}])
+    assert best_pd([twin, tiered]) is tiered  # fewer GPUs first
+    said = untiered(tiered, [twin, tiered])
+    assert said == (f"without the KV tier: needs {big.label()} ({big.gpus} GPUs); "
+                    f"at {small.label()} it fails: p99 TTFT 9 ms > 1")
+    same = PDOption(off, small, row, [{"deployment": small.label(), **row}])
+    assert best_pd([tiered, same]) is same  # equal GPUs: no tier (it costs host memory)
+    assert untiered(same, [tiered, same]) == ""  # an untiered winner has no such line
