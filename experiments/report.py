@@ -16,6 +16,13 @@ ROWS: list[tuple[str, str, str]] = [
     ("slot_utilization", "slot utilisation", "{:.1%}"),
     ("kv_utilization", "KV utilisation", "{:.1%}"),
     ("preemptions", "preemptions", "{:.0f}"),
+    # A KV tier's runs only (core/kv_tiers/columns.py): what it moved, held and served
+    ("kv_tier_swaps", "KV tier swaps", "{:.0f}"),
+    ("kv_tier_recomputes", "KV tier recomputes", "{:.0f}"),
+    ("kv_tier_bytes_out", "KV tier bytes out", "{:.3g}"),
+    ("kv_tier_bytes_in", "KV tier bytes in", "{:.3g}"),
+    ("kv_tier_prefix_hit_rate", "KV tier prefix hit rate", "{:.1%}"),
+    ("kv_tier_occupancy_mean", "KV tier occupancy (mean)", "{:.1%}"),
     ("median_ttft_ms", "TTFT p50 (ms)", "{:.1f}"),
     ("p99_ttft_ms", "TTFT p99 (ms)", "{:.1f}"),
     ("median_tpot_ms", "TPOT p50 (ms)", "{:.2f}"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -26,6 +27,11 @@ def test_a_tier_adds_its_columns_and_figures_and_says_so(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())["chunked"]
     assert summary["kv_tier_bytes_out"] > 0 and summary["kv_tier_prefix_hits"] > 0
     assert json.loads((out / "config.json").read_text())["kv_tier"]["capacity_gib"] == 16
+    # the printed table shows what the tier moved and served, as summary.json has it
+    rows = dict(re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.startswith("KV tier "))
+    assert rows["KV tier bytes out"] == f"{summary['kv_tier_bytes_out']:.3g}"
+    assert rows["KV tier prefix hit rate"] == f"{summary['kv_tier_prefix_hit_rate']:.1%}"
+    assert {"KV tier swaps", "KV tier recomputes", "KV tier bytes in", "KV tier occupancy (mean)"} <= set(rows)
 
 
 def test_without_a_tier_nothing_of_it_is_written(tmp_path, capsys):

@@ -246,6 +246,20 @@ def test_summary_reports_pools_and_transfers():
     assert s["prefill_busy_fraction"] == pytest.approx(busy / s["duration"])
     for k in ("prefill_busy_fraction", "decode_busy_fraction", "decode_slot_utilization"):
         assert 0 < s[k] <= 1
+    dec = steps["replica"] > 0
+    full = steps["duration_s"][dec & (steps["num_seqs"] == steps["seats"])].sum()
+    assert s["decode_seats_full_fraction"] == pytest.approx(full / (2 * s["duration"]))
+
+
+def test_a_light_decode_pool_steps_all_the_time_with_its_seats_never_full():
+    """What 'stepping' says and 'seats all full' adds: one request at a time keeps a
+    decode replica stepping most of the run, yet never fills its seats; crowded, they fill."""
+    light = disaggregated_summary(simulate_disaggregated(workload(40, 1, gap=0.5, output=(300, 301)),
+                                                         deployment(1, 1)))
+    assert light["decode_busy_fraction"] > 0.5 and light["decode_seats_full_fraction"] == 0.0
+    crowded = disaggregated_summary(simulate_disaggregated(workload(200, 1, gap=0.01, output=(300, 301)),
+                                                           deployment(1, 1, seats=4)))
+    assert crowded["decode_seats_full_fraction"] > 0.5 >= light["decode_seats_full_fraction"]
 
 
 def test_layer_wise_transfer_hides_all_but_the_last_layer_behind_the_prefill():

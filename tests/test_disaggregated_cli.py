@@ -52,7 +52,8 @@ def test_a_faster_link_moves_the_same_bytes_sooner(capsys):
 def test_the_table_reports_each_pool(capsys):
     code, out, _ = run_cli(["simulate", *SMALL, "--decode-replicas", "1"], capsys)
     assert code == 0
-    for label in ("prefill pool busy", "decode pool busy", "KV transfer mean (ms)", "KV transfer: "):
+    for label in ("prefill pool stepping", "decode pool stepping", "decode seats all full", "KV transfer mean (ms)",
+                  "KV transfer: "):
         assert label in out
 
 

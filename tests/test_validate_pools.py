@@ -79,6 +79,8 @@ def test_validate_a_prefill_decode_deployment_end_to_end(profile_file, tmp_path)
                            "--out", str(tmp_path)])
     assert code == 0, err
     assert "1 prefill + 1 decode engine" in text and "in-process copy" in text
+    said = " ".join(text.split())  # the line is wrapped to the terminal
+    assert " us a hand-off + its bytes at " in said and "one block's staging (cold) measured now" in said
     assert "KV hand-off mean (not judged): real" in text and "decode queue mean (not judged)" in text
     assert max(len(line) for line in text.splitlines()) <= 120
     cell = json.loads((tmp_path / "comparison.json").read_text())["cells"][0]
@@ -96,12 +98,40 @@ def test_validate_a_prefill_decode_deployment_end_to_end(profile_file, tmp_path)
         assert {line.split(",")[replica] for line in steps[1:]} == {"0", "1"}  # both pools stepped
     meta = json.loads((tmp_path / "continuous" / "sim" / "meta.json").read_text())
     assert meta["kv_link"] == "in-process copy" and meta["prefill_replicas"] == meta["decode_replicas"] == 1
+    assert "us a hand-off" in meta["kv_link_source"]  # the fixed cost priced, said in the meta
+
+
+def test_the_copy_link_prices_a_fixed_cost_a_hand_off(runtime):
+    """Given, deployment.link_latency_us; else one block's staging measured now, less its
+    bytes (a time, whatever the machine: only its sign and units are checked)."""
+    from types import SimpleNamespace
+
+    from batchlab.backend.disaggregated.handoff import staging_seconds
+    from batchlab.experiments.validation.pools import copy_link
+
+    profile = SimpleNamespace(effective=SimpleNamespace(measured_copy_bandwidth=8e9))
+    given = copy_link(profile, runtime, 8, latency_us=250.0)
+    assert (given.bandwidth, given.latency_s) == (4e9, 250e-6) and "deployment.link_latency_us" in given.source
+    assert given.transfer_seconds(4e6) == pytest.approx(250e-6 + 1e-3)
+    measured = copy_link(profile, runtime, 8)
+    assert 0.0 <= measured.latency_s < 1.0 and "one block's staging (cold) measured now" in measured.source
+    assert staging_seconds(runtime.spec, runtime.dtype, runtime.device, 8, reps=3) > 0
+
+
+@pytest.mark.backend
+def test_a_given_link_latency_is_the_hand_offs_fixed_cost(profile_file, tmp_path):
+    code, _, err = cli(["validate", *SMALL_VALIDATE, *PD, "--link-latency-us", "300", "--profile", str(profile_file),
+                        "--repeats", "1", "--policy", "continuous", "--out", str(tmp_path)])
+    assert code == 0, err
+    meta = json.loads((tmp_path / "continuous" / "sim" / "meta.json").read_text())
+    assert "300 us a hand-off: deployment.link_latency_us" in meta["kv_link_source"]
 
 
 @pytest.mark.parametrize("flags, field", [
     (["--prefill-replicas", "2"], "deployment.prefill_replicas = 2"),
     (["--decode-tp", "2"], "deployment.decode_tp = 2"),
     ([*PD, "--link", "ib-ndr"], "deployment.link"),
+    ([*PD, "--link-gbs", "10"], "deployment.link_gbs"),
     ([*PD, "--kv-overlap", "layers"], "deployment.overlap"),
     ([*PD, "--kv-tier-capacity", "1", "--no-kv-tier-prefix"], "[kv_tier] with [deployment]"),
 ])

@@ -1,13 +1,16 @@
 """The KV of a prompt moved between two engines' pools: staged off the prefill pool as its
 prefill ends (before its scheduler frees the blocks), landed in the blocks the decode
 scheduler gives it on admission. The staged tensor is what a link would carry: every
-layer's K and V of the prompt's blocks (the last one padded), its bytes counted."""
+layer's K and V of the prompt's blocks (the last one padded), its bytes counted; and what
+one staging costs beyond its bytes (validate's price of a hand-off's fixed part)."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
+from batchlab.backend.device import synchronize
 from batchlab.backend.kv_cache import PagedKVCache
 from batchlab.core.kv import blocks_for
 
@@ -42,3 +45,24 @@ def land(cache: PagedKVCache, staged: StagedKV, block_table: list[int], first_bl
     if first_block < n:
         ids = torch.tensor(block_table[first_block:n], dtype=torch.int64, device=cache.device)
         cache.pool.index_copy_(3, ids, staged.blocks[:, :, :, first_block:n].to(cache.pool.device))
+
+
+def staging_seconds(spec, dtype: torch.dtype, device: torch.device, block_size: int, reps: int = 21,
+                    evict_mib: int = 64) -> float:
+    """What one hand-off costs beyond its bytes, measured as pools.py times a staging (the
+    call, then the device's sync): the median of `reps` stagings of one block, after one
+    untimed. Each follows a copy of evict_mib MiB (the size validate's copy bandwidth is
+    measured at), as a real one follows a forward pass: its pool and allocator cold; each
+    staged copy is kept, as a real one is until it lands. Warm, it measured a fifth of it."""
+    cache = PagedKVCache(spec, 2, block_size, dtype, device)
+    src = torch.ones(evict_mib * 2**20 // 4, device=device)
+    dst = torch.empty_like(src)
+    kept, ts = [], []
+    for i in range(reps + 1):
+        dst.copy_(src)
+        synchronize(device)
+        t0 = time.perf_counter()
+        kept.append(stage(cache, [i % 2], block_size))
+        synchronize(device)
+        ts.append(time.perf_counter() - t0)
+    return float(sorted(ts[1:])[reps // 2])

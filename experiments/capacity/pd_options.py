@@ -10,6 +10,7 @@ from batchlab.experiments.capacity.pd_report import render_pd
 from batchlab.experiments.capacity.pd_search import PDLine, best_pd, lines, parse_ratios, search_pd
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.space import DeploySpace, Deployment, configure, parse_list
+from batchlab.experiments.capacity.tier_options import parse_tier_options
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 
@@ -33,7 +34,8 @@ def check_pd_options(args: argparse.Namespace) -> list[PDLine]:
         raise UserError(f"--link: unknown link {args.link!r}; expected one of {', '.join(LINKS)}")
     ptp = parse_list(args.prefill_tp_options, "--prefill-tp-options", int)
     dtp = parse_list(args.decode_tp_options, "--decode-tp-options", int)
-    return lines(parse_ratios(args.pd_ratios), [(a, b) for a in ptp for b in dtp], args.max_replicas)
+    tiers = tuple(parse_tier_options(args.kv_tier_options))  # each line with and without each tier
+    return lines(parse_ratios(args.pd_ratios), [(a, b) for a in ptp for b in dtp], args.max_replicas, tiers)
 
 
 def run_pd(args: argparse.Namespace, cfg: ExperimentConfig, criteria: Criteria, samples: list,
@@ -46,13 +48,14 @@ def run_pd(args: argparse.Namespace, cfg: ExperimentConfig, criteria: Criteria, 
     launch = {"model": space.models[0], "gpu": space.gpus[0], "dtype": space.dtypes[0],
               "seats": seats, "budget": budget}
     base = configure(cfg, Deployment(launch["model"], launch["gpu"], 1, launch["dtype"], seats, budget))
-    launch["kv_tier"] = base.kv_tier  # the config's [kv_tier], below both pools' replicas
+    launch["kv_tier"] = base.kv_tier  # the config's [kv_tier]; a searched line's own replaces it
     bound = winner.gpus if winner else float("inf")
     found = search_pd(base, criteria, samples, searched, args.link, bound, executor)
     lines = render_pd(found, criteria, args.link, bound, winner.dep.label() if winner else None, launch)
     pd = best_pd(found)
     summary = {"link": args.link,
-               "options": [{"searched": o.line.name, "pools": o.found.label() if o.found else None,
+               "options": [{"searched": o.line.name, **({"kv_tier": o.line.kv_tier} if o.line.kv_tier else {}),
+                            "pools": o.found.label() if o.found else None,
                             "gpus": o.gpus if o.found else None, "why_none": o.why, **(o.row or {})}
                            for o in found],
                "winner": ("disaggregated" if pd is not None else "aggregated" if winner else None),

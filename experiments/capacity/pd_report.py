@@ -20,6 +20,7 @@ from batchlab.experiments.capacity.pd_search import PDOption, PDShape, best_pd
 from batchlab.experiments.capacity.point import Criteria
 from batchlab.experiments.capacity.space import Deployment
 from batchlab.experiments.capacity.tables import text_table
+from batchlab.experiments.capacity.tier_options import tier_config, tier_gib
 
 NIXL = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))
 
@@ -55,10 +56,11 @@ def binding_lines(option: PDOption, criteria: Criteria) -> list[str]:
     assert s is not None, "binding lines are for an option that passed"
     by_percentile = criteria.goodput is None
     ttft, tpot = criteria.slo.ttft_ms, criteria.slo.tpot_ms
-    lines = [f"  prefill pool ({s.prefill} x TP{s.prefill_tp}): busy {r.get('prefill_busy_fraction', math.nan):.0%}, "
+    lines = [f"  prefill pool ({s.prefill} x TP{s.prefill_tp}): stepping {r.get('prefill_busy_fraction', math.nan):.0%}, "
              f"p99 TTFT {r.get('p99_ttft_ms', math.nan):.0f} ms{_headroom(r.get('p99_ttft_ms', math.nan), ttft if by_percentile else None)}",
-             f"  decode pool ({s.decode} x TP{s.decode_tp}): busy {r.get('decode_busy_fraction', math.nan):.0%}, "
-             f"seats {r.get('decode_slot_utilization', math.nan):.0%}, KV {r.get('decode_kv_utilization', math.nan):.0%}, "
+             f"  decode pool ({s.decode} x TP{s.decode_tp}): stepping {r.get('decode_busy_fraction', math.nan):.0%}, "
+             f"seats {r.get('decode_slot_utilization', math.nan):.0%} (all full "
+             f"{r.get('decode_seats_full_fraction', math.nan):.0%} of the time), KV {r.get('decode_kv_utilization', math.nan):.0%}, "
              f"p99 TPOT {r.get('p99_tpot_ms', math.nan):.1f} ms{_headroom(r.get('p99_tpot_ms', math.nan), tpot if by_percentile else None)} "
              f"(KV transfer mean {r.get('mean_kv_transfer_ms', math.nan):.2f} ms)"]
     if criteria.goodput is not None:  # judged by the share within both, not by a percentile
@@ -77,6 +79,21 @@ def binding_lines(option: PDOption, criteria: Criteria) -> list[str]:
         before = option.tried[-2]
         lines.append(f"  the next smaller ({before.get('deployment', '')}): {before['failures'] or 'passes'}")
     return lines
+
+
+def untiered(best: PDOption, options: list[PDOption]) -> str:
+    """For a winner with a searched KV tier: its line without the tier, its answer and
+    what it fails on at the winner's pools (what the tier buys); '' otherwise."""
+    if tier_gib(best.line.kv_tier) is None:
+        return ""
+    twin = next((o for o in options if o.line.kv_tier == "off" and o.line.candidates == best.line.candidates), None)
+    if twin is None:
+        return ""
+    needs = f"needs {twin.found.label()} ({twin.gpus:.0f} GPUs)" if twin.found else twin.why
+    assert best.found is not None
+    at = next((r for r in twin.tried if r.get("deployment") == best.found.label() and not r["passes"]), None)
+    fails = f"; at {best.found.label()} it fails: {at['failures']}" if at is not None else ""
+    return f"without the KV tier: {needs}{fails}"
 
 
 def render_pd(options: list[PDOption], criteria: Criteria, link: str, aggregated_gpus: float,
@@ -103,8 +120,11 @@ def render_pd(options: list[PDOption], criteria: Criteria, link: str, aggregated
     lines.append(f"aggregated against disaggregated: disaggregated wins, {best.found.label()} "
                  f"({best.gpus:.0f} GPUs) against aggregated {agg}")
     lines.append("disaggregated winner's launch (vLLM disaggregated serving, NIXL connector):")
+    tier = tier_config(best.line.kv_tier, launch.get("kv_tier")) if best.line.kv_tier else launch.get("kv_tier")
     lines += ["  " + c for c in pool_commands(launch["model"], launch["gpu"], launch["dtype"], launch["seats"],
-                                              launch["budget"], best.found, launch.get("kv_tier"))]
+                                              launch["budget"], best.found, tier)]
+    if without := untiered(best, options):
+        lines.append(f"  {without}")
     lines.append("what binds each pool:")
     lines += binding_lines(best, criteria)
     return lines

@@ -15,6 +15,7 @@ import numpy as np
 
 from batchlab.core.workload import WorkloadConfig
 from batchlab.experiments.capacity.point import Criteria, _workload, too_long
+from batchlab.experiments.capacity.tier_options import tier_config, tier_gib, tier_label
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.disaggregation.config import DeploymentConfig
 from batchlab.experiments.disaggregation.setup import pd_setup
@@ -26,7 +27,7 @@ from batchlab.sim.disaggregated.summary import disaggregated_summary, stability
 # What a disaggregated point's row carries (means over its samples).
 PD_METRICS = ("request_throughput", "p99_ttft_ms", "p99_tpot_ms", "median_ttft_ms", "median_tpot_ms",
               "slo_attainment", "request_goodput", "prefill_busy_fraction", "decode_busy_fraction",
-              "decode_slot_utilization", "decode_kv_utilization", "mean_kv_transfer_ms",
+              "decode_slot_utilization", "decode_seats_full_fraction", "decode_kv_utilization", "mean_kv_transfer_ms",
               "p99_kv_transfer_ms", "mean_kv_link_wait_ms", "mean_decode_queue_ms")
 
 
@@ -52,9 +53,11 @@ class PDShape:
 @dataclass(frozen=True)
 class PDLine:
     """What one option searches: its candidate pools, fewest GPUs first (a ratio scaled
-    k = 1, 2, ...; or, for --pd-ratios all, every split of each GPU count)."""
+    k = 1, 2, ...; or, for --pd-ratios all, every split of each GPU count), and the KV
+    tier below every replica of both pools (tier_options.py; '': the config's)."""
     name: str
     candidates: tuple[PDShape, ...]
+    kv_tier: str = ""
 
 
 @dataclass
@@ -85,9 +88,15 @@ def parse_ratios(text: str) -> list[tuple[int, int]] | None:
     return list(dict.fromkeys(out))
 
 
-def lines(ratios: list[tuple[int, int]] | None, tps: list[tuple[int, int]], max_replicas: int) -> list[PDLine]:
+def lines(ratios: list[tuple[int, int]] | None, tps: list[tuple[int, int]], max_replicas: int,
+          tiers: tuple[str, ...] = ("",)) -> list[PDLine]:
     """One line per ratio and TP pair (None: one per TP pair over every split), each
-    pool at most max_replicas replicas."""
+    pool at most max_replicas replicas; each once per KV tier option (--kv-tier-options)."""
+    untiered = _lines(ratios, tps, max_replicas)
+    return [PDLine(x.name + tier_label(t), x.candidates, t) for x in untiered for t in tiers]
+
+
+def _lines(ratios: list[tuple[int, int]] | None, tps: list[tuple[int, int]], max_replicas: int) -> list[PDLine]:
     out = []
     for a, b in tps:
         if ratios is None:  # every split of up to ALL_SPLITS replicas in all
@@ -102,13 +111,16 @@ def lines(ratios: list[tuple[int, int]] | None, tps: list[tuple[int, int]], max_
     return out
 
 
-def pd_config(base: ExperimentConfig, shape: PDShape, link: str) -> ExperimentConfig:
+def pd_config(base: ExperimentConfig, shape: PDShape, link: str, kv_tier: str = "") -> ExperimentConfig:
+    """kv_tier: a searched tier option, per GPU: each pool's replicas hold it times their TP."""
     dep = DeploymentConfig(prefill_replicas=shape.prefill, decode_replicas=shape.decode,
                            prefill_tp=shape.prefill_tp, decode_tp=shape.decode_tp, link=link)
     cfg = base.model_copy(deep=True)
     cfg.run.replicas = 1
     cfg.run.model_fields_set.discard("replicas")  # the pools' replicas are the deployment's
     cfg.deployment = dep
+    if kv_tier:
+        cfg.kv_tier = tier_config(kv_tier, base.kv_tier)
     return cfg
 
 
@@ -157,7 +169,8 @@ def search_pd(base: ExperimentConfig, criteria: Criteria, samples: list[Workload
         if not live:
             return options
         shapes = [todo[id(o)].pop(0) for o in live]
-        rows = run_all(executor, pd_point, [(pd_config(base, s, link), criteria, samples, s) for s in shapes])
+        rows = run_all(executor, pd_point, [(pd_config(base, s, link, o.line.kv_tier), criteria, samples, s)
+                                            for o, s in zip(live, shapes)])
         for o, shape, row in zip(live, shapes, rows):
             o.tried.append(row)
             if row["cannot_run"]:
@@ -170,7 +183,8 @@ def search_pd(base: ExperimentConfig, criteria: Criteria, samples: list[Workload
 
 
 def best_pd(options: list[PDOption]) -> PDOption | None:
-    """Fewest GPUs; among equals the most goodput, then the order given."""
+    """Fewest GPUs; among equals no KV tier (it costs host memory), the most goodput,
+    then the order given."""
     ok = [o for o in options if o.found is not None]
-    return min(ok, key=lambda o: (o.gpus, -(o.row or {}).get("request_goodput", 0.0),
-                                  options.index(o))) if ok else None
+    return min(ok, key=lambda o: (o.gpus, tier_gib(o.line.kv_tier) is not None,
+                                  -(o.row or {}).get("request_goodput", 0.0), options.index(o))) if ok else None

@@ -134,11 +134,15 @@ def judge_served(args: argparse.Namespace, cfg, workload, path: str | None) -> i
     table = args.format == "table"
     if table:
         print(render.fit(render.profile_line(info)) + "\n")
-    link = pools.copy_link(profile, rt.device) if cfg.deployment is not None else None
+    link = None
+    if cfg.deployment is not None:
+        block = next(iter(schedulers.values())).block_size
+        link = pools.copy_link(profile, rt, block, cfg.deployment.link_latency_us)
     if table and link is not None:
         print(render.fit(f"served as 1 prefill + 1 decode engine in one process, each step timed, each pool on a "
                          f"timeline of its own; the KV hand-off is an {link.name} priced at "
-                         f"{link.bandwidth / 1e9:.3g} GB/s ({link.source})") + "\n")
+                         f"{link.latency_s * 1e6:.0f} us a hand-off + its bytes at {link.bandwidth / 1e9:.3g} GB/s "
+                         f"({link.source})") + "\n")
     judged = []
     for sched in schedulers.values():
         where = str(writer.dir / sched.policy) if writer else SERVED_HERE

@@ -25,10 +25,11 @@ from batchlab.sim.disaggregated.summary import disaggregated_summary, stability
 
 POOL_ROWS: list[tuple[str, str, str]] = [
     ("gpus", "GPUs (both pools)", "{:.0f}"),
-    ("prefill_busy_fraction", "prefill pool busy", "{:.1%}"),
+    ("prefill_busy_fraction", "prefill pool stepping", "{:.1%}"),
     ("prefill_slot_utilization", "prefill seats in use", "{:.1%}"),
-    ("decode_busy_fraction", "decode pool busy", "{:.1%}"),
+    ("decode_busy_fraction", "decode pool stepping", "{:.1%}"),
     ("decode_slot_utilization", "decode seats in use", "{:.1%}"),
+    ("decode_seats_full_fraction", "decode seats all full", "{:.1%}"),
     ("decode_kv_utilization", "decode KV in use", "{:.1%}"),
     ("kv_transfers", "KV transfers", "{:.0f}"),
     ("kv_transfer_bytes", "KV bytes moved (GB)", "{:.2f}"),

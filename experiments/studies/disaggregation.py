@@ -111,7 +111,8 @@ def report(r: dict) -> str:
         ("regime", "regime", None), ("deployment", "deployment", None), ("GPUs", "gpus", "{:.0f}"),
         ("max rate (req/s)", "max_rate", "{:.2f}"), ("goodput/GPU", "goodput_per_gpu", "{:.2f}"),
         ("TTFT p99 ms", "p99_ttft_ms", "{:.0f}"), ("TPOT p99 ms", "p99_tpot_ms", "{:.1f}"),
-        ("prefill busy", "prefill_busy_fraction", "{:.0%}"), ("decode busy", "decode_busy_fraction", "{:.0%}")))
+        ("prefill stepping", "prefill_busy_fraction", "{:.0%}"),
+        ("decode stepping", "decode_busy_fraction", "{:.0%}")))
     verdicts = "\n".join(f"- **{name}**: {v['sentence']}" for name, v in r["verdicts"].items())
     regimes = "; ".join(f"**{k}**: prompts {v['prompt']}, replies {v['reply']} tokens, TTFT <= {v['ttft_ms']:g} ms, "
                         f"TPOT <= {v['tpot_ms']:g} ms" for k, v in r["regimes"].items())

@@ -9,7 +9,8 @@ hand-off's measured time against its price and the decode queue are reported.
 The hand-off's price: the two engines share one device, so the KV crosses no network
 link but a memory copy (staged off the prefill pool into a buffer, what a link would
 carry); its link is that copy at the profile's measured copy bandwidth (read + write
-counted, so bytes moved at half of it), no fixed cost. The landing copy into the decode
+counted, so bytes moved at half of it) plus a fixed cost a hand-off (the call and the
+device's sync: measured at the start, or deployment.link_latency_us). The landing copy into the decode
 pool runs inside the admitting decode step's time, as a swap-in does, unpriced."""
 from __future__ import annotations
 
@@ -39,10 +40,10 @@ def check_deployment(cfg: ExperimentConfig) -> None:
         if getattr(d, field) != 1:
             raise UserError(f"deployment.{field} = {getattr(d, field)}: validate serves {why} in one process "
                             f"(1:1, TP 1); simulate explores other deployments")
-    given = d.model_fields_set & {"link", "link_gbs", "link_latency_us"}
+    given = d.model_fields_set & {"link", "link_gbs"}
     if given:
         raise UserError(f"deployment.{sorted(given)[0]}: validate's hand-off is a copy in one process, priced "
-                        f"by the profile's copy bandwidth, not a named link")
+                        f"by the profile's copy bandwidth, not a named link (link_latency_us sets its fixed cost)")
     if d.overlap != "none":
         raise UserError("deployment.overlap = 'layers': the backend stages a prompt's KV after its prefill "
                         "(overlap = none)")
@@ -55,18 +56,29 @@ def check_deployment(cfg: ExperimentConfig) -> None:
                         "workload (arrival times)")
 
 
-def copy_link(profile, device) -> LinkSpec:
+def copy_link(profile, runtime, block_size: int, latency_us: float | None = None) -> LinkSpec:
     """The in-process copy as a link: the profile's measured copy bandwidth, else one
-    measured now on `device`."""
+    measured now on the runtime's device; its fixed cost a hand-off deployment.link_latency_us
+    where given, else measured now (a profile has none): one block's staging less its bytes."""
     effective = getattr(profile, "effective", None)
     measured = getattr(effective, "measured_copy_bandwidth", None)
     source = "the profile's measured copy bandwidth"
     if not measured:
         from batchlab.calibration.sweep.timing import measure_roofline  # lazy: torch
 
-        measured, source = measure_roofline(device, mib=64)["copy_bandwidth"], "a copy measured now"
-    return LinkSpec(name="in-process copy", kind="memory copy", bandwidth=measured / 2, latency_s=0.0,
-                    source=f"{source}, {measured / 1e9:.3g} GB/s read + write: the KV staged at half of it")
+        measured, source = measure_roofline(runtime.device, mib=64)["copy_bandwidth"], "a copy measured now"
+    bandwidth = measured / 2
+    if latency_us is not None:
+        latency, said = latency_us * 1e-6, "deployment.link_latency_us"
+    else:
+        from batchlab.backend.disaggregated.handoff import staging_seconds  # lazy: torch
+
+        one_block = runtime.meta().kv_bytes_per_token * block_size / bandwidth
+        latency = max(0.0, staging_seconds(runtime.spec, runtime.dtype, runtime.device, block_size) - one_block)
+        said = "one block's staging (cold) measured now, less its bytes"
+    return LinkSpec(name="in-process copy", kind="memory copy", bandwidth=bandwidth, latency_s=latency,
+                    source=f"{source}, {measured / 1e9:.3g} GB/s read + write: the KV staged at half of it; "
+                           f"{latency * 1e6:.0f} us a hand-off: {said}")
 
 
 def pool_figures(run: DisaggregatedResult) -> dict[str, float]:

@@ -1,6 +1,10 @@
 """What a disaggregated run adds to the summary: each pool's use and the KV transfers.
 
-    {prefill,decode}_busy_fraction   seconds its replicas stepped / (replicas x duration)
+    {prefill,decode}_busy_fraction   seconds its replicas stepped / (replicas x duration): the
+                                     share of time some sequence was prefilling (decoding),
+                                     near 1 for a decode pool at any load ("stepping")
+    decode_seats_full_fraction       seconds decode replicas stepped with every seat taken /
+                                     (replicas x duration): how near its seats are to binding
     {prefill,decode}_slot_utilization  mean seats in use over its steps
     {prefill,decode}_kv_utilization    mean KV blocks in use over its steps
     kv_transfers, kv_transfer_bytes  hand-offs and the bytes they moved
@@ -33,6 +37,8 @@ def pool_figures(run: DisaggregatedResult, duration: float) -> dict[str, float]:
         if steps is None or not duration > 0:
             out.update({f"{name}_busy_fraction": math.nan, f"{name}_slot_utilization": math.nan,
                         f"{name}_kv_utilization": math.nan})
+            if name == "decode":
+                out["decode_seats_full_fraction"] = math.nan
             continue
         mine = (steps["replica"] >= lo) & (steps["replica"] < hi)
         n = int(mine.sum())
@@ -41,6 +47,9 @@ def pool_figures(run: DisaggregatedResult, duration: float) -> dict[str, float]:
                                            if n else math.nan)
         out[f"{name}_kv_utilization"] = (float((steps["kv_blocks_used"][mine] / steps["kv_blocks_total"][mine]).mean())
                                          if n else math.nan)
+        if name == "decode":
+            full = mine & (steps["num_seqs"] >= steps["seats"])
+            out["decode_seats_full_fraction"] = float(steps["duration_s"][full].sum() / (pool.replicas * duration))
     return out
 
 
