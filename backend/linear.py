@@ -4,7 +4,14 @@ On CPU in float32, oneDNN with weights prepacked once (the kernel torch's own co
 uses for frozen CPU graphs) beats the default MKL path for the thin matrices of decode
 steps: measured 2-4x on 4-16 rows (MKL runs 1-3 rows as separate matrix-vector
 products) and ~2x on the LM head at 64 rows. It agrees with F.linear to float32
-rounding. Elsewhere (cuda, other dtypes, a torch without oneDNN) F.linear/addmm."""
+rounding. Elsewhere (cuda, other dtypes, a torch without oneDNN) F.linear/addmm.
+
+oneDNN creates (and caches, 1024 entries) a kernel per row count: a server meeting every
+prompt length paid that creation in its prefill steps and grew by each new shape's kernel
+(docs/results/2026-12-06-serve-soak.md). So above EXACT_ROWS (a decode batch: each its own
+shape) the rows are padded with zeros to the next of eight sizes an octave, as serving
+engines pad steps to their captured sizes: at most 1/8 more rows, and a bounded set of
+shapes (~120 per weight up to 8192 rows). Each row's result is the unpadded one's."""
 from __future__ import annotations
 
 import torch
@@ -12,6 +19,7 @@ import torch.nn.functional as F
 
 MATMUL_CHOICES = ("auto", "onednn", "torch")
 _PACK_ROWS = 64  # the batch size oneDNN packs for; any row count runs on the result
+EXACT_ROWS = 64
 
 
 def onednn_available() -> bool:
@@ -30,6 +38,15 @@ def resolve_matmul(choice: str, device: torch.device, dtype: torch.dtype) -> str
     return "onednn" if choice == "onednn" or (choice == "auto" and fits) else "torch"
 
 
+def padded_rows(rows: int) -> int:
+    """The row count a oneDNN matmul of `rows` runs at: itself up to EXACT_ROWS, else
+    rounded up to a multiple of an eighth of its octave (65..128 by 8, 129..256 by 16...)."""
+    if rows <= EXACT_ROWS:
+        return rows
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
 class Linear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> None:
         self.out_features, self.in_features = weight.shape
@@ -45,9 +62,16 @@ class Linear:
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.kernel == "onednn":
+            rows = x.shape[0]
+            pad = padded_rows(rows) - rows
+            if pad:
+                x = F.pad(x, (0, 0, 0, pad))
+                residual = None if residual is None else F.pad(residual, (0, 0, 0, pad))
             if residual is not None:
-                return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+                y = torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
+            else:
+                y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+            return y[:rows] if pad else y
         if residual is not None:
             y = torch.addmm(residual, x, self._wt)  # the residual add rides on the GEMM
             return y if self.bias is None else y.add_(self.bias)

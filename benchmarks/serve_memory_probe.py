@@ -7,7 +7,7 @@ the allocator kept but no longer used). The loop trims the heap itself when it g
 
     python benchmarks/serve_memory_probe.py                  # 30 waves of 64, mixed lengths
     python benchmarks/serve_memory_probe.py --lengths fixed --kv-memory 64MiB
-    python benchmarks/serve_memory_probe.py --waves 100 --kernel-caches 256   # as serve runs"""
+    python benchmarks/serve_memory_probe.py --waves 100 --kernel-caches 256"""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from batchlab.backend.runtime import Runtime  # noqa: E402
 from batchlab.backend.server.engine_loop import EngineLoop  # noqa: E402
-from batchlab.backend.server.memory import bound_kernel_caches  # noqa: E402
 from batchlab.core.config import SchedulerConfig  # noqa: E402
 
 
@@ -39,13 +38,14 @@ def main() -> int:
     ap.add_argument("--kv-memory", default="64MiB")
     ap.add_argument("--no-trim", action="store_true", help="the loop does not trim the heap")
     ap.add_argument("--kernel-caches", type=int, default=None, metavar="N",
-                    help="bound torch's oneDNN kernel caches to N entries, as batchlab serve does "
-                    "(default: as the environment says, else oneDNN's 1024)")
+                    help="bound torch's oneDNN kernel caches (oneDNN's and ideep's) to N entries "
+                    "(default: as the environment says, else 1024 each)")
     a = ap.parse_args()
     if not 1 <= a.waves <= 200 or not 1 <= a.seats <= 256:
         raise SystemExit("--waves must be 1-200, --seats 1-256")
-    if a.kernel_caches is not None:
-        bound_kernel_caches(a.kernel_caches)
+    if a.kernel_caches is not None:  # read once, at the first kernel
+        for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+            os.environ[name] = str(a.kernel_caches)
     t0 = time.perf_counter()
     rt = Runtime("batchlab-tiny", kv_memory=a.kv_memory, threads=1)
     loop = EngineLoop(rt, SchedulerConfig(policy="continuous", max_num_seqs=a.seats))

@@ -163,7 +163,6 @@ class RunMeta(Record):
     idle_s: Number | None = None
     heap_trims: int | None = None  # batchlab serve: malloc_trim calls (backend/server/memory.py)
     heap_trim_s: Number | None = None  # ... and the engine time they took
-    kernel_caches: dict[str, str] | None = None  # batchlab serve: the kernel cache bounds it ran with
     steps: int | None = None
     engine_forward_s: Number | None = None
     engine_prepare_s: Number | None = None

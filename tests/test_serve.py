@@ -256,11 +256,8 @@ def test_replay_agrees_with_the_server_records(server, tmp_path):
     speed = meta["machine_speed"]
     assert (speed["factor"] or 0) > 0 or speed["probe"]["after"]["read_bandwidth"] > 0
     assert meta["stability"]["verdict"] in ("stable", "overloaded")
-    # Its kernel caches were bounded (the environment's own setting, else serve's), and it
-    # gave freed heap back between the replay's bursts (backend/server/memory.py).
-    from batchlab.backend.server.memory import KERNEL_CACHE_ENTRIES, KERNEL_CACHE_VARIABLES, HeapTrim
-    assert meta["kernel_caches"] == {v: os.environ.get(v, str(KERNEL_CACHE_ENTRIES))
-                                     for v in KERNEL_CACHE_VARIABLES}
+    # It gave freed heap back between the replay's bursts (backend/server/memory.py).
+    from batchlab.backend.server.memory import HeapTrim
     assert meta["heap_trims"] >= (1 if HeapTrim().available else 0) and meta["heap_trim_s"] >= 0
     assert int(steps[0]["after_idle"]) == 1 and int(steps[0]["after_prefill"]) == 0
     for prev, cur in zip(steps, steps[1:]):

@@ -10,6 +10,6 @@ metrics.py      /metrics: Prometheus, with vLLM's metric names
 app.py          the FastAPI application and its routes
 listen.py       the listening socket, bound before the model loads
 server.py       uvicorn, and the engine thread's start and stop
-memory.py       bounded kernel caches and heap trims: a long-running server's memory level
+memory.py       heap trims: a long-running server's memory level
 (sampling per request: backend/sampling.py)
 Imports backend and core, nothing above them."""

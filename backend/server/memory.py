@@ -1,37 +1,20 @@
-"""What keeps a long-running server's memory level: kernel caches with a bound that fills
-in minutes, and freed heap handed back to the system.
+"""Gives the heap memory a long-running server freed back to the system.
 
 In serve's soak (docs/results/2026-12-06-serve-soak.md) memory grew with each new step
-shape, not with requests: torch's oneDNN matmuls keep a primitive per input shape in two
-caches (oneDNN's own and ideep's, 1024 entries each by default, a few hundred KiB an entry
-for batchlab-tiny), so a server that meets thousands of shapes grew for a long time before
-they filled. `bound_kernel_caches` sets both to KERNEL_CACHE_ENTRIES unless the user set
-them, before the first kernel runs: the decode shapes (1..max-num-seqs rows) a step repeats
-stay cached. And glibc keeps memory torch frees (about 40% of the growth): `HeapTrim`
-calls malloc_trim(0) between steps once the loop has been idle `idle_s` after work (a
-request arriving in a short gap does not wait for a trim), and under unbroken load at most
-every `every_s`; each is a pause of the engine thread, counted."""
+shape, not with requests: oneDNN's kernel caches (bounded now that backend/linear.py pads
+rows to a bounded set of shapes) and memory glibc kept after torch freed it (about 40% of
+the growth). `HeapTrim` calls malloc_trim(0) between steps once the loop has been idle
+`idle_s` after work (a request arriving in a short gap does not wait for a trim), and under
+unbroken load at most every `every_s`; each is a pause of the engine thread, counted."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import time
 from collections.abc import Callable
 
-KERNEL_CACHE_ENTRIES = 256
-# oneDNN's primitive cache, and ideep's (torch's oneDNN wrapper) LRU of computations.
-KERNEL_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 TRIM_EVERY_S = 30.0  # under load; a trim took 4-20 ms (results page)
 TRIM_AFTER_IDLE_S = 0.5
-
-
-def bound_kernel_caches(entries: int = KERNEL_CACHE_ENTRIES) -> dict[str, str]:
-    """Bound the kernel caches unless the environment already does; call before torch runs
-    its first kernel (both are read once, then). Returns the settings in effect."""
-    for name in KERNEL_CACHE_VARIABLES:
-        os.environ.setdefault(name, str(entries))
-    return {name: os.environ[name] for name in KERNEL_CACHE_VARIABLES}
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

@@ -12,7 +12,6 @@ import sys
 import time
 
 from batchlab.backend.server.listen import bind, bound_port
-from batchlab.backend.server.memory import bound_kernel_caches
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.options import (add_backend_options, add_common_options, load_experiment, reject_unused,
                                           reject_unused_tables)
@@ -81,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     # The backend (torch) only once the arguments are known to be good and the port bound;
     # load_runtime says in one line when torch is missing.
     port = bound_port(sock)
-    kernel_caches = bound_kernel_caches()  # before the first kernel: memory levels off
     t0 = time.perf_counter()
     rt = load_runtime(cfg)
     from batchlab.backend.models import params_label  # lazy: torch, loaded by load_runtime
@@ -103,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
     speed_cost, speed_source = profile_source.speed_pricing(None, None, rt)
     with profile_source.probe_around(rt.device, speed_cost is None) as probe:
         server.run(sock)
-    result = server.result({"host": args.host, "port": port, "served_model_name": name,
-                            "kernel_caches": kernel_caches})
+    result = server.result({"host": args.host, "port": port, "served_model_name": name})
     # meta: machine_speed (steps priced with the draft's passes where it drafted), stability
     label_real(result, drafted(speed_cost, result.meta.speculative) if speed_cost is not None else None,
                speed_source, probe)
