@@ -37,6 +37,7 @@ from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
 from batchlab.core.schedulers import make_scheduler
+from batchlab.core.speculative.config import SpeculativeConfig
 
 log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05  # an idle loop re-checks its stop flag this often
