@@ -18,6 +18,7 @@ from batchlab.core.speculative.emission import SpeculativeEmission
 from batchlab.core.workload import Workload
 from batchlab.experiments.speculative_options import write_acceptance
 from batchlab.sim import simulate
+from tests.engine_loop_helpers import stream_through_loop
 
 W = Workload(np.zeros(6), np.asarray([8, 30, 3, 17, 50, 12]), np.asarray([5, 19, 12, 3, 27, 10]))
 
@@ -110,33 +111,12 @@ def test_bad_backend_speculation_is_one_line():
 def test_a_speculating_server_streams_the_targets_tokens(runtime):
     """The server's loop, speculating: the same tokens as without, several arriving at one
     step's end where drafts were accepted; a request that asks to sample is refused."""
-    import threading
-
     from batchlab.backend.sampling import SamplingParams
-    from batchlab.backend.server.engine_loop import EngineLoop
 
     prompts = [list(range(5, 25)), list(range(100, 130)), [7] * 12]
 
     def serve(speculative=None, params=None):
-        loop = EngineLoop(runtime, SchedulerConfig(policy="chunked", block_size=8), warmup=False,
-                          speculative=speculative)
-        loop.start()
-        got = []
-        try:
-            for ids in prompts:
-                events, done = [], threading.Event()
-
-                def emit(e, events=events, done=done):
-                    events.append(e)
-                    if e.finished:
-                        done.set()
-                loop.submit(loop.new_request(ids, 24, loop.clock()), emit, params)
-                got.append((events, done))
-            for _, done in got:
-                assert done.wait(120), "a request never ended"
-        finally:
-            loop.stop()
-        return [events for events, _ in got], loop
+        return stream_through_loop(runtime, prompts, 24, speculative, params)
 
     plain, _ = serve()
     drafted, loop = serve(spec(5, 3))

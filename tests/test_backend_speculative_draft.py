@@ -17,6 +17,7 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.kv_tiers import TierConfig
 from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
+from tests.engine_loop_helpers import stream_through_loop
 
 W = Workload(np.zeros(6), np.asarray([8, 30, 3, 17, 50, 12]), np.asarray([5, 19, 12, 3, 27, 10]))
 
@@ -179,32 +180,11 @@ def test_validate_simulates_a_separate_drafts_runs(tmp_path, capsys):
 
 
 def test_a_server_speculating_with_a_separate_draft_streams_the_targets_tokens(runtime):
-    import threading
-
-    from batchlab.backend.server.engine_loop import EngineLoop
-
     prompts = [list(range(5, 25)), list(range(100, 130)), [7] * 12]
 
     def serve(speculative=None):
-        loop = EngineLoop(runtime, SchedulerConfig(policy="chunked", block_size=8), warmup=False,
-                          speculative=speculative)
-        loop.start()
-        got = []
-        try:
-            for ids in prompts:
-                events, done = [], threading.Event()
-
-                def emit(e, events=events, done=done):
-                    events.append(e)
-                    if e.finished:
-                        done.set()
-                loop.submit(loop.new_request(ids, 16, loop.clock()), emit)
-                got.append((events, done))
-            for _, done in got:
-                assert done.wait(120), "a request never ended"
-        finally:
-            loop.stop()
-        return [[e.token for e in events] for events, _ in got], loop
+        events, loop = stream_through_loop(runtime, prompts, 16, speculative)
+        return [[e.token for e in ev] for ev in events], loop
 
     plain, _ = serve()
     drafted, loop = serve(spec(3, "batchlab-tiny"))  # the target's weights: every draft accepted
