@@ -21,6 +21,7 @@ from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
 from batchlab.core.step_runs import RunLog, with_runs
+from batchlab.core.summary import ratio_total
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
@@ -54,20 +55,35 @@ class MetricsRecorder:
         self._runs = RunLog()  # fast-forward runs' rows, kept as runs (core/step_runs.py)
         # Running totals over steps: what the summary needs when there is no step table
         # (typed: compiled, a dict of floats would make the counts floats).
+        # The fractions' numerators, summed exactly as integers per denominator (seats, KV
+        # blocks), so the totals depend neither on how the replicas' steps interleave in
+        # recording nor on where fast-forward runs were cut.
         self._num_steps = 0
-        self._seat_fraction = 0.0
-        self._kv_fraction = 0.0
+        self._seated: dict[int, int] = {}  # seats -> sequences summed over steps
+        self._kv_used: dict[int, int] = {}  # KV blocks in all -> blocks used summed over steps
         self._preemptions = 0
         self.decisions = 0  # engine iterations recorded: a step, or a fast-forward run
         self.itl_gap = array("d")  # inter-token gaps, seconds ...
         self.itl_count = array("q")  # ... and how many tokens had each
+        # Where each replica's run of gaps starts in itl_gap (step table only): itl() puts
+        # them in replica order, each replica's in time order, however they interleaved.
+        self._gap_replica = array("q")
+        self._gap_start = array("q")
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
 
     @property
     def totals(self) -> dict[str, int | float]:
         """num_steps, seat_fraction and kv_fraction (summed over steps), preemptions."""
-        return {"num_steps": self._num_steps, "seat_fraction": self._seat_fraction,
-                "kv_fraction": self._kv_fraction, "preemptions": self._preemptions}
+        return {"num_steps": self._num_steps, "seat_fraction": ratio_total(self._seated),
+                "kv_fraction": ratio_total(self._kv_used), "preemptions": self._preemptions}
+
+    def _replica(self, replica: int) -> None:
+        """Note that `replica`'s gaps follow (before any are recorded)."""
+        if self._itl_hist is None:
+            n = len(self._gap_replica)
+            if n == 0 or self._gap_replica[n - 1] != replica:
+                self._gap_replica.append(replica)
+                self._gap_start.append(len(self.itl_gap))
 
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
@@ -78,6 +94,7 @@ class MetricsRecorder:
         kv_blocks_used and cached_blocks (blocks holding a cached prefix, in use or
         not) as they stood when the step was formed."""
         seqs, b = batch.seqs, batch.bulk_decodes
+        self._replica(replica)
         if batch.group_decodes:
             self._group_gaps(start, end, batch)
         if b:  # bulk decodes: every one sampled and has a previous token
@@ -100,8 +117,8 @@ class MetricsRecorder:
         self._maybe_fold()
         self._num_steps += 1
         self.decisions += 1
-        self._seat_fraction += features.num_seqs / seats
-        self._kv_fraction += kv_blocks_used / kv_blocks_total
+        self._seated[seats] = self._seated.get(seats, 0) + features.num_seqs
+        self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_blocks_used
         self._preemptions += len(batch.preempted)
         if self._step is not None:
             # object: compiled, a tuple of ints and floats would iterate as floats
@@ -155,6 +172,7 @@ class MetricsRecorder:
         decode. The same rows, gaps, totals and token stamps as m calls
         of record_step."""
         m = len(num_seqs)
+        self._replica(replica)
         self._group_gaps(times[0], times[1], batch)
         group = batch.group
         assert group is not None
@@ -173,8 +191,8 @@ class MetricsRecorder:
             seat_steps += n
         for used in kv_blocks_used:
             kv_steps += used
-        self._seat_fraction += seat_steps / seats
-        self._kv_fraction += kv_steps / kv_blocks_total
+        self._seated[seats] = self._seated.get(seats, 0) + seat_steps
+        self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_steps
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = len(self._step["replica"]) + len(self._step_pending[0])
             self._runs.add(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
@@ -266,7 +284,14 @@ class MetricsRecorder:
         """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one
         (without a step table: gaps to 0.005%, from the histogram)."""
         if self._itl_hist is None:
-            return _np(self.itl_gap), _np(self.itl_count)
+            gaps, counts = _np(self.itl_gap), _np(self.itl_count)
+            replicas, starts = _np(self._gap_replica), _np(self._gap_start)
+            if not len(replicas) or (replicas[1:] > replicas[:-1]).all():
+                return gaps, counts  # one replica, or replicas that never interleaved
+            # Each gap's replica, then a stable sort by it: replica order, time order within.
+            lengths = np.diff(np.append(starts, len(gaps)))
+            order = np.argsort(np.repeat(replicas, lengths), kind="stable")
+            return gaps[order], counts[order]
         self._fold()
         return self._itl_hist.pairs()
 

@@ -107,11 +107,28 @@ def meets_slo(req: dict[str, np.ndarray], slo: SLO,
 
 def step_totals(steps: dict[str, np.ndarray]) -> dict[str, float]:
     """What the summary needs from a step table (MetricsRecorder.totals keeps the same
-    running sums when no table is recorded)."""
+    sums when no table is recorded)."""
     return {"num_steps": len(steps["seats"]),
-            "seat_fraction": float((steps["num_seqs"] / steps["seats"]).sum()),
-            "kv_fraction": float((steps["kv_blocks_used"] / steps["kv_blocks_total"]).sum()),
+            "seat_fraction": ratio_total(_by_denominator(steps["num_seqs"], steps["seats"])),
+            "kv_fraction": ratio_total(_by_denominator(steps["kv_blocks_used"], steps["kv_blocks_total"])),
             "preemptions": int(steps["num_preempted"].sum())}
+
+
+def _by_denominator(numerators: np.ndarray, denominators: np.ndarray) -> dict[int, int]:
+    dens, which = np.unique(denominators, return_inverse=True)
+    totals = np.zeros(len(dens), np.int64)
+    np.add.at(totals, which.ravel(), numerators.astype(np.int64))
+    return {int(d): int(t) for d, t in zip(dens, totals)}
+
+
+def ratio_total(by_denominator: dict[int, int]) -> float:
+    """Sum over steps of numerator / denominator, given each denominator's numerators
+    summed (exact integers): one division per denominator, added in increasing order of
+    denominator, so the figure does not depend on the order the steps came in."""
+    total = 0.0
+    for d in sorted(by_denominator):
+        total += by_denominator[d] / d
+    return total
 
 
 def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
