@@ -71,6 +71,13 @@ class Arrivals:
                 self._next_time = float(w.arrival[i]) if i < len(w) else math.inf
             self.submit(request, request.arrival)
 
+    def next_time_for(self, first: int, every: int) -> float:
+        """next_time() among requests first, first + every, ... only: the next one a
+        round-robin router sends to its replica `first` of `every` (pulled, open loop)."""
+        n = self._block_end - len(self._block)  # requests pulled so far
+        j = n + (first - n) % every
+        return float(self.workload.arrival[j]) if j < len(self.workload) else math.inf
+
     @property
     def closed_loop(self) -> bool:
         return self._slots is not None

@@ -69,6 +69,10 @@ class Replica:
         assert pulled is None or self.next_arrival in (None, pulled.next_time), \
             "pulled arrivals come with their own next_time as next_arrival"
         self._sleeping = False  # idle, waiting on _wake
+        # Pulled arrivals that a round-robin router deals out (sim/simulate.py): only every
+        # route_every-th one, from this replica's index on, can come here, and only that
+        # one ends its runs and wakes it (1: any arrival may).
+        self.route_every = 1
         # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
         self.step_note: Callable[[float], None] | None = None
         env.process(self._loop())
@@ -106,7 +110,7 @@ class Replica:
                 self._wake = env.event()
                 wakeup = sched.next_wakeup(now)
                 if pulled is not None:
-                    arrival = pulled.next_time()
+                    arrival = self._next_pulled(pulled)
                     wakeup = arrival if wakeup is None else min(wakeup, arrival)
                     if wakeup == math.inf:
                         wakeup = None
@@ -161,6 +165,12 @@ class Replica:
                 if self.closed_loop:
                     yield late(env)  # the users' next requests, if sent now, come first
 
+    def _next_pulled(self, pulled: Arrivals) -> float:
+        """The next pulled arrival that can come to this replica."""
+        if self.route_every == 1:
+            return pulled.next_time()
+        return pulled.next_time_for(self.index, self.route_every)
+
     def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> tuple[DecodeRun, list]:
         """The group's next k steps priced (the first in `context`), and their start
         times then end times, summed in order as the clock advances when stepping."""
@@ -193,7 +203,7 @@ class Replica:
             # first, all k if that falls short.
             # Pulled arrivals are the next_arrival (sim/simulate.py): called natively.
             pulled = self.pulled
-            arrival = (pulled.next_time() if pulled is not None
+            arrival = (self._next_pulled(pulled) if pulled is not None
                        else self.next_arrival() if self.next_arrival is not None else math.inf)
             # The guess only sizes the pricing; a decode step of the group as it stands
             # (its context aside) is near enough.

@@ -80,6 +80,11 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
                                closed_loop=arrivals.closed_loop, window=attention_window(cost),
                                pulled=arrivals if arrivals.pulled else None))
     homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
+    if replicas > 1 and router == "round_robin" and arrivals.pulled:
+        # Request i goes to replica i mod replicas, whatever their state: an arrival ends
+        # the runs of, and wakes, only the replica it goes to.
+        for e in engines:
+            e.route_every = replicas
     if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
         arrivals.submit = engines[0].submit
     interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
