@@ -8,7 +8,8 @@ roofline), in this process, one after the other: CPU seconds per request and dec
 (engine iterations: a step or a fast-forward run) per request for each, and the ratios
 R / 1. With the fast-forward exact, an arrival that cut only its own replica's run would
 leave both ratios near 1. --scaling R1,R2: the synthetic chat workload at 1 request/s per
-replica, 20 requests a replica, over R1 then R2 replicas: CPU per request at each
+replica, 20 requests a replica, no step table (a lone request's every step would be a
+row), over R1 then R2 replicas: CPU per request at each
 (linear: the ratio near 1). Ratios from one run; the machine's load is printed (shared).
 """
 from __future__ import annotations
@@ -33,11 +34,12 @@ TRACES = next((p for p in [Path(os.environ.get("BATCHLAB_TRACES", "/nonexistent"
                if p.is_dir()), Path("/work/shared/traces"))
 
 
-def run(workload, replicas: int, cost, blocks) -> tuple[float, float]:
+def run(workload, replicas: int, cost, blocks, table: bool = True) -> tuple[float, float]:
     """(CPU seconds per request, decisions per request) of one simulation."""
     with counting_decisions() as n:
         t0 = time.process_time()
-        simulate(workload, SchedulerConfig(policy="continuous"), cost, blocks, replicas=replicas)
+        simulate(workload, SchedulerConfig(policy="continuous"), cost, blocks, replicas=replicas,
+                 record_steps=table)
         cpu = time.process_time() - t0
     return cpu / len(workload), n[0] / len(workload)
 
@@ -68,7 +70,7 @@ def main() -> None:
         per = {}
         for r in (a, b):
             w = build_workload(WorkloadConfig(source="chat", num_requests=20 * r, rate=float(r)))
-            per[r] = run(w, r, cost, blocks)
+            per[r] = run(w, r, cost, blocks, table=False)
             print(f"chat over {r:>7} replicas: {len(w):>8} requests, "
                   f"{per[r][0] * 1e6:8.1f} CPU-us/request, {per[r][1]:6.2f} decisions/request")
         print(f"scaling {a} -> {b} replicas: CPU per request {per[b][0] / per[a][0]:.2f}x (linear: ~1)")
