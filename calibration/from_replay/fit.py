@@ -22,7 +22,13 @@ the prior holds by construction: nothing is invented there. Each term is then re
 - weak: narrowed less, on its own: fitted, with the wide uncertainty it states;
 - untold: its posterior sd above UNTOLD of the prior's (one load, one prompt length: the data
   never varied what it scales with): held exactly at the prior, the rest refitted, until
-  the terms held are the ones the refit finds untold (at most ROUNDS fits).
+  the terms held are the ones the refit finds untold (at most ROUNDS fits);
+- measured: given (`known`: the server's own step and request tables measured it,
+  measured_terms.py), held there, not fitted.
+The terms a client's timings confuse most easily (APART: the per-chunk and after-idle step
+costs, the front end's two) are held at the prior as untold wherever they would be told
+only together with others: a front end fitted to 27 ms where 4-5 were measured absorbed
+what the step price missed (docs/results/2026-12-06-engineers-loop.md).
 """
 from __future__ import annotations
 
@@ -58,6 +64,8 @@ REQUEST_OVERHEAD_PRIOR = 0.005
 SERIAL = "frontend_serial_s"
 SERIAL_PRIOR = 0.002
 FRONT = (REQUEST_OVERHEAD, SERIAL)
+# Fitted from client timings only where those tell them apart from every other term.
+APART = ("per_chunk_s", "chunk_s", "after_idle_s", REQUEST_OVERHEAD, SERIAL)
 
 
 @dataclass
@@ -67,7 +75,7 @@ class Term:
     value: float
     sd_factor: float  # the posterior's sd as a factor (1.3: +-30%)
     shrink: float  # posterior sd / prior sd: 1 = the data say nothing
-    status: str  # told | together (only in combination with `partners`) | weak | untold (the prior's)
+    status: str  # told | together (with `partners`) | weak | untold (the prior's) | measured (known)
     partners: list[str] = field(default_factory=list)  # the terms it is most correlated with
 
     @property
@@ -99,6 +107,7 @@ class Problem:
     space: ParamSpace
     _memo: dict = field(default_factory=dict)
     tick: Callable[[], None] | None = None  # called after each simulation of the fitted requests (progress)
+    known: dict[str, float] = field(default_factory=dict)  # measured elsewhere: held there
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -108,8 +117,13 @@ class Problem:
     def prior(self) -> tuple[float, ...]:
         return (*self.space.prior, REQUEST_OVERHEAD_PRIOR, SERIAL_PRIOR)
 
+    @property
+    def center(self) -> tuple[float, ...]:
+        """Where z = 0 lies: the prior, a measured term at its measurement."""
+        return tuple(self.known.get(n, p) for n, p in zip(self.names, self.prior))
+
     def values(self, z: np.ndarray) -> dict[str, float]:
-        return {n: p * math.exp(v) for n, p, v in zip(self.names, self.prior, z)}
+        return {n: p * math.exp(v) for n, p, v in zip(self.names, self.center, z)}
 
     def evaluate(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """log(simulated / observed) of each fitted request's TTFT and TPOT, and its
@@ -163,10 +177,6 @@ def _solve(p: Problem, free: list[int], z0: np.ndarray) -> tuple[np.ndarray, int
     return full(sol.x), int(sol.nfev)
 
 
-def jacobian(p: Problem, z: np.ndarray) -> np.ndarray:
-    return p.evaluate(z)[1]
-
-
 def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     """The Laplace posterior covariance of the log-parameters."""
     s2 = max(NOISE ** 2, float(np.mean(r ** 2))) if r.size else NOISE ** 2
@@ -174,45 +184,62 @@ def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     return np.linalg.inv(h)
 
 
-def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace,
-        tick: Callable[[], None] | None = None) -> FitResult:
-    t0 = time.perf_counter()
-    p = Problem(cases, masks, sched, space, tick=tick)
+def _spread(p: Problem, z: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(sd, correlation) of every log-parameter at z; a measured one: sd 0, uncorrelated."""
     k = len(p.names)
+    r, J = p.evaluate(z)
+    cov = posterior(J[:, live], r)
+    sd, corr = np.zeros(k), np.eye(k)
+    sd[live] = np.sqrt(np.diag(cov))
+    corr[np.ix_(live, live)] = cov / np.outer(sd[live], sd[live])
+    return sd, corr
+
+
+def fit(cases: list[Case], masks: list[np.ndarray], sched: SchedulerConfig, space: ParamSpace,
+        tick: Callable[[], None] | None = None, known: dict[str, float] | None = None) -> FitResult:
+    """known: terms measured elsewhere (by name, seconds), held at those values."""
+    t0 = time.perf_counter()
+    p = Problem(cases, masks, sched, space, tick=tick, known=dict(known or {}))
+    k = len(p.names)
+    live = [i for i, n in enumerate(p.names) if n not in p.known]
     z, nfev, untold = np.zeros(k), 0, []
+
+    def partners(i: int, corr: np.ndarray, held: list[int]) -> list[str]:
+        return [p.names[j] for j in np.argsort(-np.abs(corr[i]))
+                if j != i and j in live and j not in held and abs(corr[i, j]) > PARTNER][:3]
+
+    def held_now(sd: np.ndarray, corr: np.ndarray) -> list[int]:
+        return [i for i in live if sd[i] / PRIOR_SD > UNTOLD
+                or (p.names[i] in APART and sd[i] / PRIOR_SD > SHRINK_MAX and partners(i, corr, untold))]
     for _ in range(ROUNDS):  # until the terms held are those the data say nothing of
-        z, more = _solve(p, [i for i in range(k) if i not in untold], z)
+        z, more = _solve(p, [i for i in live if i not in untold], z)
         nfev += more
-        cov = posterior(jacobian(p, z), p.data_residuals(z))
-        sd = np.sqrt(np.diag(cov))
-        now = [i for i in range(k) if sd[i] / PRIOR_SD > UNTOLD]
+        sd, corr = _spread(p, z, live)
+        now = held_now(sd, corr)
         if now == untold:
             break
         untold = now
         z[untold] = 0.0  # exactly the prior
     else:  # not settled: the last set found untold stays held
-        z, more = _solve(p, [i for i in range(k) if i not in untold], z)
+        z, more = _solve(p, [i for i in live if i not in untold], z)
         nfev += more
-        cov = posterior(jacobian(p, z), p.data_residuals(z))
-        sd = np.sqrt(np.diag(cov))
+        sd, corr = _spread(p, z, live)
     r = p.data_residuals(z)
-    corr = cov / np.outer(sd, sd)
     shrink = sd / PRIOR_SD
-    together = [(p.names[i], p.names[j], float(corr[i, j])) for i in range(k) for j in range(i + 1, k)
-                if i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
-
-    def partners(i: int) -> list[str]:
-        return [p.names[j] for j in np.argsort(-np.abs(corr[i]))
-                if j != i and j not in untold and abs(corr[i, j]) > PARTNER][:3]
+    together = [(p.names[i], p.names[j], float(corr[i, j])) for i in live for j in live
+                if i < j and i not in untold and j not in untold and abs(corr[i, j]) > CORRELATED]
 
     def status(i: int) -> str:
+        if i not in live:
+            return "measured"
         if i in untold:
             return "untold"
         if shrink[i] <= SHRINK_MAX:
             return "told"
-        return "together" if partners(i) else "weak"
-    terms = [Term(n, pv, pv * math.exp(z[i]), math.exp(sd[i]), float(shrink[i]), status(i), partners(i))
+        return "together" if partners(i, corr, untold) else "weak"
+    values = p.values(z)
+    terms = [Term(n, pv, values[n], math.exp(sd[i]), float(shrink[i]), status(i), partners(i, corr, untold))
              for i, (n, pv) in enumerate(zip(p.names, p.prior))]
-    return FitResult(p.values(z), terms, list(space.held), together, int(r.size),
+    return FitResult(values, terms, list(space.held), together, int(r.size),
                      float(np.sqrt(np.mean(r ** 2))) if r.size else math.nan, nfev,
                      time.perf_counter() - t0)

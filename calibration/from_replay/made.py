@@ -65,20 +65,25 @@ class Made:
             "front_end": FrontEndParams(delay_s=ro, serial_s=serial, source=front_source),
             "notes": notes})
 
-    def fitted_front(self) -> str:
+    def fitted_front(self, server: str | None = None) -> str:
+        if server:  # measured_terms.py
+            return (f"measured: the client's TTFT of {', '.join(self.fitted_on)} less the engine's in {server}; "
+                    f"a delay a request from send to the engine, and a handling time a request of a burst")
         return (f"fitted from client timings of {', '.join(self.fitted_on)}: a delay a request from send to "
                 f"the engine, and a handling time a request of a burst")
 
     def fitted_notes(self, result: FitResult, prior_where: str, judged_on: list[str]) -> str:
         told = [t.name for t in result.terms if t.told and t.name not in FRONT]
         together = [t.name for t in result.terms if t.status == "together"]
+        measured = [t.name for t in result.terms if t.status == "measured"]
         ro, serial = result.values[REQUEST_OVERHEAD], result.values[SERIAL]
         return (f"fitted from request timings (calibrate --from-replay: {result.residuals} TTFT/TPOT "
                 f"observations of {', '.join(self.fitted_on)}); judged on {', '.join(judged_on) or 'none'}; "
                 f"prior {prior_where}; {form_note(self.space.fitted(result.values))}; told by the data: "
                 f"{', '.join(told) or 'none'}; told only in combination (split as the prior): "
                 f"{', '.join(together) or 'none'}; held at the prior: "
-                f"{', '.join(result.untold + result.held) or 'none'}; the server's front end "
+                f"{', '.join(result.untold + result.held) or 'none'}; measured from the server's own tables: "
+                f"{', '.join(measured) or 'none'}; the server's front end "
                 f"(front_end, simulated before the engine): {ro * 1e3:.1f} ms a request from send "
                 f"to the engine, {serial * 1e3:.2f} ms more for each request of a burst; engine: "
                 f"{'; '.join(self.settings.lines())}")

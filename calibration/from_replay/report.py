@@ -6,10 +6,12 @@ and judged parts ran in different load regimes."""
 from __future__ import annotations
 
 from batchlab.calibration.fit.calibrated import Calibrated
+from batchlab.calibration.from_replay.fit import APART
 from batchlab.calibration.from_replay.judge import UNSTEADY_PCT
 from batchlab.calibration.from_replay.run import ReplayFit
 
-TOLD = {"told": "yes", "untold": "no: held at the prior", "weak": "weakly (see +-)"}
+TOLD = {"told": "yes", "untold": "no: held at the prior", "weak": "weakly (see +-)",
+        "measured": "measured: the server's own tables"}
 
 
 def _terms(res: ReplayFit) -> list[str]:
@@ -21,6 +23,11 @@ def _terms(res: ReplayFit) -> list[str]:
                      f"{'x' + format(t.sd_factor, '.2f'):>6}  {told}")
     lines += [f"  {a} and {b}: told only together (correlation {c:+.2f}); their split follows the prior"
               for a, b, c in f.together]
+    lines += [f"  {t.name}: held at the prior's {t.prior:.4g}: the timings tell it only together with "
+              f"{', '.join(t.partners)}" for t in f.terms if t.status == "untold" and t.name in APART and t.partners]
+    if res.measured is not None:
+        lines.append(f"  the server's tables ({res.measured.requests} requests found, {res.measured.steps} steps):")
+        lines += [f"    {line}" for line in res.measured.lines]
     if f.held:
         lines.append(f"  not fitted (the prior prices them at 0): {', '.join(f.held)}")
     return lines
@@ -54,7 +61,7 @@ def replayed(res: ReplayFit, prior_where: str, settings_why: str) -> Calibrated:
     summary = {"fitted_on": res.fitted_on, "judged_on": res.judged_on, "settings": settings.as_dict(),
                "dropped": {r.where: r.dropped for r in res.replays},
                "terms": [t.__dict__ for t in f.terms], "held": f.held,
-               "together": f.together, "heldout": res.heldout and res.heldout.as_dict(),
+               "together": f.together, "measured": res.measured and res.measured.lines, "heldout": res.heldout and res.heldout.as_dict(),
                "heldout_prior": res.heldout_prior and res.heldout_prior.as_dict(),
                "train": res.train.as_dict(), "floor": res.floor and res.floor.as_dict(),
                "heldout_by_replay": [{"replay": w, "fit": a.as_dict(), "prior": b.as_dict()}

@@ -13,8 +13,10 @@ from batchlab.calibration.from_replay.fit import (REQUEST_OVERHEAD, REQUEST_OVER
                                                   FitResult, fit)
 from batchlab.calibration.from_replay.judge import Errors, errors, noise_floor
 from batchlab.calibration.from_replay.made import Made, quality
+from batchlab.calibration.from_replay.measured_terms import Measured, measure
 from batchlab.calibration.from_replay.observed import ObservedReplay
 from batchlab.calibration.from_replay.predict import Case, predict
+from batchlab.calibration.from_replay.server_run import ServerRun
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace, prior_space
 from batchlab.calibration.from_replay.verdict import WRITTEN_PRIOR, Verdict, decide, regime
@@ -39,6 +41,7 @@ class ReplayFit:
     floor_from: str
     verdict: Verdict  # which profile is written (the fit's or the prior's) and why
     per_replay: list[tuple[str, Errors, Errors]] = field(default_factory=list)  # judged: (where, fit, prior)
+    measured: Measured | None = None  # the terms the server's own tables measured (--server-run)
 
 
 def model_matches(model: str | None, profile: Profile) -> bool:
@@ -102,11 +105,12 @@ def check_servable(cases: list[Case], settings: EngineSettings, prior: Profile) 
 def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str,
                  settings: EngineSettings, holdout_every: int = 3, held: list[bool] | None = None,
                  same_model: bool = True, tick: Callable[[], None] | None = None,
-                 keep_fit: bool = False) -> ReplayFit:
+                 keep_fit: bool = False, server: ServerRun | None = None) -> ReplayFit:
     """same_model: the replays must name the prior's model (False: a roofline prior, whose
     preset the user chose to stand for the server's model); tick: called after each of the
     fit's simulations (progress); keep_fit: write the fit even where the prior did better
-    on the held-out requests."""
+    on the held-out requests; server: the server's own tables (batchlab serve --out), which
+    measure the step and front-end terms a client's timings confuse (measured_terms.py)."""
     for r in replays:
         if same_model and not model_matches(r.model, prior):
             raise ValueError(f"{r.where}: a replay of model {r.model!r}, but the prior {prior_where} "
@@ -116,8 +120,9 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
     space = prior_space(prior.cost_model(), prior.model, prior.loop_overhead())
     sched = settings.scheduler()
+    measured = measure(cases, fit_m, server, space) if server is not None else None
     result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space,
-                 tick)
+                 tick, measured.values if measured else None)
     heldout = judged(space, result.values, cases, judge_m, settings)
     prior_front = {REQUEST_OVERHEAD: REQUEST_OVERHEAD_PRIOR, SERIAL: SERIAL_PRIOR}
     before = judged(space, prior_front, cases, judge_m, settings)
@@ -131,7 +136,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                                judged(space, prior_front, [c], one, settings)))
     made = Made(prior, space, settings, fitted_on)
     fitted = made.profile(result.values, quality(heldout or train, train, floor),
-                          made.fitted_notes(result, prior_where, judged_on), made.fitted_front())
+                          made.fitted_notes(result, prior_where, judged_on),
+                          made.fitted_front(server.where if measured and REQUEST_OVERHEAD in measured.values else None))
     verdict = decide(heldout, before, keep_fit, regime(cases, fit_m, sched.max_num_seqs),
                      regime(cases, judge_m, sched.max_num_seqs))
     profile = fitted
@@ -141,4 +147,4 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
                                made.prior_notes(prior_where, verdict.why),
                                "the fit's prior, not fitted (calibrate --from-replay kept the prior)", prior.runs)
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
-                     floor, floor_from, verdict, per_replay)
+                     floor, floor_from, verdict, per_replay, measured)

@@ -3,13 +3,15 @@ how a set of values becomes a price. The fit (fit.py) knows nothing else of the 
 GPU form (core/cost/gpu_form.py) plugs in with a space of its own.
 
 The fitted form's space (core/cost/fitted.py FittedCostModel) fits the terms request timings
-can reach: the fixed step cost, per sequence and per prefill chunk, weight streaming, the
-matmul FLOP rate, KV reads and attention FLOPs. The context terms (after_prefill, after_idle,
-steady, masked pairs, small_rows) and the serving loop's time between steps stay as the
-prior has them: a client sees no step, so nothing tells them apart from the fixed cost.
+can reach: the fixed step cost, per sequence and per prefill chunk, the first step after an
+idle gap (a light workload's short prefills: fit.py holds it, and the chunk cost, at the
+prior where the timings tell it only with others), weight streaming, the matmul FLOP rate,
+KV reads and attention FLOPs. The other context terms (after_prefill, steady, masked pairs,
+small_rows) and the serving loop's time between steps stay as the prior has them: a client
+sees no step, so nothing tells them apart from the fixed cost.
 A CPU profile priced by the GPU form (core/cost/cpu_form.py CpuFormModel) fits the same kinds of
 term in its own constants (gpu_form_space): the step and per-sequence costs, the chunk
-cost, and the efficiencies of weight streaming, the GEMMs' FLOPs, KV reads and attention;
+and after-idle costs, and the efficiencies of weight streaming, the GEMMs' FLOPs, KV reads and attention;
 the ridge's sharpness and the context terms stay the prior's."""
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from batchlab.core.cost.fitted import FittedCostModel
 from batchlab.core.cost.loop_time import Overhead
 from batchlab.core.model.spec import ModelSpec
 
-FITTED_FORM_TERMS = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte", "s_per_flop",
-                     "s_per_kv_byte", "s_per_attn_flop")
+FITTED_FORM_TERMS = ("overhead_s", "per_seq_s", "per_chunk_s", "after_idle_s", "s_per_weight_byte",
+                     "s_per_flop", "s_per_kv_byte", "s_per_attn_flop")
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,9 @@ def fitted_form_space(base: FittedCostModel, loop: Overhead | None,
     return ParamSpace(names, tuple(float(getattr(base, n)) for n in names), build, form, held=zero)
 
 
-GPU_FORM_TERMS = ("step_s", "seq_s", "chunk_s", "mem_efficiency", "compute_efficiency",
+GPU_FORM_TERMS = ("step_s", "seq_s", "chunk_s", "after_idle_s", "mem_efficiency", "compute_efficiency",
                   "attn_kv_efficiency", "attn_pair_efficiency")
-EXTRA_TERMS = ("chunk_s",)  # the CPU extras among them; the rest are the GPU form's constants
+EXTRA_TERMS = ("chunk_s", "after_idle_s")  # the CPU extras among them; the rest are the GPU form's constants
 
 
 def gpu_form_space(base: CpuFormModel, spec: ModelSpec, loop: Overhead | None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from batchlab.calibration.from_replay.probes import HELD, WARMUP, design
 from batchlab.calibration.from_replay.read import read_all
 from batchlab.core import atomic
-from batchlab.core.run_folder import to_json
+from batchlab.core.run_folder import META, to_json
 from batchlab.experiments.calibrate.from_replay import fit_and_report, load_prior, settings_for
 from batchlab.experiments.calibrate.probe_run import (DONE, ProbeRun, earlier_run, fit_command,
                                                       resume_or_refuse)
@@ -94,6 +94,10 @@ def _send_probe(args: argparse.Namespace, d: Path, name: str, w, seed: int) -> N
     atomic.write_text(d / DONE, to_json(vllm_bench_json(rep, summary, result.meta, "inf", 1.0)) + "\n")
 
 
+def _server_stopped(folder: str) -> bool:
+    return (Path(folder) / META).is_file()
+
+
 def run_endpoint(args: argparse.Namespace) -> int:
     if not 16 <= args.probe_max_prompt <= 1 << 20:
         raise UserError(f"--probe-max-prompt must be from 16 to {1 << 20}, got {args.probe_max_prompt}")
@@ -117,5 +121,12 @@ def run_endpoint(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     held = [Path(r.where.split(" (")[0]).name in HELD for r in replays]
+    if args.server_run and not _server_stopped(args.server_run):
+        # The server writes its tables when it stops, which it has not: fit the client's
+        # timings now, and say how to refit with the server's once it has.
+        print(f"--server-run {args.server_run}: no run folder yet (batchlab serve writes it when it stops); "
+              f"fitted on the client's timings only. Once the server has stopped: "
+              f"{fit_command(directory, None, run.endpoint, args)}", file=sys.stderr, flush=True)
+        args.server_run = None
     args.out = str(directory / "profile.json")
     return fit_and_report(args, replays, prior, where, settings, why, held=held)

@@ -12,10 +12,12 @@ from batchlab.calibration.from_replay.prior import roofline_prior
 from batchlab.calibration.from_replay.read import read_all
 from batchlab.calibration.from_replay.report import replayed
 from batchlab.calibration.from_replay.run import from_replays
+from batchlab.calibration.from_replay.server_run import read_server_run
 from batchlab.calibration.from_replay.settings import resolve, scrape
 from batchlab.core.cost.profile import load_profile, ProfileError, shipped_profiles
 from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import MODELS
+from batchlab.experiments.calibrate.probe_run import probe_folders
 from batchlab.experiments.config import HardwareConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.progress import progress_bar
@@ -67,15 +69,17 @@ def settings_for(args: argparse.Namespace, metrics_url: str | None, prior):
 
 
 def run_from_replay(args: argparse.Namespace) -> int:
+    paths, judged = probe_folders(args.from_replay)
     try:
         # With --hardware, --model names the preset whose shape prices the server's model.
-        replays = read_all(args.from_replay, None if args.hardware else args.model)
+        replays = read_all(paths, None if args.hardware else args.model)
     except ValueError as e:
         raise UserError(str(e)) from None
     prior, where = load_prior(args, args.model or replays[0].model)
     metrics = args.metrics or next((r.endpoint for r in replays if r.endpoint), None)
     settings, why = settings_for(args, metrics, prior)
-    return fit_and_report(args, replays, prior, where, settings, why)
+    held = [r.where.split(" (")[0] in judged for r in replays] if judged else None  # probes: as --endpoint
+    return fit_and_report(args, replays, prior, where, settings, why, held=held)
 
 
 # Fitting this many requests or more takes minutes: a line every EVERY simulations, even
@@ -100,15 +104,26 @@ def fit_progress(n: int) -> Iterator[Callable[[], None]]:
     yield tick
 
 
+def server_run(args: argparse.Namespace):
+    """The --server-run folder's tables, or None where none was given."""
+    if not getattr(args, "server_run", None):
+        return None
+    try:
+        return read_server_run(args.server_run)
+    except ValueError as e:
+        raise UserError(f"--server-run {e}") from None
+
+
 def fit_and_report(args, replays, prior, where: str, settings, why: str, held=None) -> int:
     if args.holdout_every < 0 or args.holdout_every == 1:
         raise UserError(f"--holdout-every must be 0 (none) or >= 2, got {args.holdout_every}")
+    server = server_run(args)
     out = profile_out_path(args) if args.out else None
     n = sum(len(r.requests) for r in replays)
     try:
         with fit_progress(n) as tick:
             res = from_replays(replays, prior, where, settings, args.holdout_every, held,
-                               same_model=not args.hardware, tick=tick, keep_fit=args.keep_fit)
+                               same_model=not args.hardware, tick=tick, keep_fit=args.keep_fit, server=server)
     except ValueError as e:
         raise UserError(str(e)) from None
     out = save_fitted_profile(args, out, res.profile, "replayed")

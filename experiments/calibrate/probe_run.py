@@ -13,6 +13,7 @@ import shlex
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from batchlab.calibration.from_replay.probes import HELD, design
 from batchlab.core import atomic
 from batchlab.core.run_folder import to_json
 from batchlab.experiments.errors import UserError
@@ -43,19 +44,42 @@ def finished(directory: Path, names: list[str]) -> list[str]:
 
 
 FIT_OPTIONS = ("model", "profile", "hardware", "policy", "max_num_seqs", "max_num_batched_tokens",
-               "num_kv_blocks", "block_size")
+               "num_kv_blocks", "block_size", "server_run")
 
 
-def fit_command(directory: Path, done: list[str], endpoint: str, args: argparse.Namespace) -> str:
-    """The command that fits the finished probes without sending any, with the options
-    given to this one that the fit reads."""
+def fit_command(directory: Path, done: list[str] | None, endpoint: str, args: argparse.Namespace) -> str:
+    """The command that fits the finished probes (None: all of DIR's, as --endpoint splits
+    them) without sending any, with the options given to this one that the fit reads."""
     flags = [f"--{o.replace('_', '-')} {shlex.quote(str(getattr(args, o)))}" for o in FIT_OPTIONS
              if getattr(args, o, None) is not None]
     if getattr(args, "prefix_caching", None) is not None:
         flags.append("--prefix-caching" if args.prefix_caching else "--no-prefix-caching")
-    paths = " ".join(shlex.quote(str(directory / n)) for n in done)
+    paths = shlex.quote(str(directory)) if done is None else " ".join(shlex.quote(str(directory / n)) for n in done)
     return " ".join(["batchlab calibrate --from-replay", paths, "--metrics", shlex.quote(endpoint), *flags,
                      "--out", shlex.quote(str(directory / "profile.json"))])
+
+
+def probe_folders(paths: list[str]) -> tuple[list[str], set[str]]:
+    """--from-replay's paths with each `calibrate --endpoint --out DIR` (it holds STATE) in
+    place of its finished probes, in the order sent; and those of them judged, not fitted
+    (HELD, as --endpoint splits them)."""
+    out, judged = [], set()
+    for p in paths:
+        d = Path(p)
+        if not (d / STATE).is_file():
+            out.append(p)
+            continue
+        try:
+            data = json.loads((d / STATE).read_text())
+            names = [n for n, _ in design(int(data["probe_max_prompt"]), int(data["seats"]))]
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise UserError(f"{d / STATE}: not as calibrate --endpoint writes it ({e})") from None
+        done = [str(d / n) for n in finished(d, names)]
+        if not done:
+            raise UserError(f"{d}: no finished probe (no */{DONE}); expected a calibrate --endpoint --out")
+        out += done
+        judged |= {str(d / n) for n in HELD}
+    return out, judged
 
 
 def earlier_run(directory: Path, args: argparse.Namespace) -> ProbeRun | None:

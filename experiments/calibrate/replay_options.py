@@ -21,6 +21,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-kv-blocks", type=int, metavar="N", help="the server's KV pool, in blocks")
     g.add_argument("--prefix-caching", dest="prefix_caching", action="store_const", const=True)
     g.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const", const=False)
+    g.add_argument("--server-run", metavar="DIR",
+                   help="the --out of the batchlab serve the timings were sent to, once it has stopped: "
+                   "its steps measure the per-chunk and after-idle step costs, its requests the front "
+                   "end (the client's TTFT less the engine's); each term it cannot tell apart keeps the "
+                   "prior, said in one line")
     g.add_argument("--keep-fit", action="store_true",
                    help="write the fitted profile even where the prior did better on the held-out "
                    "requests (default: write the better of the two, saying so)")

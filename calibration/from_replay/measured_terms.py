@@ -1,0 +1,189 @@
+"""The terms a client's timings confuse, measured from the server's own tables where its run
+folder is given (server_run.py): the per-chunk and after-idle step costs from its steps,
+the front end from its requests. A measured term is held at its measurement by the fit of
+the rest (fit.py `known`); one the tables cannot tell apart keeps its prior, said in one line.
+
+Steps: each step's duration against its price with those terms taken out (the rest, at a
+level of its own: the machine's speed that day) plus each term's own feature (a chunk in
+the step, the step after an idle gap), fitted on the log ratio with a soft-L1 loss so a
+step that lost its core pulls little (as calibration/fit/served_steps.py does). A term is
+measured where MIN_STEPS steps carry it, no other column moves with it beyond CORRELATED,
+and its sd is at most SHRINK_MAX of its prior; else it stays the prior's.
+
+Front end: per request the client's TTFT minus the engine's (its first token less its
+arrival, both on the server's clock): what core/front_end.py puts before the engine. For a
+handling time s the front end's queue gives each request its wait g(s) beyond the delay,
+exactly (the delay shifts every arrival alike), so the delay is the median of gap - g(s),
+and s is the one of a grid with the least absolute error. With fewer than MIN_QUEUED
+requests sent while another is still in the front end (at that s), s is told only with
+the delay: it keeps its prior and the delay is fitted beside it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from batchlab.calibration.from_replay.fit import REQUEST_OVERHEAD, SERIAL, SERIAL_PRIOR
+from batchlab.calibration.from_replay.predict import Case
+from batchlab.calibration.from_replay.server_run import Found, ServerRun, find, steps_within
+from batchlab.calibration.from_replay.space import ParamSpace
+from batchlab.core.front_end import FrontEnd
+from batchlab.core.step_table import distinct_step_features
+
+STEP_TERMS = ("per_chunk_s", "chunk_s", "after_idle_s")  # the fitted form's, the GPU form's names
+MIN_STEPS = 5
+CORRELATED = 0.9
+SHRINK_MAX = 0.5
+ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio (served_steps.py)
+SERIAL_GRID = np.concatenate(([0.0], np.geomspace(1e-4, 0.05, 40)))  # seconds
+MIN_QUEUED = 5
+
+
+@dataclass
+class Measured:
+    values: dict[str, float] = field(default_factory=dict)  # by term name: held there by the fit
+    lines: list[str] = field(default_factory=list)  # what was measured, what kept its prior and why
+    steps: int = 0  # server steps used
+    requests: int = 0  # requests found in the server's table
+
+
+def _columns(space: ParamSpace, names: list[str], steps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(each step's price with `names` at 0, each name's feature column: its price per second)."""
+    feats, inverse = distinct_step_features(steps)
+    prior = dict(zip(space.names, space.prior))
+
+    def priced(values: dict[str, float]) -> np.ndarray:
+        form = space.fitted({**prior, **values})
+        return np.array([form.step_time(f) for f in feats], dtype=float)
+    zero = {n: 0.0 for n in names}
+    rest = priced(zero)
+    cols = [(priced({**zero, n: 2 * prior[n]}) - rest) / (2 * prior[n]) for n in names]
+    return rest[inverse], np.column_stack(cols)[inverse] if cols else np.zeros((len(inverse), 0))
+
+
+def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -> None:
+    prior = dict(zip(space.names, space.prior))
+    names = [n for n in STEP_TERMS if n in prior]
+    y = steps["duration_s"]
+    ok = y > 0
+    steps, y = {k: v[ok] for k, v in steps.items()}, y[ok]
+    for _ in range(2):  # a term that cannot be told goes back to its prior: once more without it
+        if not names or y.size < MIN_STEPS:
+            break
+        rest, cols = _columns(space, names, steps)  # a term held: at its prior within the rest
+        X = np.column_stack([rest, cols]) / y[:, None]
+        scale = np.abs(X).max(axis=0)
+        scale[scale == 0] = 1.0
+        A = X / scale
+        x0 = np.concatenate(([1.0], [prior[n] for n in names])) * scale
+        lo = np.concatenate(([1e-3 * scale[0]], np.zeros(len(names))))
+        sol = least_squares(lambda z: np.log(np.maximum(A @ z, 1e-12)), np.maximum(x0, lo + 1e-12),
+                            jac=lambda z: A / np.maximum(A @ z, 1e-12)[:, None], bounds=(lo, np.inf),
+                            loss="soft_l1", f_scale=ROBUST_SCALE, method="trf")
+        J = A / np.maximum(A @ sol.x, 1e-12)[:, None]
+        r = np.log(np.maximum(A @ sol.x, 1e-12))
+        s2 = max(float(np.median(np.abs(r)) * 1.4826) ** 2, 1e-8)
+        cov = np.linalg.pinv(J.T @ J) * s2
+        sd = np.sqrt(np.maximum(np.diag(cov), 0)) / scale
+        corr = cov / np.maximum(np.outer(np.sqrt(np.diag(cov)), np.sqrt(np.diag(cov))), 1e-300)
+        value = sol.x / scale
+        keep = []
+        for k, n in enumerate(names, 1):
+            carried = int((cols[:, k - 1] > 0).sum())
+            others = [(abs(corr[k, j]), "the rest of the step's price" if j == 0 else names[j - 1])
+                      for j in range(len(names) + 1) if j != k]
+            c, partner = max(others) if others else (0.0, "")
+            if carried < MIN_STEPS:
+                out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: {carried} server steps carry it "
+                                 f"(at least {MIN_STEPS})")
+            elif c > CORRELATED:
+                out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: in the server's steps it "
+                                 f"moves only with {partner} (correlation {c:.2f})")
+            elif sd[k] > SHRINK_MAX * prior[n]:
+                out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: the server's steps tell it "
+                                 f"only to +-{sd[k] * 1e3:.3f} ms")
+            else:
+                keep.append(n)
+                out.values[n] = float(value[k])
+        if keep == names:
+            break
+        for n in names:
+            out.values.pop(n, None)
+        names = keep
+    out.lines[:0] = [f"{n}: {out.values[n] * 1e3:.3f} ms, measured from {y.size} server steps (the prior's "
+                     f"{prior[n] * 1e3:.3f} ms)" for n in names if n in out.values]
+
+
+def queue_waits(sends: list[np.ndarray], serial: float) -> np.ndarray:
+    """Each request's time in the front end beyond its delay, at handling time `serial`."""
+    return np.concatenate([FrontEnd(0.0, serial).arrivals(s)[0] - s for s in sends]) if sends else np.zeros(0)
+
+
+def _best_front(sends: list[np.ndarray], gaps: np.ndarray, grid: np.ndarray) -> tuple[float, float]:
+    """(handling time, delay) of `grid` with the least absolute error."""
+    best = None
+    for s in grid:
+        g = queue_waits(sends, float(s))
+        d = max(0.0, float(np.median(gaps - g)))
+        err = float(np.abs(gaps - g - d).sum())
+        if best is None or err < best[0] - 1e-12:
+            best = (err, float(s), d)
+    return best[1], best[2]
+
+
+def front_end(sends: list[np.ndarray], gaps: np.ndarray, out: Measured) -> None:
+    """sends: per replay its found requests' send times (in order); gaps: client TTFT - engine TTFT."""
+    if gaps.size < MIN_STEPS:
+        out.lines.append(f"front end: held at the prior's: {gaps.size} requests found in the server's table")
+        return
+    serial, delay = _best_front(sends, gaps, SERIAL_GRID)
+    # The handling time is told only by requests that wait behind another at that time.
+    at = max(serial, float(SERIAL_GRID[1]))
+    queued = int(sum((FrontEnd(0.0, at).arrivals(s)[1] > 0).sum() for s in sends))
+    if queued < MIN_QUEUED:
+        serial, delay = _best_front(sends, gaps, np.array([SERIAL_PRIOR]))
+    out.values[REQUEST_OVERHEAD] = delay
+    out.lines.append(f"{REQUEST_OVERHEAD}: {delay * 1e3:.2f} ms, measured: the client's TTFT less the engine's "
+                     f"(median {np.median(gaps) * 1e3:.2f} ms over {gaps.size} requests)")
+    if queued >= MIN_QUEUED:
+        out.values[SERIAL] = serial
+        out.lines.append(f"{SERIAL}: {serial * 1e3:.2f} ms, measured from {queued} requests sent while another "
+                         f"was in the front end")
+    else:
+        out.lines.append(f"{SERIAL}: held at the prior's {SERIAL_PRIOR * 1e3:.2f} ms: only {queued} requests were "
+                         f"sent while another was in the front end (at {at * 1e3:.2f} ms a request), so it is "
+                         f"told only with {REQUEST_OVERHEAD}")
+
+
+def measure(cases: list[Case], masks: list[np.ndarray], server: ServerRun, space: ParamSpace) -> Measured:
+    """The terms the server's tables measure over the requests fitted on (`masks`, per case):
+    the held-out requests' steps and front end are never used, so the verdict stays fair."""
+    out = Measured()
+    found: list[Found] = []
+    for c, m in zip(cases, masks):
+        if not m.any():
+            continue
+        f = find(c, server)
+        if f is None:
+            out.lines.append(f"{c.where}: not found in {server.where}'s requests (the same lengths, sent in "
+                             f"the same pattern): its steps and front end are not used")
+            continue
+        rows = np.where(m, f.server, -1)
+        hit = rows[rows >= 0]
+        if hit.size:
+            found.append(Found(f.where, rows, float(server.arrival[hit].min()), float(server.finish[hit].max())))
+    by_where = {c.where: c for c in cases}
+    sends, gaps = [], []
+    for f in found:
+        c, m = by_where[f.where], f.matched
+        rows = f.server[m]
+        sends.append(c.workload.arrival[m])
+        gaps.append(c.ttft[m] - (server.first_token[rows] - server.arrival[rows]))
+    out.requests = int(sum(s.size for s in sends))
+    mask = steps_within(server, found)
+    out.steps = int(mask.sum())
+    if found:
+        step_terms(space, {k: v[mask] for k, v in server.steps.items()}, out)
+        front_end(sends, np.concatenate(gaps), out)
+    return out
