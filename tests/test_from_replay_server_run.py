@@ -33,6 +33,7 @@ BASE = load_profile("batchlab-tiny-cpu").cost_model()
 TRUTH = replace(BASE, after_idle_s=BASE.after_idle_s * 3, per_chunk_s=BASE.per_chunk_s * 2)
 FRONT = FrontEnd(0.004, 0.001)
 SERVER_CLOCK = 500.0  # the server's clock runs this far ahead of the client's
+HANDLING_S = 0.0015  # the app stamps a request's arrival this long before the engine sees it
 STEP_NOISE = 0.05  # lognormal sd of a step's measured duration
 GAP_NOISE_S = 0.0005  # sd of the client's TTFT beyond the engine's (the network, the stream)
 # Stated tolerances of the measured terms against the truth.
@@ -74,6 +75,7 @@ def served(directory, workloads: list[Workload], seed: int = 0) -> list[Case]:
     for table in (req, steps):
         for c in [c for c in table if c.endswith("_s") and c != "duration_s"]:
             table[c] = table[c] + SERVER_CLOCK
+    req["arrival_s"] = req["arrival_s"] - HANDLING_S
     first, finish = np.empty(len(sends)), np.empty(len(sends))
     first[req["request_id"].astype(int)] = req["first_token_s"] - SERVER_CLOCK
     finish[req["request_id"].astype(int)] = req["finish_s"] - SERVER_CLOCK
@@ -171,3 +173,25 @@ def test_cli_server_run_of_something_else_is_one_line(tmp_path):
                  "--num-kv-blocks", "2000", timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "--server-run" in r.stderr
+
+
+from tests.test_calibrate_endpoint_resume import calibrate, server  # noqa: E402,F401 (the stand-in server)
+
+
+def test_endpoint_with_a_server_still_running_fits_and_says_how_to_refit(server, tmp_path, capsys):
+    """--endpoint --server-run DIR while the server still serves (DIR not yet written): the
+    probes are fitted on the client's timings, and one line gives the command that refits
+    them with the server's tables once it has stopped; that command's --from-replay DIR
+    expands to the finished probes in the order sent, the judged ones as --endpoint splits."""
+    from batchlab.calibration.from_replay.probes import HELD, design
+    from batchlab.experiments.calibrate.probe_run import probe_folders
+    out, srv = tmp_path / "probes", tmp_path / "srv"
+    assert calibrate(out, "--server-run", str(srv)) == 0
+    assert len(server.fitted) == 1
+    err = capsys.readouterr().err
+    hint = [line for line in err.splitlines() if line.startswith(f"--server-run {srv}: no run folder yet")]
+    assert len(hint) == 1
+    assert f"batchlab calibrate --from-replay {out} " in hint[0] and f"--server-run {srv}" in hint[0]
+    paths, judged = probe_folders([str(out)])
+    assert paths == [str(out / n) for n, _ in design(1024, 16)]
+    assert judged == {str(out / n) for n in HELD}

@@ -10,8 +10,11 @@ step that lost its core pulls little (as calibration/fit/served_steps.py does). 
 measured where MIN_STEPS steps carry it, no other column moves with it beyond CORRELATED,
 and its sd is at most SHRINK_MAX of its prior; else it stays the prior's.
 
-Front end: per request the client's TTFT minus the engine's (its first token less its
-arrival, both on the server's clock): what core/front_end.py puts before the engine. For a
+Front end: per request the client's TTFT minus the server's (its first token less its
+arrival at the app, both on the server's clock), plus the app's own handling before the
+engine sees it (the median time from arrival to being scheduled of the requests that found
+the engine idle, where nothing else delays them): what core/front_end.py puts before the
+engine. For a
 handling time s the front end's queue gives each request its wait g(s) beyond the delay,
 exactly (the delay shifts every arrival alike), so the delay is the median of gap - g(s),
 and s is the one of a grid with the least absolute error. With fewer than MIN_QUEUED
@@ -68,8 +71,12 @@ def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -
     y = steps["duration_s"]
     ok = y > 0
     steps, y = {k: v[ok] for k, v in steps.items()}, y[ok]
+    if y.size < MIN_STEPS:
+        out.lines += [f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: {y.size} server steps during the "
+                      f"requests fitted on (at least {MIN_STEPS})" for n in names]
+        return
     for _ in range(2):  # a term that cannot be told goes back to its prior: once more without it
-        if not names or y.size < MIN_STEPS:
+        if not names:
             break
         rest, cols = _columns(space, names, steps)  # a term held: at its prior within the rest
         X = np.column_stack([rest, cols]) / y[:, None]
@@ -132,8 +139,27 @@ def _best_front(sends: list[np.ndarray], gaps: np.ndarray, grid: np.ndarray) -> 
     return best[1], best[2]
 
 
-def front_end(sends: list[np.ndarray], gaps: np.ndarray, out: Measured) -> None:
-    """sends: per replay its found requests' send times (in order); gaps: client TTFT - engine TTFT."""
+def handling(server: ServerRun, rows: np.ndarray, out: Measured) -> float:
+    """The app's median time from a request's arrival to its first step, over the requests
+    (`rows`) that found the engine idle (their first step follows an idle gap); 0, said so,
+    where fewer than MIN_STEPS did."""
+    steps = server.steps
+    at = np.searchsorted(steps["start_s"], server.first_scheduled[rows] - 1e-9)
+    ok = at < len(steps["start_s"])
+    idle = np.zeros(len(rows), bool)
+    idle[ok] = steps["after_idle"][at[ok]] > 0
+    waits = (server.first_scheduled[rows] - server.arrival[rows])[idle]
+    if waits.size < MIN_STEPS:
+        out.lines.append(f"the server's own handling before the engine: not measured ({waits.size} requests "
+                         f"found the engine idle, at least {MIN_STEPS}): the front end holds the client's part only")
+        return 0.0
+    return float(np.median(waits))
+
+
+def front_end(sends: list[np.ndarray], gaps: np.ndarray, out: Measured, within: float = 0.0) -> None:
+    """sends: per replay its found requests' send times (in order); gaps: client TTFT - the
+    server's TTFT; within: the server's own handling before the engine."""
+    gaps = gaps + within
     if gaps.size < MIN_STEPS:
         out.lines.append(f"front end: held at the prior's: {gaps.size} requests found in the server's table")
         return
@@ -144,8 +170,9 @@ def front_end(sends: list[np.ndarray], gaps: np.ndarray, out: Measured) -> None:
     if queued < MIN_QUEUED:
         serial, delay = _best_front(sends, gaps, np.array([SERIAL_PRIOR]))
     out.values[REQUEST_OVERHEAD] = delay
-    out.lines.append(f"{REQUEST_OVERHEAD}: {delay * 1e3:.2f} ms, measured: the client's TTFT less the engine's "
-                     f"(median {np.median(gaps) * 1e3:.2f} ms over {gaps.size} requests)")
+    out.lines.append(f"{REQUEST_OVERHEAD}: {delay * 1e3:.2f} ms, measured: the client's TTFT less the server's "
+                     f"and {within * 1e3:.2f} ms of its handling before the engine (median {np.median(gaps) * 1e3:.2f} "
+                     f"ms over {gaps.size} requests)")
     if queued >= MIN_QUEUED:
         out.values[SERIAL] = serial
         out.lines.append(f"{SERIAL}: {serial * 1e3:.2f} ms, measured from {queued} requests sent while another "
@@ -174,16 +201,17 @@ def measure(cases: list[Case], masks: list[np.ndarray], server: ServerRun, space
         if hit.size:
             found.append(Found(f.where, rows, float(server.arrival[hit].min()), float(server.finish[hit].max())))
     by_where = {c.where: c for c in cases}
-    sends, gaps = [], []
+    sends, gaps, rows_all = [], [], []
     for f in found:
         c, m = by_where[f.where], f.matched
         rows = f.server[m]
         sends.append(c.workload.arrival[m])
         gaps.append(c.ttft[m] - (server.first_token[rows] - server.arrival[rows]))
+        rows_all.append(rows)
     out.requests = int(sum(s.size for s in sends))
     mask = steps_within(server, found)
     out.steps = int(mask.sum())
     if found:
         step_terms(space, {k: v[mask] for k, v in server.steps.items()}, out)
-        front_end(sends, np.concatenate(gaps), out)
+        front_end(sends, np.concatenate(gaps), out, handling(server, np.concatenate(rows_all), out))
     return out

@@ -5,6 +5,9 @@ keep separate clocks, so each replay is found in the server's table by its reque
 same prompt and output lengths (replay sends token ids, so the lengths are exact), sent in
 the same pattern. The steps between a found replay's first arrival and its last finish are
 its steps; a server's other traffic (another workload sent later) is never used.
+batchlab serve stamps a request's arrival as its HTTP request reaches the app, so its
+table's TTFT holds the app's own handling (parsing, tokenising, the hand-off to the engine
+loop): measured_terms.py reads that off the requests that found the engine idle.
 Every problem is a one-line ValueError naming the folder."""
 from __future__ import annotations
 
@@ -29,7 +32,8 @@ MATCHED_SHARE = 0.9  # a replay is found when this share of its requests is
 class ServerRun:
     where: str
     steps: dict[str, np.ndarray]  # steps.csv's columns (core/run_folder.py read_steps)
-    arrival: np.ndarray  # finished requests: engine arrival, first token, finish (server clock)
+    arrival: np.ndarray  # finished requests: arrival at the app (before parsing), first
+    first_scheduled: np.ndarray  # scheduled, first token, finish (server clock)
     first_token: np.ndarray
     finish: np.ndarray
     prompt_len: np.ndarray
@@ -63,7 +67,7 @@ def read_server_run(path: str | Path) -> ServerRun:
         rows = list(csv.DictReader(io.StringIO(text_input.read_text(run.folder / REQUESTS))))
     except OSError as e:
         raise ValueError(f"{run.where}: cannot read {REQUESTS}: {e.strerror}") from None
-    need = ("arrival_s", "first_token_s", "finish_s", "prompt_len", "output_len", "status")
+    need = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "prompt_len", "output_len", "status")
     cols: dict[str, list[float]] = {c: [] for c in need[:-1]}
     for k, r in enumerate(rows, 2):
         if r.get("status") != "finished":
@@ -76,7 +80,8 @@ def read_server_run(path: str | Path) -> ServerRun:
                                  f"as batchlab serve writes it") from None
     a = {c: np.array(v) for c, v in cols.items()}
     order = np.argsort(a["arrival_s"], kind="stable")
-    return ServerRun(run.where, steps, a["arrival_s"][order], a["first_token_s"][order], a["finish_s"][order],
+    return ServerRun(run.where, steps, a["arrival_s"][order], a["first_scheduled_s"][order],
+                     a["first_token_s"][order], a["finish_s"][order],
                      a["prompt_len"][order].astype(np.int64), a["output_len"][order].astype(np.int64))
 
 
