@@ -3,12 +3,15 @@ folder is given (server_run.py): the per-chunk and after-idle step costs from it
 the front end from its requests. A measured term is held at its measurement by the fit of
 the rest (fit.py `known`); one the tables cannot tell apart keeps its prior, said in one line.
 
-Steps: each step's duration against its price with those terms taken out (the rest, at a
-level of its own: the machine's speed that day) plus each term's own feature (a chunk in
-the step, the step after an idle gap), fitted on the log ratio with a soft-L1 loss so a
+Steps: each step's duration against its price with those terms taken out (its memory and
+compute sides, each at a level of its own: the machine's speed that day, which moved them
+apart by 1.5x on this project's VM) plus each term's own feature (a chunk in the step, the
+step after an idle gap), fitted on the log ratio with a soft-L1 loss so a
 step that lost its core pulls little (as calibration/fit/served_steps.py does). A term is
 measured where MIN_STEPS steps carry it, no other column moves with it beyond CORRELATED,
-and its sd is at most SHRINK_MAX of its prior; else it stays the prior's.
+and its sd is at most SHRINK_MAX of its value or its prior, the larger (run C of
+docs/results/2026-12-06-engineers-loop.md: 35 +- 2 ms after idle against a prior of 1);
+else it stays the prior's.
 
 Front end: per request the client's TTFT minus the server's (its first token less its
 arrival at the app, both on the server's clock), plus the app's own handling before the
@@ -39,6 +42,7 @@ MIN_STEPS = 5
 CORRELATED = 0.9
 SHRINK_MAX = 0.5
 ROBUST_SCALE = 0.05  # soft-L1 turns linear beyond a 5% log ratio (served_steps.py)
+MIN_COMPUTE_SHARE = 0.05  # of the steps' price, for a compute level of its own (served_steps.py)
 SERIAL_GRID = np.concatenate(([0.0], np.geomspace(1e-4, 0.05, 40)))  # seconds
 MIN_QUEUED = 5
 
@@ -52,17 +56,25 @@ class Measured:
 
 
 def _columns(space: ParamSpace, names: list[str], steps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(each step's price with `names` at 0, each name's feature column: its price per second)."""
+    """(each step's price with `names` at 0, in two sides: fixed costs and memory traffic
+    with the other context terms, and compute; each name's feature column: its price per
+    second). A side under MIN_COMPUTE_SHARE of the price is folded into the other: the
+    steps cannot tell its level."""
     feats, inverse = distinct_step_features(steps)
     prior = dict(zip(space.names, space.prior))
+    zero = {n: 0.0 for n in names}
+    form = space.fitted({**prior, **zero})
 
     def priced(values: dict[str, float]) -> np.ndarray:
-        form = space.fitted({**prior, **values})
-        return np.array([form.step_time(f) for f in feats], dtype=float)
-    zero = {n: 0.0 for n in names}
+        f = space.fitted({**prior, **values})
+        return np.array([f.step_time(x) for x in feats], dtype=float)
     rest = priced(zero)
+    comp = np.array([form.parts(x)[1] for x in feats], dtype=float)
+    sides = np.column_stack([rest - comp, comp])[inverse]
+    if sides[:, 1].sum() < MIN_COMPUTE_SHARE * sides.sum():
+        sides = sides.sum(axis=1, keepdims=True)
     cols = [(priced({**zero, n: 2 * prior[n]}) - rest) / (2 * prior[n]) for n in names]
-    return rest[inverse], np.column_stack(cols)[inverse] if cols else np.zeros((len(inverse), 0))
+    return sides, np.column_stack(cols)[inverse] if cols else np.zeros((len(inverse), 0))
 
 
 def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -> None:
@@ -75,16 +87,18 @@ def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -
         out.lines += [f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: {y.size} server steps during the "
                       f"requests fitted on (at least {MIN_STEPS})" for n in names]
         return
+    spread: dict[str, float] = {}  # each measured term's sd
     for _ in range(2):  # a term that cannot be told goes back to its prior: once more without it
         if not names:
             break
-        rest, cols = _columns(space, names, steps)  # a term held: at its prior within the rest
-        X = np.column_stack([rest, cols]) / y[:, None]
+        sides, cols = _columns(space, names, steps)  # a term held: at its prior within the rest
+        k0 = sides.shape[1]  # the sides' levels: the machine's speed that day
+        X = np.column_stack([sides, cols]) / y[:, None]
         scale = np.abs(X).max(axis=0)
         scale[scale == 0] = 1.0
         A = X / scale
-        x0 = np.concatenate(([1.0], [prior[n] for n in names])) * scale
-        lo = np.concatenate(([1e-3 * scale[0]], np.zeros(len(names))))
+        x0 = np.concatenate((np.ones(k0), [prior[n] for n in names])) * scale
+        lo = np.concatenate((1e-3 * scale[:k0], np.zeros(len(names))))
         sol = least_squares(lambda z: np.log(np.maximum(A @ z, 1e-12)), np.maximum(x0, lo + 1e-12),
                             jac=lambda z: A / np.maximum(A @ z, 1e-12)[:, None], bounds=(lo, np.inf),
                             loss="soft_l1", f_scale=ROBUST_SCALE, method="trf")
@@ -96,10 +110,11 @@ def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -
         corr = cov / np.maximum(np.outer(np.sqrt(np.diag(cov)), np.sqrt(np.diag(cov))), 1e-300)
         value = sol.x / scale
         keep = []
-        for k, n in enumerate(names, 1):
-            carried = int((cols[:, k - 1] > 0).sum())
-            others = [(abs(corr[k, j]), "the rest of the step's price" if j == 0 else names[j - 1])
-                      for j in range(len(names) + 1) if j != k]
+        side = ("the fixed and memory costs", "the compute side") if k0 == 2 else ("the rest of the step's price",)
+        for k, n in enumerate(names, k0):
+            carried = int((cols[:, k - k0] > 0).sum())
+            others = [(abs(corr[k, j]), side[j] if j < k0 else names[j - k0])
+                      for j in range(len(names) + k0) if j != k]
             c, partner = max(others) if others else (0.0, "")
             if carried < MIN_STEPS:
                 out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: {carried} server steps carry it "
@@ -107,19 +122,19 @@ def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -
             elif c > CORRELATED:
                 out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: in the server's steps it "
                                  f"moves only with {partner} (correlation {c:.2f})")
-            elif sd[k] > SHRINK_MAX * prior[n]:
+            elif sd[k] > SHRINK_MAX * max(value[k], prior[n]):
                 out.lines.append(f"{n}: held at the prior's {prior[n] * 1e3:.3f} ms: the server's steps tell it "
                                  f"only to +-{sd[k] * 1e3:.3f} ms")
             else:
                 keep.append(n)
-                out.values[n] = float(value[k])
+                out.values[n], spread[n] = float(value[k]), float(sd[k])
         if keep == names:
             break
         for n in names:
             out.values.pop(n, None)
         names = keep
-    out.lines[:0] = [f"{n}: {out.values[n] * 1e3:.3f} ms, measured from {y.size} server steps (the prior's "
-                     f"{prior[n] * 1e3:.3f} ms)" for n in names if n in out.values]
+    out.lines[:0] = [f"{n}: {out.values[n] * 1e3:.3f} +- {spread[n] * 1e3:.3f} ms, measured from {y.size} server "
+                     f"steps (the prior's {prior[n] * 1e3:.3f} ms)" for n in names if n in out.values]
 
 
 def queue_waits(sends: list[np.ndarray], serial: float) -> np.ndarray:
