@@ -30,7 +30,7 @@ TABLE = {2: ((1e4, 1e6, 1e8), (20e-6, 40e-6, 1e-3)), 4: ((1e4, 1e7), (25e-6, 90e
 ALLREDUCES = [AllReduce(TABLE, latency_s=30e-6, bandwidth=100e9),
               EngineAllReduce(TABLE, 30e-6, 100e9, custom_scale=0.4, custom_below=2e6, symm_below=5e7)]
 TERMS = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.5, symm_mem_efficiency=0.6,
-                    attention_speedup=1.5, elementwise_share=0.5, gemm_speedup=1.1, step_s=2e-4, seq_s=3e-6)
+                    attention_speedup=1.5, elementwise_share=0.5, bf16_gemm_speedup=1.1, step_s=2e-4, seq_s=3e-6)
 
 
 def form(model: str, tp: int, allreduce: int = 0) -> GpuCostModel:

@@ -91,7 +91,7 @@ def test_graphs_and_the_engines_all_reduce_make_a_decode_step_cheaper(recorded):
 def test_the_fit_finds_terms_that_reproduce_rows_made_with_known_terms(recorded):
     _, recs, prices = recorded
     truth = ServedTerms(graph_fixed_share=0.2, custom_allreduce_scale=0.3, symm_mem_efficiency=0.5, attention_speedup=1.5,
-                        elementwise_share=0.4, gemm_speedup=1.2, step_s=0.4e-3, seq_s=8e-6)
+                        elementwise_share=0.4, bf16_gemm_speedup=1.2, step_s=0.4e-3, seq_s=8e-6)
     made = predict(recs, prices, truth)
     synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
     f = fit(synthetic, prices)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -20,11 +20,13 @@ from batchlab.calibration.served_bench.judge import Predicted
 from batchlab.calibration.served_bench.recorded import RecordedRow
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.engine import VLLM, EngineFacts
+from batchlab.core.cost.served.formats import BF16_TERM, RATE_TERMS, RATES, WeightFormats, prior_of, terms_told
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
 
 START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, symm_mem_efficiency=0.6,
-                    attention_speedup=1.3, elementwise_share=0.5, gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6)
+                    attention_speedup=1.3, elementwise_share=0.5, bf16_gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6,
+                    **{r.term: r.prior for r in RATES.values()})
 SEQ_S_FLOOR = 1e-7  # the fit works in logs: seq_s's bound 0 becomes this
 
 
@@ -34,6 +36,7 @@ class Priced(NamedTuple):
     max_num_seqs: int
     gpu: str  # catalogue name: the engine's all-reduce paths depend on its architecture
     nvlink: bool
+    formats: WeightFormats = WeightFormats()  # its GEMMs' weight formats (their rate terms)
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,11 @@ class ServedFit:
     evaluations: int
     seconds: float
     at_bound: list[str]  # terms the data pushed to a bound: not told by these rows
+    held: list[str] = field(default_factory=list)  # rate terms at their prior: no row runs the format
 
 
 def served_cost(p: Priced, terms: ServedTerms, facts: EngineFacts = VLLM) -> ServedGpuCost:
-    return ServedGpuCost.build(p.base, terms, facts, p.max_num_seqs, p.gpu, p.nvlink)
+    return ServedGpuCost.build(p.base, terms, facts, p.max_num_seqs, p.gpu, p.nvlink, formats=p.formats)
 
 
 def predict(rows: list[RecordedRow], priced: list[Priced], terms: ServedTerms) -> list[Predicted]:
@@ -65,10 +69,13 @@ def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = START) -> ServedFit:
-    """ValueError where there are fewer rows than terms to fit."""
+    """ValueError where there are fewer rows than terms to fit. The rate terms of formats
+    no row runs are held at their priors (formats.py)."""
     from scipy.optimize import least_squares  # lazy: scipy
 
-    names = ServedTerms.names()
+    told = terms_told([p.formats for p in priced])
+    held = [n for n in (BF16_TERM, *RATE_TERMS) if n not in told]
+    names = tuple(n for n in ServedTerms.names() if n not in held)
     if len(rows) <= len(names):
         raise ValueError(f"{len(rows)} configurations cannot tell {len(names)} served-engine terms apart: "
                          f"give at least {len(names) + 1}")
@@ -77,7 +84,8 @@ def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = STAR
     measured = np.log([r.row.tpot_s for r in rows])
 
     def terms_of(x: np.ndarray) -> ServedTerms:
-        return ServedTerms(**{n: float(np.clip(math.exp(v), *BOUNDS[n])) for n, v in zip(names, x)})
+        fixed = {n: prior_of(n) for n in held}
+        return ServedTerms(**fixed, **{n: float(np.clip(math.exp(v), *BOUNDS[n])) for n, v in zip(names, x)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log([p.tpot_s for p in predict(rows, priced, terms_of(x))]) - measured
@@ -88,7 +96,7 @@ def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = STAR
     at_bound = [n for n, v, a, b in zip(names, res.x, lo, hi) if v - a < 1e-3 or b - v < 1e-3]
     fitted = predict(rows, priced, terms)
     rms = float(np.sqrt(np.mean((np.log([p.tpot_s for p in fitted]) - measured) ** 2)))
-    return ServedFit(terms, fitted, rms, int(res.nfev), time.perf_counter() - t0, at_bound)
+    return ServedFit(terms, fitted, rms, int(res.nfev), time.perf_counter() - t0, at_bound, held)
 
 
 @dataclass(frozen=True)

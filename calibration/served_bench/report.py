@@ -11,6 +11,7 @@ from batchlab.calibration.fit.calibrated import Calibrated
 from batchlab.calibration.served_bench.fit import HeldOut, ServedFit
 from batchlab.calibration.served_bench.judge import Predicted, Spread
 from batchlab.core.cost.served.engine import VLLM
+from batchlab.core.cost.served.formats import RATES
 from batchlab.core.cost.served.profile import HeldOutStats, ServedProfile
 
 
@@ -26,8 +27,16 @@ def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedPro
         engine=VLLM.name, engine_source=VLLM.source,
         terms={n: float(getattr(f.terms, n)) for n in f.terms.names()},
         fitted_on=f"{source} ({len(f.rows)} configurations)", rms_log=round(f.rms_log, 4), at_bound=f.at_bound,
+        held=f.held,
         heldout=[_stats(h.by, h.left_out, h.judged, h.fit) for h in held],
         created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+
+
+def _note(name: str, f: ServedFit) -> str:
+    if name in f.held:
+        rate = next((r for r in RATES.values() if r.term == name), None)
+        return f"  (held: no row runs the format; {rate.source if rate else 'the eager tables rate'})"
+    return "  (at its bound: not told by these rows)" if name in f.at_bound else ""
 
 
 def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: str = "") -> Calibrated:
@@ -37,8 +46,7 @@ def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: st
     lines = [f"served-engine terms ({VLLM.name}) fitted on {profile.fitted_on}: {f.evaluations} evaluations, "
              f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", *([set_apart] if set_apart else []),
              f"engine facts: {VLLM.source}"]
-    lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + ("  (at its bound: not told by these rows)"
-                                                        if n in f.at_bound else "") for n in f.terms.names()]
+    lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + _note(n, f) for n in f.terms.names()]
     lines.append(f"mean TPOT |error| (median, p90, share priced slow): fitted rows {own.tpot_median_pct:.1f}%, "
                  f"{own.tpot_p90_pct:.1f}%, {own.slow_share:.0%}")
     for s in profile.heldout:

@@ -7,6 +7,7 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
+from batchlab.core.cost.served.formats import RATES, WeightFormats
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.knobs import Knob
 from batchlab.core.cost.served.profile import ServedProfile, load_served_profile, shipped_served_profile
@@ -28,16 +29,18 @@ def served_profile_of(choice: str) -> tuple[ServedProfile | None, str]:
 
 
 def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int, meta: SetupMeta,
-              knobs: dict[str, float] | None = None, decode_query_len: int = 1) -> CostModel:
+              knobs: dict[str, float] | None = None, decode_query_len: int = 1,
+              formats: WeightFormats = WeightFormats()) -> CostModel:
     """`cost` (a GPU profile's) with the served-engine terms `choice` names on top; knobs:
     `served_<term>` values replacing the profile's (capacity --sensitivity); decode_query_len:
-    1 + k where the deployment speculates (its capture sizes)."""
+    1 + k where the deployment speculates (its capture sizes); formats: the model's GEMMs'
+    weight formats (core/cost/served/formats.py)."""
     profile, where = served_profile_of(choice)
     if profile is None or not isinstance(cost, GpuCostModel):
         return cost
     terms = terms_with(profile, knobs or {})
     served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, hw.nvlink,
-                                 decode_query_len=decode_query_len)
+                                 decode_query_len=decode_query_len, formats=formats)
     held = {h.left_out: h.tpot_median_pct for h in profile.heldout if h.by == "model"}
     judged = (f"; mean TPOT held out by model: median {', '.join(f'{m} {v:.0f}%' for m, v in held.items())}"
               if held else "")
@@ -49,19 +52,35 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
                                       + f", else {meta.gpu_profile_allreduce}")
     meta.served_engine = (f"{profile.engine} as served ({where}: CUDA graphs to {served.max_capture_tokens} "
                           f"tokens, its all-reduce by message size, fused elementwise kernels, its attention "
-                          f"kernel, host time a step; fitted on {profile.fitted_on}{judged})")
+                          f"kernel, host time a step{_format_rates(profile, terms, formats)}; fitted on "
+                          f"{profile.fitted_on}{judged})")
     return served
 
 
+def _format_rates(profile: ServedProfile, terms: ServedTerms, formats: WeightFormats) -> str:
+    """The rates of the model's GEMMs in formats other than bf16, and where each came from
+    (nothing for a bf16 model: its GEMMs run at bf16_gemm_speedup, as before formats)."""
+    parts = []
+    for f in formats.used:
+        if f in RATES:
+            r = RATES[f]
+            what = "experts" if f == formats.experts and f != formats.dense else "GEMMs"
+            how = (f"held at its prior, {r.source}; --sensitivity {r.low:g}-{r.high:g}" if r.term in profile.held
+                   else "fitted")
+            parts.append(f"{f} {what} at {getattr(terms, r.term):.2f} x {r.base} ({how})")
+    return f", {'; '.join(parts)}" if parts else ""
+
+
 def as_served_draft(draft: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
-                    knobs: dict[str, float] | None = None, decode_query_len: int = 1) -> CostModel:
+                    knobs: dict[str, float] | None = None, decode_query_len: int = 1,
+                    formats: WeightFormats = WeightFormats()) -> CostModel:
     """A speculative draft's price (a GPU profile's, for its shape) as the engine serving the
     target runs its passes: piecewise CUDA graphs, the served terms, no host time of its own."""
     profile, _ = served_profile_of(choice)
     if profile is None or not isinstance(draft, GpuCostModel):
         return draft
     return ServedGpuCost.build(draft, terms_with(profile, knobs or {}), VLLM, max_num_seqs, hw.name,
-                               hw.nvlink, drafting=True, decode_query_len=decode_query_len)
+                               hw.nvlink, drafting=True, decode_query_len=decode_query_len, formats=formats)
 
 
 def _size(nbytes: float) -> str:
@@ -73,14 +92,19 @@ KNOB_PREFIX = "served_"  # a served-engine term as a knob (capacity --sensitivit
 
 def served_knobs(choice: str) -> list[Knob]:
     """The served-engine terms of `choice` as knobs: a term the benchmarks did not tell (at
-    its bound) over its physical range; a fitted one over the values its held-out folds
-    (the fits without one model or TP degree) gave it."""
+    its bound) over its physical range; a format's rate held at its prior (no row ran the
+    format) over its prior's range (formats.py); a fitted one over the values its held-out
+    folds (the fits without one model or TP degree) gave it."""
     profile, where = served_profile_of(choice)
     if profile is None:
         return []
     out = []
     for name, value in profile.terms.items():
-        if name in profile.at_bound:
+        rate = next((r for r in RATES.values() if r.term == name), None)
+        if rate is not None and name in profile.held:
+            lo, hi = rate.low, rate.high
+            source = f"{where}: held at its prior ({rate.source})"
+        elif name in profile.at_bound:
             lo, hi = BOUNDS[name]
             source = f"{where}: not told by the benchmarks (at its bound), its physical range"
         else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.served.formats import weight_formats
 from batchlab.core.emission import Emission
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.kv_tiers import TierConfig
@@ -91,7 +92,8 @@ def sim_setup(cfg: ExperimentConfig, model_named: bool = False, hardware_named: 
     if meta.cost_model == "gpu profile" and hw is not None:  # the kernels' sum as the engine runs it
         sp = cfg.speculative  # a speculating decode runs 1 + k tokens: wider capture sizes
         cost = as_served(cost, cfg.hardware.served_engine, hw, max(meta.max_num_seqs.values()), meta,
-                         cfg.hardware.knobs, 1 + sp.num_speculative_tokens if sp.on else 1)
+                         cfg.hardware.knobs, 1 + sp.num_speculative_tokens if sp.on else 1,
+                         weight_formats(target_model(cfg)))
     speculative = None
     if cfg.speculative.on:  # the target as served, the draft's passes beside it
         cost, blocks, speculative = speculative_setup(cfg, cost, blocks, meta, target_model(cfg))

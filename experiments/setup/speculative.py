@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from batchlab.core.cost.dispatch import roofline
 from batchlab.core.cost.form import CostModel, Slowed
+from batchlab.core.cost.served.formats import weight_formats
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.model.layout import Layout
 from batchlab.core.model.presets import lookup_model
@@ -111,7 +112,7 @@ def _draft_price(cfg: ExperimentConfig, cost: CostModel, meta: SetupMeta, target
         if not isinstance(cost, ServedGpuCost):  # the target priced by the kernels' sum: so is its draft
             return kernels
         return as_served_draft(kernels, h.served_engine, hw, max(meta.max_num_seqs.values()), h.knobs,
-                               1 + cfg.speculative.num_speculative_tokens)
+                               1 + cfg.speculative.num_speculative_tokens, weight_formats(draft.shape))
     return roofline(draft.shape, hw, h.tensor_parallel, h.mem_efficiency, h.compute_efficiency,
                     0.0, h.allreduce_latency_s, layout=layout)
 

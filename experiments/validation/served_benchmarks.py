@@ -12,9 +12,12 @@ from batchlab.calibration.served_bench.fit import Priced
 from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
+from batchlab.core.cost.served.formats import weight_formats
 from batchlab.core.model.hardware import HARDWARE
+from batchlab.core.model.presets import lookup_model
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import SimSetup, sim_setup
+from batchlab.experiments.setup.dtypes import served_model
 
 
 def config_for(row: BenchmarkRow, served: str = "vllm") -> ExperimentConfig:
@@ -29,7 +32,9 @@ def config_for(row: BenchmarkRow, served: str = "vllm") -> ExperimentConfig:
 def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
     """What the served-engine terms apply to: the row's GPU cost and engine settings."""
     scheduler = next(iter(setup.schedulers.values()))
-    return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, HARDWARE[row.gpu].nvlink)
+    cfg = config_for(row)
+    formats = weight_formats(served_model(cfg, lookup_model(cfg.model.name))[0])
+    return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, HARDWARE[row.gpu].nvlink, formats)
 
 
 def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list[RecordedRow], list[Priced]]:

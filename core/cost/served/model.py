@@ -15,16 +15,32 @@ from batchlab.core.cost.dispatch import gpu_cost
 from batchlab.core.cost.form import FormDefaults, stretch_times
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.gpu_step import DenseGpuStep
+from batchlab.core.cost.operator_shapes import OperatorShapes
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import EngineFacts
+from batchlab.core.cost.served.formats import WeightFormats
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
+
+
+BF16 = WeightFormats()
 
 
 def flattened(form: GpuCostModel) -> DenseGpuStep | None:
     """The flattened step of a dense form; None for one that prices more (a subclass:
     core/cost/gpu_deployment.py), which is asked itself."""
     return DenseGpuStep.of(form) if type(form) is GpuCostModel else None
+
+
+def experts_at_rate(base: GpuCostModel, terms: ServedTerms, formats: WeightFormats) -> OperatorShapes:
+    """base's shapes, the routed experts' FLOPs a token scaled so that, at the dense GEMMs'
+    served efficiency, they run at their own format's (the form has one compute rate)."""
+    s = base.shapes
+    if formats.experts == formats.dense or not s.experts.experts:
+        return s
+    dense, experts = (terms.gemm_efficiency(base.params, f) for f in (formats.dense, formats.experts))
+    flops = s.experts.expert_flops_per_token * dense / experts
+    return replace(s, experts=s.experts._replace(expert_flops_per_token=flops))
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,22 +65,26 @@ class ServedGpuCost(FormDefaults):
 
     @classmethod
     def build(cls, base: GpuCostModel, terms: ServedTerms, facts: EngineFacts, max_num_seqs: int,
-              gpu: str, nvlink: bool, drafting: bool = False, decode_query_len: int = 1) -> ServedGpuCost:
+              gpu: str, nvlink: bool, drafting: bool = False, decode_query_len: int = 1,
+              formats: WeightFormats = BF16) -> ServedGpuCost:
         """drafting: a speculative draft's passes (vLLM's EagleProposer at 008603a runs each
         pass within the capture size from piecewise graphs, CUDAGraphMode.PIECEWISE), with
         no host time of their own: the target's step pays it. decode_query_len: tokens a
-        decode runs (1 + k with speculation), which widens the capture sizes (engine.py)."""
+        decode runs (1 + k with speculation), which widens the capture sizes (engine.py).
+        formats: the weight formats of the model's GEMMs, each at its rate (formats.py)."""
         a = base.allreduce
         paths = facts.allreduce_paths(gpu, base.shapes.tensor_parallel, nvlink)
         allreduce = EngineAllReduce(a.table, a.latency_s, a.bandwidth, terms.custom_allreduce_scale,
                                     paths.custom_below, paths.symm_below if a.bandwidth > 0 else 0.0,
                                     paths.multimem, terms.symm_mem_efficiency)
 
+        shapes = experts_at_rate(base, terms, formats)
+
         def form(graphs: str) -> GpuCostModel:
-            p = terms.params(base.params, graphs)
+            p = terms.params(base.params, graphs, formats.dense)
             if drafting:
                 p = replace(p, step_s=0.0, seq_s=0.0)
-            return gpu_cost(base.shapes, p, base.mem_bandwidth, base.peak_flops, base.peak_flops_16, allreduce)
+            return gpu_cost(shapes, p, base.mem_bandwidth, base.peak_flops, base.peak_flops_16, allreduce)
         piecewise = form("piecewise")
         return cls(piecewise if drafting else form("full"), piecewise, form("none"),
                    facts.max_capture_tokens(max_num_seqs, decode_query_len))

@@ -12,7 +12,7 @@ from batchlab.core import atomic
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.cost.shipped import shipped_dir
 
-SERVED_PROFILE_VERSION = 2  # 2: symm_mem_efficiency
+SERVED_PROFILE_VERSION = 3  # 2: symm_mem_efficiency; 3: GEMM rates by weight format, held terms
 
 
 class HeldOutStats(BaseModel):
@@ -35,6 +35,7 @@ class ServedProfile(BaseModel):
     fitted_on: str  # the benchmark file and its rows
     rms_log: float  # of the fit's own rows
     at_bound: list[str]  # terms the rows pushed to a bound: not told by them
+    held: list[str] = []  # rate terms at their prior (core/cost/served/formats.py): no row ran the format
     heldout: list[HeldOutStats]
     created: str
 

@@ -6,8 +6,9 @@ fixed cost (the launch gap goes, the kernel's own tail stays); a piecewise graph
 same outside attention. Fused elementwise kernels move `elementwise_share` of the eager
 kernels' bytes. The served attention kernel runs `attention_speedup` times the eager
 table's pair and KV rates, and a prefill chunk's own causal pairs cost what a cached
-key's do (FlashAttention skips the masked blocks). GEMMs run `gemm_speedup` times the
-eager rate on their compute side. `step_s` and `seq_s` are the engine's own time a step
+key's do (FlashAttention skips the masked blocks). bf16 GEMMs run `bf16_gemm_speedup` times
+the eager rate on their compute side; a GEMM in another weight format runs that times its
+format's rate (formats.py: fp8 per-tensor, fp8 blockwise, mxfp4 MoE, each with its prior). `step_s` and `seq_s` are the engine's own time a step
 and a sequence. A symmetric-memory all-reduce moves its bytes at `symm_mem_efficiency` of
 the link's one-way bandwidth. No efficiency passes 1: the datasheet is a ceiling."""
 from __future__ import annotations
@@ -16,14 +17,17 @@ import dataclasses
 from dataclasses import dataclass
 
 from batchlab.core.cost.gpu_form import GpuCostParams
+from batchlab.core.cost.served.formats import rate_of
 
 # What each constant may be, physically: a share of a cost in (0, 1], a speed-up of the
 # eager tables' rates at least 1/2 (no served kernel is much slower than its eager self)
 # and at most the datasheet (applied capped), host time under 10 ms a step.
 BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0),
           "symm_mem_efficiency": (0.1, 1.0),
-          "attention_speedup": (0.5, 4.0), "elementwise_share": (0.05, 1.0), "gemm_speedup": (0.5, 2.0),
-          "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6)}
+          "attention_speedup": (0.5, 4.0), "elementwise_share": (0.05, 1.0), "bf16_gemm_speedup": (0.5, 2.0),
+          "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6),
+          # a format's rate beside bf16's: a quarter (a kernel far off its format's peak) to twice
+          "fp8_tensor_gemm_rate": (0.25, 2.0), "fp8_block_gemm_rate": (0.25, 2.0), "mxfp4_moe_rate": (0.25, 2.0)}
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,13 @@ class ServedTerms:
     symm_mem_efficiency: float
     attention_speedup: float
     elementwise_share: float
-    gemm_speedup: float
+    bf16_gemm_speedup: float
     step_s: float
     seq_s: float
+    # formats.py RATES: held at these priors where no row runs the format
+    fp8_tensor_gemm_rate: float = 1.0
+    fp8_block_gemm_rate: float = 1.0
+    mxfp4_moe_rate: float = 1.0
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in BOUNDS.items():
@@ -47,9 +55,13 @@ class ServedTerms:
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
-    def params(self, p: GpuCostParams, graphs: str) -> GpuCostParams:
+    def gemm_efficiency(self, p: GpuCostParams, fmt: str) -> float:
+        """The compute efficiency of a GEMM in weight format `fmt` (formats.py), served."""
+        return min(1.0, p.compute_efficiency * self.bf16_gemm_speedup * rate_of(self, fmt))
+
+    def params(self, p: GpuCostParams, graphs: str, fmt: str = "bf16") -> GpuCostParams:
         """p as the engine runs a step: graphs "full" (a decode batch), "piecewise"
-        (attention outside the graph) or "none"."""
+        (attention outside the graph) or "none"; fmt: the dense GEMMs' weight format."""
         share = self.graph_fixed_share if graphs != "none" else 1.0
         attn_share = self.graph_fixed_share if graphs == "full" else 1.0
         return dataclasses.replace(
@@ -59,5 +71,5 @@ class ServedTerms:
             elementwise_row_efficiency=min(1.0, p.elementwise_row_efficiency / self.elementwise_share),
             attn_kv_efficiency=min(1.0, p.attn_kv_efficiency * self.attention_speedup),
             attn_pair_efficiency=min(1.0, p.attn_pair_efficiency * self.attention_speedup),
-            attn_self_pair_cost=1.0, compute_efficiency=min(1.0, p.compute_efficiency * self.gemm_speedup),
+            attn_self_pair_cost=1.0, compute_efficiency=self.gemm_efficiency(p, fmt),
             step_s=self.step_s, seq_s=self.seq_s)
