@@ -36,5 +36,5 @@ def benchmark_workload(row: BenchmarkRow, client: str, latency_s: float | None =
         arrival[:users] = np.arange(users) * (latency_s / users)
         arrival[users:] = arrival[users - 1]  # later sends wait for a reply (the closed loop)
     return Workload(arrival=arrival, prompt_len=np.full(n, row.isl), output_len=np.full(n, row.osl),
-                    description=[f"{row.describe()} (line {row.line}): {rounds} requests a user, {client} client"],
+                    description=[f"{row.describe()} ({row.place}): {rounds} requests a user, {client} client"],
                     max_concurrency=users)

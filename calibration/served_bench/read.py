@@ -48,6 +48,12 @@ class BenchmarkRow:
     ttft_s: float  # measured means
     tpot_s: float
     engine_version: str
+    source: str = ""  # the file it came from where that file is the row's own (vllm bench serve's JSON)
+
+    @property
+    def place(self) -> str:
+        """Where it was read, for messages."""
+        return self.source or f"line {self.line}"
 
     @property
     def curve(self) -> tuple:

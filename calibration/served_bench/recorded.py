@@ -83,7 +83,7 @@ def record(row: BenchmarkRow, cost: CostModel, scheduler: SchedulerConfig, block
     ends = starts + durations
     done = req["status"] == "finished"
     if not done.all():
-        raise ValueError(f"{row.describe()} (line {row.line}): {int((~done).sum())} requests not served in "
+        raise ValueError(f"{row.describe()} ({row.place}): {int((~done).sum())} requests not served in "
                          f"the simulation (KV pool or seats too small for the benchmark)")
     eps = 1e-9 * max(1.0, float(ends[-1]))
     # A request's steps: from the first starting at or after its send to the one ending at its token.

@@ -15,6 +15,7 @@ from batchlab.calibration.sweep.on_contention import ON_CONTENTION, ON_CONTENTIO
 from batchlab.calibration.sweep.runner import measurements_path
 from batchlab.core.checks import MAX_BLOCK_SIZE, parse_memory
 from batchlab.core.model.hardware import HARDWARE
+from batchlab.experiments.calibrate.from_served import add_served_options, run_from_served
 from batchlab.experiments.calibrate.replay_options import add_options
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
@@ -66,13 +67,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    "ORG/MODEL/mlp.csv, DIR/attention, DIR/network), e.g. ../shared/gpu-profiles/vidur; "
                    "or refine --gpu's profile on the steps of a batchlab profile made with --device cuda")
     p.add_argument("--gpu", metavar="PRESET", help="with --from-operators: the hardware preset to fit "
-                   "(a100-80gb | h100-sxm | a40)")
-    p.add_argument("--from-served", metavar="FILE",
-                   help="fit the served engine's constants (CUDA graphs, its all-reduce, fused kernels, host "
-                   "time) on a served benchmark table, e.g. ../shared/served-benchmarks/vllm_train.csv")
-    p.add_argument("--leave-out", default="model,tp", metavar="AXES",
-                   help="with --from-served: judge fits that leave out each value of these (model, tp, "
-                   "concurrency; default model,tp; none: no held-out fits)")
+                   "(a100-80gb | h100-sxm | a40); with --from-served JSON: the GPU the runs served on")
+    add_served_options(p)
     p.set_defaults(func=run)
 
 
@@ -86,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
                         f"not with {fitted}")
     if args.from_served:
         return run_from_served(args)
+    if args.tensor_parallel or args.precision:
+        raise UserError(f"--{'tensor-parallel' if args.tensor_parallel else 'precision'} applies to --from-served only")
     if args.from_operators:
         return run_from_operators(args)
     if args.gpu:
@@ -221,35 +219,3 @@ def run_from_timings(args: argparse.Namespace) -> int:
         return run_endpoint(args)
     from batchlab.experiments.calibrate.from_replay import run_from_replay  # lazy: scipy
     return run_from_replay(args)
-
-
-def run_from_served(args: argparse.Namespace) -> int:
-    """--from-served FILE: the served-engine constants (calibration/served_bench/fit.py),
-    judged with rows left out by --leave-out."""
-    from batchlab.calibration.served_bench.fit import LEAVE_OUT, fit, leave_out  # lazy: scipy
-    from batchlab.calibration.served_bench.read import (in_regime, read_benchmarks,  # lazy: scipy (fit's package)
-                                                        set_apart_line)
-    from batchlab.calibration.served_bench.report import served_report  # lazy: scipy (through fit)
-    from batchlab.experiments.validation.served_benchmarks import recorded_rows  # lazy: the simulator setup
-
-    axes = [] if args.leave_out == "none" else [a.strip() for a in args.leave_out.split(",") if a.strip()]
-    bad = [a for a in axes if a not in LEAVE_OUT]
-    if bad:
-        raise UserError(f"--leave-out {bad[0]!r}: expected some of {', '.join(LEAVE_OUT)} (comma-separated) or none")
-    out = Path(args.out or "served-vllm.json")
-    if not out.parent.is_dir() or out.is_dir():
-        raise UserError(f"--out {out}: give a file in an existing directory")
-    try:
-        rows, apart = in_regime(read_benchmarks(args.from_served))
-    except ValueError as e:
-        raise UserError(str(e)) from None
-    try:
-        recs, prices = recorded_rows(rows, progress=not args.no_progress and sys.stderr.isatty())
-        result = fit(recs, prices)
-    except ValueError as e:
-        raise UserError(f"--from-served {args.from_served}: {e}") from None
-    held = [h for axis in axes for h in leave_out(recs, prices, axis)]
-    calibrated = served_report(result, held, Path(args.from_served), set_apart_line(apart))
-    calibrated.profile.save(out)
-    print_calibrated(args, calibrated, out)
-    return 0
