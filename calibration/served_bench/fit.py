@@ -20,9 +20,10 @@ from batchlab.calibration.served_bench.judge import Predicted
 from batchlab.calibration.served_bench.recorded import RecordedRow
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.engine import VLLM, EngineFacts
-from batchlab.core.cost.served.formats import BF16_TERM, RATE_TERMS, RATES, WeightFormats, prior_of, terms_told
+from batchlab.core.cost.served.formats import BF16_PRIOR, BF16_TERM, RATE_TERMS, RATES, WeightFormats, terms_told
+from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
-from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
+from batchlab.core.cost.served.terms import BOUNDS, PRIORS, ServedTerms
 
 START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, symm_mem_efficiency=0.6,
                     attention_speedup=1.3, elementwise_share=0.5, bf16_gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6,
@@ -74,7 +75,8 @@ def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = STAR
     from scipy.optimize import least_squares  # lazy: scipy
 
     told = terms_told([p.formats for p in priced])
-    held = [n for n in (BF16_TERM, *RATE_TERMS) if n not in told]
+    # the format rates no row runs, and the host overlap (host.py: the rows cannot tell it from step_s)
+    held = [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term]
     names = tuple(n for n in ServedTerms.names() if n not in held)
     if len(rows) <= len(names):
         raise ValueError(f"{len(rows)} configurations cannot tell {len(names)} served-engine terms apart: "
@@ -84,7 +86,7 @@ def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = STAR
     measured = np.log([r.row.tpot_s for r in rows])
 
     def terms_of(x: np.ndarray) -> ServedTerms:
-        fixed = {n: prior_of(n) for n in held}
+        fixed = {n: BF16_PRIOR if n == BF16_TERM else PRIORS[n].prior for n in held}
         return ServedTerms(**fixed, **{n: float(np.clip(math.exp(v), *BOUNDS[n])) for n, v in zip(names, x)})
 
     def residuals(x: np.ndarray) -> np.ndarray:

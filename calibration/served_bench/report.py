@@ -11,7 +11,7 @@ from batchlab.calibration.fit.calibrated import Calibrated
 from batchlab.calibration.served_bench.fit import HeldOut, ServedFit
 from batchlab.calibration.served_bench.judge import Predicted, Spread
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.formats import RATES
+from batchlab.core.cost.served.terms import PRIORS
 from batchlab.core.cost.served.profile import HeldOutStats, ServedProfile
 
 
@@ -34,8 +34,8 @@ def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedPro
 
 def _note(name: str, f: ServedFit) -> str:
     if name in f.held:
-        rate = next((r for r in RATES.values() if r.term == name), None)
-        return f"  (held: no row runs the format; {rate.source if rate else 'the eager tables rate'})"
+        prior = PRIORS.get(name)
+        return f"  (held at its prior: {prior.source if prior else 'the eager tables rate, no row runs bf16'})"
     return "  (at its bound: not told by these rows)" if name in f.at_bound else ""
 
 

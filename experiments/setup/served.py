@@ -8,10 +8,11 @@ from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
 from batchlab.core.cost.served.formats import RATES, WeightFormats
+from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.knobs import Knob
 from batchlab.core.cost.served.profile import ServedProfile, load_served_profile, shipped_served_profile
-from batchlab.core.cost.served.terms import BOUNDS, ServedTerms
+from batchlab.core.cost.served.terms import BOUNDS, PRIORS, ServedTerms
 from batchlab.core.model.hardware import HardwareSpec
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.setup.meta import SetupMeta
@@ -52,9 +53,17 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
                                       + f", else {meta.gpu_profile_allreduce}")
     meta.served_engine = (f"{profile.engine} as served ({where}: CUDA graphs to {served.max_capture_tokens} "
                           f"tokens, its all-reduce by message size, fused elementwise kernels, its attention "
-                          f"kernel, host time a step{_format_rates(profile, terms, formats)}; fitted on "
+                          f"kernel, host time a step ({_host_words(profile, terms)})"
+                          f"{_format_rates(profile, terms, formats)}; fitted on "
                           f"{profile.fitted_on}{judged})")
     return served
+
+
+def _host_words(profile: ServedProfile, terms: ServedTerms) -> str:
+    """Whether async scheduling hides the host time, and whose default that is (host.py)."""
+    if terms.host_overlap == HOST_OVERLAP.prior and HOST_OVERLAP.term in profile.held:
+        return f"not hidden: async scheduling {HOST_OVERLAP.source}"
+    return f"{terms.host_overlap:.0%} of it hidden behind the GPU's step, up to its length: async scheduling"
 
 
 def _format_rates(profile: ServedProfile, terms: ServedTerms, formats: WeightFormats) -> str:
@@ -92,18 +101,18 @@ KNOB_PREFIX = "served_"  # a served-engine term as a knob (capacity --sensitivit
 
 def served_knobs(choice: str) -> list[Knob]:
     """The served-engine terms of `choice` as knobs: a term the benchmarks did not tell (at
-    its bound) over its physical range; a format's rate held at its prior (no row ran the
-    format) over its prior's range (formats.py); a fitted one over the values its held-out
+    its bound) over its physical range; a term held at its prior (a format's rate no row ran,
+    the host overlap) over its prior's range (terms.py PRIORS); a fitted one over the values its held-out
     folds (the fits without one model or TP degree) gave it."""
     profile, where = served_profile_of(choice)
     if profile is None:
         return []
     out = []
     for name, value in profile.terms.items():
-        rate = next((r for r in RATES.values() if r.term == name), None)
-        if rate is not None and name in profile.held:
-            lo, hi = rate.low, rate.high
-            source = f"{where}: held at its prior ({rate.source})"
+        prior = PRIORS.get(name)
+        if prior is not None and name in profile.held:
+            lo, hi = prior.low, prior.high
+            source = f"{where}: held at its prior ({prior.source})"
         elif name in profile.at_bound:
             lo, hi = BOUNDS[name]
             source = f"{where}: not told by the benchmarks (at its bound), its physical range"

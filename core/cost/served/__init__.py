@@ -10,6 +10,7 @@ all-reduce, fused elementwise kernels, its attention kernel, its own time a step
     allreduce.py EngineAllReduce: the engine's all-reduce by message size
     formats.py  the weight formats a model's GEMMs run in (bf16, fp8 per-tensor and
                 blockwise, mxfp4 MoE) and each format's rate term, with its prior
+    host.py     the host time a step, and async scheduling's share of it hidden
     profile.py  ServedProfile: fitted terms with their held-out error; the shipped one
                 (core/cost/profiles/served/vllm.json) is the default price's
 """

@@ -52,10 +52,11 @@ def weight_formats(model: ModelSpec) -> WeightFormats:
 
 
 @dataclass(frozen=True, slots=True)
-class FormatRate:
+class Prior:
+    """A served term the benchmarks may not tell, held at `prior` where they do not."""
     term: str  # the ServedTerms field
-    base: str  # what a rate of 1 is
-    prior: float  # held here where no benchmark row runs the format
+    base: str  # what the value is of
+    prior: float  # held here where no benchmark row tells it
     low: float  # --sensitivity's range where held
     high: float
     source: str  # where the prior and its range come from
@@ -67,14 +68,14 @@ class FormatRate:
 # FlashInfer's MXFP4 x BF16 MoE (VLLM_USE_FLASHINFER_MOE_MXFP4_BF16), else triton_kernels or
 # Marlin; Mxfp4Config's activations are bf16 only: the weights are dequantised in the kernel.
 RATES = {
-    "fp8_tensor": FormatRate(
+    "fp8_tensor": Prior(
         "fp8_tensor_gemm_rate", "the datasheet fp8:bf16 ratio", 1.0, 0.5, 1.0,
         "the GPU's datasheet fp8:bf16 peak ratio, 2x on H100/H200; down to the bf16 rate"),
-    "fp8_block": FormatRate(
+    "fp8_block": Prior(
         "fp8_block_gemm_rate", "the datasheet fp8:bf16 ratio", 1.0, 0.5, 1.0,
         "the datasheet fp8:bf16 peak ratio, as per-tensor; down to the bf16 rate (a scale a 128 x 128 "
         "block costing the kernel its fp8 gain)"),
-    "mxfp4": FormatRate(
+    "mxfp4": Prior(
         "mxfp4_moe_rate", "the bf16 rate", 1.0, 0.5, 2.0,
         "the bf16 rate: vLLM @ afdb4a4 dequantises mxfp4 to bf16 in its Hopper MoE kernels; up to 2x "
         "with Blackwell's fp4 tensor cores"),
@@ -94,6 +95,3 @@ def terms_told(formats: list[WeightFormats]) -> set[str]:
     in: those a fit on them can tell."""
     return {RATES[f].term if f in RATES else BF16_TERM for w in formats for f in w.used}
 
-
-def prior_of(term: str) -> float:
-    return BF16_PRIOR if term == BF16_TERM else next(r.prior for r in RATES.values() if r.term == term)

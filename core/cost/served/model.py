@@ -1,7 +1,8 @@
 """A step priced as a served engine runs it (engine.py's facts, terms.py's constants): a
 decode batch within the largest capture size from a full CUDA graph, a prefill or mixed
 batch within it from piecewise graphs, anything larger eagerly; the engine's all-reduce
-by message size (allreduce.py).
+by message size (allreduce.py); with async scheduling, the host time hidden behind the
+GPU's step up to its length (host.py).
 
 The default price for dense models: compiled (batchlab/_compiled.py HOT), and each dense
 form priced through its flattened step (core/cost/gpu_step.py), to the same bits."""
@@ -19,6 +20,7 @@ from batchlab.core.cost.operator_shapes import OperatorShapes
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import EngineFacts
 from batchlab.core.cost.served.formats import WeightFormats
+from batchlab.core.cost.served.host import overlapped
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
 
@@ -49,6 +51,7 @@ class ServedGpuCost(FormDefaults):
     piecewise: GpuCostModel  # a prefill or mixed batch from piecewise graphs
     eager: GpuCostModel  # past the largest capture size
     max_capture_tokens: int
+    host_overlap: float = 0.0  # host.py: the share of the host time the GPU's step hides (async scheduling)
     # each form's flattened step (derived)
     graph_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
     piecewise_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
@@ -61,7 +64,7 @@ class ServedGpuCost(FormDefaults):
 
     def __reduce__(self) -> tuple:
         """Pickled (a process pool, Dask) as its forms: the flattened steps are made again."""
-        return ServedGpuCost, (self.graph, self.piecewise, self.eager, self.max_capture_tokens)
+        return ServedGpuCost, (self.graph, self.piecewise, self.eager, self.max_capture_tokens, self.host_overlap)
 
     @classmethod
     def build(cls, base: GpuCostModel, terms: ServedTerms, facts: EngineFacts, max_num_seqs: int,
@@ -87,7 +90,7 @@ class ServedGpuCost(FormDefaults):
             return gpu_cost(shapes, p, base.mem_bandwidth, base.peak_flops, base.peak_flops_16, allreduce)
         piecewise = form("piecewise")
         return cls(piecewise if drafting else form("full"), piecewise, form("none"),
-                   facts.max_capture_tokens(max_num_seqs, decode_query_len))
+                   facts.max_capture_tokens(max_num_seqs, decode_query_len), terms.host_overlap)
 
     def _form(self, f: StepFeatures) -> GpuCostModel:
         if f.prefill_tokens + f.decode_tokens > self.max_capture_tokens:
@@ -104,19 +107,30 @@ class ServedGpuCost(FormDefaults):
     def window(self) -> int:
         return self.graph.window
 
+    def _host(self, form: GpuCostModel, num_seqs: int) -> float:
+        """The engine's own seconds in a step of this form (its step_s and seq_s)."""
+        return form.params.step_s + form.params.seq_s * num_seqs
+
     def step_time(self, f: StepFeatures) -> float:
         step = self._step(f)
-        return step.step_time(f) if step is not None else self._form(f).step_time(f)
+        t = step.step_time(f) if step is not None else self._form(f).step_time(f)
+        return overlapped(t, self._host(self._form(f), f.num_seqs), self.host_overlap) if self.host_overlap else t
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         step = self._step(f)
-        return step.decode_run_times(f, m) if step is not None else self._form(f).decode_run_times(f, m)
+        t = step.decode_run_times(f, m) if step is not None else self._form(f).decode_run_times(f, m)
+        if not self.host_overlap:
+            return t
+        host = self._host(self._form(f), f.num_seqs)
+        return t - self.host_overlap * np.minimum(host, t - host)
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         step = self.eager_step if n > self.max_capture_tokens else self.graph_step
-        return step.decode_times(n, kv0, m) if step is not None else stretch_times(self, n, kv0, m)
+        if step is None or self.host_overlap:  # stretch_times asks step_time, which hides the host time
+            return stretch_times(self, n, kv0, m)
+        return step.decode_times(n, kv0, m)
 
     def at_speed(self, memory: float, compute: float | None = None) -> ServedGpuCost:
         return ServedGpuCost(self.graph.at_speed(memory, compute), self.piecewise.at_speed(memory, compute),
-                             self.eager.at_speed(memory, compute), self.max_capture_tokens)
+                             self.eager.at_speed(memory, compute), self.max_capture_tokens, self.host_overlap)
 

@@ -10,14 +10,16 @@ key's do (FlashAttention skips the masked blocks). bf16 GEMMs run `bf16_gemm_spe
 the eager rate on their compute side; a GEMM in another weight format runs that times its
 format's rate (formats.py: fp8 per-tensor, fp8 blockwise, mxfp4 MoE, each with its prior). `step_s` and `seq_s` are the engine's own time a step
 and a sequence. A symmetric-memory all-reduce moves its bytes at `symm_mem_efficiency` of
-the link's one-way bandwidth. No efficiency passes 1: the datasheet is a ceiling."""
+the link's one-way bandwidth. `host_overlap` of the host time is hidden behind the GPU's
+step (async scheduling, host.py). No efficiency passes 1: the datasheet is a ceiling."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
 from batchlab.core.cost.gpu_form import GpuCostParams
-from batchlab.core.cost.served.formats import rate_of
+from batchlab.core.cost.served.formats import RATES, Prior, rate_of
+from batchlab.core.cost.served.host import HOST_OVERLAP
 
 # What each constant may be, physically: a share of a cost in (0, 1], a speed-up of the
 # eager tables' rates at least 1/2 (no served kernel is much slower than its eager self)
@@ -27,7 +29,8 @@ BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0
           "attention_speedup": (0.5, 4.0), "elementwise_share": (0.05, 1.0), "bf16_gemm_speedup": (0.5, 2.0),
           "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6),
           # a format's rate beside bf16's: a quarter (a kernel far off its format's peak) to twice
-          "fp8_tensor_gemm_rate": (0.25, 2.0), "fp8_block_gemm_rate": (0.25, 2.0), "mxfp4_moe_rate": (0.25, 2.0)}
+          "fp8_tensor_gemm_rate": (0.25, 2.0), "fp8_block_gemm_rate": (0.25, 2.0), "mxfp4_moe_rate": (0.25, 2.0),
+          "host_overlap": (0.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class ServedTerms:
     fp8_tensor_gemm_rate: float = 1.0
     fp8_block_gemm_rate: float = 1.0
     mxfp4_moe_rate: float = 1.0
+    host_overlap: float = 0.0  # host.py: async scheduling's share of the host time hidden
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in BOUNDS.items():
@@ -73,3 +77,7 @@ class ServedTerms:
             attn_pair_efficiency=min(1.0, p.attn_pair_efficiency * self.attention_speedup),
             attn_self_pair_cost=1.0, compute_efficiency=self.gemm_efficiency(p, fmt),
             step_s=self.step_s, seq_s=self.seq_s)
+
+
+# The terms held at a stated prior where the rows do not tell them (the fit says which).
+PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP)}
