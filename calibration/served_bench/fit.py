@@ -69,14 +69,19 @@ def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo), np.array(hi)
 
 
+def held_terms(priced: list[Priced]) -> list[str]:
+    """The terms a fit on these rows holds at their priors: the rates of formats no row runs,
+    and the host overlap (host.py: the rows cannot tell it from step_s)."""
+    told = terms_told([p.formats for p in priced])
+    return [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term]
+
+
 def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = START) -> ServedFit:
     """ValueError where there are fewer rows than terms to fit. The rate terms of formats
-    no row runs are held at their priors (formats.py)."""
+    no row runs, and the host overlap, are held at their priors (held_terms)."""
     from scipy.optimize import least_squares  # lazy: scipy
 
-    told = terms_told([p.formats for p in priced])
-    # the format rates no row runs, and the host overlap (host.py: the rows cannot tell it from step_s)
-    held = [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term]
+    held = held_terms(priced)
     names = tuple(n for n in ServedTerms.names() if n not in held)
     if len(rows) <= len(names):
         raise ValueError(f"{len(rows)} configurations cannot tell {len(names)} served-engine terms apart: "
@@ -122,7 +127,7 @@ def leave_out(rows: list[RecordedRow], priced: list[Priced], by: str, start: Ser
     for value in sorted({key(r) for r in rows}):
         keep = [i for i, r in enumerate(rows) if key(r) != value]
         held = [i for i, r in enumerate(rows) if key(r) == value]
-        if len(keep) <= len(ServedTerms.names()):
+        if len(keep) <= len(ServedTerms.names()) - len(held_terms([priced[i] for i in keep])):
             continue
         f = fit([rows[i] for i in keep], [priced[i] for i in keep], start)
         out.append(HeldOut(by, value, f, predict([rows[i] for i in held], [priced[i] for i in held], f.terms)))
