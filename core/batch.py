@@ -25,8 +25,8 @@ class Batch:
     a batch is made every decision.)"""
 
     __slots__ = ("seqs", "num_tokens", "starts", "preempted", "total_tokens", "sampled",
-                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_fresh", "kv_loaded",
-                 "kv_saved")
+                 "bulk_decodes", "group", "group_decodes", "group_kv", "group_window", "group_fresh",
+                 "kv_loaded", "kv_saved")
 
     def __init__(self) -> None:
         self.seqs: list[Sequence] = []
@@ -44,6 +44,7 @@ class Batch:
         self.group: DecodeGroup | None = None
         self.group_decodes = 0
         self.group_kv = 0
+        self.group_window = 0  # with a sliding window: their decodes' windowed reads
         self.group_fresh: list[Sequence] = []
         # Tokens of KV the admitted sequences load from elsewhere (core/kv_home.py):
         # counted computed, not run; priced by the KV home, not the cost model.
@@ -79,7 +80,7 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
                   window: int = 0) -> StepFeatures:
     """The batch's features; after_prefill and after_idle come from what ran before it
     (core.features.StepHistory); window: the model's sliding window (0: none), which
-    sizes the windowed features (a windowed model's decodes are never grouped)."""
+    sizes the windowed features (the group's decodes read batch.group_window)."""
     b, g = batch.bulk_decodes, batch.group_decodes
     # A decode token attends its context plus itself.
     kv_read = b + (batch.group_kv + g if g else 0)
@@ -106,10 +107,10 @@ def step_features(batch: Batch, after_prefill: int = 0, after_idle: int = 0,
     if not window:
         return features_of(len(batch.seqs) + g, prefill_seqs, prefill, decode, kv_read, pairs,
                            after_prefill, after_idle, masked, kv_read, pairs, prefill_pairs, self_pairs)
-    if g:
-        raise ValueError("a windowed model's decodes cannot be grouped (their window reads "
-                         "are per sequence): simulate it without fast-forward")
-    w_kv = w_pairs = sum(min(s + 1, window) for s in batch.starts[:b])
+    w_kv = batch.group_window if g else 0
+    for i in range(b):  # compiled: sum() of a generator is calls through Python
+        w_kv += min(starts[i] + 1, window)
+    w_pairs = w_kv
     for i in range(b, len(batch.seqs)):
         s, c = batch.starts[i], batch.num_tokens[i]
         w_kv += window_reads(c, s, window)

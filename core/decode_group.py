@@ -16,6 +16,9 @@ from tick T needs a block for it iff (c - J + T) % block_size == 0. Blocks taken
 members sit in `owed` until a member is materialised (when it finishes, or when the
 scheduler needs every counter: release()); block ids may then differ from stepping's,
 the counts never do.
+
+With a sliding window (window > 0), the members' windowed reads are kept as well
+(core/decode_window.py), and runs are priced by them.
 """
 from __future__ import annotations
 
@@ -24,14 +27,17 @@ from itertools import accumulate
 from typing import Callable
 
 from batchlab.core.cost.form import CostModel
-from batchlab.core.fast_forward import DecodeRun, decode_run
+from batchlab.core.decode_window import WindowReads
+from batchlab.core.fast_forward import DecodeRun, decode_run, window_decode_run
 from batchlab.core.kv import BlockManager
 from batchlab.core.request import Sequence
 
 
 class DecodeGroup:
-    def __init__(self, block_size: int, order: Callable[[Sequence], tuple]) -> None:
+    def __init__(self, block_size: int, order: Callable[[Sequence], tuple], window: int = 0) -> None:
         self.block_size = block_size
+        self.window = window  # the model's sliding window (0: none)
+        self._window = WindowReads(window) if window else None
         self._order = order  # protection order: finishes at one tick leave in it
         self.tick = 0
         # (finish tick, order key, admit_order, base = computed - joined tick, seq),
@@ -42,6 +48,7 @@ class DecodeGroup:
         self.owed: list[int] = []  # KV blocks taken for members, not yet in their tables
         self.last = -1.0  # token time of the members that took part in the last tick
         self.fresh: list[Sequence] = []  # joined since the last tick: own last_token
+        self.now = -1.0  # when the step being formed starts (the simulator sets it)
 
     @property
     def size(self) -> int:
@@ -52,6 +59,11 @@ class DecodeGroup:
         """Tokens cached over all members: what the next step's decodes read (less one each)."""
         return self._base_sum + len(self._by_finish) * self.tick
 
+    def window_read(self) -> int:
+        """Windowed KV slots (and pairs) the next step's decodes read (0 without a window)."""
+        w = self._window
+        return w.read(self.tick, len(self._by_finish)) if w is not None else 0
+
     def steps_left(self) -> tuple[int, int]:
         """Steps until the first member finishes, and until the last one does."""
         return self._by_finish[0][0] - self.tick, self._by_finish[-1][0] - self.tick
@@ -60,11 +72,28 @@ class DecodeGroup:
         t, c = self.tick, seq.num_computed
         base = c - t
         seq.group_tick = t
-        insort(self._by_finish, (t + seq.request.output_len - seq.num_generated,
-                                 self._order(seq), seq.admit_order, base, seq))
+        finish = t + seq.request.output_len - seq.num_generated
+        insort(self._by_finish, (finish, self._order(seq), seq.admit_order, base, seq))
+        if self._window is not None:
+            self._window.join(base, seq.admit_order, finish)
         self._phase[-base % self.block_size] += 1
         self._base_sum += base
         self.fresh.append(seq)
+
+    def gaps_as_stepped(self) -> bool:
+        """Whether the next step's inter-token gaps, recorded for the group
+        (MetricsRecorder._group_gaps), are the very entries a step of the same decodes
+        without a group records: those whose previous token came at `now` in one entry,
+        and at most one other. A windowed model's group is used only then, so that its
+        summary keeps the bits it had when it was stepped (float sums run in entry order)."""
+        now = self.now
+        if len(self._by_finish) > len(self.fresh) and self.last != now:
+            return False  # the old members' gaps would be one entry, not one each
+        others = 0
+        for seq in self.fresh:
+            if seq.last_token != now:
+                others += 1
+        return others <= 1
 
     def reserve(self, kv: BlockManager) -> bool:
         """Take the blocks the next step needs, if free (else False: nothing taken)."""
@@ -95,6 +124,8 @@ class DecodeGroup:
             self._materialise(seq, t)
         assert not self.owed, "decode group: blocks owed to no member"
         self._by_finish, self._phase, self._base_sum = [], [0] * self.block_size, 0
+        if self._window is not None:
+            self._window.clear()
         self.fresh = []
         return members
 
@@ -102,6 +133,8 @@ class DecodeGroup:
     def price(self, cost: CostModel, k: int, context: tuple[int, int] = (0, 0)) -> DecodeRun:
         """Durations, sizes and KV reads of the next k steps (k <= last finish); context:
         the first one's (after_prefill, after_idle), core/features.py."""
+        if self._window is not None:
+            return self._window_price(cost, k, context)
         t, entries = self.tick, self._by_finish
         # Members finishing before step k, grouped by their last step (entries are in
         # finish order): the stretches of equal batch size between them.
@@ -117,6 +150,30 @@ class DecodeGroup:
             counts[-1] += 1
             c_sums[-1] += base + t
         return decode_run(cost, self.size, self.kv_sum, stops, counts, c_sums, k, context[0], context[1])
+
+    def _window_price(self, cost: CostModel, k: int, context: tuple[int, int]) -> DecodeRun:
+        """price() with windowed reads: the batch changes where members finish (as
+        without a window) and its windowed reads' slope where open members fill."""
+        t, entries, reads = self.tick, self._by_finish, self._window
+        assert reads is not None
+        w1 = reads.window - 1
+        reads.settle(t)
+        open_n, open_base = reads.count, reads.base_sum
+        # What changes at the start of step j: (j, members, cached tokens, open members,
+        # their bases) leaving; none at step 1.
+        changes: list[tuple[int, int, int, int, int]] = []
+        for i in range(bisect_left(entries, (t + k,))):
+            f, _, _, base, _ = entries[i]
+            if f <= w1 - base:  # still open in its last step, f - t (from tick f - 1)
+                changes.append((f - t + 1, 1, base + t, 1, base))
+            else:
+                changes.append((f - t + 1, 1, base + t, 0, 0))
+        for fill, _, f in reads.fills(t, k):
+            if f > fill:  # it runs in the step from its fill tick: full from that step on
+                changes.append((fill - t + 1, 0, 0, 1, w1 - fill))
+        changes.sort()
+        return window_decode_run(cost, self.size, self.kv_sum, open_n, open_base, t, reads.window,
+                                 changes, k, context[0], context[1])
 
     def kv_steps(self, m: int, free: int) -> int:
         """How many of the next m steps (the first one's blocks already reserved) fit
@@ -177,6 +234,8 @@ class DecodeGroup:
         f, _, _, base, seq = entry
         self._phase[-base % self.block_size] -= 1
         self._base_sum -= base
+        if self._window is not None:
+            self._window.leave(base, seq.admit_order)
         self._materialise(seq, f)
         return seq
 

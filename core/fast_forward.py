@@ -5,7 +5,12 @@ During such a run every sequence of the batch decodes one token per step (a widt
 emission, core/emission.py) until it finishes: sequence i (c_i tokens cached before
 step 1, r_i tokens left to generate) takes part in steps 1..r_i and reads c_i + j KV
 slots at step j (its context and the new token). A step's shape is then the count n_j of sequences still running and the KV
-they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)"""
+they read, sum over them of c_i + j. (core/decode_group.py keeps the aggregates.)
+
+With a sliding window W, sequence i also reads min(c_i + j, W) slots of each windowed
+layer at step j (as many pairs): the windowed read grows by the number of sequences
+still inside the window, and a stretch ends where one of them fills it as well
+(window_decode_run; core/decode_window.py keeps those aggregates)."""
 from __future__ import annotations
 
 from batchlab.core.cost.form import CostModel
@@ -13,14 +18,16 @@ from batchlab.core.features import features_of
 
 
 class DecodeRun:
-    """Steps 1..len(durations) of a run: each one's duration, batch size and KV read.
+    """Steps 1..len(durations) of a run: each one's duration, batch size and KV read,
+    and its windowed KV read (window_read: a windowed model's run only, else None).
     (A plain class: compiled, a dataclass's __init__ stays interpreted.)"""
-    __slots__ = ("durations", "num_seqs", "kv_read")
+    __slots__ = ("durations", "num_seqs", "kv_read", "window_read")
 
     def __init__(self) -> None:
         self.durations: list[float] = []
         self.num_seqs: list[int] = []
         self.kv_read: list[int] = []
+        self.window_read: list[int] | None = None
 
 
 def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: list[int],
@@ -50,4 +57,42 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
         kv = reads[0]
         durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
                                                   after_prefill, after_idle, 0, 0, 0, 0, 0))
+    return run
+
+
+def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_base: int, tick: int,
+                      window: int, changes: list[tuple[int, int, int, int, int]], k: int,
+                      after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
+    """decode_run for a model with a sliding window: steps 1..k of a run from `tick` of n
+    sequences holding `cached` tokens, open_n of them inside the window (their bases, the
+    tokens they held at tick 0, summing to open_base), the rest full. changes, sorted:
+    (step, sequences, cached tokens, open sequences, open bases) that leave the sums from
+    that step on (2..k): a finish leaves all four, an open sequence that fills the window
+    only the open ones. Between changes a stretch is one call of the cost model's
+    window_decode_times."""
+    run = DecodeRun()
+    durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
+    windowed: list[int] = []
+    run.window_read = windowed
+    start, i, count = 1, 0, len(changes)
+    while start <= k:
+        while i < count and changes[i][0] == start:
+            _, dn, dc, do, db = changes[i]
+            n, cached, open_n, open_base = n - dn, cached - dc, open_n - do, open_base - db
+            i += 1
+        stop = changes[i][0] - 1 if i < count else k
+        length = stop - start + 1
+        kv0 = cached + start * n
+        # open sequences read their base + tick + 1 in the step from tick + start - 1
+        w0 = open_base + open_n * (tick + start) + (n - open_n) * window
+        durations.extend(cost.window_decode_times(n, kv0, w0, open_n, length))
+        for j in range(length):
+            sizes.append(n)
+            reads.append(kv0 + j * n)
+            windowed.append(w0 + j * open_n)
+        start = stop + 1
+    if after_prefill or after_idle:  # priced as stepping prices it: from its own features
+        kv, w = reads[0], windowed[0]
+        durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
+                                                  after_prefill, after_idle, 0, w, w, 0, 0))
     return run

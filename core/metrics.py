@@ -164,12 +164,13 @@ class MetricsRecorder:
     def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
                           seats: int, batch: Batch, cached_blocks: int = 0,
-                          context: tuple[int, int] = (0, 0)) -> None:
+                          context: tuple[int, int] = (0, 0), window_read: list[int] | None = None) -> None:
         """m decode-only steps of the decode group at once, the first one `batch`
         (see core/decode_group.py): step j ran from times[j-1] to times[j] with
         num_seqs[j-1] members (a run neither caches nor evicts: cached_blocks holds);
         context: the first step's (after_prefill, after_idle), the later ones follow a
-        decode. The same rows, gaps, totals and token stamps as m calls
+        decode. window_read: a windowed model's windowed KV reads, a step each (None:
+        the KV reads). The same rows, gaps, totals and token stamps as m calls
         of record_step."""
         m = len(num_seqs)
         self._replica(replica)
@@ -196,7 +197,7 @@ class MetricsRecorder:
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = len(self._step["replica"]) + len(self._step_pending[0])
             self._runs.add(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
-                           kv_blocks_total, seats, cached_blocks, context[0], context[1])
+                           kv_blocks_total, seats, cached_blocks, context[0], context[1], window_read)
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished

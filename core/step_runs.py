@@ -21,10 +21,12 @@ from batchlab.core.columns import extend
 # rows come after them; steps: m; after_prefill / after_idle: its first step's, the
 # later ones follow a decode) ...
 RUN_FIELDS = ("after", "replica", "steps", "kv_blocks_total", "seats", "cached_blocks",
-              "after_prefill", "after_idle")
+              "after_prefill", "after_idle", "windowed")
 # ... and what varies by step, m values a run (times has m + 1: step j of a run ran from
 # its times[j - 1] to times[j]).
 STEP_FIELDS = ("num_seqs", "kv_read", "kv_blocks_used")
+# ... and a windowed model's runs (windowed: 1) their windowed KV reads, m values a run
+# (a window-free model's equal its KV reads: not kept).
 
 
 class RunLog:
@@ -41,10 +43,12 @@ class RunLog:
         self._per_run: list[list[int]] = [[] for _ in RUN_FIELDS]
         self._times: list[float] = []
         self._per_step: list[list[int]] = [[] for _ in STEP_FIELDS]
+        self.window_read = array("q")
+        self._window_read: list[int] = []
 
     def add(self, after: int, replica: int, times: list[float], num_seqs: list[int], kv_read: list[int],
             kv_blocks_used: list[int], kv_blocks_total: int, seats: int, cached_blocks: int,
-            after_prefill: int, after_idle: int) -> None:
+            after_prefill: int, after_idle: int, window_read: list[int] | None = None) -> None:
         r = self._per_run
         r[0].append(after)
         r[1].append(replica)
@@ -54,6 +58,11 @@ class RunLog:
         r[5].append(cached_blocks)
         r[6].append(after_prefill)
         r[7].append(after_idle)
+        if window_read is None:
+            r[8].append(0)
+        else:
+            r[8].append(1)
+            self._window_read.extend(window_read)
         self._times.extend(times)
         s = self._per_step
         s[0].extend(num_seqs)
@@ -69,9 +78,11 @@ class RunLog:
         extend(self.times, self._times)
         for col, values in zip(self.per_step, self._per_step):
             extend(col, values)
+        extend(self.window_read, self._window_read)
         self._per_run = [[] for _ in RUN_FIELDS]
         self._times = []
         self._per_step = [[] for _ in STEP_FIELDS]
+        self._window_read = []
 
 
 def _ints(col: array) -> np.ndarray:
@@ -82,9 +93,13 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
     """The step table's columns (stepped: the stepped rows, in recording order), with the
     runs' rows in the places they were recorded, as record_step would have written them."""
     log.flush()
-    after, replica, lens, kv_total, seats, cached, after_prefill, after_idle = (
+    after, replica, lens, kv_total, seats, cached, after_prefill, after_idle, windowed = (
         _ints(c) for c in log.per_run)
     num_seqs, kv, kv_used = (_ints(c) for c in log.per_step)
+    window = kv  # a window-free model's windowed reads are its reads
+    if windowed.any():
+        window = kv.copy()
+        window[np.repeat(windowed.astype(bool), lens)] = _ints(log.window_read)
     times = np.frombuffer(log.times, dtype=np.float64)
     ends = np.cumsum(lens)  # past each run's last row
     n = int(ends[-1])
@@ -105,8 +120,8 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
             "seats": np.repeat(seats, lens), "cached_blocks": np.repeat(cached, lens),
             "after_prefill": at_first(after_prefill), "after_idle": at_first(after_idle),
             "masked_pairs": zeros,
-            # grouped decodes are a window-free model's: windowed = full
-            "window_kv_tokens_read": kv, "window_attention_pairs": kv,
+            # a decode reads as many pairs as KV slots, windowed or not
+            "window_kv_tokens_read": window, "window_attention_pairs": window,
             "prefill_attention_pairs": zeros, "prefill_self_pairs": zeros}
     assert rows.keys() == stepped.keys(), "step_runs: the step table's columns changed"
     # Recording order: a run recorded after a stepped rows comes before stepped row a

@@ -15,7 +15,7 @@ from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
 from batchlab.sim.arrivals import Arrivals
-from batchlab.sim.events import late
+from batchlab.sim.events import At, late
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
 # every step.
@@ -37,6 +37,15 @@ def moved_on(env: simpy.Environment, delay: float) -> bool:
     return True
 
 
+def moved_to(env: simpy.Environment, t: float) -> bool:
+    """moved_on to time t exactly (False: yield At(env, t))."""
+    queue = env._queue
+    if queue and queue[0][0] <= t:
+        return False
+    env._now = t
+    return True
+
+
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
                  cost: CostModel, recorder: MetricsRecorder,
@@ -49,16 +58,16 @@ class Replica:
         finish brings its user's next request, so fast-forward stops at finishes and
         the next step waits for a request sent at the same instant (as a real server
         sees it before forming that step). window: the model's sliding window (0: none),
-        for the windowed step features; a windowed model is never fast-forwarded.
+        for the windowed step features (of stepped and fast-forwarded steps alike).
         pulled: the open loop's arrivals, which this engine pulls (sim/arrivals.py): those
         due by now are handed on first whenever it resumes, and an idle engine sleeps
         until the next of them is due."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
-        self.next_arrival = None if observer or window else next_arrival
+        self.next_arrival = None if observer else next_arrival
         self.window = window
         if self.next_arrival is not None:
-            scheduler.keep_decodes_in_group()
+            scheduler.keep_decodes_in_group(window)
         self.observer = observer
         self.closed_loop = closed_loop
         self._wake = env.event()
@@ -99,10 +108,13 @@ class Replica:
     def _loop(self):
         env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
         seats, kv = sched.max_seqs, sched.kv
+        windowed_group = sched.group if sched.group is not None and sched.group.window else None
         while True:
             now = env._now  # SimPy's `now` is a property: a Python call from compiled code
             if pulled is not None:
                 pulled.pull(now)
+            if windowed_group is not None:
+                windowed_group.now = now  # DecodeGroup.gaps_as_stepped
             batch = sched.schedule(now)
             if batch.is_empty:
                 self.history.went_idle()
@@ -131,8 +143,13 @@ class Replica:
                 end, finished = run
                 if self.step_note is not None:  # the run's first step was formed by schedule()
                     self.step_note(now)
-                if not moved_on(env, end - now):
-                    yield env.timeout(end - now)
+                if not self.window:
+                    if not moved_on(env, end - now):
+                        yield env.timeout(end - now)
+                elif not moved_to(env, end):
+                    # A windowed model's clock lands where its steps took it, one by one
+                    # (it was stepped before it was fast-forwarded: its outputs stay).
+                    yield At(env, end)
                 now = env._now
                 if pulled is not None:
                     pulled.pull(now)
@@ -231,9 +248,11 @@ class Replica:
             return None
         kv_used, done = group.advance(m, kv)
         end = times[m]
+        windowed = run.window_read
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, kv.num_blocks,
-                                        sched.max_seqs, batch, kv.num_cached, context)
+                                        sched.max_seqs, batch, kv.num_cached, context,
+                                        windowed[:m] if windowed is not None else None)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:

@@ -71,13 +71,19 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
+    window = attention_window(cost)
+    # Several engines record into one recorder: a fast-forwarded run's rows and gaps come
+    # in another order than its steps' would, which moves float sums over them (ITL mean
+    # and std, utilisations) in their last bits. Windowed models were stepped until they
+    # were fast-forwarded: with several replicas they step still, so their results stay.
+    fast_forward = fast_forward and (replicas == 1 or not window)
     for i in range(replicas):
         sched = make_scheduler(scheduler, num_kv_blocks)
         if emission is not None:
             sched.use_emission(emission)
         engines.append(Replica(env, i, sched, cost, rec,
                                done, next_arrival if fast_forward else None, observer,
-                               closed_loop=arrivals.closed_loop, window=attention_window(cost),
+                               closed_loop=arrivals.closed_loop, window=window,
                                pulled=arrivals if arrivals.pulled else None))
     homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
     if replicas > 1 and router == "round_robin" and arrivals.pulled:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from batchlab.core.cost.form import CostForm, CostModel, stretch_times
+from batchlab.core.cost.form import CostForm, CostModel, stretch_times, window_stretch_times
 from batchlab.core.features import StepFeatures
 from batchlab.core.cost.loop_time import Overhead
 
@@ -74,3 +74,8 @@ class CostAtSpeed:
         if self.loop is None:
             return self._price.decode_times(n, kv0, m)
         return stretch_times(self, n, kv0, m)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        if self.loop is None:
+            return self._price.window_decode_times(n, kv0, w0, u, m)
+        return window_stretch_times(self, n, kv0, w0, u, m)

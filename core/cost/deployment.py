@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.core.cost.form import FormDefaults
+from batchlab.core.cost.form import SHORT_STEPS, FormDefaults, window_stretch_times
 from batchlab.core.features import StepFeatures
 from batchlab.core.model.hardware import HardwareSpec
 from batchlab.core.model.layout import Layout
@@ -92,7 +92,7 @@ class DeploymentRoofline(FormDefaults):
         """m steady decode steps: every KV read and pair count grows by num_seqs a step,
         the windowed ones up to num_seqs * window (exact for a window-free model, and for
         a windowed one whose sequences are all inside, or all past, the window; the
-        simulator steps windowed models one by one)."""
+        simulator prices a windowed model's runs by window_decode_times)."""
         grow = np.arange(m, dtype=np.int64) * f.num_seqs
         w_kv, w_pairs = f.window_kv_tokens_read + grow, f.window_attention_pairs + grow
         if self.window:
@@ -103,6 +103,15 @@ class DeploymentRoofline(FormDefaults):
         t = self._price(f.num_seqs, tokens, f.kv_tokens_read + grow, f.attention_pairs + grow, w_kv, w_pairs,
                         f.prefill_attention_pairs)
         return np.broadcast_to(t, (m,)).astype(float)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """Decode steps with windowed reads w0, w0 + u, ...: step_time's arithmetic on
+        arrays (short stretches step by step)."""
+        if m < SHORT_STEPS:
+            return window_stretch_times(self, n, kv0, w0, u, m)
+        steps = np.arange(m, dtype=np.int64)
+        kv, w = kv0 + steps * n, w0 + steps * u
+        return np.broadcast_to(self._price(n, n, kv, kv, w, w, 0), (m,)).astype(float).tolist()
 
 
 def allreduces_per_step(model: ModelSpec, layout: Layout) -> float:

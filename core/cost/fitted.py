@@ -199,8 +199,8 @@ class FittedCostModel(FormDefaults):
             return np.zeros(m)
         grow = np.arange(m, dtype=np.int64) * f.num_seqs
         tokens = f.prefill_tokens + f.decode_tokens
-        # Windowed counts grow like the full ones (a windowed model is stepped, never
-        # fast-forwarded; a window-free shape does not read them).
+        # Windowed counts grow like the full ones (exact for a window-free shape, which
+        # does not read them; the simulator prices windowed runs by window_decode_times).
         t = self._time(f.num_seqs, f.num_prefill_seqs, tokens, f.decode_tokens + f.num_prefill_seqs,
                        f.kv_tokens_read + grow, f.attention_pairs + grow, masked=f.masked_pairs,
                        steady=True, w_kv=f.window_kv_tokens_read + grow,

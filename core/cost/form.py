@@ -8,7 +8,7 @@ from typing import Protocol, cast
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from batchlab.core.features import StepFeatures
+from batchlab.core.features import StepFeatures, features_of
 
 class CostModel(Protocol):
     """Everything the simulator asks of a price (sim/engine.py, core/fast_forward.py)."""
@@ -25,6 +25,11 @@ class CostModel(Protocol):
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         """step_time of m decode-only steps of n sequences reading kv0, kv0 + n, ... KV
         tokens, in whichever form is cheapest for m (stretch_times is the usual one)."""
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """decode_times for a model with a sliding window: the steps' windowed KV reads (and
+        pairs) are w0, w0 + u, ... (u: the sequences still inside the window). Bit for bit
+        equal to step_time (window_stretch_times is the plain form)."""
 
     def at(self, now: float) -> "CostModel":
         """The price of a step (or a fast-forwarded run) starting at `now` on the run's
@@ -52,6 +57,15 @@ def stretch_times(cost: CostModel, n: int, kv0: int, m: int) -> list[float]:
     return cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m).tolist()
 
 
+def window_stretch_times(cost: CostModel, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+    """`cost`'s window_decode_times, step by step: exact for any form."""
+    out: list[float] = []
+    for j in range(m):  # a for statement: compiled, a comprehension's range is a Python call
+        kv, w = kv0 + j * n, w0 + j * u
+        out.append(cost.step_time(features_of(n, 0, 0, n, kv, kv, 0, 0, 0, w, w, 0, 0)))
+    return out
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py): other forms extend it
 class FormDefaults:
     """The CostModel methods most forms share: decode stretches priced by stretch_times,
@@ -61,6 +75,9 @@ class FormDefaults:
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         return stretch_times(cast(CostModel, self), n, kv0, m)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        return window_stretch_times(cast(CostModel, self), n, kv0, w0, u, m)
 
     def at(self, now: float) -> CostModel:
         return cast(CostModel, self)

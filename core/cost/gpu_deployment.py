@@ -27,14 +27,15 @@ fallback. The all-to-all is priced as an all-reduce moving the same bytes per GP
 measured table where it has the GPU count): no all-to-all was measured."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel, GpuCostParams, prefill_token_width
 from batchlab.core.cost.operator_shapes import OperatorShapes
-from batchlab.core.features import StepFeatures
+from batchlab.core.cost.form import SHORT_STEPS, window_stretch_times
+from batchlab.core.features import StepFeatures, features_of
 
 # One routed expert's gated MLP as its two grouped GEMMs: gate_up (two of its three
 # matrices) and down.
@@ -99,25 +100,47 @@ def _moe_layer(c: GpuCostModel, d: Deployed, tokens: float) -> float:
     return t
 
 
+class StageTerms(NamedTuple):
+    """stage_base's terms that depend on the step's tokens alone."""
+    elementwise: float
+    layer: tuple[float, ...]  # a layer's GEMMs, then its all-reduce (under TP)
+    dense_mlp: float  # a dense layer's MLP
+    moe: float  # a MoE layer
+
+
+def stage_terms(c: GpuCostModel, d: Deployed, tokens: float) -> StageTerms:
+    p, s = c.params, c.shapes
+    layer = [c._gemm(mem, flop, tokens) for mem, flop in zip(c._gemm_mem, c._gemm_flop)]
+    if s.allreduces_per_layer:
+        layer.append(s.allreduces_per_layer * p.allreduce_scale * c.allreduce.time(
+            tokens * s.allreduce_bytes_per_token, s.tensor_parallel))
+    dense = sum(c._gemm(mem, flop, tokens) for mem, flop in d.dense_mlp) if s.dense_mlp_layers else 0.0
+    return StageTerms(c._elementwise(tokens), tuple(layer), dense,
+                      _moe_layer(c, d, tokens) if s.moe_layers else 0.0)
+
+
+def stage_sum(c: GpuCostModel, terms: StageTerms, seqs: float, head: float) -> float:
+    """stage_base from its token terms and its LM head (head: the head's GEMM at seqs
+    rows), added in one order, so that kept terms give the same bits."""
+    p, s = c.params, c.shapes
+    layer = terms.elementwise + p.attn_layer_s + p.attn_seq_s * seqs / s.sequence_groups
+    for x in terms.layer:
+        layer += x
+    t = s.layers * layer
+    if s.dense_mlp_layers:
+        t += s.dense_mlp_layers * terms.dense_mlp
+    if s.moe_layers:
+        t += s.moe_layers * terms.moe
+    return t + head
+
+
 def stage_base(c: GpuCostModel, d: Deployed, seqs: float, tokens: float) -> float:
     """One GPU's stage for a micro-batch of seqs sequences and tokens tokens, less the KV
     and pair terms (constant along a decode run)."""
-    p, s = c.params, c.shapes
-    layer = c._elementwise(tokens) + p.attn_layer_s + p.attn_seq_s * seqs / s.sequence_groups
-    for mem, flop in zip(c._gemm_mem, c._gemm_flop):
-        layer += c._gemm(mem, flop, tokens)
-    if s.allreduces_per_layer:
-        layer += s.allreduces_per_layer * p.allreduce_scale * c.allreduce.time(
-            tokens * s.allreduce_bytes_per_token, s.tensor_parallel)
-    t = s.layers * layer
-    if s.dense_mlp_layers:
-        t += s.dense_mlp_layers * sum(c._gemm(mem, flop, tokens) for mem, flop in d.dense_mlp)
-    if s.moe_layers:
-        t += s.moe_layers * _moe_layer(c, d, tokens)
-    return t + c._gemm(d.head_mem, d.head_flop, seqs)
+    return stage_sum(c, stage_terms(c, d, tokens), seqs, c._gemm(d.head_mem, d.head_flop, seqs))
 
 
-def price(c: GpuCostModel, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv, w_pairs, p_pairs,
+def price(c: DeployedGpuCost, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv, w_pairs, p_pairs,
           prefill: float = 0.0):
     """A step's seconds; kv .. p_pairs numbers or numpy arrays alike (decode_run_times),
     the same arithmetic either way; prefill: the chunks' own extra attention (prefill_extra)."""
@@ -131,11 +154,11 @@ def price(c: GpuCostModel, d: Deployed, seqs: int, tokens: int, kv, pairs, w_kv,
         attn = attn + d.prefill_pair * p_pairs
     pp = s.stages
     if pp == 1:
-        return p.step_s + p.seq_s * seqs + stage_base(c, d, seqs, tokens) + attn
+        return p.step_s + p.seq_s * seqs + c.stage(seqs, tokens) + attn
     m = max(1, min(pp, seqs))
     hop = p.allreduce_scale * (c.allreduce.latency_s
                                + s.send_recv_bytes_per_token * tokens / m / c.allreduce.bandwidth)
-    stage = stage_base(c, d, seqs / m, tokens / m) + attn / m
+    stage = c.stage(seqs / m, tokens / m) + attn / m
     return p.step_s + p.seq_s * seqs + pp * stage + (pp - 1) * hop
 
 
@@ -151,6 +174,22 @@ class DeployedGpuCost(GpuCostModel):
     """One GPU of the busiest stage of a MoE, MLA or windowed model, or of a layout with
     PP, EP or DP attention, priced by the GPU form with these terms."""
     terms: Deployed | None = None  # build() fills it
+    # stage_base's terms kept by tokens, and its LM head by sequences: a simulation prices
+    # the same few shapes again and again (as core/cost/gpu_step.py keeps a dense form's)
+    _by_tokens: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_seqs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def stage(self, seqs: float, tokens: float) -> float:
+        """stage_base(self, terms, seqs, tokens), from the kept terms: the same bits."""
+        d = self.terms
+        assert d is not None
+        terms = self._by_tokens.get(tokens)
+        if terms is None:
+            terms = self._by_tokens[tokens] = stage_terms(self, d, tokens)
+        head = self._by_seqs.get(seqs)
+        if head is None:
+            head = self._by_seqs[seqs] = self._gemm(d.head_mem, d.head_flop, seqs)
+        return stage_sum(self, terms, seqs, head)
 
     @classmethod
     def extra_terms(cls, shapes: OperatorShapes, params: GpuCostParams, mem_bandwidth: float,
@@ -184,3 +223,16 @@ class DeployedGpuCost(GpuCostModel):
         t = price(self, d, f.num_seqs, f.prefill_tokens + f.decode_tokens, f.kv_tokens_read + grow,
                   f.attention_pairs + grow, w_kv, w_pairs, f.prefill_attention_pairs, prefill_extra(d, f))
         return np.broadcast_to(t, (m,)).astype(float)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """Decode steps with windowed reads w0, w0 + u, ...: step_time's arithmetic on
+        arrays (short stretches step by step)."""
+        if m < SHORT_STEPS:
+            return window_stretch_times(self, n, kv0, w0, u, m)
+        d = self.terms
+        assert d is not None
+        f = features_of(n, 0, 0, n, kv0, kv0, 0, 0, 0, w0, w0, 0, 0)
+        steps = np.arange(m, dtype=np.int64)
+        kv, w = kv0 + steps * n, w0 + steps * u
+        t = price(self, d, n, n, kv, kv, w, w, f.prefill_attention_pairs, prefill_extra(d, f))
+        return np.broadcast_to(t, (m,)).astype(float).tolist()

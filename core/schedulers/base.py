@@ -221,13 +221,14 @@ class Scheduler:
         return [e[2] for e in sorted(self._waiting, key=lambda e: e[:2])]
 
     # -- fast-forward ------------------------------------------------------------------
-    def keep_decodes_in_group(self) -> None:
+    def keep_decodes_in_group(self, window: int = 0) -> None:
         """Keep running decoders' counters lazily in a DecodeGroup (the simulator's
         fast-forward mode: steps then cost O(changes), not O(batch); see
-        core/decode_group.py). A policy that cannot promise the fast-forward contract
+        core/decode_group.py); window: the model's sliding window (0: none), whose reads
+        the group keeps too. A policy that cannot promise the fast-forward contract
         stays eager."""
         if self.fast_forward and self._width == 1:
-            self.group = DecodeGroup(self.kv.block_size, self._victim_key)
+            self.group = DecodeGroup(self.kv.block_size, self._victim_key, window)
 
     def steady_decode_run(self, batch: Batch, through_finishes: bool) -> tuple[int, int] | None:
         """For a batch that is one step of the decode group and nothing else: (k,
@@ -481,10 +482,15 @@ class Scheduler:
                     group.join(seq)
         if not group.size:
             return None
+        if group.window and not group.gaps_as_stepped():
+            group.release()
+            return None
         if not group.reserve(self.kv):
             group.release()
             return None
         batch.group, batch.group_decodes, batch.group_kv = group, group.size, group.kv_sum
+        if group.window:
+            batch.group_window = group.window_read()
         batch.group_fresh, group.fresh = group.fresh, []
         batch.total_tokens += group.size
         return running[-p:] if p else []

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.form import CostModel, window_stretch_times
 from batchlab.core.features import StepFeatures
 
 
@@ -52,6 +52,9 @@ class DraftedCost:
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         return [self.step_time(StepFeatures(n, 0, 0, n, kv, kv)) for kv in range(kv0, kv0 + m * n, n)]
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        return window_stretch_times(self, n, kv0, w0, u, m)
 
     def at(self, now: float) -> CostModel:
         base = self.base.at(now)

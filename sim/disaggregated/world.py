@@ -79,9 +79,12 @@ class DisaggregatedWorld:
 
     def _replica(self, pool: Pool, index: int, rec: MetricsRecorder, on_done, next_arrival,
                  observer, pulled) -> Replica:
+        window = attention_window(pool.cost)
+        if window and pool.replicas > 1:  # stepped, as sim/simulate.py says why
+            next_arrival = None
         replica = Replica(self.env, index, make_scheduler(pool.scheduler, pool.num_kv_blocks), pool.cost,
                           rec, on_done, next_arrival, observer, closed_loop=self.arrivals.closed_loop,
-                          window=attention_window(pool.cost), pulled=pulled)
+                          window=window, pulled=pulled)
         tier = pool.kv_tier
         if tier is not None:  # a tier of its own, as sim/simulate.py gives each replica
             kind = HandOffTier if pool is self.deployment.decode else TieredHome

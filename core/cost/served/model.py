@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from batchlab.core.cost.dispatch import gpu_cost
-from batchlab.core.cost.form import FormDefaults, stretch_times
+from batchlab.core.cost.form import FormDefaults, stretch_times, window_stretch_times
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.gpu_step import DenseGpuStep
 from batchlab.core.cost.operator_shapes import OperatorShapes
@@ -129,6 +129,14 @@ class ServedGpuCost(FormDefaults):
         if step is None or self.host_overlap:  # stretch_times asks step_time, which hides the host time
             return stretch_times(self, n, kv0, m)
         return step.decode_times(n, kv0, m)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
+        the one step_time asks for n decodes."""
+        eager = n > self.max_capture_tokens
+        if (self.eager_step if eager else self.graph_step) is not None:
+            return window_stretch_times(self, n, kv0, w0, u, m)
+        return (self.eager if eager else self.graph).window_decode_times(n, kv0, w0, u, m)
 
     def at_speed(self, memory: float, compute: float | None = None) -> ServedGpuCost:
         return ServedGpuCost(self.graph.at_speed(memory, compute), self.piecewise.at_speed(memory, compute),
