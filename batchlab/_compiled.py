@@ -26,6 +26,7 @@ HOT = (
     "batchlab.core.kv",
     "batchlab.core.prefix_cache",
     "batchlab.core.kv_reservation",
+    "batchlab.core.decode_window",
     "batchlab.core.decode_group",
     "batchlab.core.fast_forward",
     "batchlab.core.step_runs",

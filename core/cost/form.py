@@ -66,6 +66,22 @@ def window_stretch_times(cost: CostModel, n: int, kv0: int, w0: int, u: int, m: 
     return out
 
 
+def line_times(fixed: float, kv_coef: float, pair_coef: float, w_kv_coef: float, w_pair_coef: float,
+               windowed: bool, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+    """m decode steps of a price linear in its reads: fixed + (kv_coef * kv + pair_coef * kv
+    [+ w_kv_coef * w + w_pair_coef * w]) with kv = kv0 + j n and w = w0 + j u, in that
+    order of operations (a form's own arithmetic: core/cost/gpu_deployment.py); compiled."""
+    out: list[float] = []
+    for j in range(m):  # a for statement: compiled, a comprehension's range is a Python call
+        kv = kv0 + j * n
+        attn = kv_coef * kv + pair_coef * kv
+        if windowed:
+            w = w0 + j * u
+            attn = attn + w_kv_coef * w + w_pair_coef * w
+        out.append(fixed + attn)
+    return out
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py): other forms extend it
 class FormDefaults:
     """The CostModel methods most forms share: decode stretches priced by stretch_times,

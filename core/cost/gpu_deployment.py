@@ -34,7 +34,7 @@ import numpy as np
 
 from batchlab.core.cost.gpu_form import AllReduce, GpuCostModel, GpuCostParams, prefill_token_width
 from batchlab.core.cost.operator_shapes import OperatorShapes
-from batchlab.core.cost.form import SHORT_STEPS, window_stretch_times
+from batchlab.core.cost.form import line_times, stretch_times, window_stretch_times
 from batchlab.core.features import StepFeatures, features_of
 
 # One routed expert's gated MLP as its two grouped GEMMs: gate_up (two of its three
@@ -224,15 +224,26 @@ class DeployedGpuCost(GpuCostModel):
                   f.attention_pairs + grow, w_kv, w_pairs, f.prefill_attention_pairs, prefill_extra(d, f))
         return np.broadcast_to(t, (m,)).astype(float)
 
-    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
-        """Decode steps with windowed reads w0, w0 + u, ...: step_time's arithmetic on
-        arrays (short stretches step by step)."""
-        if m < SHORT_STEPS:
-            return window_stretch_times(self, n, kv0, w0, u, m)
+    def _line(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """step_time of m decode-only steps, one stage (no PP): price()'s arithmetic with
+        its constant part added once. (The MLA prefill pairs' term adds d.prefill_pair * 0,
+        a zero, to a sum of non-negative terms: left out, the same bits.)"""
+        d, p = self.terms, self.params
+        assert d is not None
+        fixed = p.step_s + p.seq_s * n + self.stage(n, n)
+        return line_times(fixed, d.kv, d.pair, d.window_kv, d.window_pair, bool(d.window_kv or d.window_pair),
+                          n, kv0, w0, u, m)
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         d = self.terms
         assert d is not None
-        f = features_of(n, 0, 0, n, kv0, kv0, 0, 0, 0, w0, w0, 0, 0)
-        steps = np.arange(m, dtype=np.int64)
-        kv, w = kv0 + steps * n, w0 + steps * u
-        t = price(self, d, n, n, kv, kv, w, w, f.prefill_attention_pairs, prefill_extra(d, f))
-        return np.broadcast_to(t, (m,)).astype(float).tolist()
+        if self.shapes.stages != 1 or d.window_kv or d.window_pair:  # a windowed model's: window_decode_times
+            return stretch_times(self, n, kv0, m)
+        return self._line(n, kv0, 0, 0, m)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        """Decode steps with windowed reads w0, w0 + u, ...: step_time's arithmetic (with
+        PP, step by step)."""
+        if self.shapes.stages != 1:
+            return window_stretch_times(self, n, kv0, w0, u, m)
+        return self._line(n, kv0, w0, u, m)

@@ -126,9 +126,11 @@ class ServedGpuCost(FormDefaults):
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         step = self.eager_step if n > self.max_capture_tokens else self.graph_step
-        if step is None or self.host_overlap:  # stretch_times asks step_time, which hides the host time
+        if self.host_overlap:  # stretch_times asks step_time, which hides the host time
             return stretch_times(self, n, kv0, m)
-        return step.decode_times(n, kv0, m)
+        if step is not None:
+            return step.decode_times(n, kv0, m)
+        return (self.eager if n > self.max_capture_tokens else self.graph).decode_times(n, kv0, m)
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
