@@ -2,6 +2,7 @@
 item 3: windowed and MoE models within 1.3x of a dense one).
 
     python benchmarks/bench_model_kinds.py [--requests N1 N2] [--pairs P] [--baseline DIR]
+    python benchmarks/bench_model_kinds.py --instructions N1 N2 [--baseline DIR]
 
 Each kind is `batchlab simulate` on synthetic chat requests (chunked, on the default
 hardware and price) of its preset: dense (llama-3-8b), windowed (gpt-oss-20b: sliding
@@ -11,7 +12,11 @@ runs goes over the kinds in turn, the other way round every other pair, so that 
 spell of the shared machine hits all alike; the medians of the pairs are printed, and each
 kind's over the dense model's. The build that runs is the one PYTHONPATH (or the checkout
 of this file) holds: compiled where it was built in place, pure Python under
-BATCHLAB_PURE=1. --baseline DIR measures that checkout too (a before, same build kind)."""
+BATCHLAB_PURE=1. --baseline DIR measures that checkout too (a before, same build kind).
+
+--instructions N1 N2: instead, the instructions a request costs under valgrind's cachegrind
+(bench_default_price.py counts them the same way): the same in every run, where the
+shared machine's CPU seconds move by tens of percent between runs minutes apart."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_default_price import byte_compile, cli_run, machine  # beside this script
+from bench_default_price import byte_compile, cli_instructions, cli_run, machine  # beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"dense (llama-3-8b)": "llama-3-8b", "windowed (gpt-oss-20b)": "gpt-oss-20b",
@@ -44,11 +49,16 @@ def measure(tree: Path, n1: int, n2: int, pairs: int) -> dict[str, float]:
     return {k: statistics.median(s) for k, s in samples.items()}
 
 
-def report(name: str, cpu: dict[str, float]) -> None:
+def instructions(tree: Path, n1: int, n2: int) -> dict[str, float]:
+    return {kind: (cli_instructions(tree, n2, ["--model", model]) - cli_instructions(tree, n1, ["--model", model]))
+            / (n2 - n1) for kind, model in KINDS.items()}
+
+
+def report(name: str, cost: dict[str, float], unit: str = "CPU us a request", scale: float = 1e6) -> None:
     print(f"  {name}:")
-    print(f"    {'kind':<26}{'CPU us a request':>18}{'/ dense':>10}")
-    for kind, c in cpu.items():
-        print(f"    {kind:<26}{c * 1e6:>18.1f}{c / cpu[DENSE]:>9.2f}x")
+    print(f"    {'kind':<26}{unit:>24}{'/ dense':>10}")
+    for kind, c in cost.items():
+        print(f"    {kind:<26}{c * scale:>24,.1f}{c / cost[DENSE]:>9.2f}x")
 
 
 def main() -> None:
@@ -57,8 +67,10 @@ def main() -> None:
                     help="the two run sizes whose difference is timed (default 2000 20000)")
     ap.add_argument("--pairs", type=int, default=2, help="runs of each kind and size (default 2)")
     ap.add_argument("--baseline", type=Path, help="also measure this checkout")
+    ap.add_argument("--instructions", nargs=2, type=int, metavar=("N1", "N2"),
+                    help="count instructions a request under valgrind instead (e.g. 1000 4000)")
     args = ap.parse_args()
-    n1, n2 = args.requests
+    n1, n2 = args.instructions or args.requests
     if not 0 < n1 < n2:
         raise SystemExit("--requests wants 0 < N1 < N2")
     pure = os.environ.get("BATCHLAB_PURE", "") not in ("", "0")
@@ -68,6 +80,12 @@ def main() -> None:
     for tree in trees.values():
         byte_compile(tree)
     print(f"machine: {machine()}; python {sys.version.split()[0]}; {'pure' if pure else 'compiled'} build")
+    if args.instructions:
+        print(f"synthetic chat requests, chunked, no step table, default price; instructions of {n2:,} "
+              f"less {n1:,} requests, under cachegrind")
+        for name, tree in trees.items():
+            report(name, instructions(tree, n1, n2), "instructions a request", 1.0)
+        return
     print(f"synthetic chat requests, chunked, no step table, default price; CPU of {n2:,} less {n1:,} "
           f"requests; {args.pairs} runs each, alternating")
     results = {}

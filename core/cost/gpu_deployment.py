@@ -154,7 +154,7 @@ def price(c: DeployedGpuCost, d: Deployed, seqs: int, tokens: int, kv, pairs, w_
         attn = attn + d.prefill_pair * p_pairs
     pp = s.stages
     if pp == 1:
-        return p.step_s + p.seq_s * seqs + c.stage(seqs, tokens) + attn
+        return c.fixed(seqs, tokens) + attn
     m = max(1, min(pp, seqs))
     hop = p.allreduce_scale * (c.allreduce.latency_s
                                + s.send_recv_bytes_per_token * tokens / m / c.allreduce.bandwidth)
@@ -178,6 +178,19 @@ class DeployedGpuCost(GpuCostModel):
     # the same few shapes again and again (as core/cost/gpu_step.py keeps a dense form's)
     _by_tokens: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _by_seqs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _decode_fixed: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def fixed(self, seqs: int, tokens: int) -> float:
+        """A one-stage step's seconds less its attention terms (price()'s sum, in its
+        order); kept for decode-only shapes (tokens = seqs), a few hundred at most."""
+        if seqs == tokens:
+            t = self._decode_fixed.get(seqs)
+            if t is None:
+                p = self.params
+                t = self._decode_fixed[seqs] = p.step_s + p.seq_s * seqs + self.stage(seqs, tokens)
+            return t
+        p = self.params
+        return p.step_s + p.seq_s * seqs + self.stage(seqs, tokens)
 
     def stage(self, seqs: float, tokens: float) -> float:
         """stage_base(self, terms, seqs, tokens), from the kept terms: the same bits."""
@@ -228,18 +241,19 @@ class DeployedGpuCost(GpuCostModel):
         """step_time of m decode-only steps, one stage (no PP): price()'s arithmetic with
         its constant part added once. (The MLA prefill pairs' term adds d.prefill_pair * 0,
         a zero, to a sum of non-negative terms: left out, the same bits.)"""
-        d, p = self.terms, self.params
-        assert d is not None
-        fixed = p.step_s + p.seq_s * n + self.stage(n, n)
-        return line_times(fixed, d.kv, d.pair, d.window_kv, d.window_pair, bool(d.window_kv or d.window_pair),
-                          n, kv0, w0, u, m)
-
-    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         d = self.terms
         assert d is not None
-        if self.shapes.stages != 1 or d.window_kv or d.window_pair:  # a windowed model's: window_decode_times
+        return line_times(self.fixed(n, n), d.kv, d.pair, d.window_kv, d.window_pair,
+                          bool(d.window_kv or d.window_pair), n, kv0, w0, u, m)
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        """(Features without windowed reads: a windowed model's terms add 0.0 twice to a
+        non-negative sum, the same bits as leaving them out.)"""
+        d = self.terms
+        assert d is not None
+        if self.shapes.stages != 1:
             return stretch_times(self, n, kv0, m)
-        return self._line(n, kv0, 0, 0, m)
+        return line_times(self.fixed(n, n), d.kv, d.pair, 0.0, 0.0, False, n, kv0, 0, 0, m)
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """Decode steps with windowed reads w0, w0 + u, ...: step_time's arithmetic (with
