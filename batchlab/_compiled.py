@@ -35,6 +35,7 @@ HOT = (
     "batchlab.core.cost.roofline",
     "batchlab.core.cost.linear",
     "batchlab.core.cost.gpu_step",
+    "batchlab.core.cost.deployed_step",
     "batchlab.core.cost.served.model",
     "batchlab.core.orders.admission",
     "batchlab.core.orders.victims",

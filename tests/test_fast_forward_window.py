@@ -162,3 +162,23 @@ def test_a_groups_windowed_reads_are_each_members(window, members, tick, later, 
     assert group.window_read() == want[0]
     assert run.durations == [ROOFLINE.step_time(features_of(n, 0, 0, n, kv, kv, 0, 0, 0, w, w, 0, 0))
                              for n, kv, w in zip(run.num_seqs, run.kv_read, run.window_read)]
+
+
+MLA = sim_setup(build_config({"model": {"name": "deepseek-v2-lite"}, "workload": {"source": "chat", "num_requests": 1},
+                              "hardware": {"name": "a100-80gb"}})).cost
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["windowed", "moe", "mla"]), st.integers(1, 300), st.integers(0, 4), st.integers(0, 3000),
+       st.integers(0, 200_000), st.integers(0, 3), st.integers(0, 2))
+def test_the_served_price_of_a_deployed_model_is_its_forms(kind, seqs, chunks, prefill, kv, after_prefill, extra):
+    """The compiled step of a deployed form (core/cost/deployed_step.py) prices any step
+    as the form itself does, bit for bit: decode-only, mixed, windowed, MLA."""
+    cost = {"windowed": WINDOWED["served"], "moe": MOE, "mla": MLA}[kind]
+    chunks = min(chunks, seqs) if prefill else 0
+    decode = seqs - chunks
+    pairs = kv + prefill * (prefill + 1) // 2 + extra
+    f = features_of(seqs, chunks, prefill, decode, kv + prefill, pairs, after_prefill % 2, after_prefill // 2,
+                    extra, min(kv, 128 * seqs) + prefill, min(pairs, 128 * seqs), prefill * (prefill + 1) // 2 + extra,
+                    prefill * (prefill + 1) // 2 if chunks else 0)
+    assert cost.step_time(f) == cost._form(f).step_time(f)

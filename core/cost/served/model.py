@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from batchlab.core.cost.deployed_step import DeployedStep
 from batchlab.core.cost.dispatch import gpu_cost
 from batchlab.core.cost.form import FormDefaults, stretch_times, window_stretch_times
 from batchlab.core.cost.gpu_form import GpuCostModel
@@ -30,7 +31,7 @@ BF16 = WeightFormats()
 
 def flattened(form: GpuCostModel) -> DenseGpuStep | None:
     """The flattened step of a dense form; None for one that prices more (a subclass:
-    core/cost/gpu_deployment.py), which is asked itself."""
+    core/cost/gpu_deployment.py: deployed_step)."""
     return DenseGpuStep.of(form) if type(form) is GpuCostModel else None
 
 
@@ -45,6 +46,11 @@ def experts_at_rate(base: GpuCostModel, terms: ServedTerms, formats: WeightForma
     return replace(s, experts=s.experts._replace(expert_flops_per_token=flops))
 
 
+def deployed_step(form: GpuCostModel) -> DeployedStep | None:
+    """The compiled step of a deployed form of one stage; None otherwise (asked itself)."""
+    return DeployedStep.of(form) if type(form) is not GpuCostModel and hasattr(form, "fixed") else None
+
+
 @dataclass(frozen=True, slots=True)
 class ServedGpuCost(FormDefaults):
     graph: GpuCostModel  # a decode batch from a full graph
@@ -56,11 +62,18 @@ class ServedGpuCost(FormDefaults):
     graph_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
     piecewise_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
     eager_step: DenseGpuStep | None = field(default=None, init=False, repr=False, compare=False)
+    # a deployed form's compiled step (derived; None for dense forms and PP)
+    graph_deployed: DeployedStep | None = field(default=None, init=False, repr=False, compare=False)
+    piecewise_deployed: DeployedStep | None = field(default=None, init=False, repr=False, compare=False)
+    eager_deployed: DeployedStep | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "graph_step", flattened(self.graph))
         object.__setattr__(self, "piecewise_step", flattened(self.piecewise))
         object.__setattr__(self, "eager_step", flattened(self.eager))
+        object.__setattr__(self, "graph_deployed", deployed_step(self.graph))
+        object.__setattr__(self, "piecewise_deployed", deployed_step(self.piecewise))
+        object.__setattr__(self, "eager_deployed", deployed_step(self.eager))
 
     def __reduce__(self) -> tuple:
         """Pickled (a process pool, Dask) as its forms: the flattened steps are made again."""
@@ -111,9 +124,18 @@ class ServedGpuCost(FormDefaults):
         """The engine's own seconds in a step of this form (its step_s and seq_s)."""
         return form.params.step_s + form.params.seq_s * num_seqs
 
+    def _deployed(self, f: StepFeatures) -> DeployedStep | None:
+        if f.prefill_tokens + f.decode_tokens > self.max_capture_tokens:
+            return self.eager_deployed
+        return self.graph_deployed if f.prefill_tokens == 0 else self.piecewise_deployed
+
     def step_time(self, f: StepFeatures) -> float:
         step = self._step(f)
-        t = step.step_time(f) if step is not None else self._form(f).step_time(f)
+        if step is not None:
+            t = step.step_time(f)
+        else:
+            deployed = self._deployed(f)
+            t = deployed.step_time(f) if deployed is not None else self._form(f).step_time(f)
         return overlapped(t, self._host(self._form(f), f.num_seqs), self.host_overlap) if self.host_overlap else t
 
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
@@ -130,7 +152,11 @@ class ServedGpuCost(FormDefaults):
             return stretch_times(self, n, kv0, m)
         if step is not None:
             return step.decode_times(n, kv0, m)
-        return (self.eager if n > self.max_capture_tokens else self.graph).decode_times(n, kv0, m)
+        eager = n > self.max_capture_tokens
+        deployed = self.eager_deployed if eager else self.graph_deployed
+        if deployed is not None:
+            return deployed.decode_times(n, kv0, m)
+        return (self.eager if eager else self.graph).decode_times(n, kv0, m)
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
@@ -138,6 +164,9 @@ class ServedGpuCost(FormDefaults):
         eager = n > self.max_capture_tokens
         if (self.eager_step if eager else self.graph_step) is not None:
             return window_stretch_times(self, n, kv0, w0, u, m)
+        deployed = self.eager_deployed if eager else self.graph_deployed
+        if deployed is not None:
+            return deployed.window_decode_times(n, kv0, w0, u, m)
         return (self.eager if eager else self.graph).window_decode_times(n, kv0, w0, u, m)
 
     def at_speed(self, memory: float, compute: float | None = None) -> ServedGpuCost:

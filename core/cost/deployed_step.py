@@ -1,0 +1,72 @@
+"""The deployed GPU form's step price (core/cost/gpu_deployment.py: MoE, MLA, windowed
+models) for the simulator's loop, compiled (batchlab/_compiled.py HOT): the default price
+(core/cost/served/model.py) asks it where the form has one stage (no PP).
+
+price()'s attention terms are added here in its order of operations, to its constant
+part (DeployedGpuCost.fixed: kept here by batch size for decode-only steps, asked of the
+form otherwise), so every step is priced bit for bit as the form prices it
+(tests/test_fast_forward_window.py); the interpreted form is asked only for a shape it
+has not priced yet."""
+from __future__ import annotations
+
+from typing import Any
+
+from batchlab.core.cost.form import line_times
+from batchlab.core.features import StepFeatures
+
+UNPRICED = -1.0  # a kept fixed part not priced yet (every one is a time: at least 0)
+
+
+class DeployedStep:
+    """One one-stage DeployedGpuCost's step_time and decode stretches (build it with `of`)."""
+
+    def __init__(self, form: Any, kv: float, pair: float, window_kv: float, window_pair: float,
+                 prefill_pair: float, self_pair: float, prefill_token: float) -> None:
+        self.form = form
+        self.kv, self.pair, self.window_kv, self.window_pair = kv, pair, window_kv, window_pair
+        self.windowed = bool(window_kv or window_pair)
+        self.prefill_pair, self.self_pair, self.prefill_token = prefill_pair, self_pair, prefill_token
+        self.by_seqs: list[float] = []  # decode-only steps' fixed part by batch size
+
+    @classmethod
+    def of(cls, form: Any) -> DeployedStep | None:
+        """The step of a DeployedGpuCost of one stage; None for PP (asked itself)."""
+        if form.shapes.stages != 1:
+            return None
+        d = form.terms
+        return cls(form, d.kv, d.pair, d.window_kv, d.window_pair, d.prefill_pair, d.self_pair,
+                   d.prefill_token)
+
+    def fixed(self, seqs: int) -> float:
+        """DeployedGpuCost.fixed(seqs, seqs), kept."""
+        kept = self.by_seqs
+        if seqs >= len(kept):
+            kept.extend([UNPRICED] * (seqs + 1 - len(kept)))
+        t = kept[seqs]
+        if t < 0:
+            t = float(self.form.fixed(seqs, seqs))
+            kept[seqs] = t
+        return t
+
+    def step_time(self, f: StepFeatures) -> float:
+        """price(form, ...) of f (DeployedGpuCost.step_time), term by term in its order."""
+        attn = self.kv * f.kv_tokens_read + self.pair * f.attention_pairs
+        prefill = self.self_pair * f.prefill_self_pairs + self.prefill_token * f.prefill_tokens
+        if prefill:
+            attn = attn + prefill
+        if self.windowed:
+            attn = attn + self.window_kv * f.window_kv_tokens_read + self.window_pair * f.window_attention_pairs
+        if self.prefill_pair:
+            attn = attn + self.prefill_pair * f.prefill_attention_pairs
+        tokens = f.prefill_tokens + f.decode_tokens
+        if tokens == f.num_seqs:
+            return self.fixed(tokens) + attn
+        return float(self.form.fixed(f.num_seqs, tokens)) + attn
+
+    def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
+        """DeployedGpuCost.decode_times (no windowed reads)."""
+        return line_times(self.fixed(n), self.kv, self.pair, 0.0, 0.0, False, n, kv0, 0, 0, m)
+
+    def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
+        return line_times(self.fixed(n), self.kv, self.pair, self.window_kv, self.window_pair,
+                          self.windowed, n, kv0, w0, u, m)
