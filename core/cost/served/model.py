@@ -14,7 +14,7 @@ import numpy as np
 
 from batchlab.core.cost.deployed_step import DeployedStep
 from batchlab.core.cost.dispatch import gpu_cost
-from batchlab.core.cost.form import FormDefaults, stretch_times, window_stretch_times
+from batchlab.core.cost.form import FormDefaults, window_stretch_times
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.gpu_step import DenseGpuStep
 from batchlab.core.cost.operator_shapes import OperatorShapes
