@@ -112,9 +112,9 @@ def test_a_stretch_of_windowed_decodes_is_priced_as_its_steps(cost, n, kv, w, u,
     steps = [c.step_time(features_of(n, 0, 0, n, kv + j * n, kv + j * n, 0, 0, 0, w + j * u, w + j * u, 0, 0))
              for j in range(m)]
     assert c.window_decode_times(n, kv, w, u, m) == steps
-    # Without windowed reads: a MoE model's runs; a windowed one's first guess at a run's
-    # length (where the roofline's decode_run_times grows reads it is not given: a guess).
-    for form in (WINDOWED["served"], MOE):
+    # Without windows: a MoE model's runs (a windowed model's decode_times stay
+    # FormDefaults', tests/test_gpu_step.py).
+    for form in (MOE,):
         assert form.decode_times(n, kv, m) == [form.step_time(features_of(n, 0, 0, n, kv + j * n, kv + j * n,
                                                                           0, 0, 0, 0, 0, 0, 0)) for j in range(m)]
 

@@ -64,7 +64,7 @@ class DeployedStep:
         return float(self.form.fixed(f.num_seqs, tokens)) + attn
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        """DeployedGpuCost.decode_times (no windowed reads)."""
+        """DeployedGpuCost.decode_times of a form without windows."""
         return line_times(self.fixed(n), self.kv, self.pair, 0.0, 0.0, False, n, kv0, 0, 0, m)
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:

@@ -247,11 +247,11 @@ class DeployedGpuCost(GpuCostModel):
                           bool(d.window_kv or d.window_pair), n, kv0, w0, u, m)
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
-        """(Features without windowed reads: a windowed model's terms add 0.0 twice to a
-        non-negative sum, the same bits as leaving them out.)"""
         d = self.terms
         assert d is not None
-        if self.shapes.stages != 1:
+        if self.shapes.stages != 1 or d.window_kv or d.window_pair:
+            # PP; or a windowed model's, as FormDefaults prices them (its long stretches by
+            # decode_run_times, which grows windowed reads: a speculative draft's passes)
             return stretch_times(self, n, kv0, m)
         return line_times(self.fixed(n, n), d.kv, d.pair, 0.0, 0.0, False, n, kv0, 0, 0, m)
 

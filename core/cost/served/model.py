@@ -154,7 +154,7 @@ class ServedGpuCost(FormDefaults):
             return step.decode_times(n, kv0, m)
         eager = n > self.max_capture_tokens
         deployed = self.eager_deployed if eager else self.graph_deployed
-        if deployed is not None:
+        if deployed is not None and not deployed.windowed:
             return deployed.decode_times(n, kv0, m)
         return (self.eager if eager else self.graph).decode_times(n, kv0, m)
 
