@@ -164,8 +164,8 @@ class ServedGpuCost(FormDefaults):
         """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
         the one step_time asks for n decodes."""
         eager = n > self.max_capture_tokens
-        if (self.eager_step if eager else self.graph_step) is not None:
-            return window_stretch_times(self, n, kv0, w0, u, m)
+        if self.host_overlap or (self.eager_step if eager else self.graph_step) is not None:
+            return window_stretch_times(self, n, kv0, w0, u, m)  # step_time hides the host time
         deployed = self.eager_deployed if eager else self.graph_deployed
         if deployed is not None:
             return deployed.window_decode_times(n, kv0, w0, u, m)
