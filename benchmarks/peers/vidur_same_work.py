@@ -31,7 +31,9 @@ also reports the CPU seconds of its simulation alone (time.process_time around i
 imports, trace reading and Vidur's predictor loading left out). Decisions: batchlab's engine
 iterations (sim/counting.py: a step, or a fast-forward run); Vidur takes one decision per
 batch, so its decisions are its batches. Steps: each simulator's batches (batchlab's step
-table rows). Prints medians and the ratios Vidur / batchlab.
+table rows). Prints medians and the ratios Vidur / batchlab. --batchlab-path is the batchlab
+child's PYTHONPATH (default: this checkout); point it at a compiled in-place build (pip
+install -e .); the recipe warns when the child ran no compiled module.
 """
 from __future__ import annotations
 
@@ -161,6 +163,7 @@ def batchlab_child(work: Path) -> dict:
     from batchlab.core.workload import WorkloadConfig, build_workload
     from batchlab.sim import simulate
     from batchlab.sim.counting import counting_decisions
+    from batchlab._compiled import compiled_modules
     model, hw = lookup_model("llama-3-8b"), lookup_hardware("a100-80gb")
     cost = roofline(model, hw, 1, 0.8, 0.6, 0.002)
     blocks = kv_capacity_blocks(model, hw, 1, 16)
@@ -173,7 +176,7 @@ def batchlab_child(work: Path) -> dict:
         cpu = time.process_time() - c0
     s = r.summary()
     return {"sim_cpu_s": cpu, "requests": len(w), "steps": int(s["num_steps"]),
-            "decisions": decisions[0]}
+            "decisions": decisions[0], "compiled_modules": len(compiled_modules())}
 
 
 def child(cmd: list[str], env: dict) -> dict:
@@ -227,6 +230,8 @@ def main() -> None:
         order = list(cmds) if i % 2 == 0 else list(cmds)[::-1]
         for name in order:
             runs[name].append(child(*cmds[name]))
+    if not runs["batchlab"][0]["compiled_modules"]:
+        print(f"WARNING: batchlab from {a.batchlab_path} ran no compiled module (the pure build)")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"load average after: {load}; medians of {a.pairs} runs each, alternating")
     med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
