@@ -72,11 +72,6 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
     window = attention_window(cost)
-    # Several engines record into one recorder: a fast-forwarded run's rows and gaps come
-    # in another order than its steps' would, which moves float sums over them (ITL mean
-    # and std, utilisations) in their last bits. Windowed models were stepped until they
-    # were fast-forwarded: with several replicas they step still, so their results stay.
-    fast_forward = fast_forward and (replicas == 1 or not window)
     for i in range(replicas):
         sched = make_scheduler(scheduler, num_kv_blocks)
         if emission is not None:

@@ -68,7 +68,8 @@ def scenarios(draw):
         params=draw(params(policy_class(name).Params)),
     )
     blocks = max(2, draw(st.integers(60, 6000)) // cfg.block_size)
-    return work, cfg, blocks, draw(st.sampled_from(sorted(WINDOWED))), draw(st.booleans())
+    return (work, cfg, blocks, draw(st.sampled_from(sorted(WINDOWED))), draw(st.booleans()),
+            draw(st.sampled_from([1, 1, 2, 3])), draw(st.sampled_from(["least_loaded", "round_robin"])))
 
 
 def assert_identical(a, b) -> None:
@@ -93,9 +94,10 @@ def assert_identical(a, b) -> None:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_a_windowed_run_fast_forwarded_equals_it_stepped(scenario):
-    work, cfg, blocks, cost, step_table = scenario
-    stepped = simulate(work, cfg, WINDOWED[cost], blocks, fast_forward=False, record_steps=step_table)
-    fast = simulate(work, cfg, WINDOWED[cost], blocks, fast_forward=True, record_steps=step_table)
+    work, cfg, blocks, cost, step_table, replicas, router = scenario
+    kw = dict(record_steps=step_table, replicas=replicas, router=router)
+    stepped = simulate(work, cfg, WINDOWED[cost], blocks, fast_forward=False, **kw)
+    fast = simulate(work, cfg, WINDOWED[cost], blocks, fast_forward=True, **kw)
     assert_identical(stepped, fast)
     if step_table:  # the windowed features are the window's, not the full reads
         steps = fast.steps
