@@ -43,10 +43,13 @@ def test_max_rate_answer_passes_and_the_band_above_it_fails(capsys):
 
 
 def test_faster_hardware_carries_more_and_lower_efficiency_less(capsys):
-    base = run_json(["max-rate", *CHAT, *SLO, "--workers", "1"], capsys)["answers"][0]["answer"]
-    slow = run_json(["max-rate", *CHAT, *SLO, "--workers", "1", "--mem-efficiency", "0.4"], capsys)
+    # The roofline throughout: --mem-efficiency is a roofline constant (given, it prices by
+    # the roofline), so the base must be the roofline too, not the default GPU profile.
+    roof = ["--cost", "roofline"]
+    base = run_json(["max-rate", *CHAT, *SLO, *roof, "--workers", "1"], capsys)["answers"][0]["answer"]
+    slow = run_json(["max-rate", *CHAT, *SLO, *roof, "--workers", "1", "--mem-efficiency", "0.4"], capsys)
     assert slow["answers"][0]["answer"] < base
-    h100 = run_json(["max-rate", *CHAT, *SLO, "--workers", "1", "--hardware", "h100-sxm"], capsys)
+    h100 = run_json(["max-rate", *CHAT, *SLO, *roof, "--workers", "1", "--hardware", "h100-sxm"], capsys)
     assert h100["answers"][0]["answer"] > base
 
 

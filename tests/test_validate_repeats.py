@@ -189,8 +189,11 @@ def test_validate_repeats_end_to_end(profile_file, tmp_path):
     assert code == 0, err
     assert "TOST" in text and "KS D" in text and "real-real" in text
     assert ("cannot decide" in text) or ("every judged number is decidable" in text)
-    heading = next(line for line in text.splitlines() if line.startswith("[continuous]"))
-    # the verdict may end the line where the path is long: "(overloaded," wraps after its comma
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("[continuous]"))
+    # The heading wraps at 120 columns, where the run folder's path (pytest's numbered tmp
+    # folder: its length varies) puts it: read it with its next line joined on.
+    heading = " ".join(s.strip() for s in lines[at:at + 2])
     assert ": 2 real run(s) (" in heading and ("(stable," in heading or "(overloaded," in heading)
     assert max(len(line) for line in text.splitlines()) <= 120
     cell = json.loads((tmp_path / "comparison.json").read_text())["cells"][0]
