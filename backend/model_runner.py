@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from batchlab.backend.attention import AttentionMetadata, build_metadata, inplace_attention, paged_attention
 from batchlab.backend.fast.fused import FusedOps
 from batchlab.backend.fast.graphs import DecodeGraphs
+from batchlab.backend.fast.one_row import OneRowDecode, OneRowMeta
 from batchlab.backend.fast.options import FastPath
 from batchlab.backend.fast.paged_flex import INPLACE_MIN_GATHER_BYTES_CPU
 from batchlab.backend.kv_cache import PagedKVCache
@@ -107,6 +108,7 @@ class ModelRunner:
         self.fused = FusedOps(self.device) if self.fast.fuse else None
         self.has_moe = any(lw.moe is not None for lw in self.layers)
         self._graphs: DecodeGraphs | None = None
+        self._one_row = OneRowDecode(self) if self.fast.one_row else None
         # decode rows read the pool in place from this many gathered bytes a layer, later
         # prefill chunks only on a GPU (paged_flex.py)
         on_cpu = self.device.type == "cpu"
@@ -123,9 +125,12 @@ class ModelRunner:
         return self._graphs
 
     def metadata(self, decodes: list[tuple[int, list[int]]], prefills: list[tuple[int, int, list[int]]],
-                 cache: PagedKVCache) -> AttentionMetadata:
+                 cache: PagedKVCache) -> AttentionMetadata | OneRowMeta:
         """build_metadata in this runner's layout; a decode-only step is padded to a
-        captured graph size when graphs are on."""
+        captured graph size when graphs are on; one decode row alone, under one_row,
+        gets the one-row forward's plan."""
+        if self._one_row is not None and len(decodes) == 1 and not prefills:
+            return self._one_row.plan(decodes[0][0], decodes[0][1], cache)
         rows, layout = None, self.fast.attention
         if layout == "paged" and self.inplace_min_bytes > 0:
             kv_bytes = (sum(p for p, _ in decodes) + len(decodes)) * self._kv_token_bytes
@@ -170,7 +175,12 @@ class ModelRunner:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 cache: PagedKVCache, sample_rows: torch.Tensor, max_pos: int) -> torch.Tensor:
         """input_ids, positions: [T]; returns logits [len(sample_rows), vocab] (float32).
-        A decode-only step padded to a captured size replays its CUDA graph."""
+        A decode-only step padded to a captured size replays its CUDA graph; a one-row
+        plan runs the one-row forward."""
+        if isinstance(meta, OneRowMeta):
+            if sample_rows.numel() == 0:
+                return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
+            return self._one_row.forward(input_ids, meta, cache)
         graphs = self._graphs if self.fast.cuda_graphs else None
         if graphs is not None and graphs.cache is cache and graphs.runs(meta):
             return graphs.run(input_ids, positions, meta, sample_rows)

@@ -13,6 +13,7 @@ Compiling the fast path's kernels happens first (seconds per shape), outside the
     python benchmarks/bench_fast_path.py                  # batchlab-small, the full grid
     python benchmarks/bench_fast_path.py --quick          # batchlab-tiny, a small grid
     python benchmarks/bench_fast_path.py --fast paged     # attention only, eager elementwise
+    python benchmarks/bench_fast_path.py --fast paged,fuse  # without the one-row decode
 """
 from __future__ import annotations
 
@@ -127,7 +128,8 @@ def main() -> None:
     ap.add_argument("--model", default="batchlab-small")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=12, help="timed steps per point and path")
-    ap.add_argument("--fast", default="paged,fuse", help="the fast path's parts: paged, fuse")
+    ap.add_argument("--fast", default="paged,fuse,onerow",
+                    help="the fast path's parts: paged, fuse, onerow (the one-row decode)")
     ap.add_argument("--quick", action="store_true", help="batchlab-tiny and a small grid")
     ap.add_argument("--inplace-min-mib", type=float,
                     help="decode attends in place from this many MiB gathered a layer (default: the runner's)")
@@ -139,7 +141,7 @@ def main() -> None:
         args.model = "batchlab-tiny"
     torch.set_num_threads(args.threads)
     parts = set(args.fast.split(","))
-    fast = FastPath("paged" if "paged" in parts else "gather", fuse="fuse" in parts)
+    fast = FastPath("paged" if "paged" in parts else "gather", fuse="fuse" in parts, one_row="onerow" in parts)
     grid = QUICK_GRID if args.quick else GRID
     model = build_preset(args.model, seed=0)
     # control: a second reference runner, built last (its own packed weights): control /

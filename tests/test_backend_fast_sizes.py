@@ -68,7 +68,7 @@ def test_cuda_graphs_refused_on_a_cpu():
         FastPath("gather", cuda_graphs=True).check(torch.device("cuda"))
     with pytest.raises(ValueError, match="unknown attention"):
         FastPath("flash").check(torch.device("cpu"))
-    assert FastPath.fast(torch.device("cpu")) == FastPath("paged", True, False)
+    assert FastPath.fast(torch.device("cpu")) == FastPath("paged", True, False, one_row=True)
 
 
 def test_a_graphs_decode_mask_follows_its_refilled_tensors():

@@ -15,11 +15,13 @@ class FastPath:
     attention: str = "gather"  # "gather": the reference; "paged": read the pool in place
     fuse: bool = False  # compiled RMSNorm, rotary, SiLU-mul
     cuda_graphs: bool = False  # replay decode steps (needs a CUDA device, paged attention)
+    one_row: bool = False  # a one-sequence decode step by its own few-op forward (one_row.py)
 
     @staticmethod
     def fast(device: torch.device) -> FastPath:
-        """Everything the device supports: graphs on a GPU only."""
-        return FastPath("paged", True, device.type == "cuda")
+        """Everything the device supports: graphs on a GPU, the one-row decode elsewhere."""
+        gpu = device.type == "cuda"
+        return FastPath("paged", True, gpu, one_row=not gpu)
 
     def check(self, device: torch.device) -> FastPath:
         """This choice for `device`, or a one-line ValueError naming the setting."""
@@ -35,4 +37,5 @@ class FastPath:
 
     def label(self) -> str:
         parts = [f"attention {self.attention}", "fused" if self.fuse else "eager elementwise"]
-        return ", ".join(parts + (["cuda graphs"] if self.cuda_graphs else []))
+        parts += ["cuda graphs"] if self.cuda_graphs else []
+        return ", ".join(parts + (["one-row decode"] if self.one_row else []))
