@@ -135,6 +135,8 @@ def main() -> None:
                     help="decode attends in place from this many MiB gathered a layer (default: the runner's)")
     ap.add_argument("--inplace-prefill", action="store_true", help="later prefill chunks in place too")
     ap.add_argument("--fuse-min-rows", type=int, help="fused elementwise from this many rows")
+    ap.add_argument("--batch1", action="store_true",
+                    help="only batch 1: the floor and the grid's one-sequence points (a loaded machine)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     if args.quick:
@@ -143,6 +145,7 @@ def main() -> None:
     parts = set(args.fast.split(","))
     fast = FastPath("paged" if "paged" in parts else "gather", fuse="fuse" in parts, one_row="onerow" in parts)
     grid = QUICK_GRID if args.quick else GRID
+    grid = [(b, c) for b, c in grid if b == 1] if args.batch1 else grid
     model = build_preset(args.model, seed=0)
     # control: a second reference runner, built last (its own packed weights): control /
     # reference is what the same code measures against itself here (an A/A test)
@@ -182,7 +185,8 @@ def main() -> None:
     print(f"\n{'step':>22} {'reference ms':>13} {'fast ms':>9} {'fast/ref':>9} {'control/ref':>12}"
           f"  (medians of pairs)")
     points = [(f"decode {b:>3} x {c:>4}", lambda b=b, c=c: decode_batch(b, c)) for b, c in grid]
-    points += [(f"prefill {n} at {s}", lambda s=s, n=n: prefill_batch(s, n)) for s, n in PREFILLS]
+    points += [] if args.batch1 else [(f"prefill {n} at {s}", lambda s=s, n=n: prefill_batch(s, n))
+                                      for s, n in PREFILLS]
     for label, make in points:
         t = time_steps(engines, make, args.steps)
         ratio = t["ratio"]
