@@ -95,6 +95,8 @@ class Engine:
 
     def inputs(self, batch: Batch) -> StepInputs:
         """The step's input tensors, attention metadata and the rows that sample."""
+        if self.runner.fast.one_row and len(batch.seqs) == 1 and batch.num_tokens[0] == 1:
+            return self._one_row_inputs(batch.seqs[0], batch.starts[0])
         dev = self.runner.device
         one = [i for i, n in enumerate(batch.num_tokens) if n == 1]
         one.sort(key=lambda i: batch.starts[i])  # similar lengths share a decode group
@@ -124,6 +126,22 @@ class Engine:
         return StepInputs(torch.from_numpy(np.concatenate(ids)).to(dev), torch.from_numpy(positions).to(dev),
                           meta, torch.tensor(rows, dtype=torch.int64, device=dev), sampling, counts,
                           int(positions.max()))
+
+    def _one_row_inputs(self, seq: Sequence, s: int) -> StepInputs:
+        """inputs() of one decoding sequence, without its lists and concatenations (the
+        one-row decode's per-step Python work: backend/fast/one_row.py)."""
+        dev = self.runner.device
+        if len(seq.block_table) * self.cache.block_size < s + 1:
+            raise RuntimeError(f"sequence {seq.id}: block table too short for {s + 1} tokens")
+        take = self.sampled_rows(seq, s, 1)
+        if take and len(seq.output_token_ids) != seq.num_generated:
+            raise RuntimeError(f"sequence {seq.id}: {len(seq.output_token_ids)} output ids "
+                               f"but {seq.num_generated} generated")
+        meta = self.runner.metadata([(s, seq.block_table)], [], self.cache)
+        return StepInputs(torch.from_numpy(self._tokens(seq, s, 1)).to(dev),
+                          torch.tensor([s], device=dev), meta,
+                          torch.tensor([0] if take else [], dtype=torch.int64, device=dev),
+                          [seq] if take else [], [1] if take else [], s)
 
     def execute(self, batch: Batch) -> float:
         """Run `batch` (before Scheduler.complete) and append each sampled token to its
