@@ -101,7 +101,7 @@ class OneRowDecode:
         """input_ids [1] -> logits [1, vocab] (float32)."""
         r = self.r
         r.ensure_rope(meta.position)
-        if self.lib is not None and cache.pool.is_contiguous():
+        if self.lib is not None and cache.pool.is_contiguous() and cache.pool.dtype == torch.float32:
             return self._forward_native(input_ids, meta, cache)
         nh, kvh, d, hid, eps = r.num_heads, r.num_kv_heads, r.head_dim, (r.hidden,), r.eps
         nq, half = nh + kvh, d // 2
