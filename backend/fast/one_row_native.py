@@ -116,6 +116,8 @@ def native_lib() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(str(so))
     except (OSError, subprocess.SubprocessError):
         return None
+    finally:
+        shutil.rmtree(d, ignore_errors=True)  # a loaded library stays mapped; leave no files
     lib.rms_norm.argtypes = [_P, _P, _P, _I, _F]
     lib.silu_mul.argtypes = [_P, _P, _I]
     lib.attend.argtypes = [_P, _P, _L, _P, _L, _L, _P, _P, _I, _I, _I, _I, _L, _P, _P]
