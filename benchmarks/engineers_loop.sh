@@ -2,13 +2,17 @@
 # The serving engineer's CPU loop (issue 47 item 6), as docs/results/2026-12-06-engineers-loop.md
 # runs it: calibrate --endpoint against batchlab's own server, refit with the server's step
 # table (--server-run), then validate both profiles on another workload (the Azure code
-# trace's first 300 s, lengths / 12) against a second server. Run on a quiet machine.
-#     bash benchmarks/engineers_loop.sh WORKDIR [PORT]
+# trace's first 300 s, lengths / SCALE) against a second server. Run on a quiet machine.
+#     [SCALE=12] [REPEATS=2] bash benchmarks/engineers_loop.sh WORKDIR [PORT]
+# SCALE: pick it so the workload keeps the tiny model busy but stable on the CPU at hand
+# (`batchlab simulate --profile probes-server.json ... --length-scale S` says stable).
 # Servers bind 127.0.0.1 and are stopped by their process ids (SIGINT: they write their
 # tables as they stop).
 set -euo pipefail
 work=${1:?usage: engineers_loop.sh WORKDIR [PORT]}
 port=${2:-8017}
+scale=${SCALE:-12}
+repeats=${REPEATS:-2}
 url=http://127.0.0.1:$port
 mkdir -p "$work" && cd "$work"
 serve() {  # serve OUTDIR: start a server, wait until /health answers
@@ -36,8 +40,8 @@ for profile in probes/profile.json probes-server.json; do
     name=$(basename "$profile" .json)
     echo "$(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg): validate $name"
     python -m batchlab validate --endpoint "$url" --profile "$profile" \
-        --workload azure_code --window-duration 300 --length-scale 12 --max-num-seqs 16 \
-        --repeats 2 --out "val-$name" || true  # a miss exits 1: keep going
+        --workload azure_code --window-duration 300 --length-scale "$scale" --max-num-seqs 16 \
+        --repeats "$repeats" --out "val-$name" || true  # a miss exits 1: keep going
 done
 stop
 echo "$(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg): done"
