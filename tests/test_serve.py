@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from batchlab.core.features import IDLE_GAP_S
+from batchlab.experiments.validation.probe_speed import PROBE_OUTPUT, PROBE_REQUESTS
 from tests.serve_helpers import ROOT, ServeProcess, batchlab
 
 openai = pytest.importorskip("openai")
@@ -181,13 +182,14 @@ def test_validate_against_the_endpoint(server, tmp_path):
     assert f"[continuous] {server.base}/v1/completions: 1 real run(s) (-; sim " in p.stdout
     for label in ("TTFT p50", "TPOT mean", "E2E latency p99", "output tokens/s"):
         assert label in p.stdout
-    assert "from an endpoint only request timings are seen" in p.stdout
+    assert "machine speed per replay (" in p.stdout and "from an idle probe" in p.stdout  # probe_speed.py
     assert max(len(line) for line in p.stdout.splitlines()) <= 120
     comp = json.loads((tmp_path / "v" / "comparison.json").read_text())["cells"][0]
     assert comp["policy"] == "continuous" and comp["where"] == f"{server.base}/v1/completions"
     ttft = next(c for c in comp["metrics"] if c["key"] == "median_ttft_ms")
     assert ttft["real"][0] > 0 and ttft["sim"] > 0 and comp["diagnostics"]["runs"][0]["failed"] == 0
-    assert ttft["verdict_normalised"] is None  # no step table: no machine speed to normalise by
+    assert ttft["verdict_normalised"] is not None  # levelled by the speed probes around the replay
+    assert comp["machine_speed"][0]["factor"] > 0
     assert len(list(csv.DictReader(open(tmp_path / "v" / "real" / "requests.csv")))) == 6
 
 
@@ -208,7 +210,10 @@ def test_validate_against_the_endpoint_repeated(server, tmp_path):
     assert [r["failed"] for r in comp["diagnostics"]["runs"]] == [0, 0]
     for name in ("real", "real_2"):
         assert len(list(csv.DictReader(open(tmp_path / "v" / name / "requests.csv")))) == 4
-    served = list(csv.DictReader(open(journal)))[before:]  # the server's rows: seeds 71, 72
+    rows = list(csv.DictReader(open(journal)))[before:]
+    probes = [r for r in rows if int(r["output_len"]) == PROBE_OUTPUT]  # before, between, after
+    served = [r for r in rows if int(r["output_len"]) != PROBE_OUTPUT]  # the replays: seeds 71, 72
+    assert len(probes) == 3 * PROBE_REQUESTS
     assert len(served) == 8 and all(int(r["cached_tokens"]) == 0 for r in served), [(r["request_id"], r["prompt_len"], r["cached_tokens"]) for r in served]
 
 

@@ -7,10 +7,11 @@ simulates the identical request list priced by a calibration profile under the s
 settings given (they should be the server's: seats, token budget, KV blocks; KV blocks
 default to the profile's pool).
 
-A client sees requests, not steps: the judgement has the headline's numbers only, no
-machine speed (so no normalised variant), step matching or per-step test; queueing delay
-is not observable from outside, nor when the server scheduled a request (so the replay is
-not labelled stable or overloaded)."""
+A client sees requests, not steps: no step matching or per-step test; queueing delay is
+not observable from outside, nor when the server scheduled a request (so the replay is
+not labelled stable or overloaded). The machine's speed is: a probe on the idle server
+before the first replay and after each one (probe_speed.py) levels each replay for the
+normalised variant, as a step table levels a run served here."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,10 @@ from batchlab.core.workload import Workload
 from batchlab.experiments.errors import UserError, warn
 from batchlab.experiments.replay.measure import measure
 from batchlab.experiments.replay.results import failure_summary
+from batchlab.experiments.validation.probe_speed import PROBE, ProbeTimes, mean_tpot_s
 from batchlab.experiments.validation.sources import RealRun, RealSide
+
+PROBE_SEED = 1_000_003  # the probes' prompt tokens seeded apart from every replay's
 
 NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul",
                      "mo_attention", "mo_fused", "mo_cuda_graphs")
@@ -45,12 +49,21 @@ def replay_side(args: argparse.Namespace, cfg, workload: Workload, profile) -> t
     sched = sched.model_copy(update={"num_kv_blocks": sched.num_kv_blocks or profile.num_kv_blocks,
                                      "block_size": sched.block_size})
     runs, failed = [], []
+    probes = [speed_probe(args, 0)]
     for k in range(args.repeats):
         real, rep, target = measure(args, workload, args.served_model_name, cfg.workload.seed + k)
+        probes.append(speed_probe(args, k + 1))
         failures = failure_summary(rep)
         if failures:
             where = f"replay {k + 1} of {args.repeats}: " if args.repeats > 1 else ""
             warn(f"{where}{failures}; the comparison counts finished requests only")
             failed.append(where + failures)
-        runs.append(RealRun(target.url, real.meta, real.summary(), None, real))
+        runs.append(RealRun(target.url, real.meta, real.summary(), None, real,
+                            probe=ProbeTimes(probes[k], probes[k + 1])))
     return RealSide(target.url, workload, sched, runs, client_timed=True), "; ".join(failed)
+
+
+def speed_probe(args: argparse.Namespace, k: int) -> float:
+    """The idle server's probe mean TPOT (s), the k-th of the validation's."""
+    probe, _, _ = measure(args, PROBE, args.served_model_name, PROBE_SEED + k)
+    return mean_tpot_s(probe)

@@ -4,10 +4,11 @@ Per cell (one request list under one scheduler setting, served once or more), th
 identical request list is simulated with the profile under the real runs' settings and
 KV pool: the headline, what `batchlab simulate --profile` predicts without ever seeing
 the runs. Then once more per real run with a step table, at that run's machine speed as
-the profile prices its steps (experiments/machine_speed.py, normalised.py): the
-normalised variant, the headline's error with the machine's speed taken out. Every
-judged number gets its real values and spread, the simulated value, its error raw and
-normalised, and its verdicts (verdicts.py).
+the profile prices its steps (experiments/machine_speed.py, normalised.py), or with an
+endpoint's speed probes, at the probes' level (probe_speed.py): the normalised variant,
+the headline's error with the machine's speed taken out. Every judged number gets its
+real values and spread, the simulated value, its error raw and normalised, and its
+verdicts (verdicts.py).
 
 Besides, what the source allows: live runs (served here, an endpoint) get the first real
 run's step matching, first divergence and per-step duration error (with each step's
@@ -24,6 +25,7 @@ speed, drift, contention and wall time, the per-step error over all real steps, 
 divergence)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from batchlab.core.cost.form import CostForm
@@ -40,6 +42,7 @@ from batchlab.experiments.validation.metrics import POOL_NUMBERS
 from batchlab.experiments.validation.pair import Run, run_sim
 from batchlab.experiments.validation.per_step import per_step
 from batchlab.experiments.validation.pools import simulate_pools
+from batchlab.experiments.validation.probe_speed import PROBE, mean_tpot_s, probe_speed
 from batchlab.experiments.validation.records import (CellDiagnostics, CellStability, JudgedCell, ProfileInfo,
                                                      RunConditions, RunSpeed, Validation)
 from batchlab.experiments.validation.sources import RealSide
@@ -93,16 +96,20 @@ class Judge:
             return run_sim(side.workload, side.scheduler, priced, meta, front, emission(metas), **tier)
 
         sim = simulated(CostAtSpeed(cost, loop=self.loop), HEADLINE)
-        speeds = [machine_speed(r.steps, cost, self.profile.describe) for r in side.reals]
+        probe_tpot = (mean_tpot_s(run_sim(PROBE, side.scheduler, CostAtSpeed(cost, loop=self.loop), None,
+                                          front).result)
+                      if any(r.probe for r in side.reals) else math.nan)
+        speeds = [probe_speed(r.probe, probe_tpot, self.profile.describe) if r.steps is None and r.probe
+                  else machine_speed(r.steps, cost, self.profile.describe) for r in side.reals]
         normalised = [simulated(normalised_cost(cost, s, self.loop), NORMALISED)
-                      for s in speeds] if side.with_steps else []
+                      for s in speeds] if side.normalisable else []
         for run in normalised:
             stability(run.result)
         real_verdicts = [r.verdict for r in side.reals]
         sim_verdict = stability(sim.result).verdict
         flagged = sim_verdict == "overloaded" or "overloaded" in real_verdicts
         rows = metric_rows([r.summary for r in side.reals], sim.summary(),
-                           [n.summary() for n in normalised] if side.with_steps else None, flagged,
+                           [n.summary() for n in normalised] if side.normalisable else None, flagged,
                            POOL_NUMBERS if side.pools is not None else ())
         cell = JudgedCell(where=side.where, policy=side.scheduler.policy, runs=len(side.reals),
                           stability=CellStability(real=real_verdicts, sim=sim_verdict),
@@ -116,7 +123,7 @@ class Judge:
     def _diagnostics(self, j: Judged) -> CellDiagnostics:
         reals, first = j.side.reals, j.side.reals[0]
         d = CellDiagnostics(workload=j.side.workload.describe(), runs=[conditions(r.meta) for r in reals],
-                            speeds=[s for r, s in zip(reals, j.speeds) if r.steps is not None])
+                            speeds=[s for r, s in zip(reals, j.speeds) if r.steps is not None or r.probe])
         if first.keys is not None:
             d.steps = step_match(first.keys, j.headline.keys)
             d.divergence = explain(first.result, j.headline.result, first.keys, j.headline.keys,

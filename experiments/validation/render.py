@@ -16,6 +16,7 @@ from batchlab.experiments.machine_speed import DRIFT_WINDOW_S
 from batchlab.experiments.machine_speed import describe as describe_speed
 from batchlab.experiments.validation.metrics import POOL_NUMBERS, targets_text
 from batchlab.experiments.validation.numbers import drifts, pct, speeds
+from batchlab.experiments.validation.probe_speed import METHOD as PROBE_METHOD
 from batchlab.experiments.validation.per_step import describe as describe_per_step
 from batchlab.experiments.validation.verdicts import beyond_range
 from batchlab.experiments.validation.records import (CellDiagnostics, DistributionTests, JudgedCell, KindRow,
@@ -107,6 +108,8 @@ def _speed_lines(d: CellDiagnostics) -> list[str]:
         return ["from an endpoint only request timings are seen: no machine speed, normalised variant, "
                 "step matching or per-step test (those need the server's step table); queueing delay "
                 "is not observable"]
+    if all(s.method == PROBE_METHOD for s in d.speeds):
+        return _probe_lines(d.speeds)
     lines = []
     moved = drifts([s.drift for s in d.speeds])
     if moved:
@@ -118,6 +121,16 @@ def _speed_lines(d: CellDiagnostics) -> list[str]:
     lines += [f"machine speed of run {i} ({s.factor:.3f}) from {describe_speed(s)}"
               for i, s in enumerate(d.speeds, 1) if s.factor is not None]
     return lines
+
+
+def _probe_lines(probed) -> list[str]:
+    """An endpoint's replays, levelled by the speed probes around each (probe_speed.py)."""
+    levels = ", ".join("-" if s.factor is None else f"{s.factor:.3f}" for s in probed)
+    apart = max((s.spread for s in probed if s.spread is not None), default=None)
+    lines = [f"machine speed per replay ({levels}) from an {PROBE_METHOD}; the probes around a replay "
+             f"differ by up to {pct(apart, False)}"]
+    missing = [f"replay {i} ({s.why})" for i, s in enumerate(probed, 1) if s.factor is None]
+    return lines + (["machine speed not measured: " + ", ".join(missing)] if missing else [])
 
 
 def _contention(d: CellDiagnostics) -> list[str]:

@@ -5,7 +5,8 @@ same way whatever their source.
 - served here (`serve_here`, below): the list served N times on the backend, each run
   with its step table and each step's composition (pair.py); with a [deployment], on a
   prefill and a decode engine (pools.py: steps and hand-offs, no compositions);
-- an endpoint (endpoint.py): one replay against a server, request timings only;
+- an endpoint (endpoint.py): replays against a server, request timings only, each
+  between two speed probes (probe_speed.py);
 - stored runs (stored.py): N runs an earlier validation wrote, read back with their
   summaries and step tables, no compositions."""
 from __future__ import annotations
@@ -25,6 +26,7 @@ from batchlab.core.speculative.config import SpeculativeConfig
 from batchlab.core.workload import Workload
 from batchlab.experiments import run_labels
 from batchlab.experiments.validation.pair import Run, run_real, sim_scheduler
+from batchlab.experiments.validation.probe_speed import ProbeTimes
 from batchlab.experiments.validation.speculative import drafted
 from batchlab.experiments.validation.steps import Composition
 
@@ -52,6 +54,7 @@ class RealRun:
     steps: dict[str, np.ndarray] | None  # None: the source sees no steps (an endpoint)
     result: RunResult | None = None  # a live run (served here, an endpoint): its tables
     keys: list[Composition] | None = None  # each step's composition (served here)
+    probe: ProbeTimes | None = None  # an endpoint's speed probes around it (probe_speed.py)
 
     @property
     def verdict(self) -> str | None:
@@ -89,6 +92,11 @@ class RealSide:
     @property
     def with_steps(self) -> bool:
         return all(r.steps is not None for r in self.reals)
+
+    @property
+    def normalisable(self) -> bool:
+        """Every run's machine speed can be measured: from its steps, or an endpoint's probes."""
+        return all(r.steps is not None or r.probe is not None for r in self.reals)
 
 
 def live_run(run: Run, where: str) -> RealRun:
