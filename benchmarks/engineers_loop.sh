@@ -3,14 +3,18 @@
 # runs it: calibrate --endpoint against batchlab's own server, refit with the server's step
 # table (--server-run), then validate both profiles on another workload (the Azure code
 # trace's first 300 s, lengths / SCALE) against a second server. Run on a quiet machine.
-#     [SCALE=12] [REPEATS=2] bash benchmarks/engineers_loop.sh WORKDIR [PORT]
+#     [WORKLOAD=azure_code] [WINDOW=300] [SCALE=12] [REPEATS=2] \
+#         bash benchmarks/engineers_loop.sh WORKDIR [PORT]
 # SCALE: pick it so the workload keeps the tiny model busy but stable on the CPU at hand
-# (`batchlab simulate --profile probes-server.json ... --length-scale S` says stable).
+# (`batchlab simulate --profile probes-server.json ... --length-scale S` says stable), and
+# so that replies keep more than a token or two (the code trace's replies are short).
 # Servers bind 127.0.0.1 and are stopped by their process ids (SIGINT: they write their
 # tables as they stop).
 set -euo pipefail
 work=${1:?usage: engineers_loop.sh WORKDIR [PORT]}
 port=${2:-8017}
+workload=${WORKLOAD:-azure_code}
+window=${WINDOW:-300}
 scale=${SCALE:-12}
 repeats=${REPEATS:-2}
 url=http://127.0.0.1:$port
@@ -40,7 +44,7 @@ for profile in probes/profile.json probes-server.json; do
     name=$(basename "$profile" .json)
     echo "$(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg): validate $name"
     python -m batchlab validate --endpoint "$url" --profile "$profile" \
-        --workload azure_code --window-duration 300 --length-scale "$scale" --max-num-seqs 16 \
+        --workload "$workload" --window-duration "$window" --length-scale "$scale" --max-num-seqs 16 \
         --repeats "$repeats" --out "val-$name" || true  # a miss exits 1: keep going
 done
 stop
