@@ -196,3 +196,14 @@ def test_validate_endpoint_judges_the_fitted_profile(served):
     _, _, val = served
     assert val.returncode == 0, val.stderr
     assert "profile.json" in val.stdout
+    # Fitted to that server's timings: named after it, not after the CPU the prior was made on.
+    assert "batchlab-tiny on cpu (served at http://127.0.0.1:" in val.stdout
+    assert "machine speed per replay (" in val.stdout  # the speed probes around the replay
+
+
+def test_the_fit_names_the_server_it_was_fitted_to(served):
+    d, _, _ = served
+    fitted = load_profile(d / "probes" / "profile.json")
+    assert fitted.device.name.startswith("served at http://127.0.0.1:") and fitted.device.threads is None
+    prior = load_profile("batchlab-tiny-cpu")
+    assert fitted.device.kind == prior.device.kind == "cpu" and prior.device.name != fitted.device.name

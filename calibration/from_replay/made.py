@@ -12,7 +12,8 @@ from batchlab.calibration.from_replay.judge import Errors
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.cost.cpu_form import CpuFormModel
-from batchlab.core.cost.profile import FitQuality, FrontEndParams, Profile, PROFILE_VERSION, RegionError
+from batchlab.core.cost.profile import (DeviceInfo, FitQuality, FrontEndParams, Profile, PROFILE_VERSION,
+                                        RegionError)
 
 
 def refitted_form(prior: Profile, model) -> dict:
@@ -50,10 +51,21 @@ class Made:
     space: ParamSpace
     settings: EngineSettings
     fitted_on: list[str]
+    served_at: str | None = None  # the one endpoint the fitted replays were sent to
+
+    def device(self) -> DeviceInfo:
+        """The fitted profile's device: a GPU prior names the GPU the user stated; a CPU prior
+        names the CPU it was measured on, not the server's (a client cannot see it), so the
+        fit is named after the endpoint it was fitted to, where there is one."""
+        d = self.prior.device
+        if d.kind != "cpu" or not self.served_at:
+            return d
+        return d.model_copy(update={"name": f"served at {self.served_at}", "threads": None})
 
     def profile(self, values: dict[str, float], fit: FitQuality, notes: str, front_source: str,
-                runs: list[str] | None = None) -> Profile:
-        """The prior with its cost form at `values` (the front end's among them)."""
+                runs: list[str] | None = None, as_prior: bool = False) -> Profile:
+        """The prior with its cost form at `values` (the front end's among them); as_prior:
+        the prior itself written (not fitted), on its own device."""
         ro, serial = values[REQUEST_OVERHEAD], values[SERIAL]
         return self.prior.model_copy(update={
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -63,7 +75,7 @@ class Made:
             "serving": None, "grid": None, "sweep_s": None, "total_s": None,
             "runs": self.fitted_on if runs is None else runs, "version": PROFILE_VERSION,
             "front_end": FrontEndParams(delay_s=ro, serial_s=serial, source=front_source),
-            "notes": notes})
+            "device": self.prior.device if as_prior else self.device(), "notes": notes})
 
     def fitted_front(self, server: str | None = None) -> str:
         if server:  # measured_terms.py

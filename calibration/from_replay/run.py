@@ -134,7 +134,8 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             one = [np.ones(len(c), bool) & m]
             per_replay.append((c.where, judged(space, result.values, [c], one, settings),
                                judged(space, prior_front, [c], one, settings)))
-    made = Made(prior, space, settings, fitted_on)
+    endpoints = {r.endpoint for r in replays if r.endpoint}
+    made = Made(prior, space, settings, fitted_on, endpoints.pop() if len(endpoints) == 1 else None)
     fitted = made.profile(result.values, quality(heldout or train, train, floor),
                           made.fitted_notes(result, prior_where, judged_on),
                           made.fitted_front(server.where if measured and REQUEST_OVERHEAD in measured.values else None))
@@ -145,6 +146,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
         prior_train = judged(space, prior_front, cases, fit_m, settings)
         profile = made.profile(prior_front, quality(before, prior_train, floor),
                                made.prior_notes(prior_where, verdict.why),
-                               "the fit's prior, not fitted (calibrate --from-replay kept the prior)", prior.runs)
+                               "the fit's prior, not fitted (calibrate --from-replay kept the prior)", prior.runs,
+                               as_prior=True)
     return ReplayFit(profile, result, settings, replays, fitted_on, judged_on, heldout, before, train,
                      floor, floor_from, verdict, per_replay, measured)

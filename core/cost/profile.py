@@ -250,7 +250,7 @@ class Profile(BaseModel):
 
     def device_description(self) -> str:
         d = self.device
-        where = f"{d.name}, {d.threads} thread(s)" if d.kind == "cpu" else d.name
+        where = f"{d.name}, {d.threads} thread(s)" if d.kind == "cpu" and d.threads else d.name
         return f"{d.kind} ({where})"
 
     def describe(self) -> str:
