@@ -48,16 +48,21 @@ def padded_rows(rows: int) -> int:
 
 
 class Linear:
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, kernel: str,
+                 keep_dense: bool = False) -> None:
+        """keep_dense: keep the dense row-major weight (`dense`) beside oneDNN's packed
+        copy, for code of one's own that reads it (backend/fast/one_row_step.py)."""
         self.out_features, self.in_features = weight.shape
         self.nbytes = weight.numel() * weight.element_size()
         self.bias = bias
         self.kernel = kernel
+        self.dense: torch.Tensor | None = None
         if kernel == "onednn":
-            # An opaque oneDNN copy: the dense weight is not kept.
+            # An opaque oneDNN copy: the dense weight is not kept unless asked.
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_ROWS)
+            self.dense = weight.detach().contiguous() if keep_dense else None
         else:
-            self.weight = weight.detach()
+            self.weight = self.dense = weight.detach()
             self._wt = self.weight.t()
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:

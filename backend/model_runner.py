@@ -23,6 +23,7 @@ from batchlab.backend.attention import AttentionMetadata, build_metadata, inplac
 from batchlab.backend.fast.fused import FusedOps
 from batchlab.backend.fast.graphs import DecodeGraphs
 from batchlab.backend.fast.one_row import OneRowDecode, OneRowMeta
+from batchlab.backend.fast.one_row_step import keeps_dense
 from batchlab.backend.fast.options import FastPath
 from batchlab.backend.fast.paged_flex import INPLACE_MIN_GATHER_BYTES_CPU
 from batchlab.backend.kv_cache import PagedKVCache
@@ -80,9 +81,12 @@ class ModelRunner:
         self.dtype = base.embed_tokens.weight.dtype
         self.device = base.embed_tokens.weight.device
         self.matmul = resolve_matmul(matmul, self.device, self.dtype)
+        self.fast = (fast or FastPath()).check(self.device)
+        # the one-row decode's C step reads dense weights beside oneDNN's packed ones
+        dense = keeps_dense(self.fast.one_row, self.device, self.dtype, hf)
         self.embed = base.embed_tokens.weight.detach()
         self.norm = base.norm.weight.detach()
-        self.lm_head = Linear(hf.lm_head.weight, None, self.matmul)
+        self.lm_head = Linear(hf.lm_head.weight, None, self.matmul, dense)
         self.layers: list[LayerWeights] = []
         with torch.no_grad():
             for layer, window in zip(base.layers, _windows(cfg)):
@@ -91,12 +95,12 @@ class ModelRunner:
                 self.layers.append(LayerWeights(
                     ln1=layer.input_layernorm.weight.detach(),
                     qkv=Linear(torch.cat([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight]),
-                               _bias(at.q_proj, at.k_proj, at.v_proj), self.matmul),
-                    o=Linear(at.o_proj.weight, at.o_proj.bias, self.matmul),
+                               _bias(at.q_proj, at.k_proj, at.v_proj), self.matmul, dense),
+                    o=Linear(at.o_proj.weight, at.o_proj.bias, self.matmul, dense),
                     ln2=layer.post_attention_layernorm.weight.detach(),
                     gate_up=None if moe else Linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                                                    _bias(mlp.gate_proj, mlp.up_proj), self.matmul),
-                    down=None if moe else Linear(mlp.down_proj.weight, mlp.down_proj.bias, self.matmul),
+                                                    _bias(mlp.gate_proj, mlp.up_proj), self.matmul, dense),
+                    down=None if moe else Linear(mlp.down_proj.weight, mlp.down_proj.bias, self.matmul, dense),
                     window=window, moe=moe))
         # The sliding window the step features count (the largest; 0: none).
         self.window = max((lw.window or 0 for lw in self.layers), default=0)
@@ -104,7 +108,6 @@ class ModelRunner:
         self._inv_freq = rot.inv_freq.detach().to(device=self.device, dtype=torch.float32)
         self._rope_scale = float(getattr(rot, "attention_scaling", 1.0))
         self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device, dtype=self.dtype)
-        self.fast = (fast or FastPath()).check(self.device)
         self.fused = FusedOps(self.device) if self.fast.fuse else None
         self.has_moe = any(lw.moe is not None for lw in self.layers)
         self._graphs: DecodeGraphs | None = None

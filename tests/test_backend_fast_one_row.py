@@ -21,7 +21,9 @@ from batchlab.backend.runtime import Runtime
 
 LOGIT_RTOL = 1e-4  # as tests/test_backend_fast_path.py: the kernels sum in another order
 POOL = 48  # blocks of 4 tokens
-VARIANTS = ["native", "torch"]
+# whole: one C call a step (dense models; tiny-moe takes "native"'s path); native: the
+# work between GEMMs in C, the GEMMs in torch; torch: torch ops only
+VARIANTS = ["whole", "native", "torch"]
 
 
 @pytest.fixture(scope="module", params=["batchlab-tiny", "batchlab-tiny-moe", "batchlab-tiny-swa"])
@@ -39,8 +41,11 @@ def one_row_runtime(model, variant: str) -> Runtime:
     rt = Runtime(loaded=model, keep_hf=True, kv_memory="64MiB", threads=1, fast=FastPath(one_row=True))
     if variant == "torch":
         rt.runner._one_row = OneRowDecode(rt.runner, native=False)
+    elif variant == "native":
+        rt.runner._one_row = OneRowDecode(rt.runner, whole=False)
     elif shutil.which("cc") or shutil.which("gcc"):
         assert rt.runner._one_row.lib is not None  # a compiler is here: the C functions run
+        assert (rt.runner._one_row.whole is not None) == (not rt.runner.has_moe)
     return rt
 
 
@@ -97,3 +102,17 @@ def test_other_steps_keep_the_general_forward(model):
     assert not isinstance(runner.metadata([(5, [0, 1]), (6, [2, 3])], [], cache), OneRowMeta)
     assert not isinstance(runner.metadata([], [(0, 6, [0, 1])], cache), OneRowMeta)
     assert not isinstance(runner.metadata([(5, [0, 1])], [(0, 2, [2])], cache), OneRowMeta)
+
+
+def test_dense_weights_kept_only_for_the_whole_step(model):
+    """The reference path keeps oneDNN's packed weights alone; the one-row decode's C step
+    keeps dense ones beside them, equal to the model's."""
+    ref = Runtime(loaded=model, keep_hf=True, kv_memory="64MiB", threads=1).runner
+    fast = one_row_runtime(model, "whole").runner
+    if ref.matmul == "onednn":
+        assert ref.lm_head.dense is None and all(lw.o.dense is None for lw in ref.layers)
+    if fast._one_row.whole is not None:
+        hf = model.hf.model.layers[0]
+        assert torch.equal(fast.layers[0].o.dense, hf.self_attn.o_proj.weight)
+        assert torch.equal(fast.layers[0].qkv.dense[:hf.self_attn.q_proj.weight.shape[0]], hf.self_attn.q_proj.weight)
+        assert torch.equal(fast.lm_head.dense, model.hf.lm_head.weight)

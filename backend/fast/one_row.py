@@ -4,8 +4,8 @@ bandwidth, and what kept the step at 60-74% of that floor was the ~8 ms of small
 Python around them (docs/results/2026-12-06-backend-engine.md).
 
 What it saves against the general step (the same weights, kernels and cache):
-- metadata: a slot, the block ids covering the attended keys, and the key range; no
-  decode groups, padding masks or numpy concatenations;
+- metadata: the position and the sequence's block ids up to it; no decode groups,
+  padding masks or numpy concatenations;
 - K and V written with one index_copy_ and gathered with one index_select (the pool's
   K and V planes share the kv-head dimension), only the blocks the row attends
   (the window's, on a sliding-window layer), into a reused workspace;
@@ -17,10 +17,11 @@ What it saves against the general step (the same weights, kernels and cache):
 The arithmetic is the reference's, op for op, so greedy tokens are the same and logits
 agree to float32 rounding (tests/test_backend_fast_one_row.py).
 
-On a CPU in float32 the work between the GEMMs runs as three C functions instead
-(one_row_native.py: a torch op right after a GEMM runs with cold caches), attention
-reading the pool in place through the block table; the torch ops above are its
-fallback where no C compiler is found."""
+On a CPU in float32 a dense model's whole step is one C call, matrix-vector products
+included (one_row_step.py); a mixture-of-experts model's work between the GEMMs runs as
+three C functions (one_row_native.py: a torch op right after a GEMM runs with cold
+caches), attention reading the pool in place through the block table. The torch ops
+above are the fallback where no C compiler is found."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,46 +30,50 @@ import torch
 import torch.nn.functional as F
 
 from batchlab.backend.fast.one_row_native import native_lib
+from batchlab.backend.fast.one_row_step import WholeStep
+from batchlab.backend.fast.one_row_step import fits as step_fits
 
 
 @dataclass
 class OneRowMeta:
-    """A decode step of one sequence: its new token's slot and position, and per window
-    (None: full attention) the blocks and key range it attends."""
-    slot: torch.Tensor  # [1]: flat cache slot of the new K/V
+    """A decode step of one sequence: its new token's position and the block ids of the
+    sequence from its first block to the one holding the position."""
     position: int
-    tables: dict  # window -> (block ids [n], first key offset within them, key count)
+    table: torch.Tensor  # [position // block_size + 1] int64
+    block_size: int
     num_rows: int = 1
     layout: str = "one_row"
 
-
-def plan_one_row(position: int, table: list[int], block_size: int, windows: set,
-                 device: torch.device) -> OneRowMeta:
-    """The one-row step's metadata: for each window in use, the blocks holding keys
-    [max(0, ctx - window), ctx) where ctx = position + 1."""
-    ctx = position + 1
-    last = position // block_size
-    tables = {}
-    for window in windows:
+    def keys(self, window: int | None) -> tuple[torch.Tensor, int, int]:
+        """The blocks holding keys [max(0, ctx - window), ctx) where ctx = position + 1,
+        the first key's offset within them, and the key count."""
+        ctx = self.position + 1
         lo = 0 if window is None else max(0, ctx - window)
-        first = lo // block_size
-        ids = torch.tensor(table[first:last + 1], dtype=torch.int64, device=device)
-        tables[window] = (ids, lo - first * block_size, ctx - lo)
-    slot = torch.tensor([table[last] * block_size + position % block_size], dtype=torch.int64,
-                        device=device)
-    return OneRowMeta(slot, position, tables)
+        first = lo // self.block_size
+        return self.table[first:], lo - first * self.block_size, ctx - lo
+
+    @property
+    def slot(self) -> int:
+        """The flat cache slot of the new token's K/V."""
+        return int(self.table[-1]) * self.block_size + self.position % self.block_size
+
+
+def plan_one_row(position: int, table: list[int], block_size: int, device: torch.device) -> OneRowMeta:
+    return OneRowMeta(position, torch.tensor(table[:position // block_size + 1], dtype=torch.int64,
+                                             device=device), block_size)
 
 
 class OneRowDecode:
     """Runs ModelRunner's forward pass for one decode row (runner: its weights)."""
 
-    def __init__(self, runner, native: bool = True) -> None:
-        """native: run the work between GEMMs in C where it can (float32 on a CPU)."""
+    def __init__(self, runner, native: bool = True, whole: bool = True) -> None:
+        """native: run the work between GEMMs in C where it can (float32 on a CPU); whole:
+        and the whole step as one C call where the runner kept dense weights (one_row_step.py)."""
         self.r = runner
-        self.windows = {lw.window for lw in runner.layers}
         self._work = torch.empty(0, dtype=runner.dtype, device=runner.device)
         fits = native and runner.device.type == "cpu" and runner.dtype == torch.float32
         self.lib = native_lib() if fits else None
+        self.whole = WholeStep(runner, self.lib) if self.lib is not None and whole and step_fits(runner) else None
         if self.lib is not None:
             inter = max((lw.down.in_features for lw in runner.layers if lw.down is not None), default=1)
             new = lambda n: torch.zeros(1, n, dtype=runner.dtype)  # noqa: E731
@@ -77,7 +82,7 @@ class OneRowDecode:
             self._norms = [(lw.ln1.contiguous(), lw.ln2.contiguous()) for lw in runner.layers]
 
     def plan(self, position: int, table: list[int], cache) -> OneRowMeta:
-        return plan_one_row(position, table, cache.block_size, self.windows, self.r.device)
+        return plan_one_row(position, table, cache.block_size, self.r.device)
 
     def _attend(self, layer: int, qkv: torch.Tensor, meta: OneRowMeta, cache, window) -> torch.Tensor:
         """qkv [heads + 2 kv_heads, dim] (q, k roped) -> attention output [1, heads * dim]."""
@@ -85,8 +90,9 @@ class OneRowDecode:
         nh, kvh, d = r.num_heads, r.num_kv_heads, r.head_dim
         bs, nb = cache.block_size, cache.num_blocks
         pool = cache.pool[layer]  # [2, kvh, blocks, bs, d]: K and V planes
-        pool.view(2 * kvh, nb * bs, d).index_copy_(1, meta.slot, qkv[nh:].view(2 * kvh, 1, d))
-        ids, off, n = meta.tables[window]
+        slot = torch.tensor([meta.slot], device=r.device)
+        pool.view(2 * kvh, nb * bs, d).index_copy_(1, slot, qkv[nh:].view(2 * kvh, 1, d))
+        ids, off, n = meta.keys(window)
         need = 2 * kvh * ids.numel() * bs * d
         if self._work.numel() < need:
             self._work = torch.empty(need, dtype=r.dtype, device=r.device)
@@ -102,6 +108,8 @@ class OneRowDecode:
         r = self.r
         r.ensure_rope(meta.position)
         if self.lib is not None and cache.pool.is_contiguous() and cache.pool.dtype == torch.float32:
+            if self.whole is not None:
+                return self.whole(int(input_ids[0]), meta.position, meta.table, cache)
             return self._forward_native(input_ids, meta, cache)
         nh, kvh, d, hid, eps = r.num_heads, r.num_kv_heads, r.head_dim, (r.hidden,), r.eps
         nq, half = nh + kvh, d // 2
@@ -127,7 +135,7 @@ class OneRowDecode:
         r, lib = self.r, self.lib
         nh, kvh, d, eps = r.num_heads, r.num_kv_heads, r.head_dim, r.eps
         bs, nb = cache.block_size, cache.num_blocks
-        most = max(n for _, _, n in meta.tables.values())
+        most = meta.position + 1
         if self._scores.numel() < most:
             self._scores = torch.empty(1, 2 * most, dtype=r.dtype)
         h, attn, y = self._h, self._attn, self._y
@@ -136,13 +144,13 @@ class OneRowDecode:
         cosp = r._cos.data_ptr() + meta.position * d * esize
         sinp = r._sin.data_ptr() + meta.position * d * esize
         layer_bytes = cache.pool[0].numel() * esize
-        pool0, slot = cache.pool.data_ptr(), int(meta.slot[0])
+        pool0, slot = cache.pool.data_ptr(), meta.slot
         x = F.embedding(input_ids, r.embed)
         for i, lw in enumerate(r.layers):
             ln1, ln2 = self._norms[i]
             lib.rms_norm(x.data_ptr(), ln1.data_ptr(), hp, r.hidden, eps)
             qkv = lw.qkv(h)
-            ids, off, n = meta.tables[lw.window]
+            ids, off, n = meta.keys(lw.window)
             lib.attend(qkv.data_ptr(), pool0 + i * layer_bytes, slot, ids.data_ptr(), off, off + n,
                        cosp, sinp, nh, kvh, d, bs, nb, sp, ap)
             x = lw.o(attn, residual=x)
