@@ -114,5 +114,6 @@ def test_dense_weights_kept_only_for_the_whole_step(model):
     if fast._one_row.whole is not None:
         hf = model.hf.model.layers[0]
         assert torch.equal(fast.layers[0].o.dense, hf.self_attn.o_proj.weight)
-        assert torch.equal(fast.layers[0].qkv.dense[:hf.self_attn.q_proj.weight.shape[0]], hf.self_attn.q_proj.weight)
+        q = hf.self_attn.q_proj.weight
+        assert torch.equal(fast.layers[0].qkv.dense[:q.shape[0]], q)
         assert torch.equal(fast.lm_head.dense, model.hf.lm_head.weight)

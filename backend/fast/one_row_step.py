@@ -1,11 +1,12 @@
 """A one-row decode step of a dense model as one C call (one_row_native.py's `step`):
 embedding, every layer, the final norm and the LM head, its matrix-vector products too.
 
-Why: with the work between GEMMs in C but the GEMMs in torch (oneDNN), a batchlab-small
-step still took ~11 ms over its GEMMs' ~37 ms (docs/results/2026-12-06-backend-engine.md):
-each of ~50 calls a step crossed Python, ctypes and torch's dispatcher with cold caches
-right after a GEMM had streamed megabytes of weights. One call a step leaves the weights'
-stream and a few kilobytes of activations.
+Why: with the work between GEMMs in C but the GEMMs in torch, a batchlab-small step
+still took ~11 ms over a copy of its weights' bytes (docs/results/2026-12-06-backend-engine.md):
+oneDNN's packed GEMMs at one row took ~30% more CPU than a plain matrix-vector product,
+and each of ~50 calls a step crossed Python, ctypes and torch's dispatcher with cold
+caches right after a GEMM had streamed megabytes of weights. One call a step leaves the
+weights' stream and a few kilobytes of activations.
 
 The C matrix-vector product reads dense row-major weights, which oneDNN's packed copies
 are not: a runner that takes this path keeps its matrices dense as well (Linear.dense),
