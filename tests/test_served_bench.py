@@ -2,6 +2,7 @@
 closed-loop workload a row stands for, and judged (validate --served-benchmarks)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.calibration.served_bench.client import benchmark_workload
+from batchlab.calibration.served_bench.client import API_TOKEN_S, benchmark_front_end, benchmark_workload
 from batchlab.calibration.served_bench.judge import Predicted, curve_answers, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow, in_regime, read_benchmarks
+from batchlab.experiments.validation.served_benchmarks import predict
 from tests.helpers import cli, one_line_error
 
 HEADER = ("id,backend,backend_version,model_path,system,precision,isl,osl,gemm_quant_mode,moe_quant_mode,"
@@ -91,6 +93,30 @@ def test_the_client_models_send_every_users_requests_in_a_closed_loop(users, rou
     first = spread.arrival[:users]
     assert first[0] == 0 and (np.diff(first) > 0).all() and first[-1] < latency
     assert (spread.arrival[users:] == first[-1]).all()
+
+
+@settings(max_examples=50, deadline=None)
+@given(users=st.integers(1, 64), isl=st.integers(1, 1 << 16))
+def test_the_burst_client_reaches_the_engine_one_request_at_a_time(users, isl):
+    r = dataclasses.replace(row(c=users), isl=isl)
+    assert benchmark_front_end(r, "lockstep") is None and benchmark_front_end(r, "staggered") is None
+    front = benchmark_front_end(r, "burst")
+    assert front.serial_s == pytest.approx(API_TOKEN_S * isl) and front.delay_s == 0
+    sent = benchmark_workload(r, "burst").arrival[:users]
+    assert (sent == 0).all()  # every user sends at once, as the closed-loop clients start
+    reach, _ = front.arrivals(sent)
+    assert np.allclose(np.diff(reach), front.serial_s) and reach[0] == pytest.approx(front.serial_s)
+    with pytest.raises(ValueError, match="client model 'phased'"):
+        benchmark_front_end(r, "phased")
+
+
+def test_a_burst_split_by_the_front_end_waits_less_than_one_prefilled_together():
+    # 8 users x 1024 tokens: in lockstep the engine prefills all eight in one step; through the
+    # front end it starts on the first alone and the others join at its next step.
+    r = dataclasses.replace(row(c=8, osl=16), tp=2)
+    lock, burst = predict(r, "lockstep"), predict(r, "burst")
+    assert 0 < burst.ttft_s < lock.ttft_s
+    assert predict(r, "burst") == burst  # the same row, the same answer
 
 
 def test_the_load_curve_answer_is_the_highest_concurrency_under_the_objective():

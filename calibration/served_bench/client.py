@@ -3,28 +3,45 @@ model of its client.
 
 A row says `concurrency` users, each sending its next request when its last reply ends,
 every request `isl` tokens in and `osl` out; it does not say how the users' sends were
-phased. Two models bound it:
-  lockstep   every user sends at t=0, as `vllm bench serve --max-concurrency N
-             --request-rate inf` starts; identical lengths then keep them in step
+phased. Three models:
+  lockstep   every user sends at t=0 and the engine sees them all at once; identical
+             lengths then keep them in step (a bound: one burst prefilled together)
   staggered  the users' first sends spread evenly over one request's latency: the steady
-             state of a closed loop whose users drifted out of phase
-The measured TTFT lies between the two on the shared rows (docs/results/
-2026-12-06-served-engine-baseline.md)."""
+             state of a closed loop whose users drifted out of phase (the other bound)
+  burst      every user sends at t=0, as the closed-loop clients start (vllm bench serve
+             --max-concurrency N --request-rate inf; genai-perf / aiperf --concurrency N),
+             and each send, then and later, passes the API server's front end, which hands
+             requests to the engine core one at a time, tokenising each (api_token_s a
+             prompt token). The engine core starts a step as soon as one request is there
+             and takes the rest at its next step: the burst reaches the engine split, the
+             groups finish apart and split again at each re-send (the simulator's own
+             step boundaries do the splitting, sim/arrivals.py).
+The front end's cost: vllm-project/vllm issue #19012 (2025-06): a DGX H100's CPU tokenises
+about 1,000 tokens a ms, one request at a time; PR #19334's measurement (100 requests of
+10,000 tokens in 1.34 s before microbatching) is 1.3 us a token, the HTTP side included.
+The measured TTFT lies between lockstep and staggered on the shared rows
+(docs/results/2026-12-06-served-engine-baseline.md). burst, measured on them, keeps its
+groups whole (the first user's own prefill step absorbs the others' re-sends) and misses
+further than lockstep: lockstep stays the default judge
+(docs/results/2026-12-06-served-engine-client.md)."""
 from __future__ import annotations
 
 import numpy as np
 
 from batchlab.calibration.served_bench.read import BenchmarkRow
+from batchlab.core.front_end import FrontEnd
 from batchlab.core.workload.workload import Workload
 
-CLIENTS = ("lockstep", "staggered")
+CLIENTS = ("lockstep", "staggered", "burst")
 ROUNDS = 8  # requests each user sends: the mean is the steady state's, not the first round's
+API_TOKEN_S = 1.3e-6  # the API server's work a prompt token, one request at a time (docstring)
 
 
 def benchmark_workload(row: BenchmarkRow, client: str, latency_s: float | None = None,
                        rounds: int = ROUNDS) -> Workload:
     """latency_s: one request's latency, over which `staggered` spreads the first sends
-    (the lockstep run's mean end-to-end latency)."""
+    (the lockstep run's mean end-to-end latency). `burst` sends as `lockstep` does; its
+    front end is benchmark_front_end's."""
     if client not in CLIENTS:
         raise ValueError(f"client model {client!r}: expected one of {', '.join(CLIENTS)}")
     users = row.concurrency
@@ -38,3 +55,10 @@ def benchmark_workload(row: BenchmarkRow, client: str, latency_s: float | None =
     return Workload(arrival=arrival, prompt_len=np.full(n, row.isl), output_len=np.full(n, row.osl),
                     description=[f"{row.describe()} ({row.place}): {rounds} requests a user, {client} client"],
                     max_concurrency=users)
+
+
+def benchmark_front_end(row: BenchmarkRow, client: str, api_token_s: float = API_TOKEN_S) -> FrontEnd | None:
+    """The server's front end the client's sends pass (None: the engine sees each send at once)."""
+    if client not in CLIENTS:
+        raise ValueError(f"client model {client!r}: expected one of {', '.join(CLIENTS)}")
+    return FrontEnd(0.0, api_token_s * row.isl) if client == "burst" else None

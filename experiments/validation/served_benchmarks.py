@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from batchlab import sim
-from batchlab.calibration.served_bench.client import benchmark_workload
+from batchlab.calibration.served_bench.client import benchmark_front_end, benchmark_workload
 from batchlab.calibration.served_bench.fit import Priced
 from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
@@ -53,18 +53,23 @@ def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list
 
 
 def predict(row: BenchmarkRow, client: str, served: str = "vllm") -> Predicted:
-    """The row's mean TTFT and TPOT as simulated: a lockstep run first, whose mean latency
-    the staggered client spreads its users' first sends over. served: as config_for's."""
+    """The row's mean TTFT and TPOT as simulated under the client model (client.py; the
+    staggered one spreads its users' first sends over a lockstep run's mean latency).
+    served: as config_for's."""
     setup = sim_setup(config_for(row, served))
     scheduler = next(iter(setup.schedulers.values()))
     cost = setup.cost
 
     def run(workload):
-        result = sim.simulate(workload, scheduler, cost, setup.blocks, record_steps=False)
+        result = sim.simulate(workload, scheduler, cost, setup.blocks, record_steps=False,
+                              front_end=benchmark_front_end(row, client))
         return result.summary()
-    s = run(benchmark_workload(row, "lockstep"))
-    if client != "lockstep":
-        s = run(benchmark_workload(row, client, latency_s=s["mean_e2el_ms"] / 1e3))
+    if client == "staggered":
+        lockstep = sim.simulate(benchmark_workload(row, "lockstep"), scheduler, cost, setup.blocks,
+                                record_steps=False).summary()
+        s = run(benchmark_workload(row, client, latency_s=lockstep["mean_e2el_ms"] / 1e3))
+    else:
+        s = run(benchmark_workload(row, client))
     return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
 
 
