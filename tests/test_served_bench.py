@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batchlab.calibration.served_bench.client import API_TOKEN_S, benchmark_front_end, benchmark_workload
+from batchlab.calibration.served_bench.client import (API_TOKEN_S, LENGTH_SPREAD, benchmark_front_end,
+                                                     benchmark_workload)
 from batchlab.calibration.served_bench.judge import Predicted, curve_answers, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow, in_regime, read_benchmarks
 from batchlab.experiments.validation.served_benchmarks import predict
@@ -108,6 +109,26 @@ def test_the_burst_client_reaches_the_engine_one_request_at_a_time(users, isl):
     assert np.allclose(np.diff(reach), front.serial_s) and reach[0] == pytest.approx(front.serial_s)
     with pytest.raises(ValueError, match="client model 'phased'"):
         benchmark_front_end(r, "phased")
+
+
+@settings(max_examples=50, deadline=None)
+@given(users=st.integers(1, 64), isl=st.integers(1, 1 << 16), osl=st.integers(1, 1 << 14))
+def test_the_perturbed_client_draws_lengths_near_the_rows_and_the_same_each_time(users, isl, osl):
+    r = dataclasses.replace(row(c=users, osl=osl), isl=isl)
+    w = benchmark_workload(r, "perturbed", rounds=3)
+    assert (w.arrival == 0).all() and w.max_concurrency == users and len(w) == 3 * users
+    for got, x in ((w.prompt_len, isl), (w.output_len, osl)):
+        assert got.min() >= max(1, round(x * (1 - LENGTH_SPREAD))) and got.max() <= round(x * (1 + LENGTH_SPREAD))
+    again = benchmark_workload(r, "perturbed", rounds=3)
+    assert (again.prompt_len == w.prompt_len).all() and (again.output_len == w.output_len).all()
+
+
+def test_the_perturbed_client_breaks_the_lockstep():
+    # 8 users x 1024 tokens in lockstep prefill together, round after round; a few tokens'
+    # difference lets them drift apart, and most prefill beside fewer others.
+    r = dataclasses.replace(row(c=8, osl=256), tp=2)
+    lock, perturbed = predict(r, "lockstep"), predict(r, "perturbed")
+    assert 0 < perturbed.ttft_s < 0.6 * lock.ttft_s
 
 
 def test_a_burst_split_by_the_front_end_waits_less_than_one_prefilled_together():

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from batchlab.calibration.served_bench.client import CLIENTS
+from batchlab.calibration.served_bench.client import CLIENTS, DEFAULT_CLIENT
 from batchlab.calibration.served_bench.read import in_regime, read_benchmarks, set_apart_line
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
@@ -55,7 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="serve nothing: judge the default prediction on a served-engine benchmark table "
                    "(mean TTFT/TPOT per configuration, as ../shared/served-benchmarks/vllm_train.csv)")
     p.add_argument("--client", choices=CLIENTS,
-                   help="with --served-benchmarks: how the benchmark's users were phased (default lockstep)")
+                   help="with --served-benchmarks: how the benchmark's users were phased (default perturbed: all at "
+                   "once, lengths within 0.5%% of the row's; calibration/served_bench/client.py)")
     p.add_argument("--rows", action="store_true", help="with --served-benchmarks: every configuration's figures")
     p.add_argument("--served-engine", metavar="vllm|none|FILE",
                    help="with --served-benchmarks: the served-engine terms on the GPU profiles: vllm (default: "
@@ -233,7 +234,7 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
     """--served-benchmarks FILE (experiments/validation/served_benchmarks.py)."""
     if args.real or args.endpoint:
         raise UserError("--served-benchmarks judges a table: give it without --real or --endpoint")
-    served, client = args.served_engine or "vllm", args.client or "lockstep"
+    served, client = args.served_engine or "vllm", args.client or DEFAULT_CLIENT
     try:
         rows, apart = in_regime(read_benchmarks(args.served_benchmarks))
     except ValueError as e:
