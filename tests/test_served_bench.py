@@ -169,7 +169,10 @@ def test_validate_judges_a_table_end_to_end(tmp_path):
     assert j["rows"][1]["tpot_s"] > j["rows"][0]["tpot_s"] > 0
     code, text, err = cli(["validate", "--served-benchmarks", str(path), "--client", "staggered", "--rows"])
     assert code == 0, err
-    assert "client model: staggered" in text and "qwen3-32b, h100-sxm, TP 2" in text
+    assert "client model: staggered (the users' first sends spread" in text and "qwen3-32b, h100-sxm, TP 2" in text
+    code, text, err = cli(["validate", "--served-benchmarks", str(path)])
+    assert code == 0, err
+    assert "client model: perturbed (every user at once, each request's lengths within 0.5%" in text
 
 
 def test_rows_the_server_queued_are_set_apart_and_said_so(tmp_path):

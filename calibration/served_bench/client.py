@@ -39,6 +39,12 @@ from batchlab.core.front_end import FrontEnd
 from batchlab.core.workload.workload import Workload
 
 CLIENTS = ("perturbed", "lockstep", "staggered", "burst")
+CLIENT_WORDS = {  # what each assumes, for the judgement's first line
+    "perturbed": "every user at once, each request's lengths within 0.5% of the row's, so that they drift out "
+                 "of step as a real run's do",
+    "lockstep": "every user at once, identical lengths: all prefilled together, round after round",
+    "staggered": "the users' first sends spread over one request's latency",
+    "burst": "every user at once through the API server's front end, one request at a time"}
 DEFAULT_CLIENT = "perturbed"  # judged held out by model (docs/results/2026-12-06-served-engine-client.md)
 LENGTH_SPREAD = 0.005  # perturbed: lengths uniform within +-0.5% of the row's (0.5% and 2% judge alike)
 PERTURB_SEED = 0

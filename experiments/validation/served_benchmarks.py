@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from batchlab import sim
-from batchlab.calibration.served_bench.client import benchmark_front_end, benchmark_workload
+from batchlab.calibration.served_bench.client import CLIENT_WORDS, ROUNDS, benchmark_front_end, benchmark_workload
 from batchlab.calibration.served_bench.fit import Priced
 from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
@@ -89,7 +89,8 @@ def _pct(x: float) -> str:
 
 
 def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", set_apart: str = "") -> str:
-    lines = [f"client model: {client} (calibration/served_bench/client.py); prices: "
+    lines = [f"client model: {client} ({CLIENT_WORDS[client]}; {ROUNDS} requests a user; "
+             f"calibration/served_bench/client.py); prices: "
              f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)",
              *([set_apart] if set_apart else [])]
     if rows:
