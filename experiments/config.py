@@ -43,9 +43,10 @@ class ModelConfig(BaseModel):
                                                   "reference) | paged (KV read in place)")
     fused: bool = Field(False, description="backend: compiled elementwise kernels")
     cuda_graphs: bool = Field(False, description="backend: replay decode steps as CUDA graphs")
+    one_row_decode: bool = Field(False, description="backend (CPU, float32): one-sequence decode steps in native code")
 
     def fast_choice(self) -> FastChoice:
-        return FastChoice(self.attention, self.fused, self.cuda_graphs)
+        return FastChoice(self.attention, self.fused, self.cuda_graphs, self.one_row_decode)
 
 
 class _HardwareHead(BaseModel):

@@ -1,4 +1,4 @@
-"""The backend's fast path as options ([model] attention, fused, cuda_graphs; flags on
+"""The backend's fast path as options ([model] attention, fused, cuda_graphs, one_row_decode; flags on
 run, serve, validate and calibrate): backend/fast/options.py FastPath, chosen by the
 user. The defaults are the reference path, so a run that names none of them is the run
 it was. Checked here, before torch loads, so that an impossible choice is one line
@@ -29,6 +29,9 @@ def add_fast_path_options(g: argparse._ArgumentGroup, prefix: str = "mo_") -> No
                         "--attention paged)")
     g.add_argument("--enforce-eager", dest=prefix + "cuda_graphs", action="store_const", const=False,
                    help="no CUDA graphs (the default; vLLM's name)")
+    g.add_argument("--one-row-decode", dest=prefix + "one_row_decode", action="store_const", const=True,
+                   help="CPU, float32: a one-sequence decode step in native code (one C call a step for "
+                        "a dense model; keeps a dense copy of the weights: twice their memory)")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class FastChoice:
     attention: str = "gather"
     fused: bool = False
     cuda_graphs: bool = False
+    one_row_decode: bool = False
 
     @property
     def default(self) -> bool:
@@ -55,6 +59,8 @@ class FastChoice:
                             f"runs on {device}: drop it or use --enforce-eager")
         if self.cuda_graphs and self.attention != "paged":
             raise UserError(f"{flag('cuda_graphs')} replays the paged attention kernel: add --attention paged")
+        if self.one_row_decode and device.strip().lower().startswith("cuda"):
+            raise UserError(f"{flag('one_row_decode')} runs on a CPU; on --device cuda use --cuda-graphs")
         return self
 
     def fast_path(self):
@@ -62,4 +68,4 @@ class FastChoice:
         if self.default:
             return None
         from batchlab.backend.fast.options import FastPath  # lazy: torch, only when serving
-        return FastPath(self.attention, self.fused, self.cuda_graphs)
+        return FastPath(self.attention, self.fused, self.cuda_graphs, one_row=self.one_row_decode)

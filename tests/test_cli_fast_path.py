@@ -14,7 +14,7 @@ from tests.helpers import run_cli
 
 FEW = ["--model", "batchlab-tiny", "--num-requests", "3", "--rate", "inf", "--max-prompt-len", "40",
        "--max-output-len", "6", "--kv-memory", "16MiB", "--threads", "1", "--no-progress"]
-FAST_FIELDS = ("attention", "fused", "cuda_graphs")
+FAST_FIELDS = ("attention", "fused", "cuda_graphs", "one_row_decode")
 
 
 def _serve_keeping_tokens(monkeypatch, args: list[str], out_dir, capsys) -> tuple[dict, object, int]:
@@ -78,6 +78,27 @@ def test_fast_run_serves_the_reference_tokens_and_records_its_path(monkeypatch, 
     assert not set(FAST_FIELDS) & set(ref_cfg)  # the reference run's config.json is as before
     assert {k: fast_cfg[k] for k in ("attention", "fused")} == {"attention": "paged", "fused": True}
     assert "cuda_graphs" not in fast_cfg  # a default left out, as the reference's are
+
+
+@pytest.mark.backend
+def test_one_row_decode_serves_the_reference_tokens(monkeypatch, tmp_path, capsys):
+    """--one-row-decode: one-sequence decode steps in native code (backend/fast/one_row*.py),
+    the same greedy tokens as the reference; the path in meta.json and config.json."""
+    ref, _, _ = _serve_keeping_tokens(monkeypatch, [], tmp_path / "ref", capsys)
+    # one request at a time, so that its decode steps are one row
+    one, rt, _ = _serve_keeping_tokens(monkeypatch, ["--one-row-decode", "--max-num-seqs", "1"], tmp_path / "one",
+                                       capsys)
+    ref1, _, _ = _serve_keeping_tokens(monkeypatch, ["--max-num-seqs", "1"], tmp_path / "ref1", capsys)
+    assert rt.fast.one_row and rt.runner._one_row is not None
+    assert one == ref1 == ref and all(len(t) == 6 for t in one.values())
+    assert json.loads((tmp_path / "one" / "meta.json").read_text())["continuous"]["fast_path"].endswith(
+        "one-row decode")
+    assert json.loads((tmp_path / "one" / "config.json").read_text())["model"]["one_row_decode"] is True
+
+
+def test_one_row_decode_on_cuda_is_one_line_naming_the_flag(capsys):
+    line = _error(*run_cli(["run", *FEW, "--device", "cuda", "--one-row-decode"], capsys)[::2])
+    assert "--one-row-decode" in line and "CPU" in line
 
 
 def test_config_dump_leaves_the_reference_paths_fields_out():

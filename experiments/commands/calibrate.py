@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     fitted = next((f for f, on in (("--from-served", args.from_served), ("--from-operators", args.from_operators),
                                    ("--from-run", args.from_run), ("--from-replay", args.from_replay),
                                    ("--endpoint", args.endpoint)) if on), None)
-    fast = [d for d in ("attention", "fused", "cuda_graphs") if getattr(args, d) is not None]
+    fast = [d for d in ("attention", "fused", "cuda_graphs", "one_row_decode") if getattr(args, d) is not None]
     if fitted and fast:  # these fit timings already taken: no backend runs to take a path
         raise UserError(f"--{fast[0].replace('_', '-')} (the backend's fast path) applies to a sweep, "
                         f"not with {fitted}")
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         args.model = "batchlab-small"
     if args.profile:
         raise UserError("--profile applies to --from-run only (a sweep fits a profile afresh)")
-    choice = FastChoice(args.attention or "gather", bool(args.fused), bool(args.cuda_graphs))
+    choice = FastChoice(args.attention or "gather", bool(args.fused), bool(args.cuda_graphs), bool(args.one_row_decode))
     choice.check(args.device, table=None)  # a bad choice fails before torch loads
     from batchlab.calibration.sweep.report import swept  # lazy: profile model
     try:

@@ -34,7 +34,7 @@ _BACKEND = "the simulator prices the model preset (or profile) on [hardware]; it
 BACKEND_ONLY = {"model.device": _BACKEND, "model.threads": _BACKEND,
                 "model.kv_memory": "the KV pool comes from [hardware] memory or --num-kv-blocks",
                 "model.matmul": _BACKEND, "model.attention": _BACKEND, "model.fused": _BACKEND,
-                "model.cuda_graphs": _BACKEND,
+                "model.cuda_graphs": _BACKEND, "model.one_row_decode": _BACKEND,
                 "run.time_scale": "replays run on the wall clock only (use [workload] rate_scale)",
                 "run.temperature": "sampling does not change simulated timings"}
 # What a profile replaces: its fitted cost model prices its own device and dtype.

@@ -26,7 +26,7 @@ from batchlab.experiments.validation.sources import RealRun, RealSide
 PROBE_SEED = 1_000_003  # the probes' prompt tokens seeded apart from every replay's
 
 NOT_WITH_ENDPOINT = ("mo_dtype", "mo_device", "mo_threads", "mo_kv_memory", "mo_matmul",
-                     "mo_attention", "mo_fused", "mo_cuda_graphs")
+                     "mo_attention", "mo_fused", "mo_cuda_graphs", "mo_one_row_decode")
 
 
 def check_args(args: argparse.Namespace, profile_path: str | None) -> None:
