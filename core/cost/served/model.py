@@ -14,7 +14,7 @@ import numpy as np
 
 from batchlab.core.cost.deployed_step import DeployedStep
 from batchlab.core.cost.dispatch import gpu_cost
-from batchlab.core.cost.form import FormDefaults, stretch_times, window_stretch_times
+from batchlab.core.cost.form import SHORT_STEPS, FormDefaults, stretch_times, window_stretch_times
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.gpu_step import DenseGpuStep
 from batchlab.core.cost.operator_shapes import OperatorShapes
@@ -157,6 +157,8 @@ class ServedGpuCost(FormDefaults):
         if deployed is not None and not deployed.windowed:
             return deployed.decode_times(n, kv0, m)
         if deployed is not None:  # windowed: as FormDefaults (DeployedGpuCost.decode_times)
+            if m < SHORT_STEPS:  # there step_time's, of features without windowed reads
+                return deployed.window_decode_times(n, kv0, 0, 0, m)
             return stretch_times(self, n, kv0, m)
         return (self.eager if eager else self.graph).decode_times(n, kv0, m)
 
