@@ -39,8 +39,15 @@ def breakdowns(req: dict[str, np.ndarray], slo: SLO | None = None) -> dict[str, 
     duration = run_duration(req)
     out = {}
     for key, column in BREAKDOWNS.items():
-        values = np.unique(req[column])
-        if len(values) > 1:
-            out[key] = {str(int(v)): class_summary({c: a[req[column] == v] for c, a in req.items()},
-                                                   duration, slo) for v in values}
+        # One stable sort, each class a slice of it (rows in table order, as a mask would
+        # take them): a mask per class and column costs classes x columns passes over the
+        # table (100 replicas, 13 columns: 1,300 passes).
+        col = req[column]
+        if len(col) == 0 or col.min() == col.max():
+            continue
+        order = np.argsort(col, kind="stable")
+        values, starts = np.unique(col[order], return_index=True)
+        ends = [*starts[1:], len(order)]
+        out[key] = {str(int(v)): class_summary({c: a[order[lo:hi]] for c, a in req.items()},
+                                               duration, slo) for v, lo, hi in zip(values, starts, ends)}
     return out

@@ -21,7 +21,7 @@ from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
 from batchlab.core.step_runs import RunLog, with_runs
-from batchlab.core.summary import ratio_total
+from batchlab.core.summary import StepSums
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
                    "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "status",
@@ -74,8 +74,11 @@ class MetricsRecorder:
     @property
     def totals(self) -> dict[str, int | float]:
         """num_steps, seat_fraction and kv_fraction (summed over steps), preemptions."""
-        return {"num_steps": self._num_steps, "seat_fraction": ratio_total(self._seated),
-                "kv_fraction": ratio_total(self._kv_used), "preemptions": self._preemptions}
+        return self.step_sums().totals
+
+    def step_sums(self) -> StepSums:
+        """The exact sums behind totals, which recorders of disjoint replicas add."""
+        return StepSums(self._num_steps, dict(self._seated), dict(self._kv_used), self._preemptions)
 
     def _replica(self, replica: int) -> None:
         """Note that `replica`'s gaps follow (before any are recorded)."""
@@ -240,15 +243,18 @@ class MetricsRecorder:
     def num_steps(self) -> int:
         return self._num_steps
 
-    def request_table(self) -> dict[str, np.ndarray]:
+    def request_table(self, release: bool = False) -> dict[str, np.ndarray]:
         """Columns as arrays, sorted by request id; unset times are NaN. (Built a column
         at a time, so that a replay of millions of requests peaks at about twice its
-        rows, not four times.)"""
+        rows, not four times.) release: the recorder lets each column go once copied
+        (it keeps no rows after), so that the peak is the table and one column."""
         self._flush_rows()
         order = np.argsort(_np(self._req["request_id"]), kind="stable")
         t = {}
-        for c, v in self._req.items():
-            col = _np(v)[order]
+        for c in list(self._req):
+            col = _np(self._req[c])[order]
+            if release:
+                self._req[c] = _column(c)
             if c in ("first_scheduled_s", "first_token_s", "finish_s"):
                 col[col < 0] = np.nan
             t[c] = col
@@ -281,6 +287,13 @@ class MetricsRecorder:
         hist.add(_np(self.itl_gap), _np(self.itl_count))
         self.itl_gap, self.itl_count = array("d"), array("q")
 
+    def gap_histogram(self) -> GapHistogram | None:
+        """Every gap folded into the histogram (None: a step table keeps them exactly)."""
+        if self._itl_hist is None:
+            return None
+        self._fold()
+        return self._itl_hist
+
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one
         (without a step table: gaps to 0.005%, from the histogram)."""
@@ -293,8 +306,9 @@ class MetricsRecorder:
             lengths = np.diff(np.append(starts, len(gaps)))
             order = np.argsort(np.repeat(replicas, lengths), kind="stable")
             return gaps[order], counts[order]
-        self._fold()
-        return self._itl_hist.pairs()
+        hist = self.gap_histogram()
+        assert hist is not None
+        return hist.pairs()
 
 
 def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:

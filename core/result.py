@@ -23,8 +23,11 @@ class RunResult:
     totals: dict = field(default_factory=dict)  # step totals, for runs without a step table
 
     @classmethod
-    def from_recorder(cls, rec: MetricsRecorder, meta: RunMeta | None = None) -> "RunResult":
-        return cls(rec.request_table(), rec.step_table(), *rec.itl(), meta or RunMeta(), dict(rec.totals))
+    def from_recorder(cls, rec: MetricsRecorder, meta: RunMeta | None = None,
+                      release: bool = False) -> "RunResult":
+        """release: the recorder hands its request rows over (MetricsRecorder.request_table)."""
+        return cls(rec.request_table(release), rec.step_table(), *rec.itl(), meta or RunMeta(),
+                   dict(rec.totals))
 
     @property
     def itl(self) -> np.ndarray:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -129,6 +130,33 @@ def ratio_total(by_denominator: dict[int, int]) -> float:
     for d in sorted(by_denominator):
         total += by_denominator[d] / d
     return total
+
+
+@dataclass
+class StepSums:
+    """What a run's totals are made of, in exact integers (ratio_total's input): runs of
+    disjoint replicas add them and divide once, as one run of them all would."""
+    num_steps: int
+    seated: dict[int, int]  # seats -> sequences summed over steps
+    kv_used: dict[int, int]  # KV blocks in all -> blocks used summed over steps
+    preemptions: int
+
+    @property
+    def totals(self) -> dict[str, int | float]:
+        """num_steps, seat_fraction and kv_fraction (summed over steps), preemptions."""
+        return {"num_steps": self.num_steps, "seat_fraction": ratio_total(self.seated),
+                "kv_fraction": ratio_total(self.kv_used), "preemptions": self.preemptions}
+
+    def __add__(self, other: "StepSums") -> "StepSums":
+        return StepSums(self.num_steps + other.num_steps, _add(self.seated, other.seated),
+                        _add(self.kv_used, other.kv_used), self.preemptions + other.preemptions)
+
+
+def _add(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
 
 
 def summarize(req: dict[str, np.ndarray], steps: dict[str, float],

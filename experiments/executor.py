@@ -38,10 +38,11 @@ class SerialExecutor(Executor):
         return f
 
 
-def add_executor_options(parser: argparse.ArgumentParser) -> None:
+def add_executor_options(parser: argparse.ArgumentParser,
+                         workers_help: str = "local processes (default: every core; 1: serial, in this process)"
+                         ) -> None:
     g = parser.add_argument_group("execution")
-    g.add_argument("--workers", type=int, metavar="N",
-                   help="local processes (default: every core; 1: serial, in this process)")
+    g.add_argument("--workers", type=int, metavar="N", help=workers_help)
     g.add_argument("--dask", metavar="ADDRESS|local",
                    help="run on a Dask cluster (tcp://host:8786), or 'local' for a LocalCluster "
                         "of --workers workers; needs pip install 'batchlab[distributed]'")

@@ -1,6 +1,7 @@
 """Run a workload through replicas of one scheduler in simulated time."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import simpy
@@ -47,6 +48,40 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     replicas; what it counted goes into meta.speculative. kv_tier: a tier below each
     replica's KV pool (core/kv_tiers/), sized and priced by kv_bytes_per_token (per GPU);
     its figures join the step table and the summary."""
+    return run_world(workload, scheduler, cost, num_kv_blocks, replicas, router, meta, observer,
+                     fast_forward, record_steps, progress, keep_on_interrupt, front_end, emission,
+                     kv_tier, kv_bytes_per_token).result()
+
+
+@dataclass
+class World:
+    """What a simulation leaves: its recorder, its meta's fields, its replicas' KV tiers."""
+    rec: MetricsRecorder
+    info: dict
+    homes: list[TieredHome]
+    kv_tier: TierConfig | None
+
+    def result(self) -> RunResult:
+        result = RunResult.from_recorder(self.rec, RunMeta(**self.info), release=True)
+        if self.homes:
+            assert self.kv_tier is not None
+            result.meta.kv_tier = self.kv_tier.describe()
+            result.totals.update(tier_totals(self.homes))
+            if result.steps is not None:
+                result.steps = tier_columns(result.steps, self.homes)
+        return result
+
+
+def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
+              num_kv_blocks: int, replicas: int = 1, router: str = "round_robin",
+              meta: dict | Record | None = None, observer: StepObserver | None = None,
+              fast_forward: bool = True, record_steps: bool = True,
+              progress: Callable[[int], None] | None = None,
+              keep_on_interrupt: bool = False, front_end: FrontEnd | None = None,
+              emission: Emission | None = None, kv_tier: TierConfig | None = None,
+              kv_bytes_per_token: float = 0.0) -> World:
+    """simulate(), stopping short of the result (sim/replica_groups merges the
+    recorders of groups of replicas run apart)."""
     if replicas < 1:
         raise ValueError(f"replicas must be >= 1, got {replicas}")
     check_prefix_hashes(scheduler, workload)
@@ -97,14 +132,9 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
     if emission is not None and emission.stats():
         info["speculative"] = emission.stats()
-    result = RunResult.from_recorder(rec, RunMeta(**info))
-    if homes:
-        assert kv_tier is not None
-        result.meta.kv_tier = kv_tier.describe()
-        result.totals.update(tier_totals(homes))
-        if result.steps is not None:
-            result.steps = tier_columns(result.steps, homes)
-    return result
+    return World(rec, info, homes, kv_tier)
+
+
 
 
 def _tier(engine: Replica, tier: TierConfig, kv_bytes_per_token: float, block_size: int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from contextlib import nullcontext
 
 from batchlab import sim
 from batchlab.core import atomic
@@ -16,6 +17,7 @@ from batchlab.experiments import listing
 from batchlab.experiments.disaggregation.command import simulate_pools
 from batchlab.experiments.disaggregation.options import add_deployment_options
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import add_executor_options, cores, make_executor
 from batchlab.experiments.kv_tier_options import add_kv_tier_options
 from batchlab.experiments.limits import check_samples
 from batchlab.experiments.options import (add_common_options, add_plot_option, load_experiment, named,
@@ -23,6 +25,7 @@ from batchlab.experiments.options import (add_common_options, add_plot_option, l
 from batchlab.experiments.output import ResultWriter, to_json
 from batchlab.experiments.progress import progress_bar
 from batchlab.experiments.repeats import repeats_summary, repeats_table
+from batchlab.experiments.replica_split import check_split, simulate_split
 from batchlab.experiments.report import comparison_table, footer
 from batchlab.experiments.roofline_options import add_roofline_options
 from batchlab.experiments.seed_effect import check_seeds_vary
@@ -62,6 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="simulate every step (no fast-forward over steady decode runs; same results)")
     add_plot_option(g)
     add_deployment_options(p)
+    add_executor_options(p, "split round-robin replicas across N local processes, merged into the "
+                            "same results (default 1: one process)")
     g.add_argument("--list-policies", action="store_true",
                    help="list the policies (with their parameters), admission and victim orders, and exit")
     p.set_defaults(func=run)
@@ -77,7 +82,13 @@ def run(args: argparse.Namespace) -> int:
     reject_unused_fields(cfg, "simulate", BACKEND_ONLY)
     if cfg.profile.path:
         reject_unused_fields(cfg, "simulate --profile", PROFILE_REPLACES)
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    split = bool(args.dask) or (args.workers or 1) > 1
     if cfg.deployment is not None:  # prefill and decode pools: experiments/disaggregation
+        if split:
+            raise UserError("--workers/--dask: prefill and decode pools hand requests to each "
+                            "other; run with --workers 1")
         return simulate_pools(cfg, args, cfg.record(tuple(BACKEND_ONLY)))
     check_samples(f"--seeds {args.seeds}", args.seeds)
     seeds = [cfg.workload.seed + i for i in range(args.seeds)]
@@ -93,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         check_run_size(len(workloads[seeds[0]]), cfg.run.replicas, setup.blocks)
     except ValueError as e:
         raise UserError(f"{e} (--replicas, --num-kv-blocks, --num-requests)") from None
+    split = split and cfg.run.replicas > 1  # one replica: nothing to split
+    if split:
+        check_split(cfg, setup, workloads[seeds[0]])
     weights, kv = setup.meta.served_dtypes
     ran = {"model.dtype": weights, "model.kv_cache_dtype": kv}
     if args.plot:
@@ -102,16 +116,17 @@ def run(args: argparse.Namespace) -> int:
     kept: dict | None = {} if args.plot else None  # the first seed's runs, for --plot
     runs: dict[str, list[dict]] = {p: [] for p in setup.schedulers}
     interrupted = False
-    for seed, workload in workloads.items():
-        for policy, scheduler in setup.schedulers.items():
-            name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
-            summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer,
-                                                 kept if seed == seeds[0] else None, seed)
-            runs[policy].append(summary)
+    with make_executor(args.workers, args.dask) if split else nullcontext((None, "")) as (ex, _where):
+        for seed, workload in workloads.items():
+            for policy, scheduler in setup.schedulers.items():
+                name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
+                summary, interrupted = _simulate_one(name, workload, scheduler, setup, cfg, args, writer,
+                                                     kept if seed == seeds[0] else None, seed, (ex, policy))
+                runs[policy].append(summary)
+                if interrupted:
+                    break  # Ctrl-C: keep what was simulated, run no further policy
             if interrupted:
-                break  # Ctrl-C: keep what was simulated, run no further policy
-        if interrupted:
-            break
+                break
     workload = workloads[seeds[0]]
     if kept:
         from batchlab.experiments.run_plots import write_run_plots  # lazy: matplotlib, only with --plot
@@ -129,14 +144,22 @@ def run(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None, seed=0) -> tuple[dict, bool]:
+def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None, seed=0,
+                  split=(None, "")) -> tuple[dict, bool]:
+    """split: (the executor that runs the replicas in groups, or None, and the policy)."""
+    executor, policy = split
     t0 = time.perf_counter()
     with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
-        result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
-                          replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
-                          fast_forward=not args.step_by_step, record_steps=args.step_table,
-                          progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
-                          emission=setup.emission(seed), **setup.tier_options)
+        if executor is not None:  # the replicas in groups, on the executor's processes
+            result = simulate_split(executor, args.workers or cores(), cfg,
+                                    (named(args, "model"), named(args, "hardware")), policy, workload,
+                                    not args.step_by_step, args.step_table, bar.update)
+        else:
+            result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
+                                  replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
+                                  fast_forward=not args.step_by_step, record_steps=args.step_table,
+                                  progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
+                                  emission=setup.emission(seed), **setup.tier_options)
     summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted

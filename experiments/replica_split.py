@@ -1,0 +1,59 @@
+"""`batchlab simulate --workers N` (or --dask): a round-robin run's replicas simulated in
+groups on the executor's processes (sim/replica_groups), merged into the result one
+process gives, bit for bit. Each task carries its group's requests and the experiment,
+from which the worker builds the same setup (prices are rebuilt, not pickled)."""
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable
+
+from batchlab.core.result import RunResult
+from batchlab.core.workload import Workload
+from batchlab.experiments.config import ExperimentConfig
+from batchlab.experiments.errors import UserError
+from batchlab.experiments.executor import run_all
+from batchlab.experiments.setup import SimSetup, sim_setup
+from batchlab.sim.replica_groups import (GroupRun, check_splittable, group_workload, merge,
+                                         replica_groups, simulate_group)
+
+
+@dataclass
+class GroupTask:
+    cfg: ExperimentConfig
+    model_named: bool
+    hardware_named: bool
+    policy: str
+    workload: Workload  # the requests dealt to the group
+    group: range
+    fast_forward: bool
+    record_steps: bool
+
+
+def check_split(cfg: ExperimentConfig, setup: SimSetup, workload: Workload) -> None:
+    """A one-line UserError where the replicas cannot run apart (before anything runs)."""
+    try:
+        check_splittable(cfg.run.router, workload, setup.front_end, setup.speculative is not None,
+                         setup.kv_tier is not None)
+    except ValueError as e:
+        raise UserError(f"--workers/--dask: {e}; run with --workers 1") from None
+
+
+def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, named: tuple[bool, bool],
+                   policy: str, workload: Workload, fast_forward: bool, record_steps: bool,
+                   progress: Callable[[int], None]) -> RunResult:
+    """The run of `policy` on `workload`, its replicas in `workers` groups."""
+    groups = replica_groups(cfg.run.replicas, workers)
+    tasks = [GroupTask(cfg, *named, policy, group_workload(workload, cfg.run.replicas, g), g,
+                       fast_forward, record_steps) for g in groups]
+    sizes = [len(t.workload) for t in tasks]
+    parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]))
+    del tasks  # the groups' requests, before the tables are put together
+    return merge(parts)
+
+
+def run_group(task: GroupTask) -> GroupRun:
+    setup = sim_setup(task.cfg, task.model_named, task.hardware_named)
+    return simulate_group(task.workload, task.cfg.run.replicas, task.group, setup.schedulers[task.policy],
+                          setup.cost, setup.blocks, meta=setup.meta, fast_forward=task.fast_forward,
+                          record_steps=task.record_steps, keep_on_interrupt=True)

@@ -1,0 +1,53 @@
+"""One group of replicas run on the requests dealt to it: its tables renumbered as the
+whole run's, and the exact sums that merge.py adds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost.form import CostModel
+from batchlab.core.run_meta import Record
+from batchlab.core.summary import StepSums
+from batchlab.core.workload import Workload
+from batchlab.sim.replica_groups.split import global_ids
+from batchlab.sim.simulate import run_world
+
+
+@dataclass
+class GroupRun:
+    """A group's share of a run, in the whole run's request ids and replica indices."""
+    group: range
+    requests: dict[str, np.ndarray]  # columns, by request id
+    steps: dict[str, np.ndarray] | None  # by replica, then time (None: not recorded)
+    itl_gaps: np.ndarray | None  # with a step table: replica order, time order within
+    itl_counts: np.ndarray | None
+    gap_counts: np.ndarray | None  # without one: the gap histogram's buckets
+    sums: StepSums
+    info: dict  # the run's meta fields as this group saw them
+
+
+def simulate_group(workload: Workload, replicas: int, group: range, scheduler: SchedulerConfig,
+                   cost: CostModel, num_kv_blocks: int, meta: dict | Record | None = None,
+                   fast_forward: bool = True, record_steps: bool = True,
+                   keep_on_interrupt: bool = False) -> GroupRun:
+    """Replicas `group` of a round-robin run of `replicas`; workload: the requests dealt
+    to them (split.group_workload)."""
+    world = run_world(workload, scheduler, cost, num_kv_blocks, len(group), "round_robin", meta,
+                      fast_forward=fast_forward, record_steps=record_steps,
+                      keep_on_interrupt=keep_on_interrupt)
+    rec = world.rec
+    hist = rec.gap_histogram()
+    gaps, counts = (None, None) if hist is not None else rec.itl()
+    steps = rec.step_table()
+    requests = rec.request_table(release=True)
+    sums = rec.step_sums()
+    info = {**world.info, "replicas": replicas}
+    del world, rec  # what the recorder still holds, before the tables travel
+    requests["request_id"] = global_ids(requests["request_id"], replicas, group)
+    requests["replica"] += group.start
+    if steps is not None:
+        steps["replica"] += group.start
+    return GroupRun(group, requests, steps, gaps, counts, None if hist is None else hist.counts,
+                    sums, info)
