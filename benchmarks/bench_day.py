@@ -38,9 +38,9 @@ BLIS = ("BLIS (inference-sim) states no figure (its README: \"CPU-only, extremel
         "could not be built here (docs/results/2026-12-06-peers-speed.md)")
 
 
-def command(n: int, replicas: int, workers: int) -> list[str]:
+def command(n: int, rate: float, replicas: int, workers: int) -> list[str]:
     return [sys.executable, "-m", "batchlab", "simulate", "--workload", "chat", "--num-requests", str(n),
-            "--rate", repr(n / DAY_S), "--replicas", str(replicas), "--policy", "chunked",
+            "--rate", repr(rate), "--replicas", str(replicas), "--policy", "chunked",
             "--no-step-table", "--format", "json", "--workers", str(workers)]
 
 
@@ -108,18 +108,21 @@ def machine() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=10_000_000)
+    ap.add_argument("--rate", type=float, help="requests/s (default: --requests over one day; "
+                    "115.74 is 10,000,000 a day: a slice of that day)")
     ap.add_argument("--replicas", type=int, default=100)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="also run --workers 1 and compare the JSON")
     args = ap.parse_args()
     pure = os.environ.get("BATCHLAB_PURE", "") not in ("", "0")
     n = args.requests
+    rate = args.rate or n / DAY_S
     print(f"machine: {machine()}; python {sys.version.split()[0]}; {'pure' if pure else 'compiled'} build")
-    print(f"{n:,} synthetic chat requests over one day ({n / DAY_S:.1f} req/s), round-robin over "
+    print(f"{n:,} synthetic chat requests at {rate:.2f} req/s ({n / rate / 3600:.1f} h), round-robin over "
           f"{args.replicas} replicas, chunked, default price, no step table")
-    runs = {args.workers: timed(command(n, args.replicas, args.workers))}
+    runs = {args.workers: timed(command(n, rate, args.replicas, args.workers))}
     if args.check and args.workers != 1:
-        runs[1] = timed(command(n, args.replicas, 1))
+        runs[1] = timed(command(n, rate, args.replicas, 1))
     for w, r in runs.items():
         print(f"  --workers {w}: {r['wall']:.1f} s wall, {r['cpu']:.1f} CPU s, peak memory of all "
               f"processes {r['peak'] / 2**30:.2f} GiB, "
