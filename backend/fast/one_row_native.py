@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from batchlab.core import atomic
+
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
@@ -192,7 +194,7 @@ def native_lib() -> ctypes.CDLL | None:
         return None
     d = Path(tempfile.mkdtemp(prefix="batchlab-one-row-"))  # -march=native: this machine's own
     src, so = d / "one_row.c", d / "one_row.so"
-    src.write_text(SOURCE)
+    atomic.write_text(src, SOURCE)  # a private folder, but no writer goes around the helper
     try:
         subprocess.run([cc, *FLAGS, str(src), "-o", str(so), "-lm"], check=True, capture_output=True,
                        timeout=120)
