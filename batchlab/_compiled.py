@@ -42,6 +42,7 @@ HOT = (
     "batchlab.core.schedulers.base",
     "batchlab.core.schedulers.continuous",
     "batchlab.core.schedulers.chunked",
+    "batchlab.sim.resumption",
     "batchlab.sim.engine",
     "batchlab.sim.arrivals",
 )

@@ -1,4 +1,5 @@
-"""One replica: the serving loop of DESIGN.md as a SimPy process."""
+"""One replica: the serving loop of DESIGN.md on SimPy's clock (a generator that the
+replica resumes itself: sim/resumption.py)."""
 from __future__ import annotations
 
 import math
@@ -6,6 +7,7 @@ from bisect import bisect_left
 from typing import Callable
 
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from batchlab.core.batch import Batch, StepObserver, step_features
 from batchlab.core.cost.form import CostModel
@@ -15,7 +17,8 @@ from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
 from batchlab.sim.arrivals import Arrivals
-from batchlab.sim.events import At, late
+from batchlab.sim.events import LATE
+from batchlab.sim.resumption import Resumption
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
 # every step.
@@ -26,7 +29,7 @@ MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 def moved_on(env: simpy.Environment, delay: float) -> bool:
     """Move SimPy's clock on by `delay` where no other event is due by then: a timeout
     would be the next event, and resuming at once from it is what this does, without the
-    event. Returns False (yield the timeout) where one is due first or at the same time
+    event. Returns False (wait on the queue) where one is due first or at the same time
     (an event scheduled earlier goes first at a tie). The time is SimPy's own sum for a
     timeout, now + delay, so the clock reads the same either way."""
     t = env._now + delay
@@ -38,7 +41,7 @@ def moved_on(env: simpy.Environment, delay: float) -> bool:
 
 
 def moved_to(env: simpy.Environment, t: float) -> bool:
-    """moved_on to time t exactly (False: yield At(env, t))."""
+    """moved_on to time t exactly (False: wait on the queue until t)."""
     queue = env._queue
     if queue and queue[0][0] <= t:
         return False
@@ -70,21 +73,47 @@ class Replica:
             scheduler.keep_decodes_in_group(window)
         self.observer = observer
         self.closed_loop = closed_loop
-        self._wake = env.event()
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         self.pulled = pulled
         # _fast_forward asks pulled arrivals natively for what next_arrival would say.
         assert pulled is None or self.next_arrival in (None, pulled.next_time), \
             "pulled arrivals come with their own next_time as next_arrival"
-        self._sleeping = False  # idle, waiting on _wake
+        # The loop runs as a generator that this replica resumes itself, not as a SimPy
+        # process (sim/resumption.py): _next is its next resumption (one at a time),
+        # _alarm an idle replica's timed wake-up (one that a request came before is
+        # stale: ignored when due).
+        self._loop_steps = self._loop()
+        self._next = Resumption([self._resume])
+        self._alarm: Resumption | None = None
+        self._sleeping = False  # idle, until a request comes or the alarm is due
         # Pulled arrivals that a round-robin router deals out (sim/simulate.py): only every
         # route_every-th one, from this replica's index on, can come here, and only that
         # one ends its runs and wakes it (1: any arrival may).
         self.route_every = 1
         # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
         self.step_note: Callable[[float], None] | None = None
-        env.process(self._loop())
+        self._next.push(env, env._now, URGENT)  # where env.process would start it
+
+    def _resume(self, _event: object) -> None:
+        """The loop goes on to its next wait (which it pushes itself)."""
+        next(self._loop_steps)
+
+    def _alarm_due(self, event: object) -> None:
+        """An idle replica's alarm: it wakes, where nothing woke it first, after the
+        requests due now are handed on (which may wake it)."""
+        if event is not self._alarm or not self._sleeping:
+            return
+        if self.pulled is not None:
+            self.pulled.pull(self.env._now)
+        if self._sleeping:
+            self._wake_up()
+
+    def _wake_up(self) -> None:
+        """An idle replica goes on after everything else due now (LATE), so that the rest
+        of a same-instant burst arrives first."""
+        self._sleeping, self._alarm = False, None
+        self._next.push(self.env, self.env._now, LATE)
 
     def submit(self, request: Request, now: float) -> None:
         self._queued(self.scheduler.add(request, now))
@@ -102,8 +131,8 @@ class Replica:
             self.on_done(seq)
             return
         self.outstanding += 1
-        if self._sleeping and not self._wake.triggered:
-            self._wake.succeed()
+        if self._sleeping:
+            self._wake_up()
 
     def _loop(self):
         env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
@@ -119,7 +148,6 @@ class Replica:
             if batch.is_empty:
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
-                self._wake = env.event()
                 wakeup = sched.next_wakeup(now)
                 if pulled is not None:
                     arrival = self._next_pulled(pulled)
@@ -127,14 +155,10 @@ class Replica:
                     if wakeup == math.inf:
                         wakeup = None
                 self._sleeping = True
-                if wakeup is None:
-                    yield self._wake
-                else:
-                    yield self._wake | env.timeout(max(0.0, wakeup - now))
-                self._sleeping = False
-                if pulled is not None:
-                    pulled.pull(env.now)
-                yield late(env)  # let the rest of a same-instant burst arrive first
+                if wakeup is not None:
+                    self._alarm = Resumption([self._alarm_due])
+                    self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
+                yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now)  # the price where the level moves with the clock
@@ -145,11 +169,13 @@ class Replica:
                     self.step_note(now)
                 if not self.window:
                     if not moved_on(env, end - now):
-                        yield env.timeout(end - now)
+                        self._next.push_after(env, end - now, NORMAL)
+                        yield None
                 elif not moved_to(env, end):
                     # A windowed model's clock lands where its steps took it, one by one
                     # (it was stepped before it was fast-forwarded: its outputs stay).
-                    yield At(env, end)
+                    self._next.push(env, end, NORMAL)
+                    yield None
                 now = env._now
                 if pulled is not None:
                     pulled.pull(now)
@@ -167,7 +193,8 @@ class Replica:
                 if self.step_note is not None:
                     self.step_note(start)
                 if not moved_on(env, took):
-                    yield env.timeout(took)
+                    self._next.push_after(env, took, NORMAL)
+                    yield None
                 now = env._now
                 if pulled is not None:
                     pulled.pull(now)
@@ -179,8 +206,9 @@ class Replica:
                     self.observer(self.index, start, now - start, batch)
             if finished:
                 self._finish(finished)
-                if self.closed_loop:
-                    yield late(env)  # the users' next requests, if sent now, come first
+                if self.closed_loop:  # the users' next requests, if sent now, come first
+                    self._next.push(env, env._now, LATE)
+                    yield None
 
     def _next_pulled(self, pulled: Arrivals) -> float:
         """The next pulled arrival that can come to this replica."""

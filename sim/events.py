@@ -8,12 +8,10 @@ last (LATE), so a burst of requests arriving together is seen whole, in both the
 step-by-step and the fast-forward engine."""
 from __future__ import annotations
 
-from heapq import heappush
-
 import simpy
-from simpy.events import NORMAL, URGENT, Event
+from simpy.events import URGENT, Event
 
-LATE = 2  # after URGENT (0) and NORMAL (1)
+LATE = 2  # after URGENT (0) and NORMAL (1): a woken engine's priority (sim/engine.py)
 
 
 def run_to_end(env: simpy.Environment, keep_on_interrupt: bool) -> bool:
@@ -39,18 +37,3 @@ class Delay(Event):
 
 def urgent(env: simpy.Environment, delay: float) -> Delay:
     return Delay(env, delay, URGENT)
-
-
-def late(env: simpy.Environment) -> Delay:
-    """Resume after everything else due now, including what that schedules now."""
-    return Delay(env, 0.0, LATE)
-
-
-class At(Event):
-    """A timeout due at time t exactly, where a Timeout's now + (t - now) may round off
-    t (a run of steps summed one by one ends at t: sim/engine.py)."""
-
-    def __init__(self, env: simpy.Environment, t: float) -> None:
-        super().__init__(env)
-        self._ok, self._value = True, None
-        heappush(env._queue, (t, NORMAL, next(env._eid), self))  # env.schedule, at t
