@@ -20,6 +20,7 @@ from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
 from batchlab.sim.arrivals import Arrivals
+from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
 from batchlab.sim.engine import Replica, StepObserver
 from batchlab.sim.router import make_router
@@ -106,24 +107,26 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
-    window = attention_window(cost)
-    for i in range(replicas):
-        sched = make_scheduler(scheduler, num_kv_blocks)
-        if emission is not None:
-            sched.use_emission(emission)
-        engines.append(Replica(env, i, sched, cost, rec,
-                               done, next_arrival if fast_forward else None, observer,
-                               closed_loop=arrivals.closed_loop, window=window,
-                               pulled=arrivals if arrivals.pulled else None))
-    homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
-    if replicas > 1 and router == "round_robin" and arrivals.pulled:
-        # Request i goes to replica i mod replicas, whatever their state: an arrival ends
-        # the runs of, and wakes, only the replica it goes to.
-        for e in engines:
-            e.route_every = replicas
-    if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
-        arrivals.submit = engines[0].submit
-    interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
+    with long_lived() as settled:  # the replicas out of the collector's walks (sim/collector.py)
+        window = attention_window(cost)
+        for i in range(replicas):
+            sched = make_scheduler(scheduler, num_kv_blocks)
+            if emission is not None:
+                sched.use_emission(emission)
+            engines.append(Replica(env, i, sched, cost, rec,
+                                   done, next_arrival if fast_forward else None, observer,
+                                   closed_loop=arrivals.closed_loop, window=window,
+                                   pulled=arrivals if arrivals.pulled else None))
+        homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
+        if replicas > 1 and router == "round_robin" and arrivals.pulled:
+            # Request i goes to replica i mod replicas, whatever their state: an arrival ends
+            # the runs of, and wakes, only the replica it goes to.
+            for e in engines:
+                e.route_every = replicas
+        if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
+            arrivals.submit = engines[0].submit
+        settled()
+        interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
     for e in engines:  # nothing should be left unless interrupted; rows say so
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,

@@ -1,0 +1,60 @@
+"""The collector over a simulation (sim/collector.py): the run's set-up is frozen out of
+collections while it runs, and the collector is as the caller left it afterwards."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.cost.linear import LinearCostModel
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
+from batchlab.sim.collector import long_lived
+
+COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4})
+WORK = Workload(np.linspace(0, 1, 30), np.full(30, 40), np.full(30, 8))
+
+
+def run() -> dict:
+    return simulate(WORK, SchedulerConfig(policy="continuous"), COST, 1000, replicas=3).summary()
+
+
+def test_set_up_is_frozen_during_the_run_and_given_back_after():
+    seen = []
+    with long_lived() as settled:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        kept = [[i] for i in range(1000)]  # the set-up's objects
+        settled()
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+    assert seen[0] == (False, 0)  # paused while they are built
+    assert seen[1][0] and seen[1][1] >= len(kept)  # then frozen, collector back on
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_run_leaves_the_collector_as_the_caller_set_it():
+    gc.freeze()  # the caller's own frozen objects stay frozen
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        a = run()
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    gc.disable()  # and a collector turned off stays off
+    try:
+        assert run() == a
+        assert not gc.isenabled() and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    assert run() == a and gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_an_error_in_the_run_gives_the_collector_back():
+    try:
+        with long_lived() as settled:
+            settled()
+            raise KeyError("stop")
+    except KeyError:
+        pass
+    assert gc.isenabled() and gc.get_freeze_count() == 0
