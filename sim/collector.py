@@ -7,13 +7,18 @@ most of what grew faster than the replicas (docs/results/2026-12-06-replicas-wak
 
 long_lived(): the collector paused while they are built (they make no garbage cycles),
 then frozen (gc.freeze: left out of every collection) while the run goes on, and given
-back to the collector when it ends. What the run itself allocates is collected as usual.
+back to the collector when it ends. What the run itself allocates is collected as usual
+by the young generations; a full collection (the oldest generation: what the run keeps
+alive, a request in flight, a queued wake-up) comes after FULL_EVERY collections of the
+middle one instead of 10: at 100,000 replicas 15 of them took 5.7 of the run's 13 CPU-s.
 Where the caller turned the collector off or froze objects itself, nothing is changed."""
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
 from typing import Callable, Iterator
+
+FULL_EVERY = 1000  # collections of generation 1 between full ones, during a run (CPython: 10)
 
 
 @contextmanager
@@ -30,10 +35,12 @@ def long_lived() -> Iterator[Callable[[], None]]:
         yield _nothing
         return
     frozen: list[bool] = []
+    thresholds = gc.get_threshold()
 
     def settled() -> None:
         gc.enable()
         gc.freeze()
+        gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_EVERY))
         frozen.append(True)
     gc.disable()
     try:
@@ -41,6 +48,7 @@ def long_lived() -> Iterator[Callable[[], None]]:
     finally:
         gc.enable()
         if frozen:
+            gc.set_threshold(*thresholds)
             gc.unfreeze()
 
 
