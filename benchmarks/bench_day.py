@@ -26,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from bench_default_price import machine  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 DAY_S = 86_400.0
 SAMPLE_S = 0.02
@@ -96,13 +98,6 @@ def timed(cmd: list[str]) -> dict:
         if line.startswith("batchlab:"):  # e.g. a stale build running as pure Python
             print(f"  WARNING: {line}")
     return {"wall": wall, "cpu": cpu, "peak": peak, "out": out}
-
-
-def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), "unknown CPU")
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{model}, {os.cpu_count()} CPUs, load average {load}"
 
 
 def main() -> None:

@@ -11,12 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")  # the backend extra; without it the module skips
 
-from tests.test_backend_oracle import W_MIXED, _reference, _serve
+from tests.test_backend_oracle import W_MIXED, _serve
+from tests.test_backend_fast_path import model, reference  # noqa: F401  the same three models, reference tokens
 from batchlab.backend.attention import build_metadata
 from batchlab.backend.fast.one_row import OneRowDecode, OneRowMeta
 from batchlab.backend.fast.options import FastPath
 from batchlab.backend.kv_cache import PagedKVCache
-from batchlab.backend.models import build_preset
 from batchlab.backend.runtime import Runtime
 
 LOGIT_RTOL = 1e-4  # as tests/test_backend_fast_path.py: the kernels sum in another order
@@ -24,17 +24,6 @@ POOL = 48  # blocks of 4 tokens
 # whole: one C call a step (dense models; tiny-moe takes "native"'s path); native: the
 # work between GEMMs in C, the GEMMs in torch; torch: torch ops only
 VARIANTS = ["whole", "native", "torch"]
-
-
-@pytest.fixture(scope="module", params=["batchlab-tiny", "batchlab-tiny-moe", "batchlab-tiny-swa"])
-def model(request):
-    torch.set_num_threads(1)
-    return build_preset(request.param, seed=0)
-
-
-@pytest.fixture(scope="module")
-def reference(model):
-    return _reference(model.hf, model.spec.vocab_size, W_MIXED)
 
 
 def one_row_runtime(model, variant: str) -> Runtime:
