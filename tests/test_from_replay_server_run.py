@@ -20,6 +20,7 @@ from batchlab.calibration.from_replay.server_run import read_server_run
 from batchlab.calibration.from_replay.space import fitted_form_space
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.at_speed import CostAtSpeed
+from batchlab.core.cost.loop_time import Overhead
 from batchlab.core.cost.profile import load_profile
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.run_folder import RunSet
@@ -54,9 +55,12 @@ def probes(rng, sparse: bool, loaded: bool, bursts: bool) -> list[Workload]:
     return out
 
 
-def served(directory, workloads: list[Workload], seed: int = 0) -> list[Case]:
+def served(directory, workloads: list[Workload], seed: int = 0, loop: Overhead | None = None) -> list[Case]:
     """The workloads served one after another by the truth, behind FRONT: the server's run
-    folder (with three warm-up requests first, not replayed) and the client's cases."""
+    folder (with three warm-up requests first, not replayed) and the client's cases. loop:
+    the serving loop's time before each step (the simulator adds it to the step's duration;
+    the server's table starts the step after it and times the step alone, each gap within
+    GAP_SPREAD of its mean)."""
     rng = np.random.default_rng(seed)
     warm = Workload(np.array([0.0, 0.3, 0.6]), np.array([40, 300, 40]), np.array([8, 8, 8]))
     starts, t = [], 5.0
@@ -68,10 +72,15 @@ def served(directory, workloads: list[Workload], seed: int = 0) -> list[Case]:
                             + [FRONT.arrivals(w.arrival)[0] + s for w, s in zip(workloads, starts)])
     plen = np.concatenate([warm.prompt_len] + [w.prompt_len for w in workloads])
     olen = np.concatenate([warm.output_len] + [w.output_len for w in workloads])
-    res = simulate(Workload(engine, plen, olen), SCHED, CostAtSpeed(TRUTH), SCHED.num_kv_blocks,
+    res = simulate(Workload(engine, plen, olen), SCHED, CostAtSpeed(TRUTH, loop=loop), SCHED.num_kv_blocks,
                    fast_forward=False)
     req, steps = res.requests, dict(res.steps)
-    steps["duration_s"] = steps["duration_s"] * np.exp(rng.normal(0, STEP_NOISE, len(steps["duration_s"])))
+    if loop is None:
+        steps["duration_s"] = steps["duration_s"] * np.exp(rng.normal(0, STEP_NOISE, len(steps["duration_s"])))
+    else:  # the noise is the gaps' (it moves the next start with it): a step ends, the gap, the next starts
+        n = len(steps["duration_s"])
+        gap = (loop.per_step_s + loop.per_seq_s * steps["num_seqs"]) * (1 + rng.uniform(-GAP_SPREAD, GAP_SPREAD, n))
+        steps["start_s"], steps["duration_s"] = steps["start_s"] + gap, steps["duration_s"] - gap
     for table in (req, steps):
         for c in [c for c in table if c.endswith("_s") and c != "duration_s"]:
             table[c] = table[c] + SERVER_CLOCK
@@ -91,6 +100,19 @@ def served(directory, workloads: list[Workload], seed: int = 0) -> list[Case]:
     return cases
 
 
+def vllm_records(directory, cases: list[Case]) -> list:
+    """The cases as vLLM bench's --save-detailed JSON files, one a case."""
+    paths = []
+    for k, c in enumerate(cases):
+        out = c.workload.output_len.tolist()
+        d = {"model_id": "batchlab-tiny", "backend": "vllm", "input_lens": c.workload.prompt_len.tolist(),
+             "output_lens": out, "ttfts": c.ttft.tolist(), "itls": [[float(g)] * (o - 1) for g, o in zip(c.tpot, out)],
+             "start_times": c.workload.arrival.tolist(), "errors": [""] * len(c)}
+        paths.append(directory / f"r{k}.json")
+        paths[-1].write_text(json.dumps(d))
+    return paths
+
+
 def test_a_served_run_with_known_terms_is_measured_back(tmp_path):
     """Short prompts after idle, a load and bursts: the after-idle and chunk costs within
     STEP_TOLERANCE of the truth, the front end's delay and handling time within
@@ -103,6 +125,43 @@ def test_a_served_run_with_known_terms_is_measured_back(tmp_path):
         assert got.values[name] == pytest.approx(getattr(TRUTH, name), rel=STEP_TOLERANCE), (name, got.lines)
     assert got.values[REQUEST_OVERHEAD] == pytest.approx(FRONT.delay_s, abs=FRONT_TOLERANCE_S), got.lines
     assert got.values[SERIAL] == pytest.approx(FRONT.serial_s, abs=FRONT_TOLERANCE_S), got.lines
+
+
+# The loop's truth: batchlab serve's on this project's VM (run D, docs/results/2026-12-06-engineers-loop.md).
+LOOP = Overhead(0.00052, 0.000094, 0.0, 0)
+LOOP_TOLERANCE = 0.1  # relative, each term
+GAP_SPREAD = 0.3  # each gap uniform within this share of its mean
+
+
+def test_the_loop_between_steps_is_measured_back_and_simulated_by_the_fit(tmp_path):
+    """A server whose loop spends time between back-to-back steps (a cost a step and a
+    cost a sequence): both terms measured back within LOOP_TOLERANCE from its step table,
+    said in a line, and a fit on it writes the loop into the profile it makes."""
+    cases = served(tmp_path / "srv", probes(np.random.default_rng(3), True, True, True), loop=LOOP)
+    server = read_server_run(tmp_path / "srv")
+    got = measure(cases, [np.ones(len(c), bool) for c in cases], server, fitted_form_space(BASE, None))
+    assert got.loop is not None, got.lines
+    assert got.loop.per_step_s == pytest.approx(LOOP.per_step_s, rel=LOOP_TOLERANCE), got.lines
+    assert got.loop.per_seq_s == pytest.approx(LOOP.per_seq_s, rel=LOOP_TOLERANCE), got.lines
+    assert any(line.startswith("the serving loop's time between steps: 0.5") for line in got.lines), got.lines
+    # Without the loop the server's steps follow each other at once: only the steps' noise
+    # (a step timed longer or shorter, the next start where it was) shows between them.
+    plain = served(tmp_path / "plain", probes(np.random.default_rng(3), True, True, True))
+    none = measure(plain, [np.ones(len(c), bool) for c in plain], read_server_run(tmp_path / "plain"),
+                   fitted_form_space(BASE, None))
+    assert none.loop is not None, none.lines
+    assert none.loop.per_step_s + SCHED.max_num_seqs * none.loop.per_seq_s < 0.05 * LOOP.per_step_s, none.lines
+    r = batchlab("calibrate", "--from-replay", *map(str, vllm_records(tmp_path, cases)), "--max-num-seqs", "16",
+                 "--num-kv-blocks", "2000", "--server-run", str(tmp_path / "srv"), "--keep-fit",
+                 "--out", str(tmp_path / "fit.json"), timeout=600)
+    assert r.returncode == 0, r.stderr
+    # The CLI judges the second replay (one in three) and measures on the other two alone.
+    fitted_on = measure(cases, [np.full(len(c), k != 1) for k, c in enumerate(cases)], server,
+                        fitted_form_space(BASE, None)).loop
+    assert fitted_on is not None and fitted_on.per_seq_s != got.loop.per_seq_s
+    written = load_profile(str(tmp_path / "fit.json")).loop
+    assert written is not None and written.per_seq_s == pytest.approx(fitted_on.per_seq_s, rel=1e-3), r.stdout
+    assert "the serving loop's time between steps: " in r.stdout
 
 
 def test_what_the_run_cannot_tell_keeps_the_prior_and_says_which(tmp_path):
@@ -139,14 +198,7 @@ def test_cli_server_run_measures_and_the_verdict_still_judges(tmp_path):
     its prior, said in a line. With it, the terms are measured, and the held-out verdict
     (the load replay, never fitted on) finds the fit better than the prior and writes it."""
     cases = served(tmp_path / "srv", probes(np.random.default_rng(1), True, True, True))
-    paths = []
-    for k, c in enumerate(cases):
-        out = c.workload.output_len.tolist()
-        d = {"model_id": "batchlab-tiny", "backend": "vllm", "input_lens": c.workload.prompt_len.tolist(),
-             "output_lens": out, "ttfts": c.ttft.tolist(), "itls": [[float(g)] * (o - 1) for g, o in zip(c.tpot, out)],
-             "start_times": c.workload.arrival.tolist(), "errors": [""] * len(c)}
-        paths.append(tmp_path / f"r{k}.json")
-        paths[-1].write_text(json.dumps(d))
+    paths = vllm_records(tmp_path, cases)
     common = ("calibrate", "--from-replay", *map(str, paths), "--max-num-seqs", "16", "--num-kv-blocks", "2000",
               "--out", str(tmp_path / "fit.json"))
     r = batchlab(*common, timeout=600)

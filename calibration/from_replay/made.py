@@ -12,8 +12,9 @@ from batchlab.calibration.from_replay.judge import Errors
 from batchlab.calibration.from_replay.settings import EngineSettings
 from batchlab.calibration.from_replay.space import ParamSpace
 from batchlab.core.cost.cpu_form import CpuFormModel
-from batchlab.core.cost.profile import (DeviceInfo, FitQuality, FrontEndParams, Profile, PROFILE_VERSION,
-                                        RegionError)
+from batchlab.core.cost.loop_time import Overhead
+from batchlab.core.cost.profile import (DeviceInfo, FitQuality, FrontEndParams, LoopTime, Profile,
+                                        PROFILE_VERSION, RegionError)
 
 
 def refitted_form(prior: Profile, model) -> dict:
@@ -52,6 +53,7 @@ class Made:
     settings: EngineSettings
     fitted_on: list[str]
     served_at: str | None = None  # the one endpoint the fitted replays were sent to
+    loop: Overhead | None = None  # the serving loop's time the server's tables measured (else the prior's)
 
     def device(self) -> DeviceInfo:
         """The fitted profile's device: a GPU prior names the GPU the user stated; a CPU prior
@@ -75,7 +77,8 @@ class Made:
             "serving": None, "grid": None, "sweep_s": None, "total_s": None,
             "runs": self.fitted_on if runs is None else runs, "version": PROFILE_VERSION,
             "front_end": FrontEndParams(delay_s=ro, serial_s=serial, source=front_source),
-            "device": self.prior.device if as_prior else self.device(), "notes": notes})
+            "device": self.prior.device if as_prior else self.device(), "notes": notes,
+            **({"loop": LoopTime.fitted(self.loop)} if self.loop is not None else {})})
 
     def fitted_front(self, server: str | None = None) -> str:
         if server:  # measured_terms.py

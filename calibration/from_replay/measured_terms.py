@@ -1,6 +1,7 @@
 """The terms a client's timings confuse, measured from the server's own tables where its run
 folder is given (server_run.py): the per-chunk and after-idle step costs from its steps,
-the front end from its requests. A measured term is held at its measurement by the fit of
+the front end from its requests, the serving loop's time between steps from the gaps
+between its back-to-back steps. A measured term is held at its measurement by the fit of
 the rest (fit.py `known`); one the tables cannot tell apart keeps its prior, said in one line.
 
 Steps: each step's duration against its price with those terms taken out (its memory and
@@ -20,7 +21,14 @@ the engine idle, where nothing else delays them): what core/front_end.py puts be
 engine. For a
 handling time s the front end's queue gives each request its wait g(s) beyond the delay,
 exactly (the delay shifts every arrival alike), so the delay is the median of gap - g(s),
-and s is the one of a grid with the least absolute error. With fewer than MIN_QUEUED
+and s is the one of a grid with the least absolute error.
+
+Loop: the gap before each step that found work at once (core/cost/loop_time.py table_gaps),
+fitted as a cost a step plus a cost a sequence of the step that follows: batchlab serve
+streams each sequence's token to its client between steps, on the cores the engine uses
+(run D of docs/results/2026-12-06-engineers-loop.md: 0.52 ms + 0.094 ms a sequence,
+where the prior carried a sweep's 0.11 ms + 0.006 ms). The fit then simulates with it
+(run.py), and the profile it writes carries it. With fewer than MIN_QUEUED
 requests sent while another is still in the front end (at that s), s is told only with
 the delay: it keeps its prior and the delay is fitted beside it."""
 from __future__ import annotations
@@ -34,6 +42,7 @@ from batchlab.calibration.from_replay.fit import REQUEST_OVERHEAD, SERIAL, SERIA
 from batchlab.calibration.from_replay.predict import Case
 from batchlab.calibration.from_replay.server_run import Found, ServerRun, find, steps_within
 from batchlab.calibration.from_replay.space import ParamSpace
+from batchlab.core.cost.loop_time import Overhead, fit_gaps, table_gaps
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.step_table import distinct_step_features
 
@@ -53,6 +62,7 @@ class Measured:
     lines: list[str] = field(default_factory=list)  # what was measured, what kept its prior and why
     steps: int = 0  # server steps used
     requests: int = 0  # requests found in the server's table
+    loop: Overhead | None = None  # the serving loop's time between steps, where measured
 
 
 def _columns(space: ParamSpace, names: list[str], steps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -137,6 +147,20 @@ def step_terms(space: ParamSpace, steps: dict[str, np.ndarray], out: Measured) -
                      f"steps (the prior's {prior[n] * 1e3:.3f} ms)" for n in names if n in out.values]
 
 
+def loop_time(steps: dict[str, np.ndarray], prior: Overhead | None, out: Measured) -> None:
+    """The loop's time between back-to-back steps (the module's "Loop")."""
+    gaps, seqs = table_gaps(steps)
+    was = "none" if prior is None else f"{prior.per_step_s * 1e3:.3f} ms + {prior.per_seq_s * 1e3:.4f} ms a sequence"
+    if gaps.size < MIN_STEPS:
+        out.lines.append(f"the serving loop's time between steps: held at the prior's ({was}): {gaps.size} "
+                         f"back-to-back server steps (at least {MIN_STEPS})")
+        return
+    out.loop = fit_gaps(gaps, seqs)
+    out.lines.append(f"the serving loop's time between steps: {out.loop.per_step_s * 1e3:.3f} ms + "
+                     f"{out.loop.per_seq_s * 1e3:.4f} ms a sequence, measured from {gaps.size} gaps between "
+                     f"back-to-back server steps (mean {out.loop.mean_gap_s * 1e3:.3f} ms; the prior's: {was})")
+
+
 def queue_waits(sends: list[np.ndarray], serial: float) -> np.ndarray:
     """Each request's time in the front end beyond its delay, at handling time `serial`."""
     return np.concatenate([FrontEnd(0.0, serial).arrivals(s)[0] - s for s in sends]) if sends else np.zeros(0)
@@ -198,7 +222,8 @@ def front_end(sends: list[np.ndarray], gaps: np.ndarray, out: Measured, within: 
                          f"told only with {REQUEST_OVERHEAD}")
 
 
-def measure(cases: list[Case], masks: list[np.ndarray], server: ServerRun, space: ParamSpace) -> Measured:
+def measure(cases: list[Case], masks: list[np.ndarray], server: ServerRun, space: ParamSpace,
+            prior_loop: Overhead | None = None) -> Measured:
     """The terms the server's tables measure over the requests fitted on (`masks`, per case):
     the held-out requests' steps and front end are never used, so the verdict stays fair."""
     out = Measured()
@@ -227,6 +252,8 @@ def measure(cases: list[Case], masks: list[np.ndarray], server: ServerRun, space
     mask = steps_within(server, found)
     out.steps = int(mask.sum())
     if found:
-        step_terms(space, {k: v[mask] for k, v in server.steps.items()}, out)
+        within = {k: v[mask] for k, v in server.steps.items()}
+        step_terms(space, within, out)
+        loop_time(within, prior_loop, out)
         front_end(sends, np.concatenate(gaps), out, handling(server, np.concatenate(rows_all), out))
     return out

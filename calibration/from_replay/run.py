@@ -120,7 +120,10 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
     space = prior_space(prior.cost_model(), prior.model, prior.loop_overhead())
     sched = settings.scheduler()
-    measured = measure(cases, fit_m, server, space) if server is not None else None
+    measured = measure(cases, fit_m, server, space, prior.loop_overhead()) if server is not None else None
+    loop = measured.loop if measured else None
+    if loop is not None:  # the server's own loop, simulated by the fit and written with it
+        space = prior_space(prior.cost_model(), prior.model, loop)
     result = fit([c for c, m in zip(cases, fit_m) if m.any()], [m for m in fit_m if m.any()], sched, space,
                  tick, measured.values if measured else None)
     heldout = judged(space, result.values, cases, judge_m, settings)
@@ -135,7 +138,7 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
             per_replay.append((c.where, judged(space, result.values, [c], one, settings),
                                judged(space, prior_front, [c], one, settings)))
     endpoints = {r.endpoint for r in replays if r.endpoint}
-    made = Made(prior, space, settings, fitted_on, endpoints.pop() if len(endpoints) == 1 else None)
+    made = Made(prior, space, settings, fitted_on, endpoints.pop() if len(endpoints) == 1 else None, loop)
     fitted = made.profile(result.values, quality(heldout or train, train, floor),
                           made.fitted_notes(result, prior_where, judged_on),
                           made.fitted_front(server.where if measured and REQUEST_OVERHEAD in measured.values else None))

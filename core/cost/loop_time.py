@@ -60,7 +60,7 @@ class Overhead:
 
 
 def fit_gaps(gap: np.ndarray, seqs: np.ndarray) -> Overhead:
-    """Least squares (the mean matters: it adds up over a run), per-seq term clipped at 0."""
+    """Least squares (the mean matters: it adds up over a run), each term clipped at 0."""
     if gap.size == 0:
         return Overhead(0.0, 0.0, 0.0, 0)
     mean = float(gap.mean())
@@ -68,7 +68,7 @@ def fit_gaps(gap: np.ndarray, seqs: np.ndarray) -> Overhead:
         slope, icpt = np.polyfit(seqs, gap, 1)
         if slope > 0 and icpt >= 0:
             return Overhead(float(icpt), float(slope), mean, int(gap.size))
-    return Overhead(mean, 0.0, mean, int(gap.size))
+    return Overhead(max(mean, 0.0), 0.0, mean, int(gap.size))  # timer noise can make busy gaps overlap
 
 
 def fit_overhead(run: RunResult) -> Overhead:
