@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # The serving engineer's CPU loop (issue 47 item 6), as docs/results/2026-12-06-engineers-loop.md
 # runs it: calibrate --endpoint against batchlab's own server, refit with the server's step
-# table (--server-run), then validate both profiles on another workload (the Azure code
-# trace's first 300 s, lengths / SCALE) against a second server. Run on a quiet machine.
-#     [WORKLOAD=azure_code] [WINDOW=300] [SCALE=12] [REPEATS=2] \
+# table (--server-run), then validate both profiles on another workload (the Azure
+# conversation trace's first 180 s, lengths / SCALE) against a second server, each replay
+# levelled by idle speed probes. Run on a quiet machine (about 20 minutes).
+#     [WORKLOAD=azure_conv] [WINDOW=180] [SCALE=8] [REPEATS=3] \
 #         bash benchmarks/engineers_loop.sh WORKDIR [PORT]
 # SCALE: pick it so the workload keeps the tiny model busy but stable on the CPU at hand
 # (`batchlab simulate --profile probes-server.json ... --length-scale S` says stable), and
-# so that replies keep more than a token or two (the code trace's replies are short).
+# so that replies keep more than a token or two (the code trace's are short: SCALE 12+).
 # Servers bind 127.0.0.1 and are stopped by their process ids (SIGINT: they write their
 # tables as they stop).
 set -euo pipefail
 work=${1:?usage: engineers_loop.sh WORKDIR [PORT]}
 port=${2:-8017}
-workload=${WORKLOAD:-azure_code}
-window=${WINDOW:-300}
-scale=${SCALE:-12}
-repeats=${REPEATS:-2}
+workload=${WORKLOAD:-azure_conv}
+window=${WINDOW:-180}
+scale=${SCALE:-8}
+repeats=${REPEATS:-3}
 url=http://127.0.0.1:$port
 mkdir -p "$work" && cd "$work"
 serve() {  # serve OUTDIR: start a server, wait until /health answers
