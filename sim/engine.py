@@ -167,13 +167,9 @@ class Replica:
                 end, finished = run
                 if self.step_note is not None:  # the run's first step was formed by schedule()
                     self.step_note(now)
-                if not self.window:
-                    if not moved_on(env, end - now):
-                        self._next.push_after(env, end - now, NORMAL)
-                        yield None
-                elif not moved_to(env, end):
-                    # A windowed model's clock lands where its steps took it, one by one
-                    # (it was stepped before it was fast-forwarded: its outputs stay).
+                if not moved_to(env, end):
+                    # The clock lands where its steps took it, one by one, as when stepped
+                    # (now + (end - now) can miss end by an ulp).
                     self._next.push(env, end, NORMAL)
                     yield None
                 now = env._now

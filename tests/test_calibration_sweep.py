@@ -117,11 +117,15 @@ def test_calibrate_warns_when_the_grid_exceeds_the_context_limit(tmp_path):
     the phase as contended twice)."""
     from dataclasses import replace
 
+    from batchlab.calibration.sweep.contention import ContendedCalibration
     from batchlab.calibration.sweep.grid import max_context
     tiny_checkpoint(tmp_path / "ckpt", max_positions=64)
     said: list[str] = []
-    calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, replace(tiny_grid(), serve_s=0.0), kv_memory="16MiB",
-              progress=False, log=said.append)
+    try:
+        calibrate(str(tmp_path / "ckpt"), "cpu", 1, None, replace(tiny_grid(), serve_s=0.0), kv_memory="16MiB",
+                  progress=False, log=said.append)
+    except ContendedCalibration:  # a loaded machine's timings refused by the fit: the warning came before
+        pass
     assert not any("serving phase" in m for m in said), said
     longest = max_context(widest_points(tiny_grid()))
     assert longest == 84
