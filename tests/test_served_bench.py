@@ -189,6 +189,6 @@ def test_rows_the_server_queued_are_set_apart_and_said_so(tmp_path):
 
 
 def test_validate_refuses_served_benchmark_options_without_a_table(tmp_path):
-    for flag in (["--client", "staggered"], ["--rows"], ["--served-engine", "none"]):
+    for flag in (["--client", "staggered"], ["--rows"], ["--served-engine", "none"], ["--held-out"]):
         code, _, err = cli(["validate", *flag, "--real", str(tmp_path)])
         one_line_error(code, err, f"{flag[0]} applies with --served-benchmarks")

@@ -13,7 +13,7 @@ from batchlab.calibration.served_bench.read import read_benchmarks
 from batchlab.core.cost.gpu_form import AllReduce
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.profile import load_served_profile
+from batchlab.core.cost.served.profile import HeldOutStats, load_served_profile, shipped_served_profile
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
 from batchlab.experiments.validation.served_benchmarks import recorded_rows
@@ -128,3 +128,64 @@ def test_too_few_rows_and_bad_profiles_are_one_line_errors(tmp_path):
     code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3], name="u.csv")),
                         "--leave-out", "gpu"])
     one_line_error(code, err, "--leave-out 'gpu'")
+
+
+def test_the_fit_prices_the_rows_as_the_judge_simulates_them(recorded):
+    # recorded under the judge's client (perturbed, 10 requests a user): a price of the recorded
+    # steps gives the means simulating the row again gives, at the kernels' sum and served
+    from batchlab.experiments.validation.served_benchmarks import predict as simulated
+    _, recs, prices = recorded
+    shipped = load_served_profile(shipped_served_profile()).served_terms()
+    for r, p in list(zip(recs, prices))[::4]:
+        for cost, served in ((p.base, "none"), (served_cost(p, shipped), "vllm")):
+            ttft, tpot = r.priced(cost)
+            again = simulated(r.row, "perturbed", served)
+            assert ttft == pytest.approx(again.ttft_s, rel=1e-9) and tpot == pytest.approx(again.tpot_s, rel=1e-9)
+
+
+def test_a_client_whose_sends_fall_between_steps_is_not_recorded(recorded):
+    from batchlab.calibration.served_bench.recorded import record
+    from batchlab.experiments.setup import sim_setup
+    from batchlab.experiments.validation.served_benchmarks import config_for
+    _, recs, _ = recorded
+    setup = sim_setup(config_for(recs[0].row, "none"))
+    for client in ("staggered", "burst"):
+        with pytest.raises(ValueError, match=f"client model '{client}' cannot be recorded"):
+            record(recs[0].row, setup.cost, next(iter(setup.schedulers.values())), setup.blocks, client=client)
+
+
+def _with_fold(tmp_path, terms: dict, left_out: str = "qwen3-32b"):
+    """The shipped profile holding one fold, fitted without `left_out`, of these terms."""
+    p = load_served_profile(shipped_served_profile())
+    fold = HeldOutStats(by="model", left_out=left_out, rows=1, tpot_median_pct=1.0, tpot_p90_pct=1.0,
+                        slow_share=0.5, terms=terms)
+    path = tmp_path / f"with-{left_out}.json"
+    p.model_copy(update={"heldout": [fold]}).save(path)
+    return path
+
+
+def test_validate_held_out_prices_each_row_by_the_fold_without_its_model(recorded, tmp_path):
+    path = recorded[0]
+    slower = {**load_served_profile(shipped_served_profile()).terms, "bf16_gemm_speedup": 0.6, "step_s": 2e-3}
+    just_fold = tmp_path / "fold.json"
+    load_served_profile(shipped_served_profile()).model_copy(update={"terms": slower}).save(just_fold)
+
+    def rows(*flags):
+        code, out, err = cli(["validate", "--served-benchmarks", str(path), "--format", "json", *flags])
+        assert code == 0, err
+        return json.loads(out)["rows"]
+    held = rows("--served-engine", str(_with_fold(tmp_path, slower)), "--held-out")
+    assert held == rows("--served-engine", str(just_fold))
+    assert held != rows()  # the shipped profile's own terms price the rows otherwise
+    code, text, err = cli(["validate", "--served-benchmarks", str(path), "--held-out"])
+    assert code == 0, err
+    assert "each row by the fold of the shipped served-engine terms (vLLM) fitted without its model" in text
+
+
+def test_held_out_without_a_fold_for_the_model_or_a_profile_is_one_line(recorded, tmp_path):
+    path = recorded[0]
+    other = _with_fold(tmp_path, load_served_profile(shipped_served_profile()).terms, left_out="gpt-oss-120b")
+    code, _, err = cli(["validate", "--served-benchmarks", str(path), "--served-engine", str(other), "--held-out"])
+    one_line_error(code, err, "--held-out: the served profile holds no fold fitted without qwen3-32b")
+    code, _, err = cli(["validate", "--served-benchmarks", str(path), "--served-engine", "none", "--held-out"])
+    one_line_error(code, err, "--held-out prices each row by a served profile's fold")

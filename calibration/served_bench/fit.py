@@ -1,12 +1,13 @@
 """The served-engine constants (core/cost/served/terms.py) fitted on benchmark rows, and
 judged on rows left out of the fit by model, by TP degree or by concurrency.
 
-Each row is simulated once (recorded.py) with its operator-fitted price; a trial set of
+Each row is simulated once (recorded.py) with its operator-fitted price, under the client
+the judgement assumes (client.py DEFAULT_CLIENT, ROUNDS requests a user); a trial set of
 constants then prices the row's recorded steps as the served engine runs them
-(core/cost/served/model.py) and gives its mean TPOT. The fit minimises the soft-L1 loss
-of log(predicted / measured) mean TPOT over the rows (scipy least_squares, trf): TTFT is
-judged, not fitted, because it depends on the benchmark client's phasing, which the
-rows do not state (client.py)."""
+(core/cost/served/model.py) and gives its mean TPOT and TTFT, exactly as simulating the row
+again would. The fit minimises the soft-L1 loss of log(predicted / measured) mean TPOT over
+the rows (scipy least_squares, trf): TTFT is judged, not fitted, because it depends on the
+benchmark client's phasing, which the rows do not state."""
 from __future__ import annotations
 
 import math

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from batchlab.calibration.fit.calibrated import Calibrated
+from batchlab.calibration.served_bench.client import DEFAULT_CLIENT as RECORDED_CLIENT
 from batchlab.calibration.served_bench.fit import HeldOut, ServedFit
 from batchlab.calibration.served_bench.judge import Predicted, Spread
 from batchlab.core.cost.served.engine import VLLM
@@ -16,10 +17,11 @@ from batchlab.core.cost.served.profile import HeldOutStats, ServedProfile
 
 
 def _stats(by: str, left_out: str, rows: list[Predicted], fold: ServedFit | None = None) -> HeldOutStats:
-    s = Spread.of([p.tpot_error for p in rows])
+    s, t = Spread.of([p.tpot_error for p in rows]), Spread.of([p.ttft_error for p in rows])
     terms = {n: float(getattr(fold.terms, n)) for n in fold.terms.names()} if fold else {}
     return HeldOutStats(by=by, left_out=left_out, rows=s.n, tpot_median_pct=round(100 * s.median, 2),
-                        tpot_p90_pct=round(100 * s.p90, 2), slow_share=round(s.slow_share, 3), terms=terms)
+                        tpot_p90_pct=round(100 * s.p90, 2), slow_share=round(s.slow_share, 3),
+                        ttft_median_pct=round(100 * t.median, 2), ttft_p90_pct=round(100 * t.p90, 2), terms=terms)
 
 
 def served_profile(f: ServedFit, held: list[HeldOut], source: Path) -> ServedProfile:
@@ -47,15 +49,17 @@ def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: st
              f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", *([set_apart] if set_apart else []),
              f"engine facts: {VLLM.source}"]
     lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + _note(n, f) for n in f.terms.names()]
-    lines.append(f"mean TPOT |error| (median, p90, share priced slow): fitted rows {own.tpot_median_pct:.1f}%, "
-                 f"{own.tpot_p90_pct:.1f}%, {own.slow_share:.0%}")
+    lines.append(f"mean TPOT |error| (median, p90, share priced slow; mean TTFT |error| median, p90, not fitted, "
+                 f"under the {RECORDED_CLIENT} client): fitted rows {own.tpot_median_pct:.1f}%, "
+                 f"{own.tpot_p90_pct:.1f}%, {own.slow_share:.0%}; TTFT {own.ttft_median_pct:.1f}%, {own.ttft_p90_pct:.1f}%")
     for s in profile.heldout:
         lines.append(f"  {s.by} {s.left_out} left out ({s.rows} rows): {s.tpot_median_pct:.1f}%, "
-                     f"{s.tpot_p90_pct:.1f}%, {s.slow_share:.0%}")
+                     f"{s.tpot_p90_pct:.1f}%, {s.slow_share:.0%}; TTFT {s.ttft_median_pct:.1f}%, {s.ttft_p90_pct:.1f}%")
     if profile.heldout:
         all_held = [p for h in held for p in h.judged]
         worst = max(profile.heldout, key=lambda s: s.tpot_median_pct)
-        lines.append(f"held out, all folds: median {100 * np.median([abs(p.tpot_error) for p in all_held]):.1f}%; "
+        lines.append(f"held out, all folds: median {100 * np.median([abs(p.tpot_error) for p in all_held]):.1f}%, "
+                     f"TTFT {100 * np.median([abs(p.ttft_error) for p in all_held]):.1f}%; "
                      f"worst fold: {worst.by} {worst.left_out}")
     summary = {"terms": profile.terms, "at_bound": f.at_bound, "rms_log": profile.rms_log,
                "heldout": [s.model_dump() for s in profile.heldout]}

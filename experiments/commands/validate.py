@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -58,6 +59,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                    help="with --served-benchmarks: how the benchmark's users were phased (default perturbed: all at "
                    "once, lengths within 0.5%% of the row's; calibration/served_bench/client.py)")
     p.add_argument("--rows", action="store_true", help="with --served-benchmarks: every configuration's figures")
+    p.add_argument("--held-out", action="store_true",
+                   help="with --served-benchmarks: price each row by the served profile's fold fitted without its "
+                   "model (calibrate --from-served --leave-out model): the judgement on models not fitted")
     p.add_argument("--served-engine", metavar="vllm|none|FILE",
                    help="with --served-benchmarks: the served-engine terms on the GPU profiles: vllm (default: "
                    "the shipped ones), none (the kernels' sum), or a served profile (calibrate --from-served)")
@@ -70,7 +74,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.served_benchmarks:
         return judge_served_benchmarks(args)
-    for flag, given in (("--served-engine", args.served_engine), ("--client", args.client), ("--rows", args.rows)):
+    for flag, given in (("--served-engine", args.served_engine), ("--client", args.client), ("--rows", args.rows),
+                        ("--held-out", args.held_out)):
         if given:
             raise UserError(f"{flag} applies with --served-benchmarks")
     if args.real:
@@ -239,13 +244,23 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
         rows, apart = in_regime(read_benchmarks(args.served_benchmarks))
     except ValueError as e:
         raise UserError(str(e)) from None
-    served_profile_of(served)  # a bad file: one line before any row runs
-    judgement = served_benchmarks.judge_rows(rows, client, progress=not args.no_progress and sys.stderr.isatty(),
-                                             served=served)
+    profile, _ = served_profile_of(served)  # a bad file: one line before any row runs
+    if args.held_out and profile is None:
+        raise UserError("--held-out prices each row by a served profile's fold: not with --served-engine none")
+    progress = not args.no_progress and sys.stderr.isatty()
+    with tempfile.TemporaryDirectory() as folds:
+        try:
+            by_model = (served_benchmarks.fold_profiles(profile, {r.model for r in rows}, Path(folds))
+                        if args.held_out else None)
+        except ValueError as e:
+            raise UserError(f"--held-out: {e}") from None
+        judgement = served_benchmarks.judge_rows(rows, client, progress=progress, served=served, by_model=by_model)
     if args.format == "json":
         print(to_json(dataclasses.asdict(judgement)))
     else:
         by = {"vllm": "the shipped served-engine terms (vLLM)", "none": "the kernels' sum (no served-engine terms)"}
-        print(served_benchmarks.render(judgement, client, args.rows, by.get(served, f"the served engine ({served})"),
-                                       set_apart_line(apart)))
+        priced_by = by.get(served, f"the served engine ({served})")
+        if args.held_out:
+            priced_by = f"each row by the fold of {priced_by} fitted without its model (held out)"
+        print(served_benchmarks.render(judgement, client, args.rows, priced_by, set_apart_line(apart)))
     return 0

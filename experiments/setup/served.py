@@ -42,9 +42,11 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
     terms = terms_with(profile, knobs or {})
     served = ServedGpuCost.build(cost, terms, VLLM, max_num_seqs, hw.name, hw.nvlink,
                                  decode_query_len=decode_query_len, formats=formats)
-    held = {h.left_out: h.tpot_median_pct for h in profile.heldout if h.by == "model"}
-    judged = (f"; mean TPOT held out by model: median {', '.join(f'{m} {v:.0f}%' for m, v in held.items())}"
+    held = [h for h in profile.heldout if h.by == "model"]
+    judged = (f"; mean TPOT held out by model: median {', '.join(f'{h.left_out} {h.tpot_median_pct:.0f}%' for h in held)}"
               if held else "")
+    if held and all(h.ttft_median_pct is not None for h in held):
+        judged += f"; mean TTFT: {', '.join(f'{h.left_out} {h.ttft_median_pct:.0f}%' for h in held)}"
     ar = served.graph.allreduce
     if meta.gpu_profile_allreduce and isinstance(ar, EngineAllReduce) and (ar.custom_below or ar.symm_below):
         meta.gpu_profile_allreduce = (f"the engine's own below {_size(ar.custom_below)}"

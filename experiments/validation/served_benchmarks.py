@@ -5,6 +5,7 @@ set beside the measured ones, by row, by (model, GPU, TP) group and along the lo
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from batchlab import sim
 from batchlab.calibration.served_bench.client import CLIENT_WORDS, ROUNDS, benchmark_front_end, benchmark_workload
@@ -13,6 +14,7 @@ from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
 from batchlab.core.cost.served.formats import weight_formats
+from batchlab.core.cost.served.profile import ServedProfile
 from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import lookup_model
 from batchlab.experiments.config import ExperimentConfig
@@ -73,12 +75,32 @@ def predict(row: BenchmarkRow, client: str, served: str = "vllm") -> Predicted:
     return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
 
 
-def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True, served: str = "vllm") -> Judgement:
+def fold_profiles(profile: ServedProfile, models: set[str], directory: Path) -> dict[str, str]:
+    """Per model: a served profile file in `directory` holding the terms of `profile`'s fold
+    fitted without that model (calibrate --from-served --leave-out model). ValueError naming
+    a model no fold left out."""
+    folds = {h.left_out: h for h in profile.heldout if h.by == "model"}
+    missing = sorted(models - set(folds))
+    if missing:
+        raise ValueError(f"the served profile holds no fold fitted without {missing[0]} "
+                         f"(calibrate --from-served FILE --leave-out model writes one per model)")
+    out = {}
+    for model in sorted(models):
+        path = directory / f"without-{model}.json"
+        profile.model_copy(update={"terms": folds[model].terms, "heldout": [],
+                                   "fitted_on": f"{profile.fitted_on}, less {model}'s rows"}).save(path)
+        out[model] = str(path)
+    return out
+
+
+def judge_rows(rows: list[BenchmarkRow], client: str, progress: bool = True, served: str = "vllm",
+               by_model: dict[str, str] | None = None) -> Judgement:
+    """by_model: a served profile per model (fold_profiles), in place of `served`."""
     out = []
     for i, row in enumerate(rows):
         if progress:
             print(f"\r{i + 1}/{len(rows)} configurations simulated", end="", file=sys.stderr, flush=True)
-        out.append(predict(row, client, served))
+        out.append(predict(row, client, by_model[row.model] if by_model else served))
     if progress:
         print(file=sys.stderr)
     return judge(out)

@@ -23,6 +23,9 @@ class HeldOutStats(BaseModel):
     tpot_median_pct: float  # median |error| of mean TPOT, the left-out rows priced by a fit without them
     tpot_p90_pct: float
     slow_share: float
+    # mean TTFT the same way, under the client the fit recorded (None: a profile from before it was judged)
+    ttft_median_pct: float | None = None
+    ttft_p90_pct: float | None = None
     terms: dict[str, float] = {}  # the fold's fitted terms: how far they move (capacity --sensitivity)
 
 
