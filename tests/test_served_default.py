@@ -63,9 +63,9 @@ def test_the_served_terms_are_knobs_that_move_the_price():
         return build_config({"model": {"name": "llama-3-70b"}, "workload": {"source": "chat", "num_requests": 10},
                              "hardware": {"name": "h100-sxm", "tensor_parallel": 4, "served_engine": served}})
     knobs = {k.name: k for k in price_knobs(cfg(), traffic=False)}
-    # a term the benchmarks did not tell (at its bound) spans its physical range
+    # a term held at its prior (the graphs' share: the tables hold no launch gap) spans the prior's range
     graphs = knobs["served_graph_fixed_share"]
-    assert graphs.ends() == (0.02, 1.0) and "not told" in graphs.source
+    assert graphs.ends() == (0.02, 1.0) and "held at its prior" in graphs.source and "record_function" in graphs.source
     ar = knobs["served_custom_allreduce_scale"]  # fitted: the range its held-out folds gave it
     assert ar.low < ar.high and "held-out folds" in ar.source
     decode = StepFeatures(8, 0, 0, 8, 8 * 512, 8 * 512)  # 8 tokens: the engine's own all-reduce

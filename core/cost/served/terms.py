@@ -2,8 +2,8 @@
 and what they do to a GPU profile's constants (core/cost/gpu_form.py GpuCostParams).
 
 A decode step replayed from a CUDA graph keeps `graph_fixed_share` of each eager kernel's
-fixed cost (the launch gap goes, the kernel's own tail stays); a piecewise graph does the
-same outside attention. Fused elementwise kernels move `elementwise_share` of the eager
+fixed cost (the launch gap goes, the kernel's own tail stays; held at 1, GRAPH_FIXED_SHARE:
+the tables hold no launch gap); a piecewise graph does the same outside attention. Fused elementwise kernels move `elementwise_share` of the eager
 kernels' bytes. The served attention kernel runs `attention_speedup` times the eager
 table's pair and KV rates, and a prefill chunk's own causal pairs cost what a cached
 key's do (FlashAttention skips the masked blocks). bf16 GEMMs run `bf16_gemm_speedup` times
@@ -79,5 +79,16 @@ class ServedTerms:
             step_s=self.step_s, seq_s=self.seq_s)
 
 
+# Held, never fitted: the GPU profiles' fixed costs come from operator tables that time the
+# kernels alone, on the GPU (Vidur's profilers; the launch gaps between kernels are not in
+# them), so a CUDA graph, which removes launch gaps, has none of them to remove. Fitted, the
+# term went to 1 on all rows and to its other bound (0.02) without gpt-oss-120b, pricing that
+# model's small decodes 46% fast (docs/results/2026-12-07-served-engine.md).
+GRAPH_FIXED_SHARE = Prior(
+    "graph_fixed_share", "of each eager kernel's fixed cost", 1.0, 0.02, 1.0,
+    "1: the operator tables time kernels alone (microsoft/vidur @ e26eb8f vidur/profiling/common/cuda_timer.py, "
+    "its profilers' default --profile_method record_function: CUDA kernel time), no launch gap for a graph to "
+    "remove; down to 0.02, a graph that also shortened the kernels' own floors")
+
 # The terms held at a stated prior where the rows do not tell them (the fit says which).
-PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP)}
+PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP, GRAPH_FIXED_SHARE)}
