@@ -30,6 +30,10 @@ def test_the_default_prices_steps_as_the_served_engine_runs_them():
     kernels, plain = _summary("--served-engine", "none")
     assert "served engine: vLLM V1 as served (shipped vLLM terms" in text
     assert "served engine: none (the kernels as timed one at a time, eager)" in plain
+    # the shipped terms' judgement on models left out of their fit, TPOT and TTFT, in the assumptions
+    folds = [h for h in load_served_profile(shipped_served_profile()).heldout if h.by == "model"]
+    assert folds and all(h.ttft_median_pct is not None for h in folds)
+    assert f"mean TTFT: {folds[0].left_out} {folds[0].ttft_median_pct:.0f}%" in text
     # vLLM's path by message size on Hopper at 2 GPUs (core/cost/served/engine.py), NCCL's table above
     assert ("the engine's own below 8 MiB, symmetric memory (two-shot) below 64 MiB, else NCCL" in text
             and "the engine's own" not in plain)
