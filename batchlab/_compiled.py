@@ -43,6 +43,8 @@ HOT = (
     "batchlab.core.schedulers.continuous",
     "batchlab.core.schedulers.chunked",
     "batchlab.sim.resumption",
+    "batchlab.sim.pending_run",
+    "batchlab.sim.router",
     "batchlab.sim.engine",
     "batchlab.sim.arrivals",
 )

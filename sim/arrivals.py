@@ -21,11 +21,13 @@ import math
 from typing import Callable
 
 import simpy
+from simpy.events import URGENT
 
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.request import Request, Sequence
 from batchlab.core.workload import Workload
 from batchlab.sim.events import urgent
+from batchlab.sim.resumption import Resumption
 
 
 BLOCK = 1024  # requests made at a time from the workload's columns (pull)
@@ -50,6 +52,7 @@ class Arrivals:
         limit = workload.max_concurrency
         self._slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
         self._releases: list[float] = []  # times at which held slots come free
+        self._alarm: Resumption | None = None  # pull_at_each_arrival's event
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
         if not self.pulled:
@@ -77,6 +80,25 @@ class Arrivals:
         n = self._block_end - len(self._block)  # requests pulled so far
         j = n + (first - n) % every
         return float(self.workload.arrival[j]) if j < len(self.workload) else math.inf
+
+    def time_ahead(self, n: int) -> float:
+        """When the n-th request not yet pulled (n >= 1) arrives (inf: none)."""
+        j = self._block_end - len(self._block) + n - 1
+        return float(self.workload.arrival[j]) if j < len(self.workload) else math.inf
+
+    def pull_at_each_arrival(self) -> None:
+        """Keep an event at the next arrival's time, which pulls it (pulled, open loop): a
+        router that reads the replicas' state reads it at the arrival's own instant, where
+        no replica's run need end (sim/pending_run.py)."""
+        self._alarm = Resumption([self._alarm_due])
+        if self._next_time < math.inf:
+            self._alarm.push(self.env, self._next_time, URGENT)
+
+    def _alarm_due(self, _event: object) -> None:
+        self.pull(self.env._now)
+        alarm = self._alarm
+        if alarm is not None and self._next_time < math.inf:
+            alarm.push(self.env, self._next_time, URGENT)
 
     @property
     def closed_loop(self) -> bool:

@@ -18,6 +18,7 @@ from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import LATE
+from batchlab.sim.pending_run import PendingRun
 from batchlab.sim.resumption import Resumption
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
@@ -91,13 +92,21 @@ class Replica:
         # route_every-th one, from this replica's index on, can come here, and only that
         # one ends its runs and wakes it (1: any arrival may).
         self.route_every = 1
+        # Pulled arrivals routed by the replicas' state (sim/pending_run.py): a run is
+        # priced ahead to about the arrival `lookahead` from now and applied late (_pending),
+        # only an arrival routed here cuts it, and only one routed here wakes it (0: off).
+        self.lookahead = 0
+        self._pending: PendingRun | None = None
+        self._finishing: list[Sequence] = []  # a cut run's members that finish as it ends
         # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
         self.step_note: Callable[[float], None] | None = None
         self._next.push(env, env._now, URGENT)  # where env.process would start it
 
-    def _resume(self, _event: object) -> None:
-        """The loop goes on to its next wait (which it pushes itself)."""
-        next(self._loop_steps)
+    def _resume(self, event: object) -> None:
+        """The loop goes on to its next wait (which it pushes itself); a wait that a cut
+        run replaced is stale (ignored when due)."""
+        if event is self._next:
+            next(self._loop_steps)
 
     def _alarm_due(self, event: object) -> None:
         """An idle replica's alarm: it wakes, where nothing woke it first, after the
@@ -116,13 +125,45 @@ class Replica:
         self._next.push(self.env, self.env._now, LATE)
 
     def submit(self, request: Request, now: float) -> None:
+        if self._pending is not None:
+            self._cut(now)
         self._queued(self.scheduler.add(request, now))
 
     def submit_sequence(self, seq: Sequence, now: float) -> None:
         """submit() for a sequence begun elsewhere (a prefill pool's hand-off,
         sim/disaggregated): queued as it comes, or rejected as submit() would."""
+        if self._pending is not None:
+            self._cut(now)
         self.scheduler.add_sequence(seq, now)
         self._queued(seq)
+
+    def load(self) -> int:
+        """Requests submitted here and not yet finished, as a router sees them now: those
+        of a run priced ahead that finish before the step in progress are out."""
+        pending = self._pending
+        if pending is None:
+            return self.outstanding
+        return self.outstanding - pending.finished_before(self.env._now)
+
+    def _cut(self, now: float) -> None:
+        """An arrival at `now` comes to this replica's run priced ahead: its steps up to
+        the one in progress are applied, and the loop resumes as that one ends."""
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        m = pending.stop_for(now)
+        end, self._finishing = self._apply(pending, m)
+        if m < pending.last:
+            t0 = pending.times[0]
+            self._next = Resumption([self._resume])  # the wait for the whole run goes stale
+            self._next.push(self.env, end if self.window else t0 + (end - t0), NORMAL)
+
+    def settle(self) -> None:
+        """Apply a run priced ahead in full (the simulation stopped short: interrupted)."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._finishing = self._apply(pending, pending.last)[1]
 
     def _queued(self, seq: Sequence) -> None:
         """A sequence the scheduler took (or rejected): counted, and the loop woken."""
@@ -162,7 +203,16 @@ class Replica:
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now)  # the price where the level moves with the clock
-            run = self._fast_forward(batch, now, context, cost) if self.next_arrival is not None else None
+            run: tuple[float, list] | None = None
+            if self.next_arrival is None:
+                pass
+            elif not self.lookahead:
+                run = self._fast_forward(batch, now, context, cost)
+            else:  # priced ahead, applied as it ends or as an arrival routed here cuts it
+                pending = self._plan(batch, now, context, cost)
+                if pending is not None:
+                    self._pending = pending
+                    run = pending.times[pending.last], []
             if run is not None:
                 end, finished = run
                 if self.step_note is not None:  # the run's first step was formed by schedule()
@@ -173,6 +223,10 @@ class Replica:
                     self._next.push(env, end, NORMAL)
                     yield None
                 now = env._now
+                if self.lookahead:
+                    if self._pending is not None:  # nothing came to cut it
+                        self.settle()
+                    finished, self._finishing = self._finishing, []
                 if pulled is not None:
                     pulled.pull(now)
                 self.history.ran(now, False)
@@ -207,7 +261,10 @@ class Replica:
                     yield None
 
     def _next_pulled(self, pulled: Arrivals) -> float:
-        """The next pulled arrival that can come to this replica."""
+        """The next pulled arrival that can come to this replica (inf where any may:
+        routed by state, the one that comes wakes it)."""
+        if self.lookahead:
+            return math.inf
         if self.route_every == 1:
             return pulled.next_time()
         return pulled.next_time_for(self.index, self.route_every)
@@ -233,6 +290,14 @@ class Replica:
         returns (the time the run ends, the sequences that finish then), or None to step
         normally. t0: now; context: the first step's (after_prefill, after_idle); cost: the price
         of the run's steps (all at the level of the moment it starts)."""
+        pending = self._plan(batch, t0, context, cost)
+        return None if pending is None else self._apply(pending, pending.last)
+
+    def _plan(self, batch: Batch, t0: float, context: tuple[int, int],
+              cost: CostModel) -> PendingRun | None:
+        """_fast_forward's run, priced and not applied (None: step normally). Priced ahead
+        (lookahead), it ends where its pricing does, about the lookahead-th arrival from
+        now, or earlier where KV memory ends it: only an arrival routed here cuts it."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
@@ -244,8 +309,11 @@ class Replica:
             # first, all k if that falls short.
             # Pulled arrivals are the next_arrival (sim/simulate.py): called natively.
             pulled = self.pulled
-            arrival = (self._next_pulled(pulled) if pulled is not None
-                       else self.next_arrival() if self.next_arrival is not None else math.inf)
+            if self.lookahead and pulled is not None:
+                arrival = pulled.time_ahead(self.lookahead)  # only sizes the pricing
+            else:
+                arrival = (self._next_pulled(pulled) if pulled is not None
+                           else self.next_arrival() if self.next_arrival is not None else math.inf)
             # The guess only sizes the pricing; a decode step of the group as it stands
             # (its context aside) is near enough.
             g = batch.group_decodes
@@ -257,9 +325,12 @@ class Replica:
                 if times[-2] >= arrival or guess >= k:
                     break
                 guess *= 2
-            m = max(sensitive_from - 1, bisect_left(times, arrival, hi=len(times) - 1))
-            if m < MIN_FAST_FORWARD:
-                return None
+            if self.lookahead:
+                m = len(times) - 1
+            else:
+                m = max(sensitive_from - 1, bisect_left(times, arrival, hi=len(times) - 1))
+                if m < MIN_FAST_FORWARD:
+                    return None
         else:
             m = k
             run, times = self._run(k, t0, context, cost)
@@ -270,19 +341,26 @@ class Replica:
         m = group.kv_steps(m, kv.num_spare)
         if m < MIN_FAST_FORWARD:
             return None
+        return PendingRun(batch, run, times, context, sensitive_from, m)
+
+    def _apply(self, pending: PendingRun, m: int) -> tuple[float, list]:
+        """Apply steps 1..m of a run priced by _plan: recorded, and the members that finish
+        before step m retired at their times; (the end of step m, those finishing in it)."""
+        sched, run, times = self.scheduler, pending.run, pending.times
+        group, kv = sched.group, sched.kv
+        assert group is not None
         kv_used, done = group.advance(m, kv)
-        end = times[m]
         windowed = run.window_read
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, kv.num_blocks,
-                                        sched.max_seqs, batch, kv.num_cached, context,
-                                        windowed[:m] if windowed is not None else None)
+                                        sched.max_seqs, pending.batch, kv.num_cached,
+                                        pending.context, windowed[:m] if windowed is not None else None)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, times[step]) for seq, step in done if step < m]
         if early:
             sched.retire([e[0] for e in early], [e[1] for e in early])
             self._finish([e[0] for e in early])
-        return end, [seq for seq, step in done if step == m]
+        return times[m], [seq for seq, step in done if step == m]
 
     def _finish(self, finished: list[Sequence]) -> None:
         """Report sequences the scheduler has finished."""

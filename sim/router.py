@@ -27,12 +27,22 @@ def round_robin() -> Router:
 
 
 def least_loaded() -> Router:
-    """Join the shortest queue: fewest outstanding requests, lowest index on ties."""
+    """Join the shortest queue: fewest outstanding requests (Replica.load), lowest index
+    on ties."""
     return lambda replicas, _request: _least_loaded(replicas)
 
 
 def _least_loaded(replicas: Seq[Replica]) -> Replica:
-    return min(replicas, key=lambda r: (r.outstanding, r.index))
+    """min over (load, index), first on ties: a plain loop (compiled, a key function is
+    a call through Python a replica)."""
+    best = replicas[0]
+    low = best.load()
+    for i in range(1, len(replicas)):
+        r = replicas[i]
+        load = r.load()
+        if load < low or (load == low and r.index < best.index):
+            best, low = r, load
+    return best
 
 
 def prefix_aware() -> Router:
@@ -41,15 +51,19 @@ def prefix_aware() -> Router:
     events), ties and no hit anywhere to the least loaded; the least loaded outright
     when the load is too uneven (BALANCE_ABS, BALANCE_REL)."""
     def pick(replicas: Seq[Replica], request: Request) -> Replica:
-        loads = [r.outstanding for r in replicas]
+        loads = [r.load() for r in replicas]
         lo, hi = min(loads), max(loads)
         if hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo:
             return _least_loaded(replicas)
         # By position, not index: a pool's replicas need not be numbered from 0.
-        hits = {id(r): r.scheduler.cached_prefix_tokens(request) for r in replicas}
-        return min(replicas, key=lambda r: (-hits[id(r)], r.outstanding, r.index))
+        best = min(range(len(replicas)), key=lambda i: (
+            -replicas[i].scheduler.cached_prefix_tokens(request), loads[i], replicas[i].index))
+        return replicas[best]
     return pick
 
+
+# The routers that read the replicas' state (Replica.load, their caches) at each arrival.
+STATE_READING = ("least_loaded", "prefix_aware")
 
 ROUTERS: dict[str, Callable[[], Router]] = {"round_robin": round_robin, "least_loaded": least_loaded,
                                             "prefix_aware": prefix_aware}

@@ -23,7 +23,12 @@ from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
 from batchlab.sim.engine import Replica, StepObserver
-from batchlab.sim.router import make_router
+from batchlab.sim.router import STATE_READING, make_router
+
+
+# False: a router that reads the replicas' state ends every replica's run at every
+# arrival (the reference the tests hold runs priced ahead to: sim/pending_run.py).
+PRICE_AHEAD = True
 
 
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
@@ -123,11 +128,21 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             # the runs of, and wakes, only the replica it goes to.
             for e in engines:
                 e.route_every = replicas
+        elif replicas > 1 and router in STATE_READING and arrivals.pulled and fast_forward \
+                and cost.at(0.0) is cost and PRICE_AHEAD:
+            # The router reads the replicas' state at each arrival: it reads a run's without
+            # ending it, and only the replica an arrival goes to is cut and woken
+            # (sim/pending_run.py). Not where the price moves with the clock: a run is
+            # priced at the level where it starts, so its steps would depend on its cuts.
+            arrivals.pull_at_each_arrival()
+            for e in engines:
+                e.lookahead = replicas
         if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
             arrivals.submit = engines[0].submit
         settled()
         interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
     for e in engines:  # nothing should be left unless interrupted; rows say so
+        e.settle()  # a run priced ahead, as far as it went
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),

@@ -1,0 +1,134 @@
+"""Routers that read the replicas' state (least_loaded, prefix_aware) read a replica's
+fast-forward run without ending it (sim/pending_run.py): the results are those of ending
+every replica's run at every arrival (simulate.PRICE_AHEAD = False), the same routing,
+tokens and steps, times to the last bit but where a run outlasts the time before it
+(below), and an arrival costs a decision on the replica it goes to only."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from batchlab.core.batch import Batch
+from batchlab.core.config import SchedulerConfig
+from batchlab.core.fast_forward import DecodeRun
+from batchlab.core.workload import Workload
+from batchlab.sim import simulate
+from batchlab.sim.counting import counting_decisions
+from batchlab.sim.pending_run import PendingRun
+from tests.draws import policies
+from tests.same_runs import COSTS
+
+
+simulate_module = sys.modules["batchlab.sim.simulate"]  # batchlab.sim.simulate names the function
+
+
+def run(w: Workload, ahead: bool, **kw):
+    old = simulate_module.PRICE_AHEAD
+    simulate_module.PRICE_AHEAD = ahead
+    try:
+        with counting_decisions() as decisions:
+            r = simulate(w, **kw)
+    finally:
+        simulate_module.PRICE_AHEAD = old
+    return r, decisions[0]
+
+
+def assert_identical(a, b, rtol: float = 0.0) -> None:
+    """Every column of both tables and the gaps equal, to the bit where rtol is 0; times
+    else to rtol, everything else (replicas, tokens, steps) exactly."""
+    for x, y in ((a.requests, b.requests), (a.steps or {}, b.steps or {})):
+        assert x.keys() == y.keys()
+        for k in x:
+            u, v = np.asarray(x[k]), np.asarray(y[k])
+            if u.dtype.kind == "f" and rtol:
+                np.testing.assert_allclose(u, v, rtol=rtol, atol=rtol, err_msg=k)
+            elif u.dtype.kind == "f":
+                assert u.tobytes() == v.tobytes(), k
+            else:
+                assert u.tolist() == v.tolist(), k
+    if rtol:
+        np.testing.assert_allclose(a.itl, b.itl, rtol=rtol, atol=rtol)
+    else:
+        assert np.asarray(a.itl).tobytes() == np.asarray(b.itl).tobytes()
+
+
+def prompt_hashes(rng: np.random.Generator, i: int, prompt: int, hbs: int) -> tuple[int, ...]:
+    """A prompt sharing a random number of leading blocks with one of three documents."""
+    n = -(-prompt // hbs)
+    shared, doc = int(rng.integers(0, n + 1)), int(rng.integers(3))
+    return tuple(doc * 10_000 + j if j < shared else 10**6 + i * 1000 + j for j in range(n))
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(1, 80))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    rate = draw(st.sampled_from([1.0, 10.0, 100.0]))
+    t = np.cumsum(rng.exponential(1 / rate, n))
+    if draw(st.booleans()):  # bursts: several requests at one instant, and at the first
+        t = np.floor(t * 2) / 2
+        t[0] = 0.0
+    prompts = rng.integers(1, draw(st.sampled_from([40, 400])), n)
+    outputs = rng.integers(1, draw(st.sampled_from([20, 200, 800])), n)
+    hbs = 16
+    work = Workload(t, prompts, outputs, hash_block_size=hbs,
+                    prefix_hashes=[prompt_hashes(rng, i, int(p), hbs) for i, p in enumerate(prompts)])
+    cfg = SchedulerConfig(policy=draw(st.sampled_from(policies(["continuous", "chunked", "static"]))),
+                          max_num_seqs=draw(st.sampled_from([2, 4, 16])), block_size=4,
+                          prefix_caching=draw(st.booleans()))
+    blocks = draw(st.sampled_from([60, 400, 5000]))  # tight: runs end where KV memory does
+    return (work, cfg, blocks, draw(st.sampled_from(["linear", "linear_context", "roofline", "calibrated_at_speed"])),
+            draw(st.integers(2, 4)), draw(st.sampled_from(["least_loaded", "prefix_aware"])))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_runs_priced_ahead_give_the_results_of_runs_cut_at_every_arrival(scenario):
+    work, cfg, blocks, cost, replicas, router = scenario
+    kw = dict(scheduler=cfg, cost=COSTS[cost], num_kv_blocks=blocks, replicas=replicas, router=router)
+    ahead, _ = run(work, True, **kw)
+    cut, _ = run(work, False, **kw)
+    # A run's end is its start plus (end - start), as a timeout would sum it; where the
+    # run is longer than the time before it (the first seconds of these small runs) that
+    # can round to a neighbour of its last step's end, so a run cut at an arrival and one
+    # that goes on can differ in the last bit from there (stepping differs so from either).
+    assert_identical(ahead, cut, rtol=1e-12)
+
+
+def test_an_arrival_costs_a_decision_on_its_own_replica_only():
+    """Eight replicas of long replies, least loaded: cut at every arrival, every busy
+    replica decides again at each; priced ahead, about as few decisions as round robin
+    takes (whose arrivals each replica knows in advance)."""
+    rng = np.random.default_rng(1)
+    n, r = 400, 8
+    work = Workload(np.cumsum(rng.exponential(1 / 40.0, n)), rng.integers(50, 300, n), rng.integers(200, 600, n))
+    kw = dict(scheduler=SchedulerConfig(policy="continuous", max_num_seqs=32), cost=COSTS["roofline"],
+              num_kv_blocks=100_000, replicas=r)
+    ahead, ahead_decisions = run(work, True, router="least_loaded", **kw)
+    cut, cut_decisions = run(work, False, router="least_loaded", **kw)
+    _, dealt_decisions = run(work, True, router="round_robin", **kw)
+    assert_identical(ahead, cut, rtol=1e-12)  # (the first test says why not to the bit)
+    assert len(set(ahead.requests["replica"].tolist())) == r
+    assert cut_decisions > 4 * n  # each arrival cut the runs of the busy replicas
+    assert ahead_decisions < 1.25 * dealt_decisions, (ahead_decisions, dealt_decisions)
+
+
+def test_a_pending_run_is_cut_at_the_step_in_progress():
+    """Steps end at 1, 2, 3, 4 (started at 0); a member finishes in step 2 and one in
+    step 3; an arrival may join from step 1 on (a seat is free)."""
+    run = DecodeRun()
+    run.num_seqs = [3, 3, 2, 1]
+    times = [0.0, 1.0, 2.0, 3.0, 4.0]
+    p = PendingRun(Batch(), run, times, (0, 0), 1, 4)
+    assert [p.stop_for(t) for t in (0.5, 1.0, 1.5, 2.0, 2.5, 3.5)] == [1, 1, 2, 2, 3, 4]
+    # A finish at the arrival's instant is seen after it (stepping orders them so).
+    assert [p.finished_before(t) for t in (1.5, 2.0, 2.5, 3.0, 3.5)] == [0, 0, 1, 1, 2]
+    # KV memory ends the run after step 2: it is cut there at the latest.
+    short = PendingRun(Batch(), run, times, (0, 0), 1, 2)
+    assert short.stop_for(3.5) == 2 and short.finished_before(3.5) == 0
+    # No seat free until the first finish (step 2): an arrival before it waits for it.
+    full = PendingRun(Batch(), run, times, (0, 0), 3, 4)
+    assert full.stop_for(0.5) == 2 and full.finished_before(0.5) == 0
