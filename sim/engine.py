@@ -203,7 +203,7 @@ class Replica:
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now)  # the price where the level moves with the clock
-            run: tuple[float, list] | None = None
+            run = None  # (end, those finishing then) of a run; None: step
             if self.next_arrival is None:
                 pass
             elif not self.lookahead:
