@@ -10,7 +10,8 @@ then frozen (gc.freeze: left out of every collection) while the run goes on, and
 back to the collector when it ends. What the run itself allocates is collected as usual
 by the young generations; a full collection (the oldest generation: what the run keeps
 alive, a request in flight, a queued wake-up) comes after FULL_EVERY collections of the
-middle one instead of 10: at 100,000 replicas 15 of them took 5.7 of the run's 13 CPU-s.
+middle one instead of 10: at 100,000 replicas 15 of them took 5.7 of the run's 13 CPU-s;
+and a young collection after YOUNG allocations instead of 700.
 A run makes next to no cyclic garbage for them to find (the results doc measures it).
 Where the caller turned the collector off or froze objects itself, nothing is changed."""
 from __future__ import annotations
@@ -20,6 +21,13 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 FULL_EVERY = 1000  # collections of generation 1 between full ones, during a run (CPython: 10)
+# Container allocations (less deallocations) between young collections during a run
+# (CPython: 700). A run's first touch of each replica allocates its lasting lists and
+# tuples (queues, block tables, its decode group's entries), which the young collections
+# walked again and again: at 100,000 replicas they took a third of the run in 2,347
+# collections (docs/results/2026-12-07-replicas-wake.md). Dead objects are freed by
+# reference counting as before; only cyclic garbage, which a run barely makes, waits longer.
+YOUNG = 100_000
 
 
 @contextmanager
@@ -41,7 +49,7 @@ def long_lived() -> Iterator[Callable[[], None]]:
     def settled() -> None:
         gc.enable()
         gc.freeze()
-        gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_EVERY))
+        gc.set_threshold(max(thresholds[0], YOUNG), thresholds[1], max(thresholds[2], FULL_EVERY))
         frozen.append(True)
     gc.disable()
     try:
