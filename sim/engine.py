@@ -154,9 +154,8 @@ class Replica:
         m = pending.stop_for(now)
         end, self._finishing = self._apply(pending, m)
         if m < pending.last:
-            t0 = pending.times[0]
             self._next = Resumption([self._resume])  # the wait for the whole run goes stale
-            self._next.push(self.env, end if self.window else t0 + (end - t0), NORMAL)
+            self._next.push(self.env, end, NORMAL)  # where its steps took it, as when stepped
 
     def settle(self) -> None:
         """Apply a run priced ahead in full (the simulation stopped short: interrupted)."""

@@ -1,8 +1,8 @@
 """Routers that read the replicas' state (least_loaded, prefix_aware) read a replica's
 fast-forward run without ending it (sim/pending_run.py): the results are those of ending
 every replica's run at every arrival (simulate.PRICE_AHEAD = False), the same routing,
-tokens and steps, times to the last bit but where a run outlasts the time before it
-(below), and an arrival costs a decision on the replica it goes to only."""
+tokens and steps, times to the last bit, and an arrival costs a decision on the replica
+it goes to only."""
 from __future__ import annotations
 
 import sys
@@ -91,11 +91,9 @@ def test_runs_priced_ahead_give_the_results_of_runs_cut_at_every_arrival(scenari
     kw = dict(scheduler=cfg, cost=COSTS[cost], num_kv_blocks=blocks, replicas=replicas, router=router)
     ahead, _ = run(work, True, **kw)
     cut, _ = run(work, False, **kw)
-    # A run's end is its start plus (end - start), as a timeout would sum it; where the
-    # run is longer than the time before it (the first seconds of these small runs) that
-    # can round to a neighbour of its last step's end, so a run cut at an arrival and one
-    # that goes on can differ in the last bit from there (stepping differs so from either).
-    assert_identical(ahead, cut, rtol=1e-12)
+    # A run ends at its last step's end exactly (the clock is moved to it, not by it), so a
+    # run cut at an arrival and one that goes on agree to the bit.
+    assert_identical(ahead, cut)
 
 
 def test_an_arrival_costs_a_decision_on_its_own_replica_only():
@@ -110,7 +108,7 @@ def test_an_arrival_costs_a_decision_on_its_own_replica_only():
     ahead, ahead_decisions = run(work, True, router="least_loaded", **kw)
     cut, cut_decisions = run(work, False, router="least_loaded", **kw)
     _, dealt_decisions = run(work, True, router="round_robin", **kw)
-    assert_identical(ahead, cut, rtol=1e-12)  # (the first test says why not to the bit)
+    assert_identical(ahead, cut)
     assert len(set(ahead.requests["replica"].tolist())) == r
     assert cut_decisions > 4 * n  # each arrival cut the runs of the busy replicas
     assert ahead_decisions < 1.25 * dealt_decisions, (ahead_decisions, dealt_decisions)
