@@ -130,9 +130,11 @@ class DecodeGroup:
         return members
 
     # -- runs of steps (fast-forward) ----------------------------------------------
-    def price(self, cost: CostModel, k: int, context: tuple[int, int] = (0, 0)) -> DecodeRun:
+    def price(self, cost: CostModel, k: int, context: tuple[int, int] = (0, 0),
+              rows: bool = True) -> DecodeRun:
         """Durations, sizes and KV reads of the next k steps (k <= last finish); context:
-        the first one's (after_prefill, after_idle), core/features.py."""
+        the first one's (after_prefill, after_idle), core/features.py. rows=False: no KV
+        reads (fast_forward.decode_run; a windowed model's run keeps them)."""
         if self._window is not None:
             return self._window_price(cost, k, context)
         t, entries = self.tick, self._by_finish
@@ -149,7 +151,8 @@ class DecodeGroup:
                 c_sums.append(0)
             counts[-1] += 1
             c_sums[-1] += base + t
-        return decode_run(cost, self.size, self.kv_sum, stops, counts, c_sums, k, context[0], context[1])
+        return decode_run(cost, self.size, self.kv_sum, stops, counts, c_sums, k, context[0], context[1],
+                          rows)
 
     def _window_price(self, cost: CostModel, k: int, context: tuple[int, int]) -> DecodeRun:
         """price() with windowed reads: the batch changes where members finish (as
@@ -183,10 +186,12 @@ class DecodeGroup:
         taken = list(accumulate(self._taken(m)))
         return bisect_left(taken, free + 1)  # taken[0] = 0: at least 1
 
-    def advance(self, m: int, kv: BlockManager) -> tuple[list[int], list[tuple[Sequence, int]]]:
+    def advance(self, m: int, kv: BlockManager, rows: bool = True) -> tuple[list[int], list[tuple[Sequence, int]]]:
         """Apply the next m steps (the first one's blocks reserved): the KV blocks in use
         at each step, after its allocation, and the members that finish with their step
-        (materialised, still running: the scheduler retires them)."""
+        (materialised, still running: the scheduler retires them). rows=False: instead of
+        a count a step, their sum alone, as a list of one (what a recorder without a step
+        table keeps)."""
         t = self.tick
         diffs = self._taken(m)
         used = kv.num_used
@@ -208,9 +213,16 @@ class DecodeGroup:
                 diffs[step] -= blocks
         self.tick = t + m
         in_use: list[int] = []
-        for d in diffs:
-            used += d
-            in_use.append(used)
+        if rows:
+            for d in diffs:
+                used += d
+                in_use.append(used)
+        else:
+            steps = 0
+            for d in diffs:
+                used += d
+                steps += used
+            in_use.append(steps)
         return in_use, done
 
     def _taken(self, m: int) -> list[int]:

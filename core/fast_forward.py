@@ -20,6 +20,8 @@ from batchlab.core.features import features_of
 class DecodeRun:
     """Steps 1..len(durations) of a run: each one's duration, batch size and KV read,
     and its windowed KV read (window_read: a windowed model's run only, else None).
+    kv_read is left empty where the caller keeps no step table (decode_run's rows=False:
+    a step table's column alone reads it, and its large ints cost an object a step).
     (A plain class: compiled, a dataclass's __init__ stays interpreted.)"""
     __slots__ = ("durations", "num_seqs", "kv_read", "window_read")
 
@@ -31,15 +33,17 @@ class DecodeRun:
 
 
 def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: list[int],
-               c_sums: list[int], k: int, after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
+               c_sums: list[int], k: int, after_prefill: int = 0, after_idle: int = 0,
+               rows: bool = True) -> DecodeRun:
     """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
     counts[i] of them, holding c_sums[i] cached tokens, take their last step at stops[i]
     (distinct, ascending, >= 1 and < k). Between two finishes the batch size is constant
     and the KV read grows by n a step: a stretch of equal size is one call of the cost
-    model's decode_times (which prices it in the cheapest form for its length)."""
+    model's decode_times (which prices it in the cheapest form for its length).
+    rows=False: no KV read a step (run.kv_read stays empty)."""
     run = DecodeRun()
     durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
-    start = 1
+    start, cached0 = 1, cached
     # Stretch by stretch, steps start..stop; none is empty. (Plain loops: compiled, no
     # range or list per stretch.)
     for i in range(len(stops) + 1):
@@ -47,14 +51,18 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
         length = stop - start + 1
         kv0 = cached + start * n
         durations.extend(cost.decode_times(n, kv0, length))
-        for j in range(length):
-            sizes.append(n)
-            reads.append(kv0 + j * n)
+        if rows:
+            for j in range(length):
+                sizes.append(n)
+                reads.append(kv0 + j * n)
+        else:
+            for j in range(length):
+                sizes.append(n)
         start = stop + 1
         if i < len(stops):  # sequences whose last step is `stop` leave after it
             n, cached = n - counts[i], cached - c_sums[i]
     if after_prefill or after_idle:  # priced as stepping prices it: from its own features
-        kv = reads[0]
+        kv = cached0 + sizes[0]  # the first step's read: every member's context and token
         durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
                                                   after_prefill, after_idle, 0, 0, 0, 0, 0))
     return run

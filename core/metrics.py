@@ -44,6 +44,7 @@ def _column(name: str) -> array | list:
 
 class MetricsRecorder:
     def __init__(self, record_steps: bool = True) -> None:
+        self.record_steps = record_steps  # a step table (else totals and a gap histogram)
         self._req = {c: _column(c) for c in REQUEST_COLUMNS}
         # Rows wait in plain lists, a column each (REQUEST_COLUMNS' order), and go into the
         # typed columns ROWS_EVERY at a time: compiled, a list append is a C call, where
@@ -70,6 +71,14 @@ class MetricsRecorder:
         self._gap_replica = array("q")
         self._gap_start = array("q")
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
+        # Without a step table, a fast-forward run's gaps wait as its token times (those
+        # of steps 1..m, end to end, m a run) and counts (steps 2..m's sizes, a size and
+        # its steps for each stretch), and are taken apart in numpy at the fold: the
+        # histogram counts gaps whatever their order.
+        self._run_times: list[float] = []
+        self._run_steps: list[int] = []
+        self._run_sizes: list[int] = []  # the counts run-length coded: sizes ...
+        self._run_lengths: list[int] = []  # ... and how many steps each held
 
     @property
     def totals(self) -> dict[str, int | float]:
@@ -175,13 +184,26 @@ class MetricsRecorder:
         decode. window_read: a windowed model's windowed KV reads, a step each (None:
         the KV reads). The same rows, gaps, totals and token stamps as m calls
         of record_step."""
-        m = len(num_seqs)
+        m = len(num_seqs)  # (kv_blocks_used: without a step table, their sum alone will do)
         self._replica(replica)
         self._group_gaps(times[0], times[1], batch)
         group = batch.group
         assert group is not None
         group.last = times[m]
-        if m > 1:  # everyone in step j >= 2 was in step j - 1
+        if m > 1 and self._itl_hist is not None:  # folded later (_fold): no object a gap
+            self._run_times.extend(times[1:m + 1])
+            self._run_steps.append(m)
+            sizes, lengths = self._run_sizes, self._run_lengths
+            size, length = num_seqs[1], 0
+            for j in range(1, m):
+                if num_seqs[j] != size:
+                    sizes.append(size)
+                    lengths.append(length)
+                    size, length = num_seqs[j], 0
+                length += 1
+            sizes.append(size)
+            lengths.append(length)
+        elif m > 1:  # everyone in step j >= 2 was in step j - 1
             gaps: list[float] = []
             for j in range(1, m):  # compiled: zip in a comprehension is a call through Python
                 gaps.append(times[j + 1] - times[j])
@@ -278,13 +300,19 @@ class MetricsRecorder:
 
     def _maybe_fold(self) -> None:
         """Without a step table, keep at most FOLD_EVERY gap pairs before the histogram."""
-        if self._itl_hist is not None and len(self.itl_gap) > FOLD_EVERY:
+        if self._itl_hist is not None and len(self.itl_gap) + len(self._run_times) > FOLD_EVERY:
             self._fold()
 
     def _fold(self) -> None:
         hist = self._itl_hist
         assert hist is not None
-        hist.add(_np(self.itl_gap), _np(self.itl_count))
+        gaps, counts = _np(self.itl_gap), _np(self.itl_count)
+        if self._run_steps:
+            sizes = np.array(self._run_sizes, dtype=np.int64)
+            gaps = np.concatenate((gaps, run_gaps(self._run_times, self._run_steps)))
+            counts = np.concatenate((counts, np.repeat(sizes, np.array(self._run_lengths, dtype=np.int64))))
+            self._run_times, self._run_steps, self._run_sizes, self._run_lengths = [], [], [], []
+        hist.add(gaps, counts)
         self.itl_gap, self.itl_count = array("d"), array("q")
 
     def gap_histogram(self) -> GapHistogram | None:
@@ -318,6 +346,16 @@ def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
             col.extend(rows)
         else:
             extend(col, rows)
+
+
+def run_gaps(times: list[float], steps: list[int]) -> np.ndarray:
+    """The gaps between consecutive token times within each run, from runs' times end to
+    end (steps[i] of run i): the very differences stepping computes, in run order."""
+    t = np.array(times, dtype=np.float64)
+    gaps = t[1:] - t[:-1]
+    keep = np.ones(len(gaps), dtype=bool)
+    keep[np.cumsum(np.array(steps[:-1], dtype=np.int64)) - 1] = False  # one run's last to the next's first
+    return gaps[keep]
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -1,7 +1,8 @@
 """`batchlab simulate --workers N` (or --dask): a round-robin run's replicas simulated in
 groups on the executor's processes (sim/replica_groups), merged into the result one
-process gives, bit for bit. Each task carries its group's requests and the experiment,
-from which the worker builds the same setup (prices are rebuilt, not pickled)."""
+process gives, bit for bit. Each task carries its group's requests (a Share: taken from
+the workload only as it is sent) and the experiment, from which the worker builds the
+same setup (prices are rebuilt, not pickled)."""
 from __future__ import annotations
 
 from concurrent.futures import Executor
@@ -14,8 +15,8 @@ from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
 from batchlab.experiments.executor import run_all
 from batchlab.experiments.setup import SimSetup, sim_setup
-from batchlab.sim.replica_groups import (GroupRun, check_splittable, group_workload, merge,
-                                         replica_groups, simulate_group)
+from batchlab.sim.replica_groups import (GroupRun, Share, check_splittable, merge, replica_groups,
+                                         simulate_group)
 
 
 @dataclass
@@ -24,7 +25,7 @@ class GroupTask:
     model_named: bool
     hardware_named: bool
     policy: str
-    workload: Workload  # the requests dealt to the group
+    share: Share  # the requests dealt to the group
     group: range
     fast_forward: bool
     record_steps: bool
@@ -44,16 +45,16 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
                    progress: Callable[[int], None]) -> RunResult:
     """The run of `policy` on `workload`, its replicas in `workers` groups."""
     groups = replica_groups(cfg.run.replicas, workers)
-    tasks = [GroupTask(cfg, *named, policy, group_workload(workload, cfg.run.replicas, g), g,
+    tasks = [GroupTask(cfg, *named, policy, Share(workload, cfg.run.replicas, g), g,
                        fast_forward, record_steps) for g in groups]
-    sizes = [len(t.workload) for t in tasks]
+    sizes = [len(t.share) for t in tasks]
     parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]))
-    del tasks  # the groups' requests, before the tables are put together
-    return merge(parts)
+    del tasks
+    return merge(parts, workload)
 
 
 def run_group(task: GroupTask) -> GroupRun:
     setup = sim_setup(task.cfg, task.model_named, task.hardware_named)
-    return simulate_group(task.workload, task.cfg.run.replicas, task.group, setup.schedulers[task.policy],
+    return simulate_group(task.share.requests(), task.cfg.run.replicas, task.group, setup.schedulers[task.policy],
                           setup.cost, setup.blocks, meta=setup.meta, fast_forward=task.fast_forward,
                           record_steps=task.record_steps, keep_on_interrupt=True)

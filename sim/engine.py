@@ -273,7 +273,7 @@ class Replica:
         times then end times, summed in order as the clock advances when stepping."""
         group = self.scheduler.group
         assert group is not None  # fast-forward keeps the decodes in a group
-        run = group.price(cost, k, context)
+        run = group.price(cost, k, context, self.recorder.record_steps)
         times = [t0]
         for d in run.durations:  # summed in order, as the clock advances (and compiled)
             t0 += d
@@ -348,7 +348,7 @@ class Replica:
         sched, run, times = self.scheduler, pending.run, pending.times
         group, kv = sched.group, sched.kv
         assert group is not None
-        kv_used, done = group.advance(m, kv)
+        kv_used, done = group.advance(m, kv, self.recorder.record_steps)
         windowed = run.window_read
         self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
                                         run.kv_read[:m], kv_used, kv.num_blocks,

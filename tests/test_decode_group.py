@@ -80,6 +80,11 @@ def test_a_run_equals_its_steps(case):
         assert seq.num_generated == seq.request.output_len
         assert len(seq.block_table) == blocks_for(seq.num_computed, bs)
     assert a.size == b.size == 0 and not a.owed and not b.owed
+    c, kv_c, _ = build(bs, members, ticks)  # without rows: the blocks in use summed over the steps
+    assert c.reserve(kv_c)
+    total_c, done_c = c.advance(m, kv_c, rows=False)
+    assert total_c == [sum(used_b)]
+    assert [(s.id, j, state(s)) for s, j in done_c] == done_b
 
 
 @settings(max_examples=150, deadline=None)
@@ -130,3 +135,7 @@ def test_price_is_step_time_of_each_step(case):
         assert run.num_seqs[j - 1] == len(alive) and run.kv_read[j - 1] == kv
         want = COST.step_time(StepFeatures(len(alive), 0, 0, len(alive), kv, kv))
         assert abs(run.durations[j - 1] - want) <= 1e-12 * want
+    bare = group.price(COST, k, rows=False)  # no KV reads a step; the rest the same
+    assert bare.durations == run.durations and bare.num_seqs == run.num_seqs and not bare.kv_read
+    # a first step priced from its own features (after a prefill, after idling) alike
+    assert group.price(COST, k, (1, 1), rows=False).durations == group.price(COST, k, (1, 1)).durations

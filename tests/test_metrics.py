@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
@@ -12,6 +12,8 @@ from batchlab.core.gap_histogram import G0, G_MAX, R, GapHistogram
 from batchlab.core.summary import weighted_percentiles
 from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.sim import simulate
+from tests.same_runs import COSTS
+from tests.test_fast_forward import scenarios
 
 COST = roofline(lookup_model("llama-3-8b"), lookup_hardware("a100-80gb"), 1, 0.8, 0.6, 0.002)
 
@@ -73,6 +75,25 @@ def test_totals_without_a_step_table_give_the_same_summary():
             if k == "std_itl_ms":
                 tol = dict(rtol=0, atol=R / 2 * 1000 * float(full.itl.max()))
             np.testing.assert_allclose(b[k], a[k], **tol, err_msg=k)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_without_a_step_table_the_histogram_holds_the_exact_gaps(scenario):
+    """The fast-forward runs' gaps, folded from their token times (MetricsRecorder._fold),
+    fill the very buckets the step table's exact gaps do; the rows and totals agree bit
+    for bit."""
+    work, cfg, blocks, cost, replicas = scenario
+    kw = dict(replicas=replicas, router="least_loaded")
+    full = simulate(work, cfg, COSTS[cost], blocks, record_steps=True, **kw)
+    lean = simulate(work, cfg, COSTS[cost], blocks, record_steps=False, **kw)
+    hist = GapHistogram()
+    hist.add(full.itl_gaps, full.itl_counts)
+    gaps, counts = hist.pairs()
+    assert np.array_equal(lean.itl_gaps, gaps) and np.array_equal(lean.itl_counts, counts)
+    for c in full.requests:
+        assert np.array_equal(full.requests[c], lean.requests[c], equal_nan=full.requests[c].dtype.kind == "f"), c
+    assert full.totals == lean.totals
 
 
 def test_slo_attainment_counts_rejected_requests_as_misses():

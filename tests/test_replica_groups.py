@@ -4,6 +4,7 @@ totals, meta and summary. Routers and settings that couple the replicas are refu
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -14,8 +15,8 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from batchlab.sim.replica_groups import (check_splittable, group_workload, merge, replica_groups,
-                                         simulate_group)
+from batchlab.sim.replica_groups import (Share, check_splittable, group_workload, merge,
+                                         replica_groups, simulate_group)
 from batchlab.sim.replica_groups.split import dealt, global_ids
 from tests.helpers import run_cli
 from tests.same_runs import COSTS
@@ -26,7 +27,7 @@ def split_run(work, cfg, blocks, cost, replicas, groups, record_steps):
     parts = [simulate_group(group_workload(work, replicas, g), replicas, g, cfg, cost, blocks,
                             record_steps=record_steps)
              for g in replica_groups(replicas, groups)]
-    return merge(parts[::-1])  # merged in any order
+    return merge(parts[::-1], work)  # merged in any order
 
 
 def assert_identical(a, b):
@@ -56,7 +57,7 @@ def test_groups_merged_are_the_run_of_all_replicas(scenario, replicas, groups, r
     parts = [simulate_group(group_workload(work, replicas, g), replicas, g, cfg, COSTS[cost], blocks,
                             record_steps=record_steps, fast_forward=fast)
              for g in replica_groups(replicas, groups)]
-    assert_identical(merge(parts[::-1]), whole)
+    assert_identical(merge(parts[::-1], work), whole)
 
 
 def test_a_loaded_day_in_groups_is_the_same_run():
@@ -87,6 +88,20 @@ def test_groups_cover_the_replicas_and_requests_once(n, replicas, groups):
         local = np.arange(len(mine))
         assert np.array_equal(global_ids(local, replicas, g), mine)
         assert np.array_equal(mine % replicas, g.start + local % len(g))
+
+
+@given(st.integers(0, 60), st.integers(1, 9), st.integers(1, 9))
+def test_a_share_sent_away_carries_its_group_requests_alone(n, replicas, groups):
+    work = Workload(np.arange(n, dtype=float), np.arange(1, n + 1), np.full(n, 3),
+                    priority=np.arange(n) % 3)
+    for g in replica_groups(replicas, groups):
+        share = Share(work, replicas, g)
+        want = group_workload(work, replicas, g)
+        sent = pickle.loads(pickle.dumps(share))
+        assert len(share) == len(sent) == len(want) == len(sent.requests())
+        for got in (share.requests(), sent.requests()):
+            for c in ("arrival", "prompt_len", "output_len", "priority"):
+                assert np.array_equal(getattr(got, c), getattr(want, c))
 
 
 @pytest.mark.parametrize("router, workload, front_end, why", [

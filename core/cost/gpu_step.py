@@ -22,9 +22,11 @@ from batchlab.core.features import StepFeatures, features_of
 # whole tiles of rows (core/cost/gpu_form.py).
 SMALL_M_ROWS = 128
 
-# Decode stretches shorter than this are priced in a plain loop, cheaper compiled than
-# numpy's set-up; longer ones by decode_run_times (the same arithmetic, vectorised).
-SHORT_PLAIN = 48
+# Decode stretches shorter than this are priced in a plain loop, cheaper than numpy's
+# set-up; longer ones by decode_run_times (the same arithmetic, vectorised). Compiled (this
+# module's file an extension), the loop's step costs a few dozen instructions against
+# numpy's ~30,000 a call: it wins up to a few hundred steps (a lone reply's whole run).
+SHORT_PLAIN = 48 if __file__.endswith(".py") else 256
 
 # A step's terms are kept for steps of fewer tokens (and sequences) than this; larger ones
 # (rare: static batches of whole prompts) are priced each time, to the same bits.

@@ -10,15 +10,18 @@ import numpy as np
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.result import RunResult
 from batchlab.core.run_meta import RunMeta
+from batchlab.core.workload import Workload
 from batchlab.sim.replica_groups.part import GroupRun
+from batchlab.sim.replica_groups.rows import unpack
 
 
-def merge(parts: list[GroupRun]) -> RunResult:
-    """parts: every group of the run, in any order. Consumes their tables."""
+def merge(parts: list[GroupRun], workload: Workload) -> RunResult:
+    """parts: every group of the run, in any order; workload: the whole run's (its
+    columns fill the request rows: rows.py). Consumes the parts' tables."""
     parts = sorted(parts, key=lambda p: p.group.start)
     info = {**parts[0].info, "simulated_s": max(p.info["simulated_s"] for p in parts),
             "interrupted": any(p.info["interrupted"] for p in parts)}
-    requests = _requests(parts)
+    requests = unpack([p.requests for p in parts], workload, info["replicas"])
     steps = None
     if parts[0].steps is not None:  # consecutive groups: replica order, time order within
         steps = {c: np.concatenate([p.steps[c] for p in parts]) for c in parts[0].steps}
@@ -33,12 +36,3 @@ def merge(parts: list[GroupRun]) -> RunResult:
     totals = functools.reduce(operator.add, (p.sums for p in parts)).totals
     return RunResult(requests, steps, gaps, counts, RunMeta(**info), totals)
 
-
-def _requests(parts: list[GroupRun]) -> dict[str, np.ndarray]:
-    """The groups' request tables as one, by request id: a column at a time, each
-    group's column let go once copied, so the peak is one table and a column."""
-    order = np.argsort(np.concatenate([p.requests["request_id"] for p in parts]), kind="stable")
-    out = {}
-    for c in list(parts[0].requests):
-        out[c] = np.concatenate([p.requests.pop(c) for p in parts])[order]
-    return out

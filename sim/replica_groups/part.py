@@ -1,5 +1,5 @@
 """One group of replicas run on the requests dealt to it: its tables renumbered as the
-whole run's, and the exact sums that merge.py adds."""
+whole run's (its request rows packed: rows.py), and the exact sums that merge.py adds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +11,7 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.run_meta import Record
 from batchlab.core.summary import StepSums
 from batchlab.core.workload import Workload
+from batchlab.sim.replica_groups.rows import PackedRows, pack
 from batchlab.sim.replica_groups.split import global_ids
 from batchlab.sim.simulate import run_world
 
@@ -19,7 +20,7 @@ from batchlab.sim.simulate import run_world
 class GroupRun:
     """A group's share of a run, in the whole run's request ids and replica indices."""
     group: range
-    requests: dict[str, np.ndarray]  # columns, by request id
+    requests: PackedRows  # by request id
     steps: dict[str, np.ndarray] | None  # by replica, then time (None: not recorded)
     itl_gaps: np.ndarray | None  # with a step table: replica order, time order within
     itl_counts: np.ndarray | None
@@ -46,8 +47,7 @@ def simulate_group(workload: Workload, replicas: int, group: range, scheduler: S
     info = {**world.info, "replicas": replicas}
     del world, rec  # what the recorder still holds, before the tables travel
     requests["request_id"] = global_ids(requests["request_id"], replicas, group)
-    requests["replica"] += group.start
     if steps is not None:
         steps["replica"] += group.start
-    return GroupRun(group, requests, steps, gaps, counts, None if hist is None else hist.counts,
+    return GroupRun(group, pack(requests), steps, gaps, counts, None if hist is None else hist.counts,
                     sums, info)

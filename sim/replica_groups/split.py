@@ -52,6 +52,27 @@ def group_workload(workload: Workload, replicas: int, group: range) -> Workload:
     return workload.take(dealt(len(workload), replicas, group))
 
 
+class Share:
+    """The requests round-robin deals to a group (group_workload), taken from the whole
+    workload when asked for, and when pickled: a task sent to another process carries
+    the group's requests alone, and its sender holds no copy of them meanwhile."""
+
+    def __init__(self, workload: Workload, replicas: int, group: range, taken: bool = False) -> None:
+        self._workload, self.replicas, self.group, self._taken = workload, replicas, group, taken
+
+    def requests(self) -> Workload:
+        return self._workload if self._taken else group_workload(self._workload, self.replicas, self.group)
+
+    def __len__(self) -> int:
+        if self._taken:
+            return len(self._workload)
+        rounds, extra = divmod(len(self._workload), self.replicas)
+        return rounds * len(self.group) + len(range(self.group.start, min(self.group.stop, extra)))
+
+    def __reduce__(self) -> tuple:
+        return (Share, (self.requests(), self.replicas, self.group, True))
+
+
 def global_ids(local: np.ndarray, replicas: int, group: range) -> np.ndarray:
     """The run's request ids of a group's requests 0, 1, ... (dealt() of them, in order)."""
     size = len(group)
