@@ -193,11 +193,15 @@ class DecodeGroup:
         a count a step, their sum alone, as a list of one (what a recorder without a step
         table keeps)."""
         t = self.tick
-        diffs = self._taken(m)
+        if rows:
+            diffs = self._taken(m)
+            total = weighted = 0
+            for d in diffs:
+                total += d
+        else:  # diffs[i] would weigh in m - i of the counts: summed so, without a list
+            diffs = []
+            total, weighted = self._taken_sums(m)
         used = kv.num_used
-        total = 0
-        for d in diffs:
-            total += d
         if total:
             self.owed += kv.take(total)
         entries = self._by_finish
@@ -210,7 +214,10 @@ class DecodeGroup:
         freed = kv.freed_in_order([seq.block_table for seq, _ in done])
         for (seq, step), blocks in zip(done, freed):
             if step < m:
-                diffs[step] -= blocks
+                if rows:
+                    diffs[step] -= blocks
+                else:
+                    weighted -= blocks * (m - step)
         self.tick = t + m
         in_use: list[int] = []
         if rows:
@@ -218,12 +225,30 @@ class DecodeGroup:
                 used += d
                 in_use.append(used)
         else:
-            steps = 0
-            for d in diffs:
-                used += d
-                steps += used
-            in_use.append(steps)
+            in_use.append(m * used + weighted)
         return in_use, done
+
+    def _taken_sums(self, m: int) -> tuple[int, int]:
+        """_taken(m)'s sum, and its sum with the i-th weighted by m - i (the steps whose
+        count of blocks in use it is part of), without the list."""
+        t, bs = self.tick, self.block_size
+        phase = self._phase[:]
+        total = weighted = 0
+        j = 2  # next step to count; step j runs from tick t + j - 1 (index j - 1)
+        for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
+            r = f - t  # its last step: from r + 1 on it takes nothing
+            for step in range(j, r + 1):
+                d = phase[(t + step - 1) % bs]
+                total += d
+                weighted += d * (m - step + 1)
+            if r >= j:
+                j = r + 1
+            phase[-base % bs] -= 1
+        for step in range(j, m + 1):
+            d = phase[(t + step - 1) % bs]
+            total += d
+            weighted += d * (m - step + 1)
+        return total, weighted
 
     def _taken(self, m: int) -> list[int]:
         """Blocks taken at each of the next m steps (0 at the first: reserved)."""

@@ -139,3 +139,12 @@ def test_price_is_step_time_of_each_step(case):
     assert bare.durations == run.durations and bare.num_seqs == run.num_seqs and not bare.kv_read
     # a first step priced from its own features (after a prefill, after idling) alike
     assert group.price(COST, k, (1, 1), rows=False).durations == group.price(COST, k, (1, 1)).durations
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups(), st.integers(1, 60))
+def test_taken_sums_are_the_sums_of_the_blocks_taken(case, m):
+    group, _, _, last = built(case)
+    m = min(m, last)
+    taken = group._taken(m)
+    assert group._taken_sums(m) == (sum(taken), sum(d * (m - i) for i, d in enumerate(taken)))
