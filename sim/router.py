@@ -32,14 +32,15 @@ def least_loaded() -> Router:
     return lambda replicas, _request: _least_loaded(replicas)
 
 
-def _least_loaded(replicas: Seq[Replica]) -> Replica:
-    """min over (load, index), first on ties: a plain loop (compiled, a key function is
-    a call through Python a replica)."""
+def _least_loaded(replicas: Seq[Replica], loads: list[int] | None = None) -> Replica:
+    """min over (load, index), first on ties; loads: each replica's load() where the
+    caller has them (else read here). A plain loop (compiled, a key function is a call
+    through Python a replica)."""
     best = replicas[0]
-    low = best.load()
+    low = best.load() if loads is None else loads[0]
     for i in range(1, len(replicas)):
         r = replicas[i]
-        load = r.load()
+        load = r.load() if loads is None else loads[i]
         if load < low or (load == low and r.index < best.index):
             best, low = r, load
     return best
@@ -54,7 +55,7 @@ def prefix_aware() -> Router:
         loads = [r.load() for r in replicas]
         lo, hi = min(loads), max(loads)
         if hi - lo > BALANCE_ABS and hi > BALANCE_REL * lo:
-            return _least_loaded(replicas)
+            return _least_loaded(replicas, loads)
         # By position, not index: a pool's replicas need not be numbered from 0.
         best = min(range(len(replicas)), key=lambda i: (
             -replicas[i].scheduler.cached_prefix_tokens(request), loads[i], replicas[i].index))

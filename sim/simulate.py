@@ -153,8 +153,6 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     return World(rec, info, homes, kv_tier)
 
 
-
-
 def _tier(engine: Replica, tier: TierConfig, kv_bytes_per_token: float, block_size: int,
           cost: CostModel) -> TieredHome:
     """The replica's scheduler keeps its KV in a tier of its own, noted step by step."""

@@ -21,16 +21,16 @@ the engine idle, where nothing else delays them): what core/front_end.py puts be
 engine. For a
 handling time s the front end's queue gives each request its wait g(s) beyond the delay,
 exactly (the delay shifts every arrival alike), so the delay is the median of gap - g(s),
-and s is the one of a grid with the least absolute error.
+and s is the one of a grid with the least absolute error. With fewer than MIN_QUEUED
+requests sent while another is still in the front end (at that s), s is told only with
+the delay: it keeps its prior and the delay is fitted beside it.
 
 Loop: the gap before each step that found work at once (core/cost/loop_time.py table_gaps),
 fitted as a cost a step plus a cost a sequence of the step that follows: batchlab serve
 streams each sequence's token to its client between steps, on the cores the engine uses
 (run D of docs/results/2026-12-06-engineers-loop.md: 0.52 ms + 0.094 ms a sequence,
 where the prior carried a sweep's 0.11 ms + 0.006 ms). The fit then simulates with it
-(run.py), and the profile it writes carries it. With fewer than MIN_QUEUED
-requests sent while another is still in the front end (at that s), s is told only with
-the delay: it keeps its prior and the delay is fitted beside it."""
+(run.py), and the profile it writes carries it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

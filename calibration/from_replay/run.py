@@ -118,9 +118,10 @@ def from_replays(replays: list[ObservedReplay], prior: Profile, prior_where: str
     cases = [Case.of(r) for r in replays]
     check_servable(cases, settings, prior)
     fit_m, judge_m, fitted_on, judged_on = split(cases, holdout_every, held)
-    space = prior_space(prior.cost_model(), prior.model, prior.loop_overhead())
+    prior_loop = prior.loop_overhead()
+    space = prior_space(prior.cost_model(), prior.model, prior_loop)
     sched = settings.scheduler()
-    measured = measure(cases, fit_m, server, space, prior.loop_overhead()) if server is not None else None
+    measured = measure(cases, fit_m, server, space, prior_loop) if server is not None else None
     loop = measured.loop if measured else None
     if loop is not None:  # the server's own loop, simulated by the fit and written with it
         space = prior_space(prior.cost_model(), prior.model, loop)
