@@ -16,6 +16,7 @@ from batchlab.core.features import StepHistory
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
+from batchlab.sim.admission import AdmissionLag
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import LATE
 from batchlab.sim.pending_run import PendingRun
@@ -100,6 +101,11 @@ class Replica:
         self._finishing: list[Sequence] = []  # a cut run's members that finish as it ends
         # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
         self.step_note: Callable[[float], None] | None = None
+        # Async scheduling (sim/admission.py; set before the loop starts, fast-forward off):
+        # a request that comes while the engine is busy joins a step later.
+        self.lag: AdmissionLag | None = None
+        self._started = 0  # steps started (counted where lag is set)
+        self._busy = False  # a step started since the engine last went idle
         self._next.push(env, env._now, URGENT)  # where env.process would start it
 
     def _resume(self, event: object) -> None:
@@ -127,6 +133,9 @@ class Replica:
     def submit(self, request: Request, now: float) -> None:
         if self._pending is not None:
             self._cut(now)
+        if self.lag is not None and self._busy:
+            self.lag.hold(request, self._started)  # counted for routing once let in
+            return
         self._queued(self.scheduler.add(request, now))
 
     def submit_sequence(self, seq: Sequence, now: float) -> None:
@@ -178,14 +187,23 @@ class Replica:
         env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
         seats, kv = sched.max_seqs, sched.kv
         windowed_group = sched.group if sched.group is not None and sched.group.window else None
+        lag = self.lag
         while True:
             now = env._now  # SimPy's `now` is a property: a Python call from compiled code
             if pulled is not None:
                 pulled.pull(now)
             if windowed_group is not None:
                 windowed_group.now = now  # DecodeGroup.gaps_as_stepped
+            if lag:  # those held since before the last step started are let in
+                for request in lag.due(self._started):
+                    self._queued(sched.add(request, now))
             batch = sched.schedule(now)
+            if batch.is_empty and lag:  # an idle engine's empty queue takes the rest at once
+                for request in lag.all():
+                    self._queued(sched.add(request, now))
+                batch = sched.schedule(now)
             if batch.is_empty:
+                self._busy = False
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 wakeup = sched.next_wakeup(now)
@@ -234,6 +252,9 @@ class Replica:
                 features = step_features(batch, context[0], context[1], self.window)
                 kv_used, cached = kv.num_used, kv.num_cached
                 start = now
+                if lag is not None:
+                    self._started += 1
+                    self._busy = True
                 took = cost.step_time(features)
                 if batch.kv_loaded:  # KV brought in from elsewhere: its home's price (core/kv_home.py)
                     took += sched.kv_home.load_seconds(batch.kv_loaded)

@@ -19,6 +19,7 @@ from batchlab.core.run_meta import Record, RunMeta
 from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
+from batchlab.sim.admission import AdmissionLag
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
@@ -38,7 +39,7 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
              progress: Callable[[int], None] | None = None,
              keep_on_interrupt: bool = False, front_end: FrontEnd | None = None,
              emission: Emission | None = None, kv_tier: TierConfig | None = None,
-             kv_bytes_per_token: float = 0.0) -> RunResult:
+             kv_bytes_per_token: float = 0.0, async_scheduling: bool = False) -> RunResult:
     """fast_forward=False steps every iteration; True advances over runs of identical
     decode steps in one decision, with identical results (see core/decode_group.py).
     progress(n) is told each time n more requests have left (finished or rejected).
@@ -53,10 +54,11 @@ def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     emission: tokens a decode runs and keeps (core/emission.py; None: one), shared by the
     replicas; what it counted goes into meta.speculative. kv_tier: a tier below each
     replica's KV pool (core/kv_tiers/), sized and priced by kv_bytes_per_token (per GPU);
-    its figures join the step table and the summary."""
+    its figures join the step table and the summary. async_scheduling: a request that comes
+    while an engine is busy joins a step later (sim/admission.py; steps one by one)."""
     return run_world(workload, scheduler, cost, num_kv_blocks, replicas, router, meta, observer,
                      fast_forward, record_steps, progress, keep_on_interrupt, front_end, emission,
-                     kv_tier, kv_bytes_per_token).result()
+                     kv_tier, kv_bytes_per_token, async_scheduling).result()
 
 
 @dataclass
@@ -85,7 +87,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
               progress: Callable[[int], None] | None = None,
               keep_on_interrupt: bool = False, front_end: FrontEnd | None = None,
               emission: Emission | None = None, kv_tier: TierConfig | None = None,
-              kv_bytes_per_token: float = 0.0) -> World:
+              kv_bytes_per_token: float = 0.0, async_scheduling: bool = False) -> World:
     """simulate(), stopping short of the result (sim/replica_groups merges the
     recorders of groups of replicas run apart)."""
     if replicas < 1:
@@ -119,9 +121,11 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             if emission is not None:
                 sched.use_emission(emission)
             engines.append(Replica(env, i, sched, cost, rec,
-                                   done, next_arrival if fast_forward else None, observer,
-                                   closed_loop=arrivals.closed_loop, window=window,
+                                   done, next_arrival if fast_forward and not async_scheduling else None,
+                                   observer, closed_loop=arrivals.closed_loop, window=window,
                                    pulled=arrivals if arrivals.pulled else None))
+            if async_scheduling:
+                engines[-1].lag = AdmissionLag()
         homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
         if replicas > 1 and router == "round_robin" and arrivals.pulled:
             # Request i goes to replica i mod replicas, whatever their state: an arrival ends

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,3 +58,26 @@ def test_the_default_is_synchronous_and_the_knob_prices_an_async_engine():
     assert "not hidden: async scheduling off" in sync.meta.served_engine
     assert "100% of it hidden" in both.meta.served_engine
     assert HOST_OVERLAP.prior == 0.0
+
+
+def test_vllm_schedules_asynchronously_by_default_from_014():
+    from batchlab.core.cost.served.host import async_by_default
+    assert [async_by_default(v) for v in ("0.18.0", "0.14.0", "v0.19.1", "1.0.0")] == [True] * 4
+    assert [async_by_default(v) for v in ("0.13.0", "0.12.0", "0.11.2", "", "nightly", "0")] == [False] * 6
+
+
+def test_a_row_of_an_async_engine_is_recorded_exactly_and_waits_a_step_more():
+    """A 0.18 row is simulated with the admission lag (sim/admission.py): its recorded steps
+    still give the simulation's means (record() checks that), and its TTFT is above the same
+    row's on a 0.12 engine, TPOT near it."""
+    from batchlab.calibration.served_bench.recorded import record
+    from batchlab.experiments.validation.served_benchmarks import config_for, predict
+    from tests.test_served_bench import row
+    sync = dataclasses.replace(row(c=4, osl=400), engine_version="0.12.0")  # lengths apart
+    lagged = dataclasses.replace(sync, engine_version="0.18.0")
+    a, b = predict(sync, "perturbed", "none"), predict(lagged, "perturbed", "none")
+    assert b.ttft_s > a.ttft_s * 1.05 and b.tpot_s == pytest.approx(a.tpot_s, rel=0.1)
+    setup = sim_setup(config_for(lagged, "none"))
+    rec = record(lagged, setup.cost, next(iter(setup.schedulers.values())), setup.blocks)
+    ttft, tpot = rec.priced(setup.cost)
+    assert ttft == pytest.approx(b.ttft_s, rel=1e-9) and tpot == pytest.approx(b.tpot_s, rel=1e-9)

@@ -19,6 +19,7 @@ from batchlab.calibration.served_bench.client import DEFAULT_CLIENT, ROUNDS, ben
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.served.host import async_by_default
 from batchlab.core.features import FEATURE_NAMES, StepFeatures
 from batchlab.core.step_table import step_features
 
@@ -80,11 +81,14 @@ def _covering(steps: int, first: np.ndarray, last: np.ndarray, weight: np.ndarra
 def record(row: BenchmarkRow, cost: CostModel, scheduler: SchedulerConfig, blocks: int,
            rounds: int = ROUNDS, client: str = DEFAULT_CLIENT) -> RecordedRow:
     """The row's loop under `client` (the judge's, validate --served-benchmarks, by default),
-    `rounds` requests a user, as its steps and the weights giving its means."""
+    `rounds` requests a user, as its steps and the weights giving its means; on an engine
+    that schedules asynchronously by default (its version, host.py), a request reaching it
+    busy joins a step later (sim/admission.py), in step counts, so still step-locked."""
     if client not in RECORDABLE:
         raise ValueError(f"client model {client!r} cannot be recorded: its sends fall between steps "
                          f"(expected one of {', '.join(RECORDABLE)})")
-    result = sim.simulate(benchmark_workload(row, client, rounds=rounds), scheduler, cost, blocks)
+    result = sim.simulate(benchmark_workload(row, client, rounds=rounds), scheduler, cost, blocks,
+                          async_scheduling=async_by_default(row.engine_version))
     steps, req = result.steps, result.requests
     starts = np.asarray(steps["start_s"], dtype=float)
     durations = np.asarray(steps["duration_s"], dtype=float)

@@ -14,6 +14,7 @@ from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
 from batchlab.core.cost.served.formats import weight_formats
+from batchlab.core.cost.served.host import ASYNC_BY_DEFAULT_FROM, async_by_default
 from batchlab.core.cost.served.profile import ServedProfile
 from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import lookup_model
@@ -57,18 +58,20 @@ def recorded_rows(rows: list[BenchmarkRow], progress: bool = True) -> tuple[list
 def predict(row: BenchmarkRow, client: str, served: str = "vllm") -> Predicted:
     """The row's mean TTFT and TPOT as simulated under the client model (client.py; the
     staggered one spreads its users' first sends over a lockstep run's mean latency).
-    served: as config_for's."""
+    served: as config_for's. An engine that schedules asynchronously by default (the row's
+    version: core/cost/served/host.py) takes a request reaching it busy a step later."""
     setup = sim_setup(config_for(row, served))
     scheduler = next(iter(setup.schedulers.values()))
     cost = setup.cost
+    lag = async_by_default(row.engine_version)
 
     def run(workload):
         result = sim.simulate(workload, scheduler, cost, setup.blocks, record_steps=False,
-                              front_end=benchmark_front_end(row, client))
+                              front_end=benchmark_front_end(row, client), async_scheduling=lag)
         return result.summary()
     if client == "staggered":
         lockstep = sim.simulate(benchmark_workload(row, "lockstep"), scheduler, cost, setup.blocks,
-                                record_steps=False).summary()
+                                record_steps=False, async_scheduling=lag).summary()
         s = run(benchmark_workload(row, client, latency_s=lockstep["mean_e2el_ms"] / 1e3))
     else:
         s = run(benchmark_workload(row, client))
@@ -115,6 +118,11 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
              f"calibration/served_bench/client.py); prices: "
              f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)",
              *([set_apart] if set_apart else [])]
+    lagged = sum(async_by_default(p.row.engine_version) for p in j.rows)
+    if lagged:
+        lines.append(f"async scheduling on {lagged} of {len(j.rows)} configurations (vLLM >= "
+                     f"{'.'.join(map(str, ASYNC_BY_DEFAULT_FROM))} by their version, its default): a request "
+                     f"reaching the engine busy joins a step later (sim/admission.py)")
     if rows:
         lines.append(f"  {'configuration':<58}{'TTFT ms':>9}{'sim':>9}{'err':>7}{'TPOT ms':>9}{'sim':>8}{'err':>7}")
         for p in j.rows:

@@ -24,3 +24,22 @@ def overlapped(total: float, host: float, overlap: float) -> float:
     """A step of `total` seconds, `host` of them the engine's own, with `overlap` of the
     smaller of host and GPU time hidden behind the other."""
     return total - overlap * min(host, total - host)
+
+
+# The release from which vLLM schedules asynchronously unless told not to: PR #27614 made
+# `async_scheduling = None` mean on where supported (@ 1f8758d above), first released in
+# v0.14.0 (torch-spyre/sendnn-inference PR #636, adding 0.14.0: "Disables async scheduling
+# which is now enabled by default"). The shared rows: 0.12.0 off, 0.18.0 on (InferenceX's
+# gpt-oss runs also set `async-scheduling: true`: docs/results/2026-12-07-served-engine.md).
+ASYNC_BY_DEFAULT_FROM = (0, 14)
+
+
+def async_by_default(version: str) -> bool:
+    """Whether vLLM `version` ("0.18.0", "0.11.2", ...) schedules asynchronously by default;
+    an empty or unreadable version is taken as the synchronous engine."""
+    parts = version.strip().lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) >= ASYNC_BY_DEFAULT_FROM
