@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.at_speed import CostAtSpeed
 from batchlab.core.cost.loop_time import fit_gaps, Overhead, table_gaps
-from batchlab.core.cost.profile import LoopTime
+from batchlab.core.cost.profile import LoopTime, load_profile
+from batchlab.core.features import StepFeatures
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from tests.profiles import BASE, make_profile
@@ -65,3 +68,16 @@ def test_a_profile_with_a_loop_simulates_slower_and_prices_steps_as_before():
     assert bare.simulation_cost() is not None and bare.loop_overhead() is None
     assert looped.simulation_cost(overhead=2.0).step_time(step) == pytest.approx(
         bare.cost_model(overhead=2.0).step_time(step) + 1e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 64), st.integers(0, 100_000), st.integers(1, 40),
+       st.floats(1e-6, 1e-2), st.floats(0.0, 1e-3))
+def test_a_run_priced_whole_is_its_steps_priced_one_by_one(n, kv0, m, per_step, per_seq):
+    """decode_run_times adds the loop in step_time's order: otherwise a run priced whole
+    and the same run cut at an arrival (or stepped) differ in the last bit."""
+    cost = CostAtSpeed(load_profile("default").cost_model(), 1.1, 0.9, loop=Overhead(per_step, per_seq, 0.0, 0))
+    whole = cost.decode_run_times(StepFeatures(n, 0, 0, n, kv0, kv0), m)
+    steps = [cost.step_time(StepFeatures(n, 0, 0, n, kv, kv)) for kv in range(kv0, kv0 + m * n, n)]
+    assert whole.tolist() == steps
+    assert cost.decode_times(n, kv0, m) == steps

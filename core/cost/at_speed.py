@@ -68,7 +68,9 @@ class CostAtSpeed:
     def decode_run_times(self, f: StepFeatures, m: int) -> np.ndarray:
         t = self._price.decode_run_times(f, m)
         o = self.loop
-        return t if o is None else t + (o.per_step_s + o.per_seq_s * f.num_seqs)
+        # step_time's order of operations, step by step: a run priced whole and the same
+        # run cut into pieces (or stepped) land on the same bits.
+        return t if o is None else t + o.per_step_s + o.per_seq_s * f.num_seqs
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         if self.loop is None:
