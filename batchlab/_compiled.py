@@ -44,6 +44,7 @@ HOT = (
     "batchlab.core.schedulers.chunked",
     "batchlab.sim.resumption",
     "batchlab.sim.pending_run",
+    "batchlab.sim.replica_loads",
     "batchlab.sim.router",
     "batchlab.sim.engine",
     "batchlab.sim.arrivals",

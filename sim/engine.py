@@ -20,6 +20,7 @@ from batchlab.sim.admission import AdmissionLag
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import LATE
 from batchlab.sim.pending_run import PendingRun
+from batchlab.sim.replica_loads import LoadBoard
 from batchlab.sim.resumption import Resumption
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
@@ -99,6 +100,9 @@ class Replica:
         self.lookahead = 0
         self._pending: PendingRun | None = None
         self._finishing: list[Sequence] = []  # a cut run's members that finish as it ends
+        # Told each change of what load() reads (least_loaded priced ahead: sim/replica_loads.py).
+        self.board: LoadBoard | None = None
+        self.board_pos = 0  # this replica's position on it
         # Told the start of each step as it is priced (a KV tier's rows: core/kv_tiers/).
         self.step_note: Callable[[float], None] | None = None
         # Async scheduling (sim/admission.py; set before the loop starts, fast-forward off):
@@ -160,6 +164,7 @@ class Replica:
         pending = self._pending
         assert pending is not None
         self._pending = None
+        self._report()
         m = pending.stop_for(now)
         end, self._finishing = self._apply(pending, m)
         if m < pending.last:
@@ -171,7 +176,14 @@ class Replica:
         pending = self._pending
         if pending is not None:
             self._pending = None
+            self._report()
             self._finishing = self._apply(pending, pending.last)[1]
+
+    def _report(self) -> None:
+        """What load() reads changed: the board (if any) is told."""
+        board = self.board
+        if board is not None:
+            board.changed(self.board_pos, self.outstanding, self._pending)
 
     def _queued(self, seq: Sequence) -> None:
         """A sequence the scheduler took (or rejected): counted, and the loop woken."""
@@ -180,6 +192,7 @@ class Replica:
             self.on_done(seq)
             return
         self.outstanding += 1
+        self._report()
         if self._sleeping:
             self._wake_up()
 
@@ -229,6 +242,7 @@ class Replica:
                 pending = self._plan(batch, now, context, cost)
                 if pending is not None:
                     self._pending = pending
+                    self._report()
                     run = pending.times[pending.last], []
             if run is not None:
                 end, finished = run
@@ -386,5 +400,6 @@ class Replica:
         """Report sequences the scheduler has finished."""
         self.recorder.record_requests(finished, self.index)
         self.outstanding -= len(finished)
+        self._report()
         for seq in finished:
             self.on_done(seq)

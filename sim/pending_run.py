@@ -13,7 +13,7 @@ router sees a member's finish only once the finish is past (finished strictly be
 arrival: one at the same instant is seen after it, as stepping orders them)."""
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
 
 from batchlab.core.batch import Batch
 from batchlab.core.fast_forward import DecodeRun
@@ -35,7 +35,17 @@ class PendingRun:
         """The step a run planned knowing of an arrival at t would end after: the step
         in progress at t, or the last before any an arrival could join if later; at
         most `last`. (t after the run's start: arrivals up to it were pulled before.)"""
-        m = bisect_left(self.times, t, 0, len(self.times) - 1)
+        # bisect_left(times, t, 0, len(times) - 1), in a plain loop: compiled, bisect is a
+        # call through Python and a float comparison through Python per probe.
+        times = self.times
+        lo, hi = 0, len(times) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if times[mid] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        m = lo
         if m < self.sensitive_from - 1:
             m = self.sensitive_from - 1
         return m if m < self.last else self.last
@@ -43,5 +53,32 @@ class PendingRun:
     def finished_before(self, t: float) -> int:
         """Members whose last step comes before stop_for(t): those a cut at t finishes
         (the others finish at the step it ends with, or later)."""
+        return self.finished_at(self.stop_for(t))
+
+    def finished_at(self, m: int) -> int:
+        """finished_before where stop_for gave m."""
         sizes = self.run.num_seqs
-        return sizes[0] - sizes[self.stop_for(t) - 1]
+        return sizes[0] - sizes[m - 1]
+
+    def steady_until(self, t: float) -> float:
+        """A time up to which finished_before stays what it is at t (inf: to the run's
+        end): the end of the step before the next one that finishes a member. (Sizes
+        only fall: nobody joins a run.)"""
+        return self.steady_from(self.stop_for(t), t)
+
+    def steady_from(self, m: int, t: float) -> float:
+        """steady_until(t) where stop_for(t) gave m."""
+        if m < 1:
+            return t  # (not met: t comes after the run's start) read again after t
+        sizes, last = self.run.num_seqs, self.last
+        size = sizes[m - 1]
+        if sizes[last - 1] == size:
+            return math.inf
+        lo, hi = m + 1, last  # the first m2 in lo..hi with sizes[m2 - 1] < size: finishes at stop_for m2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sizes[mid - 1] < size:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.times[lo - 1]  # stop_for(t') >= lo only once t' > times[lo - 1]

@@ -24,6 +24,7 @@ from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
 from batchlab.sim.engine import Replica, StepObserver
+from batchlab.sim.replica_loads import LoadBoard
 from batchlab.sim.router import STATE_READING, make_router
 
 
@@ -141,6 +142,11 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             arrivals.pull_at_each_arrival()
             for e in engines:
                 e.lookahead = replicas
+            if router == "least_loaded":  # kept up to date, not read off every replica
+                board = LoadBoard(env, [e.index for e in engines])
+                for pos, e in enumerate(engines):
+                    e.board, e.board_pos = board, pos
+                pick = board.pick
         if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
             arrivals.submit = engines[0].submit
         settled()
