@@ -27,7 +27,7 @@ from batchlab.core.front_end import FrontEnd
 from batchlab.core.request import Request, Sequence
 from batchlab.core.workload import Workload
 from batchlab.sim.events import urgent
-from batchlab.sim.resumption import Resumption
+from batchlab.sim.resumption import EventQueue, Resumption
 
 
 BLOCK = 1024  # requests made at a time from the workload's columns (pull)
@@ -53,6 +53,7 @@ class Arrivals:
         self._slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
         self._releases: list[float] = []  # times at which held slots come free
         self._alarm: Resumption | None = None  # pull_at_each_arrival's event
+        self.queue: EventQueue | None = None  # where it waits (sim/resumption.py; None: SimPy's)
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
         if not self.pulled:
@@ -90,7 +91,7 @@ class Arrivals:
         """Keep an event at the next arrival's time, which pulls it (pulled, open loop): a
         router that reads the replicas' state reads it at the arrival's own instant, where
         no replica's run need end (sim/pending_run.py)."""
-        self._alarm = Resumption([self._alarm_due])
+        self._alarm = Resumption([self._alarm_due], self.queue)
         if self._next_time < math.inf:
             self._alarm.push(self.env, self._next_time, URGENT)
 

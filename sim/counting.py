@@ -14,18 +14,28 @@ import batchlab.sim.simulate  # noqa: F401  (loaded: counting_decisions patches 
 @contextmanager
 def counting_events() -> Iterator[list[int]]:
     """Count the events SimPy processes inside the block (for benchmarks and tests of
-    fast-forward): `with counting_events() as n: ...; n[0]`."""
+    fast-forward), and the waits simulations' EventQueues process (sim/resumption.py):
+    `with counting_events() as n: ...; n[0]`."""
     count = [0]
     real_step = simpy.Environment.step
+    module = sys.modules["batchlab.sim.simulate"]
+    queues, real_queue = [], module.EventQueue
 
     def step(env: simpy.Environment) -> None:
         count[0] += 1
         real_step(env)
+
+    def make(*args, **kw):
+        queues.append(real_queue(*args, **kw))
+        return queues[-1]
     simpy.Environment.step = step
+    module.EventQueue = make
     try:
         yield count
     finally:
         simpy.Environment.step = real_step
+        module.EventQueue = real_queue
+        count[0] += sum(q.processed for q in queues)
 
 
 @contextmanager

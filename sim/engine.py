@@ -21,7 +21,7 @@ from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import LATE
 from batchlab.sim.pending_run import PendingRun
 from batchlab.sim.replica_loads import LoadBoard
-from batchlab.sim.resumption import Resumption
+from batchlab.sim.resumption import EventQueue, Resumption
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
 # every step.
@@ -29,24 +29,22 @@ from batchlab.sim.resumption import Resumption
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 
 
-def moved_on(env: simpy.Environment, delay: float) -> bool:
+def moved_on(env: simpy.Environment, delay: float, queue: EventQueue | None = None) -> bool:
     """Move SimPy's clock on by `delay` where no other event is due by then: a timeout
     would be the next event, and resuming at once from it is what this does, without the
     event. Returns False (wait on the queue) where one is due first or at the same time
     (an event scheduled earlier goes first at a tie). The time is SimPy's own sum for a
-    timeout, now + delay, so the clock reads the same either way."""
-    t = env._now + delay
-    queue = env._queue
-    if queue and queue[0][0] <= t:
-        return False
-    env._now = t
-    return True
+    timeout, now + delay, so the clock reads the same either way. queue: the
+    simulation's EventQueue (sim/resumption.py), if any, is looked at as well."""
+    return moved_to(env, env._now + delay, queue)
 
 
-def moved_to(env: simpy.Environment, t: float) -> bool:
+def moved_to(env: simpy.Environment, t: float, queue: EventQueue | None = None) -> bool:
     """moved_on to time t exactly (False: wait on the queue until t)."""
-    queue = env._queue
-    if queue and queue[0][0] <= t:
+    events = env._queue
+    if events and events[0][0] <= t:
+        return False
+    if queue is not None and queue.heap and queue.heap[0].t <= t:
         return False
     env._now = t
     return True
@@ -58,7 +56,8 @@ class Replica:
                  on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
                  observer: StepObserver | None = None, closed_loop: bool = False,
-                 window: int = 0, pulled: Arrivals | None = None) -> None:
+                 window: int = 0, pulled: Arrivals | None = None,
+                 queue: EventQueue | None = None) -> None:
         """next_arrival: the earliest time anything may still be submitted (inf if
         never); given, it enables fast-forward over steady decode runs. closed_loop: a
         finish brings its user's next request, so fast-forward stops at finishes and
@@ -67,7 +66,8 @@ class Replica:
         for the windowed step features (of stepped and fast-forwarded steps alike).
         pulled: the open loop's arrivals, which this engine pulls (sim/arrivals.py): those
         due by now are handed on first whenever it resumes, and an idle engine sleeps
-        until the next of them is due."""
+        until the next of them is due. queue: where its waits go (sim/resumption.py;
+        None: SimPy's queue)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
         self.next_arrival = None if observer else next_arrival
@@ -87,7 +87,8 @@ class Replica:
         # _alarm an idle replica's timed wake-up (one that a request came before is
         # stale: ignored when due).
         self._loop_steps = self._loop()
-        self._next = Resumption([self._resume])
+        self.queue = queue
+        self._next = Resumption([self._resume], queue)
         self._alarm: Resumption | None = None
         self._sleeping = False  # idle, until a request comes or the alarm is due
         # Pulled arrivals that a round-robin router deals out (sim/simulate.py): only every
@@ -167,9 +168,10 @@ class Replica:
         self._report()
         m = pending.stop_for(now)
         end, self._finishing = self._apply(pending, m)
-        if m < pending.last:
-            self._next = Resumption([self._resume])  # the wait for the whole run goes stale
-            self._next.push(self.env, end, NORMAL)  # where its steps took it, as when stepped
+        if m < pending.last:  # the wait for the whole run comes sooner: where its steps took it
+            if not self._next.move(self.env, end, NORMAL):
+                self._next = Resumption([self._resume], self.queue)  # the old wait goes stale
+                self._next.push(self.env, end, NORMAL)
 
     def settle(self) -> None:
         """Apply a run priced ahead in full (the simulation stopped short: interrupted)."""
@@ -197,7 +199,7 @@ class Replica:
             self._wake_up()
 
     def _loop(self):
-        env, sched, rec, pulled = self.env, self.scheduler, self.recorder, self.pulled
+        env, sched, rec, pulled, queue = self.env, self.scheduler, self.recorder, self.pulled, self.queue
         seats, kv = sched.max_seqs, sched.kv
         windowed_group = sched.group if sched.group is not None and sched.group.window else None
         lag = self.lag
@@ -227,7 +229,7 @@ class Replica:
                         wakeup = None
                 self._sleeping = True
                 if wakeup is not None:
-                    self._alarm = Resumption([self._alarm_due])
+                    self._alarm = Resumption([self._alarm_due], self.queue)
                     self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
                 continue
@@ -248,7 +250,7 @@ class Replica:
                 end, finished = run
                 if self.step_note is not None:  # the run's first step was formed by schedule()
                     self.step_note(now)
-                if not moved_to(env, end):
+                if not moved_to(env, end, queue):
                     # The clock lands where its steps took it, one by one, as when stepped
                     # (now + (end - now) can miss end by an ulp).
                     self._next.push(env, end, NORMAL)
@@ -276,7 +278,7 @@ class Replica:
                     took += sched.kv_home.save_seconds(batch.kv_saved)
                 if self.step_note is not None:
                     self.step_note(start)
-                if not moved_on(env, took):
+                if not moved_on(env, took, queue):
                     self._next.push_after(env, took, NORMAL)
                     yield None
                 now = env._now

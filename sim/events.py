@@ -11,14 +11,20 @@ from __future__ import annotations
 import simpy
 from simpy.events import URGENT, Event
 
+from batchlab.sim.resumption import EventQueue
+
 LATE = 2  # after URGENT (0) and NORMAL (1): a woken engine's priority (sim/engine.py)
 
 
-def run_to_end(env: simpy.Environment, keep_on_interrupt: bool) -> bool:
-    """env.run() to the end; True where Ctrl-C stopped it and keep_on_interrupt keeps what
-    was simulated (a long replay), else the interrupt propagates."""
+def run_to_end(env: simpy.Environment, keep_on_interrupt: bool, queue: EventQueue | None = None) -> bool:
+    """env.run() to the end (queue: with the simulation's EventQueue, sim/resumption.py);
+    True where Ctrl-C stopped it and keep_on_interrupt keeps what was simulated (a long
+    replay), else the interrupt propagates."""
     try:
-        env.run()
+        if queue is None:
+            env.run()
+        else:
+            queue.run()
     except KeyboardInterrupt:
         if not keep_on_interrupt:
             raise

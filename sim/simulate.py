@@ -25,6 +25,7 @@ from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
 from batchlab.sim.engine import Replica, StepObserver
 from batchlab.sim.replica_loads import LoadBoard
+from batchlab.sim.resumption import EventQueue
 from batchlab.sim.router import STATE_READING, make_router
 
 
@@ -110,6 +111,10 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             progress(1)
 
     arrivals = Arrivals(env, workload, submit, front_end)
+    # Pulled open loop: the replicas' and arrivals' waits on a compiled queue of their own
+    # (sim/resumption.py), where SimPy's queue is Python code an event.
+    queue = EventQueue(env) if arrivals.pulled else None
+    arrivals.queue = queue
     done = on_done if progress is not None else arrivals.done
     next_arrival = arrivals.next_time
     if arrivals.closed_loop and replicas > 1:
@@ -124,7 +129,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             engines.append(Replica(env, i, sched, cost, rec,
                                    done, next_arrival if fast_forward and not async_scheduling else None,
                                    observer, closed_loop=arrivals.closed_loop, window=window,
-                                   pulled=arrivals if arrivals.pulled else None))
+                                   pulled=arrivals if arrivals.pulled else None, queue=queue))
             if async_scheduling:
                 engines[-1].lag = AdmissionLag()
         homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
@@ -150,7 +155,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
             arrivals.submit = engines[0].submit
         settled()
-        interrupted = run_to_end(env, keep_on_interrupt)  # Ctrl-C may keep what was simulated
+        interrupted = run_to_end(env, keep_on_interrupt, queue)  # Ctrl-C may keep what was simulated
     for e in engines:  # nothing should be left unless interrupted; rows say so
         e.settle()  # a run priced ahead, as far as it went
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
