@@ -15,8 +15,8 @@ event like any other.
 EventQueue: the Resumptions of a simulation kept apart from SimPy's queue (sim/simulate.py,
 pulled open loop), in a heap compared on plain fields, and processed by a compiled loop
 (EventQueue.run) merged with SimPy's queue in the one order, (time, priority, turn).
-SimPy's heap of tuples compares through Python (about 5,000 instructions a pop among 64
-replicas' waits) and Environment.step is Python code a event
+SimPy's heap of tuples compares through Python (about 4,700 instructions a pop among 64
+replicas' waits) and Environment.step is Python code an event
 (docs/results/2026-12-07-replicas-wake.md). A wait queued there can also be moved
 (Resumption.move): a run cut short does not leave its old wait to come due for nothing."""
 from __future__ import annotations
