@@ -1,6 +1,7 @@
-"""The simulator's hot path compiled with mypyc (batchlab/_compiled.py lists it), wherever
-mypyc and a C compiler work; otherwise, or with BATCHLAB_PURE=1, the pure-Python package
-alone. Everything else about the distribution is in pyproject.toml."""
+"""The simulator's hot path compiled with mypyc (batchlab/_compiled.py lists it; the few
+modules it lists IN_C are built from their .c), wherever mypyc and a C compiler work;
+otherwise, or with BATCHLAB_PURE=1, the pure-Python package alone. Everything else about
+the distribution is in pyproject.toml."""
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -16,10 +17,16 @@ ROOT = Path(__file__).resolve().parent
 FOLDERS = {"core": "core", "sim": "sim"}
 
 
-def hot_modules() -> tuple[str, ...]:
+def hot_modules() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(HOT, IN_C) of batchlab/_compiled.py: the modules compiled, and those of them in C."""
     space: dict = {}
     exec((ROOT / "batchlab" / "_compiled.py").read_text(), space)  # no import: not installed yet
-    return space["HOT"]
+    return space["HOT"], space["IN_C"]
+
+
+def source_of(module: str, suffix: str) -> str:
+    """batchlab.core.kv -> core/kv.py (suffix ".py"), relative to the current folder."""
+    return module.split(".", 1)[1].replace(".", "/") + suffix
 
 
 def staged_sources(stage: Path) -> list[str]:
@@ -32,8 +39,8 @@ def staged_sources(stage: Path) -> list[str]:
     shutil.copy(ROOT / "batchlab" / "__init__.py", pkg / "__init__.py")
     for name, folder in FOLDERS.items():
         (pkg / name).symlink_to(ROOT / folder, target_is_directory=True)
-    return [os.path.relpath(pkg / (m.split(".", 1)[1].replace(".", "/") + ".py"))
-            for m in hot_modules()]
+    hot, in_c = hot_modules()
+    return [os.path.relpath(pkg / source_of(m, ".py")) for m in hot if m not in in_c]
 
 
 # The commands that build: metadata alone (egg_info, dist_info) needs no compiling.
@@ -52,9 +59,10 @@ def compiled_extensions() -> list:
         paths = staged_sources(Path("build") / "mypyc-src")
         # Imports outside the hot modules are typed only as far as they need: the same
         # whether or not numpy and simpy are installed where this builds.
+        in_c = [Extension(m, [source_of(m, ".c")]) for m in hot_modules()[1]]
         return mypycify(["--no-site-packages", "--ignore-missing-imports",
                          "--follow-imports=silent", *paths],
-                        opt_level="3", group_name="batchlab._hot", target_dir="build/mypyc")
+                        opt_level="3", group_name="batchlab._hot", target_dir="build/mypyc") + in_c
     except (Exception, SystemExit) as e:  # noqa: BLE001 - mypyc exits on a type error
         print(f"batchlab: not compiling the hot path ({type(e).__name__}: {e}); pure Python",
               file=sys.stderr)
@@ -69,6 +77,14 @@ class OptionalBuildExt(build_ext):
         super().finalize_options()
         if self.parallel is None:  # one C file per module: compile them side by side
             self.parallel = os.cpu_count() or 1
+
+    def build_extension(self, ext) -> None:
+        if ext.name in hot_modules()[1]:
+            # The modules in C repeat their .py's float arithmetic to the bit: no a * b + c
+            # fused into one rounding (GCC and clang may fuse by default on some targets).
+            strict = "/fp:strict" if self.compiler.compiler_type == "msvc" else "-ffp-contract=off"
+            ext.extra_compile_args = [*ext.extra_compile_args, strict]
+        super().build_extension(ext)
 
     def run(self) -> None:
         try:

@@ -48,7 +48,13 @@ HOT = (
     "batchlab.sim.router",
     "batchlab.sim.engine",
     "batchlab.sim.arrivals",
+    "batchlab.core.run_clock",
 )
+# Hot modules written in C as well (setup.py builds each from the .c beside its .py, with
+# no fused multiply-adds): the .py is the reference, and what runs where they are not
+# built or under BATCHLAB_PURE=1. A fast-forward run's clock: its times a C double each,
+# no Python float a step (docs/results/2026-12-07-day-of-traffic.md).
+IN_C = ("batchlab.core.run_clock",)
 
 ENV = "BATCHLAB_PURE"
 
@@ -83,17 +89,25 @@ class PureFinder:
 
 def stale_source(package: str) -> str | None:
     """In a checkout built in place (pip install -e), the first hot module whose .py changed
-    after the hot path was compiled (its extension would run the old code), else None.
-    package: the folder of batchlab/__init__.py."""
+    after the hot path was compiled (its extension would run the old code), else None; a
+    module IN_C: its .py or .c, after its own extension. package: the folder of
+    batchlab/__init__.py."""
     libs = [f for f in os.listdir(package) if f.startswith("_hot__mypyc.")]
     checkout = os.path.dirname(package)
     if not libs or not os.path.isfile(os.path.join(checkout, "setup.py")):
         return None
     built = min(os.stat(os.path.join(package, f)).st_mtime for f in libs)
     for name in HOT:
-        source = os.path.join(checkout, *name.split(".")[1:]) + ".py"
-        if os.path.isfile(source) and os.stat(source).st_mtime > built:
-            return os.path.relpath(source, checkout)
+        stem = os.path.join(checkout, *name.split(".")[1:])
+        sources, when = [stem + ".py"], built
+        if name in IN_C:
+            ext = [stem + s for s in importlib.machinery.EXTENSION_SUFFIXES if os.path.isfile(stem + s)]
+            if not ext:
+                continue  # not built: its .py runs
+            sources, when = [stem + ".py", stem + ".c"], os.stat(ext[0]).st_mtime
+        for source in sources:
+            if os.path.isfile(source) and os.stat(source).st_mtime > when:
+                return os.path.relpath(source, checkout)
     return None
 
 

@@ -15,42 +15,54 @@ from __future__ import annotations
 
 from batchlab.core.cost.form import CostModel
 from batchlab.core.features import features_of
+from batchlab.core.run_clock import RunClock
 
 
 class DecodeRun:
-    """Steps 1..len(durations) of a run: each one's duration, batch size and KV read,
-    and its windowed KV read (window_read: a windowed model's run only, else None).
+    """Steps 1..len(num_seqs) of a run: each one's batch size and KV read, its windowed KV
+    read (window_read: a windowed model's run only, else None), and on `clock` its
+    duration and the time it ends (core/run_clock.py: clock.time(0) the run's start).
     kv_read is left empty where the caller keeps no step table (decode_run's rows=False:
     a step table's column alone reads it, and its large ints cost an object a step).
     (A plain class: compiled, a dataclass's __init__ stays interpreted.)"""
-    __slots__ = ("durations", "num_seqs", "kv_read", "window_read")
+    __slots__ = ("clock", "num_seqs", "kv_read", "window_read")
 
-    def __init__(self) -> None:
-        self.durations: list[float] = []
+    def __init__(self, t0: float = 0.0) -> None:
+        self.clock = RunClock(t0)
         self.num_seqs: list[int] = []
         self.kv_read: list[int] = []
         self.window_read: list[int] | None = None
 
+    @property
+    def durations(self) -> list[float]:
+        return self.clock.durations()
+
 
 def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: list[int],
                c_sums: list[int], k: int, after_prefill: int = 0, after_idle: int = 0,
-               rows: bool = True) -> DecodeRun:
+               rows: bool = True, t0: float = 0.0) -> DecodeRun:
     """Price steps 1..k of a run of n sequences holding `cached` tokens in all, where
     counts[i] of them, holding c_sums[i] cached tokens, take their last step at stops[i]
-    (distinct, ascending, >= 1 and < k). Between two finishes the batch size is constant
-    and the KV read grows by n a step: a stretch of equal size is one call of the cost
-    model's decode_times (which prices it in the cheapest form for its length).
+    (distinct, ascending, >= 1 and < k), from time t0. Between two finishes the batch size
+    is constant and the KV read grows by n a step: a stretch of equal size is one call of
+    the cost model's decode_into (which prices it in the cheapest form for its length).
     rows=False: no KV read a step (run.kv_read stays empty)."""
-    run = DecodeRun()
-    durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
-    start, cached0 = 1, cached
+    run = DecodeRun(t0)
+    clock, sizes, reads = run.clock, run.num_seqs, run.kv_read
+    start, priced = 1, 0  # priced: steps of the stretch priced already
+    if after_prefill or after_idle:  # the first priced as stepping prices it: from its own features
+        kv = cached + n  # the first step's read: every member's context and token
+        clock.add(cost.step_time(features_of(n, 0, 0, n, kv, kv, after_prefill, after_idle, 0, 0, 0, 0, 0)))
+        priced = 1
     # Stretch by stretch, steps start..stop; none is empty. (Plain loops: compiled, no
     # range or list per stretch.)
     for i in range(len(stops) + 1):
         stop = stops[i] if i < len(stops) else k
         length = stop - start + 1
         kv0 = cached + start * n
-        durations.extend(cost.decode_times(n, kv0, length))
+        if length > priced:
+            cost.decode_into(clock, n, kv0 + priced * n, length - priced)
+        priced = 0
         if rows:
             for j in range(length):
                 sizes.append(n)
@@ -61,16 +73,12 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
         start = stop + 1
         if i < len(stops):  # sequences whose last step is `stop` leave after it
             n, cached = n - counts[i], cached - c_sums[i]
-    if after_prefill or after_idle:  # priced as stepping prices it: from its own features
-        kv = cached0 + sizes[0]  # the first step's read: every member's context and token
-        durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
-                                                  after_prefill, after_idle, 0, 0, 0, 0, 0))
     return run
 
 
 def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_base: int, tick: int,
                       window: int, changes: list[tuple[int, int, int, int, int]], k: int,
-                      after_prefill: int = 0, after_idle: int = 0) -> DecodeRun:
+                      after_prefill: int = 0, after_idle: int = 0, t0: float = 0.0) -> DecodeRun:
     """decode_run for a model with a sliding window: steps 1..k of a run from `tick` of n
     sequences holding `cached` tokens, open_n of them inside the window (their bases, the
     tokens they held at tick 0, summing to open_base), the rest full. changes, sorted:
@@ -78,8 +86,9 @@ def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_ba
     that step on (2..k): a finish leaves all four, an open sequence that fills the window
     only the open ones. Between changes a stretch is one call of the cost model's
     window_decode_times."""
-    run = DecodeRun()
-    durations, sizes, reads = run.durations, run.num_seqs, run.kv_read
+    run = DecodeRun(t0)
+    durations: list[float] = []
+    sizes, reads = run.num_seqs, run.kv_read
     windowed: list[int] = []
     run.window_read = windowed
     start, i, count = 1, 0, len(changes)
@@ -103,4 +112,5 @@ def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_ba
         kv, w = reads[0], windowed[0]
         durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
                                                   after_prefill, after_idle, 0, w, w, 0, 0))
+    run.clock.extend(durations)
     return run

@@ -20,6 +20,7 @@ from batchlab.core.columns import extend
 from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
+from batchlab.core.run_clock import RunClock
 from batchlab.core.step_runs import RunLog, with_runs
 from batchlab.core.summary import StepSums
 
@@ -71,12 +72,11 @@ class MetricsRecorder:
         self._gap_replica = array("q")
         self._gap_start = array("q")
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
-        # Without a step table, a fast-forward run's gaps wait as its token times (those
-        # of steps 1..m, end to end, m a run) and counts (steps 2..m's sizes, a size and
-        # its steps for each stretch), and are taken apart in numpy at the fold: the
-        # histogram counts gaps whatever their order.
-        self._run_times: list[float] = []
-        self._run_steps: list[int] = []
+        # Without a step table, a fast-forward run's gaps (steps 2..m's, as doubles from its
+        # clock: no Python float a gap) wait apart from their counts (steps 2..m's sizes, a
+        # size and its steps for each stretch), which are expanded in numpy at the fold:
+        # the histogram counts gaps whatever their order.
+        self._run_gaps = array("d")
         self._run_sizes: list[int] = []  # the counts run-length coded: sizes ...
         self._run_lengths: list[int] = []  # ... and how many steps each held
 
@@ -173,26 +173,25 @@ class MetricsRecorder:
         self._gaps_after(start, end, [s.last_token for s in fresh], old)
         group.last = end
 
-    def record_decode_run(self, replica: int, times: list[float], num_seqs: list[int],
+    def record_decode_run(self, replica: int, clock: RunClock, m: int, num_seqs: list[int],
                           kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
                           seats: int, batch: Batch, cached_blocks: int = 0,
                           context: tuple[int, int] = (0, 0), window_read: list[int] | None = None) -> None:
-        """m decode-only steps of the decode group at once, the first one `batch`
-        (see core/decode_group.py): step j ran from times[j-1] to times[j] with
-        num_seqs[j-1] members (a run neither caches nor evicts: cached_blocks holds);
-        context: the first step's (after_prefill, after_idle), the later ones follow a
-        decode. window_read: a windowed model's windowed KV reads, a step each (None:
-        the KV reads). The same rows, gaps, totals and token stamps as m calls
-        of record_step."""
-        m = len(num_seqs)  # (kv_blocks_used: without a step table, their sum alone will do)
+        """Steps 1..m of a run of the decode group's decode-only steps at once, the first
+        one `batch` (see core/decode_group.py): step j ran from clock.time(j - 1) to
+        clock.time(j) with num_seqs[j - 1] members (a run neither caches nor evicts:
+        cached_blocks holds); context: the first step's (after_prefill, after_idle), the
+        later ones follow a decode. window_read: a windowed model's windowed KV reads, a
+        step each (None: the KV reads). num_seqs, kv_read and window_read: their first m
+        are read (kv_blocks_used: a step each, or without a step table their sum alone).
+        The same rows, gaps, totals and token stamps as m calls of record_step."""
         self._replica(replica)
-        self._group_gaps(times[0], times[1], batch)
+        self._group_gaps(clock.time(0), clock.time(1), batch)
         group = batch.group
         assert group is not None
-        group.last = times[m]
+        group.last = clock.time(m)
         if m > 1 and self._itl_hist is not None:  # folded later (_fold): no object a gap
-            self._run_times.extend(times[1:m + 1])
-            self._run_steps.append(m)
+            self._run_gaps.frombytes(clock.gaps(1, m))
             sizes, lengths = self._run_sizes, self._run_lengths
             size, length = num_seqs[1], 0
             for j in range(1, m):
@@ -204,25 +203,23 @@ class MetricsRecorder:
             sizes.append(size)
             lengths.append(length)
         elif m > 1:  # everyone in step j >= 2 was in step j - 1
-            gaps: list[float] = []
-            for j in range(1, m):  # compiled: zip in a comprehension is a call through Python
-                gaps.append(times[j + 1] - times[j])
-            self.itl_gap.fromlist(gaps)
-            self.itl_count.fromlist(num_seqs[1:])
+            self.itl_gap.frombytes(clock.gaps(1, m))
+            self.itl_count.fromlist(num_seqs[1:m])
         self._maybe_fold()
         self._num_steps += m
         self.decisions += 1
         seat_steps = kv_steps = 0
-        for n in num_seqs:  # compiled: sum() over a list is a call through Python
-            seat_steps += n
+        for j in range(m):  # compiled: sum() over a list is a call through Python
+            seat_steps += num_seqs[j]
         for used in kv_blocks_used:
             kv_steps += used
         self._seated[seats] = self._seated.get(seats, 0) + seat_steps
         self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_steps
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = len(self._step["replica"]) + len(self._step_pending[0])
-            self._runs.add(stepped, replica, times, num_seqs, kv_read, kv_blocks_used,
-                           kv_blocks_total, seats, cached_blocks, context[0], context[1], window_read)
+            self._runs.add(stepped, replica, clock.times(0, m + 1), num_seqs[:m], kv_read[:m],
+                           kv_blocks_used, kv_blocks_total, seats, cached_blocks, context[0], context[1],
+                           window_read[:m] if window_read is not None else None)
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished
@@ -300,18 +297,18 @@ class MetricsRecorder:
 
     def _maybe_fold(self) -> None:
         """Without a step table, keep at most FOLD_EVERY gap pairs before the histogram."""
-        if self._itl_hist is not None and len(self.itl_gap) + len(self._run_times) > FOLD_EVERY:
+        if self._itl_hist is not None and len(self.itl_gap) + len(self._run_gaps) > FOLD_EVERY:
             self._fold()
 
     def _fold(self) -> None:
         hist = self._itl_hist
         assert hist is not None
         gaps, counts = _np(self.itl_gap), _np(self.itl_count)
-        if self._run_steps:
+        if self._run_sizes:
             sizes = np.array(self._run_sizes, dtype=np.int64)
-            gaps = np.concatenate((gaps, run_gaps(self._run_times, self._run_steps)))
+            gaps = np.concatenate((gaps, np.frombuffer(self._run_gaps, dtype=np.float64)))
             counts = np.concatenate((counts, np.repeat(sizes, np.array(self._run_lengths, dtype=np.int64))))
-            self._run_times, self._run_steps, self._run_sizes, self._run_lengths = [], [], [], []
+            self._run_gaps, self._run_sizes, self._run_lengths = array("d"), [], []
         hist.add(gaps, counts)
         self.itl_gap, self.itl_count = array("d"), array("q")
 
@@ -346,16 +343,6 @@ def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
             col.extend(rows)
         else:
             extend(col, rows)
-
-
-def run_gaps(times: list[float], steps: list[int]) -> np.ndarray:
-    """The gaps between consecutive token times within each run, from runs' times end to
-    end (steps[i] of run i): the very differences stepping computes, in run order."""
-    t = np.fromiter(times, dtype=np.float64, count=len(times))  # cheaper than np.array's discovery
-    gaps = t[1:] - t[:-1]
-    keep = np.ones(len(gaps), dtype=bool)
-    keep[np.cumsum(np.array(steps[:-1], dtype=np.int64)) - 1] = False  # one run's last to the next's first
-    return gaps[keep]
 
 
 def _np(col: array | list) -> np.ndarray:

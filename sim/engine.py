@@ -3,7 +3,6 @@ replica resumes itself: sim/resumption.py)."""
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from typing import Callable
 
 import simpy
@@ -167,7 +166,7 @@ class Replica:
         self._pending = None
         self._report()
         m = pending.stop_for(now)
-        end, self._finishing = self._apply(pending, m)
+        end, self._finishing = self._apply(pending.batch, pending.run, pending.context, m)
         if m < pending.last:  # the wait for the whole run comes sooner: where its steps took it
             if not self._next.move(self.env, end, NORMAL):
                 self._next = Resumption([self._resume], self.queue)  # the old wait goes stale
@@ -179,7 +178,7 @@ class Replica:
         if pending is not None:
             self._pending = None
             self._report()
-            self._finishing = self._apply(pending, pending.last)[1]
+            self._finishing = self._apply(pending.batch, pending.run, pending.context, pending.last)[1]
 
     def _report(self) -> None:
         """What load() reads changed: the board (if any) is told."""
@@ -241,8 +240,11 @@ class Replica:
             elif not self.lookahead:
                 run = self._fast_forward(batch, now, context, cost)
             else:  # priced ahead, applied as it ends or as an arrival routed here cuts it
-                pending = self._plan(batch, now, context, cost)
-                if pending is not None:
+                planned = self._plan(batch, now, context, cost)
+                if planned is not None:
+                    priced, sensitive_from, m = planned
+                    times = priced.clock.times(0, len(priced.clock) + 1)  # PendingRun's list
+                    pending = PendingRun(batch, priced, times, context, sensitive_from, m)
                     self._pending = pending
                     self._report()
                     run = pending.times[pending.last], []
@@ -305,17 +307,12 @@ class Replica:
             return pulled.next_time()
         return pulled.next_time_for(self.index, self.route_every)
 
-    def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> tuple[DecodeRun, list]:
-        """The group's next k steps priced (the first in `context`), and their start
-        times then end times, summed in order as the clock advances when stepping."""
+    def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> DecodeRun:
+        """The group's next k steps priced (the first in `context`), and their times from
+        t0 on its clock, summed in order as the clock advances when stepping."""
         group = self.scheduler.group
         assert group is not None  # fast-forward keeps the decodes in a group
-        run = group.price(cost, k, context, self.recorder.record_steps)
-        times = [t0]
-        for d in run.durations:  # summed in order, as the clock advances (and compiled)
-            t0 += d
-            times.append(t0)
-        return run, times
+        return group.price(cost, k, context, self.recorder.record_steps, t0)
 
     def _fast_forward(self, batch: Batch, t0: float, context: tuple[int, int],
                       cost: CostModel) -> tuple[float, list] | None:
@@ -326,14 +323,15 @@ class Replica:
         returns (the time the run ends, the sequences that finish then), or None to step
         normally. t0: now; context: the first step's (after_prefill, after_idle); cost: the price
         of the run's steps (all at the level of the moment it starts)."""
-        pending = self._plan(batch, t0, context, cost)
-        return None if pending is None else self._apply(pending, pending.last)
+        planned = self._plan(batch, t0, context, cost)
+        return None if planned is None else self._apply(batch, planned[0], context, planned[2])
 
     def _plan(self, batch: Batch, t0: float, context: tuple[int, int],
-              cost: CostModel) -> PendingRun | None:
-        """_fast_forward's run, priced and not applied (None: step normally). Priced ahead
-        (lookahead), it ends where its pricing does, about the lookahead-th arrival from
-        now, or earlier where KV memory ends it: only an arrival routed here cuts it."""
+              cost: CostModel) -> tuple[DecodeRun, int, int] | None:
+        """_fast_forward's run, priced and not applied: (the run, sensitive_from, its steps
+        to apply), or None to step normally. Priced ahead (lookahead), it ends where its
+        pricing does, about the lookahead-th arrival from now, or earlier where KV memory
+        ends it: only an arrival routed here cuts it."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
@@ -357,19 +355,20 @@ class Replica:
             guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 2
                      if first > 0 and arrival < math.inf else k)
             while True:
-                run, times = self._run(min(k, guess), t0, context, cost)
-                if times[-2] >= arrival or guess >= k:
+                run = self._run(min(k, guess), t0, context, cost)
+                steps = len(run.clock)
+                if run.clock.time(steps - 1) >= arrival or guess >= k:
                     break
                 guess *= 2
             if self.lookahead:
-                m = len(times) - 1
+                m = steps
             else:
-                m = max(sensitive_from - 1, bisect_left(times, arrival, hi=len(times) - 1))
+                m = max(sensitive_from - 1, run.clock.bisect(arrival, steps))
                 if m < MIN_FAST_FORWARD:
                     return None
         else:
             m = k
-            run, times = self._run(k, t0, context, cost)
+            run = self._run(k, t0, context, cost)
         group, kv = sched.group, sched.kv
         assert group is not None
         # Spare blocks only: a run never evicts a cached block (which one stepping
@@ -377,26 +376,25 @@ class Replica:
         m = group.kv_steps(m, kv.num_spare)
         if m < MIN_FAST_FORWARD:
             return None
-        return PendingRun(batch, run, times, context, sensitive_from, m)
+        return run, sensitive_from, m
 
-    def _apply(self, pending: PendingRun, m: int) -> tuple[float, list]:
-        """Apply steps 1..m of a run priced by _plan: recorded, and the members that finish
-        before step m retired at their times; (the end of step m, those finishing in it)."""
-        sched, run, times = self.scheduler, pending.run, pending.times
+    def _apply(self, batch: Batch, run: DecodeRun, context: tuple[int, int], m: int) -> tuple[float, list]:
+        """Apply steps 1..m of a run priced by _plan (`batch` its first step; context that
+        step's): recorded, and the members that finish before step m retired at their
+        times; (the end of step m, those finishing in it)."""
+        sched, clock = self.scheduler, run.clock
         group, kv = sched.group, sched.kv
         assert group is not None
         kv_used, done = group.advance(m, kv, self.recorder.record_steps)
-        windowed = run.window_read
-        self.recorder.record_decode_run(self.index, times[:m + 1], run.num_seqs[:m],
-                                        run.kv_read[:m], kv_used, kv.num_blocks,
-                                        sched.max_seqs, pending.batch, kv.num_cached,
-                                        pending.context, windowed[:m] if windowed is not None else None)
+        self.recorder.record_decode_run(self.index, clock, m, run.num_seqs, run.kv_read, kv_used,
+                                        kv.num_blocks, sched.max_seqs, batch, kv.num_cached,
+                                        context, run.window_read)
         # The ones that finished before the last step did so before any arrival.
-        early = [(seq, times[step]) for seq, step in done if step < m]
+        early = [(seq, clock.time(step)) for seq, step in done if step < m]
         if early:
             sched.retire([e[0] for e in early], [e[1] for e in early])
             self._finish([e[0] for e in early])
-        return times[m], [seq for seq, step in done if step == m]
+        return clock.time(m), [seq for seq, step in done if step == m]
 
     def _finish(self, finished: list[Sequence]) -> None:
         """Report sequences the scheduler has finished."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from batchlab.core.cost.form import CostForm, CostModel, stretch_times, window_stretch_times
 from batchlab.core.features import StepFeatures
+from batchlab.core.run_clock import RunClock
 from batchlab.core.cost.loop_time import Overhead
 
 
@@ -76,6 +77,12 @@ class CostAtSpeed:
         if self.loop is None:
             return self._price.decode_times(n, kv0, m)
         return stretch_times(self, n, kv0, m)
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        if self.loop is None:
+            self._price.decode_into(clock, n, kv0, m)
+        else:
+            clock.extend(stretch_times(self, n, kv0, m))
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         if self.loop is None:

@@ -15,6 +15,7 @@ from typing import Any
 from batchlab.core.cost.form import line_times
 from batchlab.core.cost.gpu_deployment import stage_terms
 from batchlab.core.features import StepFeatures
+from batchlab.core.run_clock import RunClock
 
 UNPRICED = -1.0  # a kept fixed part not priced yet (every one is a time: at least 0)
 # Mixed steps' terms are kept for fewer tokens (and sequences) than this; larger ones
@@ -132,6 +133,10 @@ class DeployedStep:
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         """DeployedGpuCost.decode_times of a form without windows."""
         return line_times(self.fixed(n), self.kv, self.pair, 0.0, 0.0, False, n, kv0, 0, 0, m)
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        """decode_times onto a run's clock (core/run_clock.py: line_times' arithmetic)."""
+        clock.line(self.fixed(n), self.kv, self.pair, kv0, n, m)
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         return line_times(self.fixed(n), self.kv, self.pair, self.window_kv, self.window_pair,

@@ -9,6 +9,7 @@ import numpy as np
 from mypy_extensions import mypyc_attr
 
 from batchlab.core.features import StepFeatures, features_of
+from batchlab.core.run_clock import RunClock
 
 class CostModel(Protocol):
     """Everything the simulator asks of a price (sim/engine.py, core/fast_forward.py)."""
@@ -25,6 +26,10 @@ class CostModel(Protocol):
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         """step_time of m decode-only steps of n sequences reading kv0, kv0 + n, ... KV
         tokens, in whichever form is cheapest for m (stretch_times is the usual one)."""
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        """decode_times' steps onto a run's clock (core/run_clock.py), the same bits: a
+        price linear in its KV read gives its line, no Python float a step."""
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """decode_times for a model with a sliding window: the steps' windowed KV reads (and
@@ -84,13 +89,16 @@ def line_times(fixed: float, kv_coef: float, pair_coef: float, w_kv_coef: float,
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (setup.py): other forms extend it
 class FormDefaults:
-    """The CostModel methods most forms share: decode stretches priced by stretch_times,
-    one level whatever the clock (at: itself), and at a measured speed every step slowed
+    """The CostModel methods most forms share: decode stretches priced by stretch_times (and
+    onto a run's clock as decode_times prices them), one level whatever the clock (at: itself), and at a measured speed every step slowed
     as a whole (at_speed: Slowed). A form overrides what it does otherwise."""
     __slots__ = ()
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         return stretch_times(cast(CostModel, self), n, kv0, m)
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        clock.extend(self.decode_times(n, kv0, m))
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         return window_stretch_times(cast(CostModel, self), n, kv0, w0, u, m)

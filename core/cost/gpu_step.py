@@ -17,6 +17,7 @@ import numpy as np
 
 from batchlab.core.cost.form import growing
 from batchlab.core.features import StepFeatures, features_of
+from batchlab.core.run_clock import RunClock
 
 # cuBLAS's GEMM kernels for up to ~128 rows (small-M kernels) cost by the rows; beyond,
 # whole tiles of rows (core/cost/gpu_form.py).
@@ -155,11 +156,18 @@ class DenseGpuStep:
         run for long ones."""
         if m >= SHORT_PLAIN:
             return self.decode_run_times(features_of(n, 0, 0, n, kv0, kv0, 0, 0, 0, 0, 0, 0, 0), m).tolist()
-        # _fixed of those features, without building them
-        fixed = self.base(n, n) + (self.self_coef * 0 + self.prefill_coef * 0)
+        fixed = self._decode_fixed(n)
         kv_coef, pair_coef = self.kv_coef, self.pair_coef
         out: list[float] = []
         for j in range(m):  # a for statement: compiled, a comprehension's range is a Python call
             kv = kv0 + j * n
             out.append(fixed + (kv_coef * kv + pair_coef * kv))
         return out
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        """decode_times onto a run's clock: the same line, summed there."""
+        clock.line(self._decode_fixed(n), self.kv_coef, self.pair_coef, kv0, n, m)
+
+    def _decode_fixed(self, n: int) -> float:
+        """_fixed of a decode-only step of n sequences, without building its features."""
+        return self.base(n, n) + (self.self_coef * 0 + self.prefill_coef * 0)

@@ -19,6 +19,7 @@ import numpy as np
 
 from batchlab.core.cost.form import CostModel, window_stretch_times
 from batchlab.core.features import StepFeatures
+from batchlab.core.run_clock import RunClock
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class DraftedCost:
 
     def decode_times(self, n: int, kv0: int, m: int) -> list[float]:
         return [self.step_time(StepFeatures(n, 0, 0, n, kv, kv)) for kv in range(kv0, kv0 + m * n, n)]
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        clock.extend(self.decode_times(n, kv0, m))
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         return window_stretch_times(self, n, kv0, w0, u, m)

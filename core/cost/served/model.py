@@ -24,6 +24,7 @@ from batchlab.core.cost.served.formats import WeightFormats
 from batchlab.core.cost.served.host import overlapped
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.features import StepFeatures
+from batchlab.core.run_clock import RunClock
 
 
 BF16 = WeightFormats()
@@ -161,6 +162,20 @@ class ServedGpuCost(FormDefaults):
                 return deployed.window_decode_times(n, kv0, 0, 0, m)
             return stretch_times(self, n, kv0, m)
         return (self.eager if eager else self.graph).decode_times(n, kv0, m)
+
+    def decode_into(self, clock: RunClock, n: int, kv0: int, m: int) -> None:
+        """decode_times onto a run's clock: a flattened or deployed step's line there."""
+        if not self.host_overlap:
+            eager = n > self.max_capture_tokens
+            step = self.eager_step if eager else self.graph_step
+            if step is not None:
+                step.decode_into(clock, n, kv0, m)
+                return
+            deployed = self.eager_deployed if eager else self.graph_deployed
+            if deployed is not None and not deployed.windowed:
+                deployed.decode_into(clock, n, kv0, m)
+                return
+        clock.extend(self.decode_times(n, kv0, m))
 
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
