@@ -230,24 +230,21 @@ class DecodeGroup:
 
     def _taken_sums(self, m: int) -> tuple[int, int]:
         """_taken(m)'s sum, and its sum with the i-th weighted by m - i (the steps whose
-        count of blocks in use it is part of), without the list."""
+        count of blocks in use it is part of), without the list: between finishes the
+        members' needs cycle with the block size, summed in closed form (_cycle_sums)."""
         t, bs = self.tick, self.block_size
         phase = self._phase[:]
         total = weighted = 0
         j = 2  # next step to count; step j runs from tick t + j - 1 (index j - 1)
         for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
             r = f - t  # its last step: from r + 1 on it takes nothing
-            for step in range(j, r + 1):
-                d = phase[(t + step - 1) % bs]
-                total += d
-                weighted += d * (m - step + 1)
             if r >= j:
-                j = r + 1
+                more, more_weighted = _cycle_sums(phase, t, j, r, m)
+                total, weighted, j = total + more, weighted + more_weighted, r + 1
             phase[-base % bs] -= 1
-        for step in range(j, m + 1):
-            d = phase[(t + step - 1) % bs]
-            total += d
-            weighted += d * (m - step + 1)
+        if m >= j:
+            more, more_weighted = _cycle_sums(phase, t, j, m, m)
+            total, weighted = total + more, weighted + more_weighted
         return total, weighted
 
     def _taken(self, m: int) -> list[int]:
@@ -286,6 +283,24 @@ class DecodeGroup:
         if need:
             seq.block_table += self.owed[-need:]
             del self.owed[-need:]
+
+
+def _cycle_sums(phase: list[int], t: int, a: int, b: int, m: int) -> tuple[int, int]:
+    """Over steps a..b (step s takes phase[(t + s - 1) % len(phase)] blocks): the blocks
+    taken, and their sum weighted by m - s + 1. A residue's steps are s0, s0 + bs, ...:
+    q of them, weights summing to q (m + 1 - s0) - bs q (q - 1) / 2."""
+    bs = len(phase)
+    total = weighted = 0
+    first = (t + a - 1) % bs  # the residue of step a
+    for rho in range(bs):
+        c = phase[rho]
+        if c:
+            s0 = a + (rho - first) % bs
+            if s0 <= b:
+                q = (b - s0) // bs + 1
+                total += c * q
+                weighted += c * (q * (m + 1 - s0) - bs * (q * (q - 1) // 2))
+    return total, weighted
 
 
 def _cycle(phase: list[int], start: int, length: int) -> list[int]:

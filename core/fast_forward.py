@@ -19,16 +19,20 @@ from batchlab.core.run_clock import RunClock
 
 
 class DecodeRun:
-    """Steps 1..len(num_seqs) of a run: each one's batch size and KV read, its windowed KV
-    read (window_read: a windowed model's run only, else None), and on `clock` its
-    duration and the time it ends (core/run_clock.py: clock.time(0) the run's start).
-    kv_read is left empty where the caller keeps no step table (decode_run's rows=False:
-    a step table's column alone reads it, and its large ints cost an object a step).
+    """Steps 1..len(clock) of a run: on `clock` each one's duration and the time it ends
+    (core/run_clock.py: clock.time(0) the run's start); its batch sizes by stretch (sizes[i]
+    sequences in the steps up to ends[i], from the one after ends[i - 1]); and a step each
+    where the caller keeps a step table (decode_run's rows; a windowed model's run always):
+    its batch size and KV read, and its windowed KV read (window_read: a windowed model's
+    run only, else None). Without rows those lists stay empty: a step table's columns alone
+    read them, and a list a step costs objects a step.
     (A plain class: compiled, a dataclass's __init__ stays interpreted.)"""
-    __slots__ = ("clock", "num_seqs", "kv_read", "window_read")
+    __slots__ = ("clock", "sizes", "ends", "num_seqs", "kv_read", "window_read")
 
     def __init__(self, t0: float = 0.0) -> None:
         self.clock = RunClock(t0)
+        self.sizes: list[int] = []
+        self.ends: list[int] = []
         self.num_seqs: list[int] = []
         self.kv_read: list[int] = []
         self.window_read: list[int] | None = None
@@ -36,6 +40,17 @@ class DecodeRun:
     @property
     def durations(self) -> list[float]:
         return self.clock.durations()
+
+    def sizes_by_step(self) -> list[int]:
+        """The batch size of each step, from the stretches."""
+        out: list[int] = []
+        start = 1
+        for i in range(len(self.sizes)):
+            n = self.sizes[i]
+            for _ in range(start, self.ends[i] + 1):
+                out.append(n)
+            start = self.ends[i] + 1
+        return out
 
 
 def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: list[int],
@@ -46,7 +61,7 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
     (distinct, ascending, >= 1 and < k), from time t0. Between two finishes the batch size
     is constant and the KV read grows by n a step: a stretch of equal size is one call of
     the cost model's decode_into (which prices it in the cheapest form for its length).
-    rows=False: no KV read a step (run.kv_read stays empty)."""
+    rows=False: no batch size or KV read a step (run.num_seqs and run.kv_read stay empty)."""
     run = DecodeRun(t0)
     clock, sizes, reads = run.clock, run.num_seqs, run.kv_read
     start, priced = 1, 0  # priced: steps of the stretch priced already
@@ -63,13 +78,12 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
         if length > priced:
             cost.decode_into(clock, n, kv0 + priced * n, length - priced)
         priced = 0
+        run.sizes.append(n)
+        run.ends.append(stop)
         if rows:
             for j in range(length):
                 sizes.append(n)
                 reads.append(kv0 + j * n)
-        else:
-            for j in range(length):
-                sizes.append(n)
         start = stop + 1
         if i < len(stops):  # sequences whose last step is `stop` leave after it
             n, cached = n - counts[i], cached - c_sums[i]
@@ -103,6 +117,8 @@ def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_ba
         # open sequences read their base + tick + 1 in the step from tick + start - 1
         w0 = open_base + open_n * (tick + start) + (n - open_n) * window
         durations.extend(cost.window_decode_times(n, kv0, w0, open_n, length))
+        run.sizes.append(n)
+        run.ends.append(stop)
         for j in range(length):
             sizes.append(n)
             reads.append(kv0 + j * n)

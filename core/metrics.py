@@ -20,7 +20,7 @@ from batchlab.core.columns import extend
 from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
-from batchlab.core.run_clock import RunClock
+from batchlab.core.fast_forward import DecodeRun
 from batchlab.core.step_runs import RunLog, with_runs
 from batchlab.core.summary import StepSums
 
@@ -173,53 +173,62 @@ class MetricsRecorder:
         self._gaps_after(start, end, [s.last_token for s in fresh], old)
         group.last = end
 
-    def record_decode_run(self, replica: int, clock: RunClock, m: int, num_seqs: list[int],
-                          kv_read: list[int], kv_blocks_used: list[int], kv_blocks_total: int,
-                          seats: int, batch: Batch, cached_blocks: int = 0,
-                          context: tuple[int, int] = (0, 0), window_read: list[int] | None = None) -> None:
-        """Steps 1..m of a run of the decode group's decode-only steps at once, the first
-        one `batch` (see core/decode_group.py): step j ran from clock.time(j - 1) to
-        clock.time(j) with num_seqs[j - 1] members (a run neither caches nor evicts:
+    def record_decode_run(self, replica: int, run: DecodeRun, m: int, kv_blocks_used: list[int],
+                          kv_blocks_total: int, seats: int, batch: Batch, cached_blocks: int = 0,
+                          context: tuple[int, int] = (0, 0)) -> None:
+        """Steps 1..m of a run of the decode group's decode-only steps at once
+        (core/fast_forward.py), the first one `batch` (see core/decode_group.py): step j
+        ran from clock.time(j - 1) to clock.time(j) (a run neither caches nor evicts:
         cached_blocks holds); context: the first step's (after_prefill, after_idle), the
-        later ones follow a decode. window_read: a windowed model's windowed KV reads, a
-        step each (None: the KV reads). num_seqs, kv_read and window_read: their first m
-        are read (kv_blocks_used: a step each, or without a step table their sum alone).
-        The same rows, gaps, totals and token stamps as m calls of record_step."""
+        later ones follow a decode. kv_blocks_used: a step each, or without a step table
+        their sum alone; with one, the run has its lists a step (num_seqs, kv_read and a
+        windowed model's window_read). The same rows, gaps, totals and token stamps as m
+        calls of record_step."""
+        clock = run.clock
         self._replica(replica)
         self._group_gaps(clock.time(0), clock.time(1), batch)
         group = batch.group
         assert group is not None
         group.last = clock.time(m)
-        if m > 1 and self._itl_hist is not None:  # folded later (_fold): no object a gap
-            self._run_gaps.frombytes(clock.gaps(1, m))
-            sizes, lengths = self._run_sizes, self._run_lengths
-            size, length = num_seqs[1], 0
-            for j in range(1, m):
-                if num_seqs[j] != size:
-                    sizes.append(size)
-                    lengths.append(length)
-                    size, length = num_seqs[j], 0
-                length += 1
-            sizes.append(size)
-            lengths.append(length)
-        elif m > 1:  # everyone in step j >= 2 was in step j - 1
-            self.itl_gap.frombytes(clock.gaps(1, m))
-            self.itl_count.fromlist(num_seqs[1:m])
+        # Steps 2..m's gaps, of those in the step before (all of the step's members), and
+        # the members summed over steps 1..m, stretch by stretch (steps start..stop).
+        seat_steps, start = 0, 1
+        folded = self._itl_hist is not None
+        if m > 1:
+            gaps = clock.gaps(1, m)
+            if folded:  # folded later (_fold): no object a gap
+                self._run_gaps.frombytes(gaps)
+            else:
+                self.itl_gap.frombytes(gaps)
+        for i in range(len(run.sizes)):
+            n, stop = run.sizes[i], run.ends[i]
+            if stop > m:
+                stop = m
+            seat_steps += n * (stop - start + 1)
+            first = 2 if start < 2 else start
+            if stop >= first:
+                if folded:
+                    self._run_sizes.append(n)
+                    self._run_lengths.append(stop - first + 1)
+                else:
+                    self.itl_count.fromlist([n] * (stop - first + 1))
+            if stop == m:
+                break
+            start = stop + 1
         self._maybe_fold()
         self._num_steps += m
         self.decisions += 1
-        seat_steps = kv_steps = 0
-        for j in range(m):  # compiled: sum() over a list is a call through Python
-            seat_steps += num_seqs[j]
-        for used in kv_blocks_used:
+        kv_steps = 0
+        for used in kv_blocks_used:  # compiled: sum() over a list is a call through Python
             kv_steps += used
         self._seated[seats] = self._seated.get(seats, 0) + seat_steps
         self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_steps
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = len(self._step["replica"]) + len(self._step_pending[0])
-            self._runs.add(stepped, replica, clock.times(0, m + 1), num_seqs[:m], kv_read[:m],
+            window = run.window_read
+            self._runs.add(stepped, replica, clock.times(0, m + 1), run.num_seqs[:m], run.kv_read[:m],
                            kv_blocks_used, kv_blocks_total, seats, cached_blocks, context[0], context[1],
-                           window_read[:m] if window_read is not None else None)
+                           window[:m] if window is not None else None)
 
     def record_requests(self, seqs: list[Sequence], replica: int) -> None:
         """Rows for finished, rejected or (at the end of an interrupted run) unfinished

@@ -243,7 +243,9 @@ class Replica:
                 planned = self._plan(batch, now, context, cost)
                 if planned is not None:
                     priced, sensitive_from, m = planned
-                    times = priced.clock.times(0, len(priced.clock) + 1)  # PendingRun's list
+                    if not priced.num_seqs:  # PendingRun reads lists a step
+                        priced.num_seqs = priced.sizes_by_step()
+                    times = priced.clock.times(0, len(priced.clock) + 1)
                     pending = PendingRun(batch, priced, times, context, sensitive_from, m)
                     self._pending = pending
                     self._report()
@@ -386,9 +388,8 @@ class Replica:
         group, kv = sched.group, sched.kv
         assert group is not None
         kv_used, done = group.advance(m, kv, self.recorder.record_steps)
-        self.recorder.record_decode_run(self.index, clock, m, run.num_seqs, run.kv_read, kv_used,
-                                        kv.num_blocks, sched.max_seqs, batch, kv.num_cached,
-                                        context, run.window_read)
+        self.recorder.record_decode_run(self.index, run, m, kv_used, kv.num_blocks, sched.max_seqs,
+                                        batch, kv.num_cached, context)
         # The ones that finished before the last step did so before any arrival.
         early = [(seq, clock.time(step)) for seq, step in done if step < m]
         if early:

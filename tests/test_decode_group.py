@@ -135,8 +135,10 @@ def test_price_is_step_time_of_each_step(case):
         assert run.num_seqs[j - 1] == len(alive) and run.kv_read[j - 1] == kv
         want = COST.step_time(StepFeatures(len(alive), 0, 0, len(alive), kv, kv))
         assert abs(run.durations[j - 1] - want) <= 1e-12 * want
-    bare = group.price(COST, k, rows=False)  # no KV reads a step; the rest the same
-    assert bare.durations == run.durations and bare.num_seqs == run.num_seqs and not bare.kv_read
+    assert run.sizes_by_step() == run.num_seqs  # the stretches say the same sizes
+    bare = group.price(COST, k, rows=False)  # no lists a step; the rest the same
+    assert bare.durations == run.durations and not bare.num_seqs and not bare.kv_read
+    assert (bare.sizes, bare.ends) == (run.sizes, run.ends) and bare.sizes_by_step() == run.num_seqs
     # a first step priced from its own features (after a prefill, after idling) alike
     assert group.price(COST, k, (1, 1), rows=False).durations == group.price(COST, k, (1, 1)).durations
 
