@@ -21,9 +21,13 @@ class GapHistogram:
     def add(self, gaps: np.ndarray, counts: np.ndarray) -> None:
         if not len(gaps):
             return
-        with np.errstate(divide="ignore"):
-            i = np.floor(np.log(np.maximum(gaps, G0) / G0) / math.log1p(R))
-        i = np.clip(i, 0, BUCKETS - 1).astype(np.int64)
+        x = np.maximum(gaps, G0)
+        x /= G0  # the same ufuncs in place: the same bits, no temporaries
+        np.log(x, out=x)
+        x /= math.log1p(R)
+        # x >= 0 (the log of at least 1): truncating floors it, and only the top clips.
+        np.minimum(x, BUCKETS - 1, out=x)
+        i = x.astype(np.int64)
         # Counted over the buckets between the smallest and the largest gap only (a fold's
         # gaps span a few thousand of the 276k): integer counts, summed exactly either way.
         lo, hi = int(i.min()), int(i.max()) + 1

@@ -26,6 +26,7 @@ from batchlab.sim.resumption import EventQueue, Resumption
 # every step.
 
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
+WHOLE_RUN = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
 
 
 def moved_on(env: simpy.Environment, delay: float, queue: EventQueue | None = None) -> bool:
@@ -351,11 +352,14 @@ class Replica:
                 arrival = (self._next_pulled(pulled) if pulled is not None
                            else self.next_arrival() if self.next_arrival is not None else math.inf)
             # The guess only sizes the pricing; a decode step of the group as it stands
-            # (its context aside) is near enough.
-            g = batch.group_decodes
-            first = cost.decode_times(g, batch.group_kv + g, 1)[0]
-            guess = (max(sensitive_from, int((arrival - t0) / first) + 1) + 2
-                     if first > 0 and arrival < math.inf else k)
+            # (its context aside) is near enough. A short run is priced whole: a few
+            # instructions a step (core/run_clock.c), less than sizing the guess.
+            guess = k
+            if k > WHOLE_RUN or self.lookahead:
+                g = batch.group_decodes
+                first = cost.decode_times(g, batch.group_kv + g, 1)[0]
+                if first > 0 and arrival < math.inf:
+                    guess = max(sensitive_from, int((arrival - t0) / first) + 1) + 2
             while True:
                 run = self._run(min(k, guess), t0, context, cost)
                 steps = len(run.clock)

@@ -11,7 +11,7 @@ prices the same few shapes a million times, and adds them up as the form does.""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -21,18 +21,19 @@ from batchlab.core.run_clock import RunClock
 
 # cuBLAS's GEMM kernels for up to ~128 rows (small-M kernels) cost by the rows; beyond,
 # whole tiles of rows (core/cost/gpu_form.py).
-SMALL_M_ROWS = 128
+SMALL_M_ROWS: Final = 128
 
 # Decode stretches shorter than this are priced in a plain loop, cheaper than numpy's
 # set-up; longer ones by decode_run_times (the same arithmetic, vectorised). Compiled (this
 # module's file an extension), the loop's step costs a few dozen instructions against
 # numpy's ~30,000 a call: it wins up to a few hundred steps (a lone reply's whole run).
-SHORT_PLAIN = 48 if __file__.endswith(".py") else 256
+SHORT_PLAIN: Final = 48 if __file__.endswith(".py") else 256
 
 # A step's terms are kept for steps of fewer tokens (and sequences) than this; larger ones
-# (rare: static batches of whole prompts) are priced each time, to the same bits.
-KEPT_TOKENS = 1 << 17
-UNPRICED = -1.0  # a kept term not priced yet (every term is a time: at least 0)
+# (rare: static batches of whole prompts) are priced each time, to the same bits. (Final:
+# compiled, a constant, not a look-up in the module's globals each step.)
+KEPT_TOKENS: Final = 1 << 17
+UNPRICED: Final = -1.0  # a kept term not priced yet (every term is a time: at least 0)
 
 
 def gemm_rows(tokens: float, tile: float) -> float:
