@@ -12,7 +12,7 @@ StepHistory computes both; the simulator and the real driver call it at the same
 points of the loop (an empty schedule; the start of a step; its end)."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 FEATURE_NAMES = ("num_seqs", "num_prefill_seqs", "prefill_tokens", "decode_tokens",
                  "kv_tokens_read", "attention_pairs", "after_prefill", "after_idle", "masked_pairs",
@@ -91,7 +91,7 @@ def features_of(num_seqs: int, num_prefill_seqs: int, prefill_tokens: int, decod
 
 # torch's CPU flash attention works on key tiles of 512 and, with is_causal, skips the
 # tiles above the diagonal: a fresh chunk computes its diagonal tiles whole.
-MASK_TILE = 512
+MASK_TILE: Final = 512  # (Final: compiled, a constant)
 
 
 def masked_pairs(chunk: int, cached: int = 0) -> int:
@@ -103,7 +103,7 @@ def masked_pairs(chunk: int, cached: int = 0) -> int:
     tiles, and a fit there prices the term ~0."""
     if cached:
         return chunk * (chunk - 1) // 2
-    full, rest = divmod(chunk, MASK_TILE)
+    full, rest = chunk // MASK_TILE, chunk % MASK_TILE  # divmod: a call through Python, compiled
     return full * (MASK_TILE * (MASK_TILE - 1) // 2) + rest * (rest - 1) // 2
 
 
