@@ -3,7 +3,7 @@ replica resumes itself: sim/resumption.py)."""
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -124,8 +124,7 @@ class Replica:
         requests due now are handed on (which may wake it)."""
         if event is not self._alarm or not self._sleeping:
             return
-        if self.pulled is not None:
-            self.pulled.pull(self.env._now)
+        self._pull(self.env._now)
         if self._sleeping:
             self._wake_up()
 
@@ -198,7 +197,9 @@ class Replica:
         if self._sleeping:
             self._wake_up()
 
-    def _loop(self):
+    def _loop(self) -> Iterator[None]:
+        # (Typed, this generator is compiled as typed code: untyped, every name in it was
+        # an object, and every call and attribute went through Python.)
         env, sched, rec, pulled, queue = self.env, self.scheduler, self.recorder, self.pulled, self.queue
         seats, kv = sched.max_seqs, sched.kv
         windowed_group = sched.group if sched.group is not None and sched.group.window else None
@@ -206,7 +207,7 @@ class Replica:
         while True:
             now = env._now  # SimPy's `now` is a property: a Python call from compiled code
             if pulled is not None:
-                pulled.pull(now)
+                self._pull(now)
             if windowed_group is not None:
                 windowed_group.now = now  # DecodeGroup.gaps_as_stepped
             if lag:  # those held since before the last step started are let in
@@ -266,7 +267,7 @@ class Replica:
                         self.settle()
                     finished, self._finishing = self._finishing, []
                 if pulled is not None:
-                    pulled.pull(now)
+                    self._pull(now)
                 self.history.ran(now, False)
                 sched.retire(finished, now)
             else:
@@ -288,7 +289,7 @@ class Replica:
                     yield None
                 now = env._now
                 if pulled is not None:
-                    pulled.pull(now)
+                    self._pull(now)
                 self.history.ran(now, features.num_prefill_seqs > 0)
                 finished = sched.complete(batch, now)
                 rec.record_step(self.index, start, now, batch, features,
@@ -300,6 +301,13 @@ class Replica:
                 if self.closed_loop:  # the users' next requests, if sent now, come first
                     self._next.push(env, env._now, LATE)
                     yield None
+
+    def _pull(self, now: float) -> None:
+        """The pulled arrivals due by now handed on (a plain method: compiled, the loop's
+        Optional would call them through Python)."""
+        pulled = self.pulled
+        if pulled is not None:
+            pulled.pull(now)
 
     def _next_pulled(self, pulled: Arrivals) -> float:
         """The next pulled arrival that can come to this replica (inf where any may:
