@@ -20,34 +20,13 @@ from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.events import LATE
 from batchlab.sim.pending_run import PendingRun
 from batchlab.sim.replica_loads import LoadBoard
-from batchlab.sim.resumption import EventQueue, Resumption
+from batchlab.sim.resumption import EventQueue, Resumption, moved_on, moved_to
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
 # every step.
 
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 WHOLE_RUN = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
-
-
-def moved_on(env: simpy.Environment, delay: float, queue: EventQueue | None = None) -> bool:
-    """Move SimPy's clock on by `delay` where no other event is due by then: a timeout
-    would be the next event, and resuming at once from it is what this does, without the
-    event. Returns False (wait on the queue) where one is due first or at the same time
-    (an event scheduled earlier goes first at a tie). The time is SimPy's own sum for a
-    timeout, now + delay, so the clock reads the same either way. queue: the
-    simulation's EventQueue (sim/resumption.py), if any, is looked at as well."""
-    return moved_to(env, env._now + delay, queue)
-
-
-def moved_to(env: simpy.Environment, t: float, queue: EventQueue | None = None) -> bool:
-    """moved_on to time t exactly (False: wait on the queue until t)."""
-    events = env._queue
-    if events and events[0][0] <= t:
-        return False
-    if queue is not None and queue.heap and queue.heap[0].t <= t:
-        return False
-    env._now = t
-    return True
 
 
 class Replica:

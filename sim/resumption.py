@@ -178,3 +178,24 @@ def _simpy_first(event: tuple, r: Resumption) -> bool:
         return priority < r.priority
     turn: int = event[2]
     return turn < r.turn
+
+
+def moved_on(env: simpy.Environment, delay: float, queue: EventQueue | None = None) -> bool:
+    """Move SimPy's clock on by `delay` where no other event is due by then: a timeout
+    would be the next event, and resuming at once from it is what this does, without the
+    event. Returns False (wait on the queue) where one is due first or at the same time
+    (an event scheduled earlier goes first at a tie). The time is SimPy's own sum for a
+    timeout, now + delay, so the clock reads the same either way. queue: the
+    simulation's EventQueue (above), if any, is looked at as well."""
+    return moved_to(env, env._now + delay, queue)
+
+
+def moved_to(env: simpy.Environment, t: float, queue: EventQueue | None = None) -> bool:
+    """moved_on to time t exactly (False: wait on the queue until t)."""
+    events = env._queue
+    if events and events[0][0] <= t:
+        return False
+    if queue is not None and queue.heap and queue.heap[0].t <= t:
+        return False
+    env._now = t
+    return True

@@ -14,7 +14,7 @@ from batchlab.core.schedulers import SCHEDULERS, policy_class
 from batchlab.core.schedulers.continuous import ContinuousScheduler
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from batchlab.sim.engine import moved_on
+from batchlab.sim.resumption import moved_on
 from batchlab.sim.counting import counting_decisions, counting_events
 from tests.draws import admission_orders, params, policies, victim_orders
 from tests.same_runs import COSTS, assert_same
