@@ -4,6 +4,7 @@ throughputs and goodputs add up to the run's."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,41 +14,76 @@ from batchlab.core.summary import SLO, _stats, meets_slo, per_request_latencies,
 BREAKDOWNS = {"by_priority": "priority", "by_replica": "replica"}
 
 
-def class_summary(req: dict[str, np.ndarray], duration: float, slo: SLO | None) -> dict[str, float]:
+@dataclass
+class ClassFigures:
+    """A class's figures that need only its own rows (not the run's duration): they can
+    be computed where the rows are (a replica group's process: sim/replica_groups), and
+    class_summary_of() turns them into the class's summary once the duration is known."""
+    requests: int
+    completed: int
+    rejected: int
+    output_tokens: int
+    stats: dict[str, float]  # latencies (core/summary.py's _stats), in summary order
+    good: int | None  # requests that met the SLO (None: no SLO)
+
+
+def class_figures(req: dict[str, np.ndarray], slo: SLO | None) -> ClassFigures:
     done = req["status"] == "finished"
     lat = per_request_latencies(req)
-    rate = (lambda x: x / duration) if duration and duration > 0 else (lambda x: math.nan)
-    s: dict[str, float] = {
-        "requests": int(len(done)),
-        "completed": int(done.sum()),
-        "rejected": int((req["status"] == "rejected").sum()),
-        "request_throughput": rate(int(done.sum())),
-        "output_throughput": rate(int(req["output_len"][done].sum())),
-    }
+    stats: dict[str, float] = {}
     for name, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2el"), ("queueing_delay", "queue")):
-        s.update(_stats(name, lat[key]))
-    if slo is not None:
-        ok = meets_slo(req, slo)
-        s["request_goodput"] = rate(int(ok.sum()))
-        s["slo_attainment"] = float(ok.sum() / len(done)) if len(done) else math.nan
+        stats.update(_stats(name, lat[key]))
+    return ClassFigures(int(len(done)), int(done.sum()), int((req["status"] == "rejected").sum()),
+                        int(req["output_len"][done].sum()), stats,
+                        None if slo is None else int(meets_slo(req, slo).sum()))
+
+
+def class_summary_of(f: ClassFigures, duration: float) -> dict[str, float]:
+    rate = (lambda x: x / duration) if duration and duration > 0 else (lambda x: math.nan)
+    s: dict[str, float] = {"requests": f.requests, "completed": f.completed, "rejected": f.rejected,
+                           "request_throughput": rate(f.completed), "output_throughput": rate(f.output_tokens),
+                           **f.stats}
+    if f.good is not None:
+        s["request_goodput"] = rate(f.good)
+        s["slo_attainment"] = float(f.good / f.requests) if f.requests else math.nan
     return s
 
 
-def breakdowns(req: dict[str, np.ndarray], slo: SLO | None = None) -> dict[str, dict[str, dict]]:
+def class_summary(req: dict[str, np.ndarray], duration: float, slo: SLO | None) -> dict[str, float]:
+    return class_summary_of(class_figures(req, slo), duration)
+
+
+def figures_by(req: dict[str, np.ndarray], column: str, slo: SLO | None) -> dict[int, ClassFigures]:
+    """Each value of `column` the table has (in increasing order): its rows' figures."""
+    # One stable sort, each class a slice of it (rows in table order, as a mask would
+    # take them): a mask per class and column costs classes x columns passes over the
+    # table (100 replicas, 13 columns: 1,300 passes).
+    col = req[column]
+    if len(col) == 0:
+        return {}
+    order = np.argsort(col, kind="stable")
+    values, starts = np.unique(col[order], return_index=True)
+    ends = [*starts[1:], len(order)]
+    return {int(v): class_figures({c: a[order[lo:hi]] for c, a in req.items()}, slo)
+            for v, lo, hi in zip(values, starts, ends)}
+
+
+def breakdowns(req: dict[str, np.ndarray], slo: SLO | None = None,
+               by_replica: dict[int, ClassFigures] | None = None) -> dict[str, dict[str, dict]]:
     """{"by_priority": {"0": {...}, "1": {...}}, "by_replica": {...}}: each breakdown
-    whose column has more than one value in the run (a single class is the run itself)."""
+    whose column has more than one value in the run (a single class is the run itself).
+    by_replica: the replicas' figures where they were computed already (figures_by of
+    the replica column, as replica groups give them), not computed again here."""
     duration = run_duration(req)
     out = {}
     for key, column in BREAKDOWNS.items():
-        # One stable sort, each class a slice of it (rows in table order, as a mask would
-        # take them): a mask per class and column costs classes x columns passes over the
-        # table (100 replicas, 13 columns: 1,300 passes).
-        col = req[column]
-        if len(col) == 0 or col.min() == col.max():
-            continue
-        order = np.argsort(col, kind="stable")
-        values, starts = np.unique(col[order], return_index=True)
-        ends = [*starts[1:], len(order)]
-        out[key] = {str(int(v)): class_summary({c: a[order[lo:hi]] for c, a in req.items()},
-                                               duration, slo) for v, lo, hi in zip(values, starts, ends)}
+        if key == "by_replica" and by_replica is not None:
+            figures = by_replica
+        else:
+            col = req[column]
+            if len(col) == 0 or col.min() == col.max():
+                continue
+            figures = figures_by(req, column, slo)
+        if len(figures) > 1:
+            out[key] = {str(v): class_summary_of(f, duration) for v, f in sorted(figures.items())}
     return out

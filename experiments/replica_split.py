@@ -9,6 +9,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Callable
 
+from batchlab.core.class_summary import ClassFigures
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments.config import ExperimentConfig
@@ -42,19 +43,23 @@ def check_split(cfg: ExperimentConfig, setup: SimSetup, workload: Workload) -> N
 
 def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, named: tuple[bool, bool],
                    policy: str, workload: Workload, fast_forward: bool, record_steps: bool,
-                   progress: Callable[[int], None]) -> RunResult:
-    """The run of `policy` on `workload`, its replicas in `workers` groups."""
+                   progress: Callable[[int], None]) -> tuple[RunResult, dict[int, ClassFigures]]:
+    """The run of `policy` on `workload`, its replicas in `workers` groups, and each
+    replica's breakdown figures (core/class_summary.py), which the groups' processes
+    compute side by side, under the run's SLO, rather than the merged table's one."""
     groups = replica_groups(cfg.run.replicas, workers)
     tasks = [GroupTask(cfg, *named, policy, Share(workload, cfg.run.replicas, g), g,
                        fast_forward, record_steps) for g in groups]
     sizes = [len(t.share) for t in tasks]
     parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]))
     del tasks
-    return merge(parts, workload)
+    by_replica = {r: f for p in parts for r, f in (p.by_replica or {}).items()}
+    return merge(parts, workload), by_replica
 
 
 def run_group(task: GroupTask) -> GroupRun:
     setup = sim_setup(task.cfg, task.model_named, task.hardware_named)
     return simulate_group(task.share.requests(), task.cfg.run.replicas, task.group, setup.schedulers[task.policy],
                           setup.cost, setup.blocks, meta=setup.meta, fast_forward=task.fast_forward,
-                          record_steps=task.record_steps, keep_on_interrupt=True)
+                          record_steps=task.record_steps, keep_on_interrupt=True, figures=True,
+                          slo=task.cfg.run.slo)

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from batchlab.core.class_summary import breakdowns
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.front_end import FrontEnd
+from batchlab.core.summary import SLO
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
 from batchlab.sim.replica_groups import (Share, check_splittable, group_workload, merge,
@@ -58,6 +60,26 @@ def test_groups_merged_are_the_run_of_all_replicas(scenario, replicas, groups, r
                             record_steps=record_steps, fast_forward=fast)
              for g in replica_groups(replicas, groups)]
     assert_identical(merge(parts[::-1], work), whole)
+
+
+SLOS = st.sampled_from([None, SLO(ttft_ms=50), SLO(tpot_ms=20, e2el_ms=2000), SLO(ttft_ms=1e9)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.integers(2, 7), st.integers(2, 7), SLOS)
+def test_groups_figures_give_the_whole_runs_breakdown(scenario, replicas, groups, slo):
+    """Each replica's breakdown figures, computed in its group's process, give the
+    breakdowns the merged table gives (rates over the whole run's duration)."""
+    work, cfg, blocks, cost, _ = scenario
+    work = work.replace(max_concurrency=None)
+    whole = simulate(work, cfg, COSTS[cost], blocks, replicas=replicas, router="round_robin")
+    parts = [simulate_group(group_workload(work, replicas, g), replicas, g, cfg, COSTS[cost], blocks,
+                            figures=True, slo=slo)
+             for g in replica_groups(replicas, groups)]
+    figures = {r: f for p in parts for r, f in p.by_replica.items()}
+    merged = merge(parts, work)
+    expected = json.dumps(breakdowns(whole.requests, slo))
+    assert json.dumps(breakdowns(merged.requests, slo, figures)) == expected
 
 
 def test_a_loaded_day_in_groups_is_the_same_run():
@@ -120,7 +142,7 @@ def test_coupled_replicas_are_refused_in_one_line(router, workload, front_end, w
 def test_cli_workers_give_the_one_process_output(capsys, tmp_path):
     """Through a real process pool: the same JSON and the same request rows."""
     base = ["simulate", "--num-requests", "400", "--rate", "40", "--replicas", "5", "--policy",
-            "chunked,continuous", "--format", "json"]
+            "chunked,continuous", "--format", "json", "--slo-ttft-ms", "200"]
     outs, tables = [], []
     for workers in ("1", "2"):
         code, out, _ = run_cli([*base, "--workers", workers, "--out", str(tmp_path / workers)], capsys)

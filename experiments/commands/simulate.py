@@ -150,17 +150,18 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
     executor, policy = split
     t0 = time.perf_counter()
     with progress_bar(total=len(workload), desc=name, unit="req", leave=False, mininterval=0.5) as bar:
+        by_replica = None  # computed in the groups' processes, when split
         if executor is not None:  # the replicas in groups, on the executor's processes
-            result = simulate_split(executor, args.workers or cores(), cfg,
-                                    (named(args, "model"), named(args, "hardware")), policy, workload,
-                                    not args.step_by_step, args.step_table, bar.update)
+            result, by_replica = simulate_split(executor, args.workers or cores(), cfg,
+                                                (named(args, "model"), named(args, "hardware")), policy,
+                                                workload, not args.step_by_step, args.step_table, bar.update)
         else:
             result = sim.simulate(workload, scheduler, setup.cost, setup.blocks,
                                   replicas=cfg.run.replicas, router=cfg.run.router, meta=setup.meta,
                                   fast_forward=not args.step_by_step, record_steps=args.step_table,
                                   progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
                                   emission=setup.emission(seed), **setup.tier_options)
-    summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo)}
+    summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo, by_replica)}
     summary["stability"] = queue_stability(result.requests).verdict
     interrupted = result.meta.interrupted
     print(f"[{name}] {summary['completed']:.0f}/{len(workload)} requests, "

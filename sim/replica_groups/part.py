@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batchlab.core.class_summary import ClassFigures, figures_by
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.form import CostModel
 from batchlab.core.run_meta import Record
-from batchlab.core.summary import StepSums
+from batchlab.core.summary import SLO, StepSums
 from batchlab.core.workload import Workload
 from batchlab.sim.replica_groups.rows import PackedRows, pack
 from batchlab.sim.replica_groups.split import global_ids
@@ -27,14 +28,18 @@ class GroupRun:
     gap_counts: np.ndarray | None  # without one: the gap histogram's buckets
     sums: StepSums
     info: dict  # the run's meta fields as this group saw them
+    by_replica: dict[int, ClassFigures] | None = None  # its replicas' breakdown figures, if asked
 
 
 def simulate_group(workload: Workload, replicas: int, group: range, scheduler: SchedulerConfig,
                    cost: CostModel, num_kv_blocks: int, meta: dict | Record | None = None,
                    fast_forward: bool = True, record_steps: bool = True,
-                   keep_on_interrupt: bool = False) -> GroupRun:
+                   keep_on_interrupt: bool = False, figures: bool = False,
+                   slo: SLO | None = None) -> GroupRun:
     """Replicas `group` of a round-robin run of `replicas`; workload: the requests dealt
-    to them (split.group_workload)."""
+    to them (split.group_workload). figures: also each of its replicas' breakdown figures
+    under `slo` (core/class_summary.py), computed here, in the group's process, on its
+    rows alone (a replica's rows in the run's table are the same rows, in the same order)."""
     world = run_world(workload, scheduler, cost, num_kv_blocks, len(group), "round_robin", meta,
                       fast_forward=fast_forward, record_steps=record_steps,
                       keep_on_interrupt=keep_on_interrupt)
@@ -49,5 +54,8 @@ def simulate_group(workload: Workload, replicas: int, group: range, scheduler: S
     requests["request_id"] = global_ids(requests["request_id"], replicas, group)
     if steps is not None:
         steps["replica"] += group.start
+    by_replica = None
+    if figures:
+        by_replica = {group.start + r: f for r, f in figures_by(requests, "replica", slo).items()}
     return GroupRun(group, pack(requests), steps, gaps, counts, None if hist is None else hist.counts,
-                    sums, info)
+                    sums, info, by_replica)
