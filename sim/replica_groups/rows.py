@@ -50,21 +50,42 @@ def pack(requests: dict[str, np.ndarray]) -> PackedRows:
 
 def unpack(parts: list[PackedRows], workload: Workload, replicas: int) -> dict[str, np.ndarray]:
     """The groups' rows as one table by request id; `workload`: the whole run's.
-    Consumes the parts' columns."""
-    ids = np.concatenate([p.columns["request_id"].astype(np.int64) for p in parts])
-    order = np.argsort(ids, kind="stable")
-    ids = ids[order]
+    Consumes the parts' columns. Each part's rows are put (scattered) at their places in
+    the table, in its column's type: no concatenated copy, sort or cast of a whole column."""
+    places = _places([p.columns["request_id"] for p in parts])
+    n = sum(len(p) for p in parts)
+    ids = np.empty(n, np.int64)
+    for p, at in zip(parts, places):
+        ids[at] = p.columns["request_id"]
     first = parts[0]
     out = {}
     for c in list(first.columns):
         if c in FROM_WORKLOAD:
-            col = _from_workload(c, ids, workload, replicas)
+            col = _from_workload(c, ids, workload, replicas).astype(first.types[c], copy=False)
         elif c in first.values:
-            col = _decode([p.columns.pop(c) for p in parts], [p.values[c] for p in parts])[order]
+            col = _decode([p.columns.pop(c) for p in parts], [p.values[c] for p in parts], places, n)
         else:
-            col = np.concatenate([p.columns.pop(c) for p in parts])[order]
-        out[c] = col.astype(first.types[c], copy=False)
+            col = np.empty(n, first.types[c])
+            for p, at in zip(parts, places):
+                col[at] = p.columns.pop(c)
+        out[c] = col
     return out
+
+
+def _places(ids: list[np.ndarray]) -> list[np.ndarray]:
+    """Each part's rows' places in the table by request id (ids distinct): the id itself
+    where the ids are 0..n-1 (every request has its row), else its rank."""
+    n = sum(len(i) for i in ids)
+    if n and max(int(i.max()) for i in ids if len(i)) == n - 1:
+        seen = np.zeros(n, bool)
+        for i in ids:
+            seen[i] = True
+        if seen.all():
+            return [i.astype(np.int64) for i in ids]
+    every = np.concatenate([i.astype(np.int64) for i in ids])
+    rank = np.empty(n, np.int64)
+    rank[np.argsort(every, kind="stable")] = np.arange(n)
+    return np.split(rank, np.cumsum([len(i) for i in ids])[:-1])
 
 
 def _from_workload(c: str, ids: np.ndarray, workload: Workload, replicas: int) -> np.ndarray:
@@ -90,15 +111,16 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, list]:
     return codes, values
 
 
-def _decode(codes: list[np.ndarray], values: list[list]) -> np.ndarray:
-    """The groups' coded columns (each part's codes into its own values) as one column of
-    the values' objects."""
+def _decode(codes: list[np.ndarray], values: list[list], places: list[np.ndarray], n: int) -> np.ndarray:
+    """The groups' coded columns (each part's codes into its own values), each row put at
+    its place, as one column of the values' objects."""
     table: dict = {}
     for vs in values:
         for v in vs:
             table.setdefault(v, len(table))
-    merged = np.concatenate([np.array([table[v] for v in vs], dtype=np.int64)[c]
-                             for c, vs in zip(codes, values)])
+    merged = np.empty(n, np.int64)
+    for c, vs, at in zip(codes, values, places):
+        merged[at] = np.array([table[v] for v in vs], dtype=np.int64)[c]
     lookup = np.empty(len(table), dtype=object)
     lookup[:] = list(table)
     return lookup[merged]

@@ -1,0 +1,43 @@
+"""Groups' request rows packed and unpacked (sim/replica_groups/rows.py): the table by
+request id, every column's values and type, whether or not every request has its row
+(an interrupted run's groups leave some out)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from batchlab.core.workload import Workload
+from batchlab.sim.replica_groups.rows import pack, unpack
+
+STATUS = np.array(["finished", "rejected", "running", None], dtype=object)
+
+
+def table(ids: np.ndarray, n: int, replicas: int) -> dict[str, np.ndarray]:
+    """A request table's columns for request ids `ids`, as a group hands them over."""
+    return {"request_id": ids.astype(np.int64), "replica": ids % replicas,
+            "arrival_s": ids * 0.5, "prompt_len": ids + 1, "output_len": ids % 7 + 1,
+            "priority": ids % 3, "finish_s": np.where(ids % 4 == 0, np.nan, ids * 0.25),
+            "preemptions": ids * 1000 - 5, "status": STATUS[ids % 4], "done": ids % 2 == 0}
+
+
+@given(st.integers(1, 80), st.integers(1, 5), st.data())
+def test_unpacked_rows_are_the_table_by_request_id(n, replicas, data):
+    groups = data.draw(st.integers(1, 4))
+    kept = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    which = data.draw(st.lists(st.integers(0, groups - 1), min_size=n, max_size=n))
+    ids = np.arange(n)[np.array(kept, bool)]
+    if not len(ids):
+        return
+    owner = np.array(which)[ids]
+    parts = [pack(table(ids[owner == g], n, replicas)) for g in range(groups) if (owner == g).any()]
+    work = Workload(np.arange(n) * 0.5, np.arange(n) + 1, np.arange(n) % 7 + 1, priority=np.arange(n) % 3)
+    got = unpack(parts, work, replicas)
+    want = table(ids, n, replicas)
+    assert list(got) == list(want)
+    for c in want:
+        assert got[c].dtype == want[c].dtype, c
+        if want[c].dtype == object:
+            assert got[c].tolist() == want[c].tolist(), c
+        else:
+            assert np.array_equal(got[c], want[c], equal_nan=want[c].dtype.kind == "f"), c
