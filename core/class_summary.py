@@ -12,6 +12,8 @@ from batchlab.core.summary import SLO, _stats, meets_slo, per_request_latencies,
 
 # Which breakdowns a summary carries, and the request column each one reads.
 BREAKDOWNS = {"by_priority": "priority", "by_replica": "replica"}
+# The request columns a class's figures read (per_request_latencies, meets_slo).
+FIGURE_COLUMNS = ("status", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "output_len")
 
 
 @dataclass
@@ -64,7 +66,7 @@ def figures_by(req: dict[str, np.ndarray], column: str, slo: SLO | None) -> dict
     order = np.argsort(col, kind="stable")
     values, starts = np.unique(col[order], return_index=True)
     ends = [*starts[1:], len(order)]
-    return {int(v): class_figures({c: a[order[lo:hi]] for c, a in req.items()}, slo)
+    return {int(v): class_figures({c: req[c][order[lo:hi]] for c in FIGURE_COLUMNS}, slo)
             for v, lo, hi in zip(values, starts, ends)}
 
 
