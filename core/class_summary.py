@@ -31,13 +31,13 @@ class ClassFigures:
 
 def class_figures(req: dict[str, np.ndarray], slo: SLO | None) -> ClassFigures:
     done = req["status"] == "finished"
-    lat = per_request_latencies(req)
+    lat = per_request_latencies(req, done)
     stats: dict[str, float] = {}
     for name, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2el"), ("queueing_delay", "queue")):
         stats.update(_stats(name, lat[key]))
     return ClassFigures(int(len(done)), int(done.sum()), int((req["status"] == "rejected").sum()),
                         int(req["output_len"][done].sum()), stats,
-                        None if slo is None else int(meets_slo(req, slo).sum()))
+                        None if slo is None else int(meets_slo(req, slo, lat).sum()))
 
 
 def class_summary_of(f: ClassFigures, duration: float) -> dict[str, float]:
