@@ -123,9 +123,14 @@ def _dask(address: str, workers: int | None) -> Iterator[tuple[Executor, str]]:
         yield client.get_executor(), f"Dask cluster at {address} ({n} workers)"
 
 
-def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[int, Any], None] | None = None) -> list:
+def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[int, Any], None] | None = None,
+            wait_out_ctrl_c: bool = False) -> list:
     """fn(task) for every task; results in task order; on_done(i, result) as each ends
-    (in a serial run, before the next one starts)."""
+    (in a serial run, before the next one starts). wait_out_ctrl_c: tasks that keep what
+    they did when interrupted (keep_on_interrupt) are waited for after a Ctrl-C in this
+    process: the terminal sent it to their processes too (one process group), and each
+    hands back its part; a second Ctrl-C, or a task that could not keep its part, ends
+    the wait."""
     if isinstance(executor, SerialExecutor):
         results = []
         for i, t in enumerate(tasks):
@@ -135,9 +140,20 @@ def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[in
         return results
     futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
     results: list = [None] * len(tasks)
-    for f in as_completed(futures):
-        i = futures[f]
-        results[i] = f.result()
-        if on_done is not None:
-            on_done(i, results[i])
+    done: set[int] = set()
+    try:
+        for f in as_completed(futures):
+            i = futures[f]
+            results[i] = f.result()
+            done.add(i)
+            if on_done is not None:
+                on_done(i, results[i])
+    except KeyboardInterrupt:
+        if not wait_out_ctrl_c:
+            raise
+        for f, i in futures.items():
+            if i not in done:
+                results[i] = f.result()  # the task's own KeyboardInterrupt, if it kept nothing
+                if on_done is not None:
+                    on_done(i, results[i])
     return results

@@ -51,7 +51,8 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
     tasks = [GroupTask(cfg, *named, policy, Share(workload, cfg.run.replicas, g), g,
                        fast_forward, record_steps) for g in groups]
     sizes = [len(t.share) for t in tasks]
-    parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]))
+    # Ctrl-C: each group keeps what it simulated (run_group), as one process does.
+    parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]), wait_out_ctrl_c=True)
     del tasks
     by_replica = {r: f for p in parts for r, f in (p.by_replica or {}).items()}
     return merge(parts, workload), by_replica

@@ -4,6 +4,7 @@ or search through an interrupt at any worker count, and what Ctrl-C names exists
 local pool's workers end with their parent, even one killed with kill -9."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -135,3 +136,53 @@ def test_ctrl_c_in_calibrate_names_only_a_timings_file_that_exists(timed, tmp_pa
     else:
         assert "before any timing was taken; nothing was written" in err
         assert not measurements_path(out).exists() and str(measurements_path(out)) not in err
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+def test_ctrl_c_in_a_run_split_over_workers_keeps_what_the_groups_simulated(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) while `simulate --workers 2` runs
+    its replicas in two processes: each group keeps what it simulated and the parent waits
+    for them, so the run's rows so far are written and marked interrupted, exit 130, as
+    one process does. The signal goes once both workers have run a while (1.5 CPU-s each,
+    past their start-up): 2,000,000 requests take far longer than that on any machine."""
+    n = 2_000_000
+    proc = subprocess.Popen([sys.executable, "-m", "batchlab", "simulate", "--workload", "chat",
+                             "--num-requests", str(n), "--rate", "2000", "--replicas", "4", "--workers", "2",
+                             "--policy", "chunked", "--no-step-table", "--out", str(tmp_path / "o"),
+                             "--format", "json"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        workers: list[int] = []
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True,
+                                 check=False).stdout
+            workers = [int(p) for p in out.split()]
+            if len(workers) == 2 and min(_cpu_s(w) for w in workers) >= 1.5:
+                break
+        assert len(workers) == 2 and proc.poll() is None, "the run ended, or its workers never started"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 130, err
+    assert "(interrupted)" in err
+    out = tmp_path / "o"
+    meta = json.loads((out / "meta.json").read_text())["chunked"]
+    completed = json.loads((out / "summary.json").read_text())["chunked"]["completed"]
+    rows = len((out / "chunked" / "requests.csv").read_text().splitlines()) - 1
+    assert meta["interrupted"] and meta["replicas"] == 4
+    assert 0 < completed < n and completed <= rows
