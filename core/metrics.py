@@ -297,11 +297,14 @@ class MetricsRecorder:
         if self._runs.runs:
             t = with_runs(t, self._runs)
         replica, start = t["replica"], t["start_s"]
-        later = replica[1:] - replica[:-1]
-        # Already in order (one replica records in time order): a stable sort is the identity.
-        if ((later > 0) | ((later == 0) & (start[1:] >= start[:-1]))).all():
+        if _in_order(replica, start):  # one replica records in time order: nothing to sort
             return t
-        order = np.lexsort((start, replica))
+        # Each replica records its rows in time order, so a stable sort by replica alone is
+        # lexsort((start, replica)): on a 16-bit key numpy sorts by radix, where lexsort
+        # merges int64 keys and floats. Checked after; lexsort where it did not hold.
+        order = np.argsort(_small_key(replica), kind="stable")
+        if not _in_order(replica[order], start[order]):
+            order = np.lexsort((start, replica))
         return {c: v[order] for c, v in t.items()}
 
     def _maybe_fold(self) -> None:
@@ -336,13 +339,28 @@ class MetricsRecorder:
             replicas, starts = _np(self._gap_replica), _np(self._gap_start)
             if not len(replicas) or (replicas[1:] > replicas[:-1]).all():
                 return gaps, counts  # one replica, or replicas that never interleaved
-            # Each gap's replica, then a stable sort by it: replica order, time order within.
+            # Each gap's replica, then a stable sort by it: replica order, time order within
+            # (a 16-bit key: numpy sorts it by radix).
             lengths = np.diff(np.append(starts, len(gaps)))
-            order = np.argsort(np.repeat(replicas, lengths), kind="stable")
+            order = np.argsort(np.repeat(_small_key(replicas), lengths), kind="stable")
             return gaps[order], counts[order]
         hist = self.gap_histogram()
         assert hist is not None
         return hist.pairs()
+
+
+def _in_order(replica: np.ndarray, start: np.ndarray) -> bool:
+    """Rows by replica, then by start (ties in any order)."""
+    later = replica[1:] - replica[:-1]
+    return bool(((later > 0) | ((later == 0) & (start[1:] >= start[:-1]))).all())
+
+
+def _small_key(replica: np.ndarray) -> np.ndarray:
+    """Replica indices as the narrowest unsigned key that holds them: numpy's stable
+    sort is a radix sort for 16 bits or less (timsort for int64); the same order."""
+    if len(replica) and 0 <= replica.min() and replica.max() < 1 << 16:
+        return replica.astype(np.uint16)
+    return replica
 
 
 def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:

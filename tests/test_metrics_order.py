@@ -61,3 +61,25 @@ def test_totals_are_the_exact_sums_rounded_once():
     assert rec.totals["seat_fraction"] == float(Fraction(sum(n for _, n, _ in stream), 7))
     assert rec.totals["kv_fraction"] == float(Fraction(sum(u for _, _, u in stream), 97))
     assert step_totals(rec.step_table()) == rec.totals
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 5), st.floats(1e-4, 0.3), st.integers(1, 7)),
+                min_size=1, max_size=40), st.integers(0, 70_000))
+def test_the_step_table_is_sorted_by_replica_then_start_as_lexsort_sorts(rows, offset):
+    """Whatever order the rows came in (a replica's own out of time order included, where
+    the stable sort by replica alone is not enough), and replica indices past 16 bits."""
+    rec = MetricsRecorder(record_steps=True)
+    for replica, start, duration, n in rows:
+        batch = Batch()
+        seq = Sequence(Request(replica, 0.0, 4, 100))
+        batch.seqs, batch.num_tokens, batch.starts, batch.sampled = [seq], [1], [0], [1]
+        rec.record_step(replica + offset, start, start + duration, batch,
+                        StepFeatures(num_seqs=n, decode_tokens=n), 0, 97, 7)
+    table = rec.step_table()
+    replica = np.array([r + offset for r, _, _, _ in rows])
+    start = np.array([s for _, s, _, _ in rows])
+    order = np.lexsort((start, replica))
+    assert np.array_equal(table["replica"], replica[order])
+    assert np.array_equal(table["start_s"], start[order])
+    assert np.array_equal(table["num_seqs"], np.array([n for *_, n in rows])[order])
