@@ -11,7 +11,7 @@ from simpy.events import NORMAL, URGENT
 from batchlab.core.batch import Batch, StepObserver, step_features
 from batchlab.core.cost.form import CostModel
 from batchlab.core.fast_forward import DecodeRun
-from batchlab.core.features import StepHistory
+from batchlab.core.features import StepFeatures, StepHistory
 from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request, Sequence, Status
 from batchlab.core.schedulers.base import Scheduler
@@ -27,12 +27,13 @@ from batchlab.sim.resumption import EventQueue, Resumption, moved_on, moved_to
 
 MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
 WHOLE_RUN = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
+IDLE_BATCH, IDLE_FEATURES = Batch(), StepFeatures()  # what a sleeping replica's loop holds
+NO_SEQS: list[Sequence] = []
 
 
 class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
-                 cost: CostModel, recorder: MetricsRecorder,
-                 on_done: Callable[[Sequence], None],
+                 cost: CostModel, recorder: MetricsRecorder, on_done: Callable[[Sequence], None],
                  next_arrival: Callable[[], float] | None = None,
                  observer: StepObserver | None = None, closed_loop: bool = False,
                  window: int = 0, pulled: Arrivals | None = None,
@@ -49,12 +50,10 @@ class Replica:
         None: SimPy's queue)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
-        self.next_arrival = None if observer else next_arrival
-        self.window = window
+        self.next_arrival, self.window = None if observer else next_arrival, window
         if self.next_arrival is not None:
             scheduler.keep_decodes_in_group(window)
-        self.observer = observer
-        self.closed_loop = closed_loop
+        self.observer, self.closed_loop = observer, closed_loop
         self.history = StepHistory()  # after_prefill / after_idle, as backend/driver.py
         self.outstanding = 0  # requests submitted and not yet finished (for routing)
         self.pulled = pulled
@@ -183,6 +182,7 @@ class Replica:
         seats, kv = sched.max_seqs, sched.kv
         windowed_group = sched.group if sched.group is not None and sched.group.window else None
         lag = self.lag
+        run: tuple[float, list] | None = None  # (end, those finishing then) of a run; None: step
         while True:
             now = env._now  # SimPy's `now` is a property: a Python call from compiled code
             if pulled is not None:
@@ -211,11 +211,13 @@ class Replica:
                 if wakeup is not None:
                     self._alarm = Resumption([self._alarm_due], self.queue)
                     self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
+                # Asleep it keeps nothing of its last decision (100,000 replicas': collector walks)
+                batch, features, finished, run = IDLE_BATCH, IDLE_FEATURES, NO_SEQS, None
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now)  # the price where the level moves with the clock
-            run = None  # (end, those finishing then) of a run; None: step
+            run = None
             if self.next_arrival is None:
                 pass
             elif not self.lookahead:
