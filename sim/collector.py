@@ -11,7 +11,7 @@ back to the collector when it ends. What the run itself allocates is collected a
 by the young generations; a full collection (the oldest generation: what the run keeps
 alive, a request in flight, a queued wake-up) comes after FULL_EVERY collections of the
 middle one instead of 10: at 100,000 replicas 15 of them took 5.7 of the run's 13 CPU-s;
-and a young collection after YOUNG allocations instead of 700.
+and a young collection after YOUNG allocations (or YOUNG_A_REPLICA a replica) instead of 700.
 A run makes next to no cyclic garbage for them to find (the results doc measures it).
 Where the caller turned the collector off or froze objects itself, nothing is changed."""
 from __future__ import annotations
@@ -28,12 +28,19 @@ FULL_EVERY = 1000  # collections of generation 1 between full ones, during a run
 # collections (docs/results/2026-12-07-replicas-wake.md). Dead objects are freed by
 # reference counting as before; only cyclic garbage, which a run barely makes, waits longer.
 YOUNG = 100_000
+# ... and at least this many a replica: an idle replica still keeps a few containers it
+# made on first touch (its scheduler's and decode group's lists), about two, and a busy
+# one its requests'; at 100,000 replicas six young collections (0.5 CPU-s, finding no
+# garbage) walked them. Cyclic garbage may wait that long: a few objects a replica,
+# beside the thousands each one holds.
+YOUNG_A_REPLICA = 8
 
 
 @contextmanager
-def long_lived() -> Iterator[Callable[[], None]]:
-    """Around the set-up and the run: the collector is paused while the run's objects
-    are built; `settled`, what this yields, freezes them before the run. Use as:
+def long_lived(replicas: int = 1) -> Iterator[Callable[[], None]]:
+    """Around the set-up and the run (of `replicas` replicas): the collector is paused
+    while the run's objects are built; `settled`, what this yields, freezes them before
+    the run. Use as:
 
         with long_lived() as settled:
             ...build...
@@ -49,7 +56,8 @@ def long_lived() -> Iterator[Callable[[], None]]:
     def settled() -> None:
         gc.enable()
         gc.freeze()
-        gc.set_threshold(max(thresholds[0], YOUNG), thresholds[1], max(thresholds[2], FULL_EVERY))
+        young = max(thresholds[0], YOUNG, YOUNG_A_REPLICA * replicas)
+        gc.set_threshold(young, thresholds[1], max(thresholds[2], FULL_EVERY))
         frozen.append(True)
     gc.disable()
     try:

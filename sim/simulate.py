@@ -120,7 +120,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
-    with long_lived() as settled:  # the replicas out of the collector's walks (sim/collector.py)
+    with long_lived(replicas) as settled:  # the replicas out of the collector's walks (sim/collector.py)
         window = attention_window(cost)
         for i in range(replicas):
             sched = make_scheduler(scheduler, num_kv_blocks)

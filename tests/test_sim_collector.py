@@ -10,7 +10,7 @@ from batchlab.core.config import SchedulerConfig
 from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import simulate
-from batchlab.sim.collector import FULL_EVERY, YOUNG, long_lived
+from batchlab.sim.collector import FULL_EVERY, YOUNG, YOUNG_A_REPLICA, long_lived
 
 COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4})
 WORK = Workload(np.linspace(0, 1, 30), np.full(30, 40), np.full(30, 8))
@@ -34,6 +34,15 @@ def test_set_up_is_frozen_during_the_run_and_given_back_after():
     assert during[0] == max(before[0], YOUNG) > 700  # young ones rarer
     assert during[1] == before[1] and during[2] == max(before[2], FULL_EVERY)  # full ones rarer
     assert gc.isenabled() and gc.get_freeze_count() == 0 and gc.get_threshold() == before
+
+
+def test_young_collections_rarer_still_with_many_replicas():
+    before = gc.get_threshold()
+    for replicas, young in ((1, max(before[0], YOUNG)), (10**6, YOUNG_A_REPLICA * 10**6)):
+        with long_lived(replicas) as settled:
+            settled()
+            assert gc.get_threshold()[0] == young
+    assert YOUNG_A_REPLICA * 10**6 > YOUNG and gc.get_threshold() == before
 
 
 def test_a_run_leaves_the_collector_as_the_caller_set_it():
