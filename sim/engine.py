@@ -211,7 +211,7 @@ class Replica:
                 if wakeup is not None:
                     self._alarm = Resumption([self._alarm_due], self.queue)
                     self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
-                # Asleep it keeps nothing of its last decision (100,000 replicas': collector walks)
+                # Asleep, it lets its last decision go (at 100,000 replicas the collector walked them)
                 batch, features, finished, run = IDLE_BATCH, IDLE_FEATURES, NO_SEQS, None
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
                 continue
