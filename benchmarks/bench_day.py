@@ -31,6 +31,11 @@ from bench_default_price import machine  # beside this script
 ROOT = Path(__file__).resolve().parents[1]
 DAY_S = 86_400.0
 SAMPLE_S = 0.02
+# Reading a multi-GiB process's smaps_rollup walks its page tables (~14 ms a sample at
+# 10M): every 20 ms, the sampler took much of a core from the two simulating (10M: 89 s
+# wall, 74 s unwatched). Each wait is at least this many times the last sample's own CPU
+# time, so the sampler takes under a tenth of one core (its figures are printed).
+SAMPLER_SHARE = 10
 # Requests per CPU-second of the peers, whole processes (start-up included) and the
 # simulation alone, on the Azure conv trace (19,366 requests, one replica of Llama-3-8B on
 # an A100), measured here in one run: docs/results/2026-12-06-peers-speed.md.
@@ -51,19 +56,22 @@ class PeakMemory:
 
     def __init__(self, pid: int) -> None:
         self.proc, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self.samples, self.cpu_s = 0, 0.0  # the sampler's own count and CPU seconds
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            total = 0
+            t0, total = time.thread_time(), 0
             try:
                 for p in [self.proc, *self.proc.children(recursive=True)]:
                     total += pss(p.pid)
             except (psutil.Error, OSError):  # one ended between listing and reading
                 pass
             self.peak = max(self.peak, total)
-            self._stop.wait(SAMPLE_S)
+            took = time.thread_time() - t0
+            self.samples, self.cpu_s = self.samples + 1, self.cpu_s + took
+            self._stop.wait(max(SAMPLE_S, SAMPLER_SHARE * took))
 
     def stop(self) -> int:
         self._stop.set()
@@ -91,13 +99,14 @@ def timed(cmd: list[str]) -> dict:
     mem = PeakMemory(p.pid)
     out, err = p.communicate()
     wall, peak = time.perf_counter() - t0, mem.stop()
+    sampler = f"{mem.samples} memory samples, {mem.cpu_s:.1f} CPU s of this process's"
     cpu = children_cpu() - before  # the child's, and its workers' (waited for by it)
     if p.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {err.strip()[-600:]}")
     for line in err.splitlines():
         if line.startswith("batchlab:"):  # e.g. a stale build running as pure Python
             print(f"  WARNING: {line}")
-    return {"wall": wall, "cpu": cpu, "peak": peak, "out": out}
+    return {"wall": wall, "cpu": cpu, "peak": peak, "out": out, "sampler": sampler}
 
 
 def main() -> None:
@@ -121,7 +130,7 @@ def main() -> None:
     for w, r in runs.items():
         print(f"  --workers {w}: {r['wall']:.1f} s wall, {r['cpu']:.1f} CPU s, peak memory of all "
               f"processes {r['peak'] / 2**30:.2f} GiB, "
-              f"{n / r['cpu']:,.0f} requests per CPU-second")
+              f"{n / r['cpu']:,.0f} requests per CPU-second ({r['sampler']})")
     if len(runs) > 1:
         same = runs[args.workers]["out"] == runs[1]["out"]
         print(f"--workers {args.workers} and --workers 1 printed {'the same' if same else 'DIFFERENT'} JSON")
