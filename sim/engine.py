@@ -228,11 +228,10 @@ class Replica:
                     priced, sensitive_from, m = planned
                     if not priced.num_seqs:  # PendingRun reads lists a step
                         priced.num_seqs = priced.sizes_by_step()
-                    times = priced.clock.times(0, len(priced.clock) + 1)
-                    pending = PendingRun(batch, priced, times, context, sensitive_from, m)
+                    pending = PendingRun(batch, priced, context, sensitive_from, m)
                     self._pending = pending
                     self._report()
-                    run = pending.times[pending.last], []
+                    run = pending.end(), []
             if run is not None:
                 end, finished = run
                 if self.step_note is not None:  # the run's first step was formed by schedule()

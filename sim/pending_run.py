@@ -20,32 +20,27 @@ from batchlab.core.fast_forward import DecodeRun
 
 
 class PendingRun:
-    """Steps 1..last of the run `batch` starts, priced (run, times: times[0] its start,
-    times[j] the end of step j) and not yet applied. sensitive_from: the first step an
-    arrival could join (Scheduler.steady_decode_run); context: the first step's
+    """Steps 1..last of the run `batch` starts, priced (run; its clock's time 0 the run's
+    start, time j the end of step j) and not yet applied. sensitive_from: the first step
+    an arrival could join (Scheduler.steady_decode_run); context: the first step's
     (after_prefill, after_idle)."""
-    __slots__ = ("batch", "run", "times", "context", "sensitive_from", "last")
+    __slots__ = ("batch", "run", "context", "sensitive_from", "last")
 
-    def __init__(self, batch: Batch, run: DecodeRun, times: list[float], context: tuple[int, int],
+    def __init__(self, batch: Batch, run: DecodeRun, context: tuple[int, int],
                  sensitive_from: int, last: int) -> None:
-        self.batch, self.run, self.times, self.context = batch, run, times, context
+        self.batch, self.run, self.context = batch, run, context
         self.sensitive_from, self.last = sensitive_from, last
+
+    def end(self) -> float:
+        """When its last step ends."""
+        return self.run.clock.time(self.last)
 
     def stop_for(self, t: float) -> int:
         """The step a run planned knowing of an arrival at t would end after: the step
         in progress at t, or the last before any an arrival could join if later; at
         most `last`. (t after the run's start: arrivals up to it were pulled before.)"""
-        # bisect_left(times, t, 0, len(times) - 1), in a plain loop: compiled, bisect is a
-        # call through Python and a float comparison through Python per probe.
-        times = self.times
-        lo, hi = 0, len(times) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if times[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        m = lo
+        clock = self.run.clock
+        m = clock.bisect(t, len(clock))
         if m < self.sensitive_from - 1:
             m = self.sensitive_from - 1
         return m if m < self.last else self.last
@@ -81,4 +76,4 @@ class PendingRun:
                 hi = mid
             else:
                 lo = mid + 1
-        return self.times[lo - 1]  # stop_for(t') >= lo only once t' > times[lo - 1]
+        return self.run.clock.time(lo - 1)  # stop_for(t') >= lo only once t' > time(lo - 1)

@@ -22,15 +22,13 @@ def pending_runs(draw, start: float = 0.0):
     along it (sizes only fall), cut-able from sensitive_from, ending at last."""
     k = draw(st.integers(2, 12))
     durations = draw(st.lists(st.sampled_from([0.25, 0.5, 1.0]), min_size=k, max_size=k))
-    times = [start]
-    for d in durations:
-        times.append(times[-1] + d)
     sizes = sorted(draw(st.lists(st.integers(1, 6), min_size=k, max_size=k)), reverse=True)
-    run = DecodeRun()
+    run = DecodeRun(start)
+    run.clock.extend(durations)
     run.num_seqs = sizes
     sensitive_from = draw(st.integers(1, k))
     last = draw(st.integers(max(2, sensitive_from - 1), k))
-    return PendingRun(Batch(), run, times, (0, 0), sensitive_from, last)
+    return PendingRun(Batch(), run, (0, 0), sensitive_from, last)
 
 
 @given(pending_runs(), st.floats(0.01, 14.0))

@@ -111,16 +111,16 @@ def test_an_arrival_costs_a_decision_on_its_own_replica_only():
 def test_a_pending_run_is_cut_at_the_step_in_progress():
     """Steps end at 1, 2, 3, 4 (started at 0); a member finishes in step 2 and one in
     step 3; an arrival may join from step 1 on (a seat is free)."""
-    run = DecodeRun()
+    run = DecodeRun(0.0)
+    run.clock.extend([1.0, 1.0, 1.0, 1.0])
     run.num_seqs = [3, 3, 2, 1]
-    times = [0.0, 1.0, 2.0, 3.0, 4.0]
-    p = PendingRun(Batch(), run, times, (0, 0), 1, 4)
+    p = PendingRun(Batch(), run, (0, 0), 1, 4)
     assert [p.stop_for(t) for t in (0.5, 1.0, 1.5, 2.0, 2.5, 3.5)] == [1, 1, 2, 2, 3, 4]
     # A finish at the arrival's instant is seen after it (stepping orders them so).
     assert [p.finished_before(t) for t in (1.5, 2.0, 2.5, 3.0, 3.5)] == [0, 0, 1, 1, 2]
     # KV memory ends the run after step 2: it is cut there at the latest.
-    short = PendingRun(Batch(), run, times, (0, 0), 1, 2)
+    short = PendingRun(Batch(), run, (0, 0), 1, 2)
     assert short.stop_for(3.5) == 2 and short.finished_before(3.5) == 0
     # No seat free until the first finish (step 2): an arrival before it waits for it.
-    full = PendingRun(Batch(), run, times, (0, 0), 3, 4)
+    full = PendingRun(Batch(), run, (0, 0), 3, 4)
     assert full.stop_for(0.5) == 2 and full.finished_before(0.5) == 0
