@@ -5,7 +5,9 @@ needs torch and transformers."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 
@@ -15,9 +17,11 @@ from batchlab.core.batch import StepObserver
 from batchlab.core.config import SchedulerConfig
 from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
+from batchlab.experiments.studies.common import BUSY
 
 MODEL = "batchlab-tiny"
 THREADS = 1  # one torch thread gives steady timing on a small shared CPU
+Attempt = TypeVar("Attempt")
 
 
 @lru_cache(maxsize=2)
@@ -69,12 +73,25 @@ def speed_reference(seats: int, prompt: int = 100, steps_each: int = 6, rounds: 
 
 
 def slowdown(steps: dict[str, np.ndarray], reference: dict[int, float]) -> float:
-    """Median over a run's decode-only steps of (duration / reference step of that many
-    sequences): ~1 on an otherwise idle machine (a little above: longer contexts), well
-    above when other work shared the CPU during the run."""
+    """A run's decode-only steps' time over what the reference steps of the same sizes
+    took: ~1 on an otherwise idle machine (a little above: longer contexts), well above
+    when other work shared the CPU during the run. A ratio of sums, not a median of ratios,
+    so that a stall of a few steps (another process starting) counts as well as a steady
+    share of the CPU taken."""
     k, d = steps["num_seqs"], steps["duration_s"]
     decode = (steps["prefill_tokens"] == 0) & np.isin(k, list(reference))
     if not decode.any():
         return math.nan
     ref = np.array([reference[int(x)] for x in k[decode]])
-    return float(np.median(d[decode] / ref))
+    return float(d[decode].sum() / ref.sum())
+
+
+def unless_busy(attempt: Callable[[], Attempt], slow: Callable[[Attempt], float],
+                on_busy: Callable[[float], None]) -> tuple[Attempt, int]:
+    """attempt(), and once more when its slowdown (slow) passed BUSY, after on_busy(it):
+    the last one counts. Returns it and the number of reruns (0 or 1)."""
+    first = attempt()
+    if not slow(first) > BUSY:
+        return first, 0
+    on_busy(slow(first))
+    return attempt(), 1

@@ -21,7 +21,7 @@ from batchlab.core.workload import WorkloadConfig, build_workload
 from batchlab.core.workload.lengths import LengthSpec
 from batchlab.experiments import figures as fg
 from batchlab.experiments.markdown import fmt, table_of
-from batchlab.experiments.studies.common import Progress, RowLog, command_line, pick, preset, setup_line
+from batchlab.experiments.studies.common import BUSY, Progress, RowLog, command_line, pick, preset, setup_line
 from batchlab.experiments.studies.output import StudyRun, register_study
 from batchlab.experiments.studies.slo_search import ABS_TOL, REL_TOL, max_rate
 from batchlab.experiments.studies.templates import template
@@ -60,9 +60,6 @@ BACKEND_PARAMS = {
     "small": dict(requests=16, rates=(4, 64), search_evals=0),
 }
 BACKEND_COLUMNS = (*COLUMNS, "decode_step_ms", "slowdown", "busy", "run_s")
-# A point whose decode steps ran this much slower than the reference steps timed before the
-# sweep shared the CPU with other work (2 vCPUs, other jobs): it is run once more.
-BUSY = 1.3
 
 
 def cpu_slo(reference: dict[int, float]) -> SLO:
@@ -202,7 +199,7 @@ class BackendRunner:
     def __call__(self, policy: str, rate: float, search: bool = False) -> dict:
         cfg = SchedulerConfig(policy=policy, max_num_seqs=BACKEND_SEATS, block_size=BACKEND_BLOCK,
                               num_kv_blocks=self.kv_blocks)
-        for attempt in range(2):  # both attempts stay in the CSV; the last one counts
+        def attempt() -> tuple:  # both attempts stay in the CSV; the last one counts
             res = self.backend.serve(backend_workload(self.n, rate), cfg)
             s = res.summary(self.slo)
             slow = self.backend.slowdown(res.steps, self.reference)
@@ -210,11 +207,14 @@ class BackendRunner:
                                 "meets_slo": meets(s, self.n, self.slo), "search": search,
                                 "decode_step_ms": self.backend.decode_step_ms(res.steps), "slowdown": slow,
                                 "busy": slow > BUSY, "run_s": res.meta.wall_s})
-            if not row["busy"] or attempt:
-                break
-            self.reruns += 1
+            return res, s, row
+
+        def busy(slow: float) -> None:
             self.progress(f"backend {policy} {rate:g} req/s: steps x{slow:.2f} slower than the "
                           f"reference, the machine was busy: running the point again")
+
+        (res, s, row), rerun = self.backend.unless_busy(attempt, lambda a: a[2]["slowdown"], busy)
+        self.reruns += rerun
         if not search:
             lat = per_request_latencies(res.requests)
             self.samples[(policy, rate)] = {"ttft": lat["ttft"], "tpot": lat["tpot"]}
