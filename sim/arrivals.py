@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import simpy
 from simpy.events import URGENT
@@ -28,6 +28,9 @@ from batchlab.core.request import Request, Sequence
 from batchlab.core.workload import Workload
 from batchlab.sim.events import urgent
 from batchlab.sim.resumption import EventQueue, Resumption
+
+if TYPE_CHECKING:
+    from batchlab.sim.engine import Replica
 
 
 BLOCK = 1024  # requests made at a time from the workload's columns (pull)
@@ -46,14 +49,17 @@ class Arrivals:
         self.front_end = None if front_end is None or front_end.empty else front_end
         self._last_exit = -math.inf  # when the front end last handed a request on
         self._in_front: list[float] = []  # exits of the requests in the front end (a heap)
-        self._next_time = float(workload.arrival[0]) if len(workload) else math.inf
-        self._block: list[Request] = []  # pulled: requests made ahead, BLOCK at a time
+        self._n = len(workload)  # its __len__ is a call through Python
+        self._next_time = float(workload.arrival[0]) if self._n else math.inf
+        self._block: list[Request] = []  # pulled: requests made ahead, BLOCK at a time, last first
         self._block_end = 0  # the workload index after the last one made
         limit = workload.max_concurrency
         self._slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
         self._releases: list[float] = []  # times at which held slots come free
         self._alarm: Resumption | None = None  # pull_at_each_arrival's event
         self.queue: EventQueue | None = None  # where it waits (sim/resumption.py; None: SimPy's)
+        self._engines: list[Replica] = []  # deal_to's (empty: `submit` hands each on)
+        self._dealt = 0  # requests handed to them
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
         if not self.pulled:
@@ -65,27 +71,41 @@ class Arrivals:
         while self._next_time <= now:
             if not self._block:
                 lo = self._block_end
-                self._block_end = min(len(self.workload), lo + BLOCK)
+                self._block_end = min(self._n, lo + BLOCK)
                 self._block = self.workload.request_block(lo, self._block_end)[::-1]
             request = self._block.pop()
             if self._block:
                 self._next_time = self._block[-1].arrival
             else:
-                w, i = self.workload, self._block_end
-                self._next_time = float(w.arrival[i]) if i < len(w) else math.inf
-            self.submit(request, request.arrival)
+                i = self._block_end
+                self._next_time = float(self.workload.arrival[i]) if i < self._n else math.inf
+            engines = self._engines
+            if engines:
+                engines[self._dealt % len(engines)].submit(request, request.arrival)
+                self._dealt += 1
+            else:
+                self.submit(request, request.arrival)
+
+    def deal_to(self, engines: list[Replica]) -> None:
+        """Pulled: request k (in order) goes to engines[k mod len(engines)], as the
+        round-robin router picks, called natively rather than through `submit` and the
+        router (two calls through Python a request)."""
+        self._engines = engines
 
     def next_time_for(self, first: int, every: int) -> float:
         """next_time() among requests first, first + every, ... only: the next one a
         round-robin router sends to its replica `first` of `every` (pulled, open loop)."""
-        n = self._block_end - len(self._block)  # requests pulled so far
+        block = self._block
+        n = self._block_end - len(block)  # requests pulled so far
         j = n + (first - n) % every
-        return float(self.workload.arrival[j]) if j < len(self.workload) else math.inf
+        if j < self._block_end:  # made already: its request's arrival, not a numpy scalar's
+            return block[self._block_end - 1 - j].arrival
+        return float(self.workload.arrival[j]) if j < self._n else math.inf
 
     def time_ahead(self, n: int) -> float:
         """When the n-th request not yet pulled (n >= 1) arrives (inf: none)."""
         j = self._block_end - len(self._block) + n - 1
-        return float(self.workload.arrival[j]) if j < len(self.workload) else math.inf
+        return float(self.workload.arrival[j]) if j < self._n else math.inf
 
     def pull_at_each_arrival(self) -> None:
         """Keep an event at the next arrival's time, which pulls it (pulled, open loop): a

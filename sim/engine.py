@@ -3,13 +3,13 @@ replica resumes itself: sim/resumption.py)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Callable, Final, Iterator, cast
 
 import simpy
 from simpy.events import NORMAL, URGENT
 
 from batchlab.core.batch import Batch, StepObserver, step_features
-from batchlab.core.cost.form import CostModel
+from batchlab.core.cost.form import CostModel, FormDefaults
 from batchlab.core.fast_forward import DecodeRun
 from batchlab.core.features import StepFeatures, StepHistory
 from batchlab.core.metrics import MetricsRecorder
@@ -22,13 +22,14 @@ from batchlab.sim.pending_run import PendingRun
 from batchlab.sim.replica_loads import LoadBoard
 from batchlab.sim.resumption import EventQueue, Resumption, moved_on, moved_to
 
-# StepObserver (core/batch.py): fast-forward is off while one watches, so it sees
-# every step.
-
-MIN_FAST_FORWARD = 2  # shorter runs are cheaper stepped one by one
-WHOLE_RUN = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
-IDLE_BATCH, IDLE_FEATURES = Batch(), StepFeatures()  # what a sleeping replica's loop holds
-NO_SEQS: list[Sequence] = []
+# StepObserver (core/batch.py): fast-forward is off while one watches, so it sees every step.
+# Final: compiled, read as constants, not looked up in the module's dict.
+MIN_FAST_FORWARD: Final = 2  # shorter runs are cheaper stepped one by one
+WHOLE_RUN: Final = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
+IDLE_BATCH: Final = Batch()  # what a sleeping replica's loop holds
+IDLE_FEATURES: Final = StepFeatures()
+NO_SEQS: Final[list[Sequence]] = []
+NO_CONTEXT: Final = (0, 0)  # (after_prefill, after_idle) of a step after a decode
 
 
 class Replica:
@@ -50,6 +51,11 @@ class Replica:
         None: SimPy's queue)."""
         self.env, self.index, self.scheduler = env, index, scheduler
         self.cost, self.recorder, self.on_done = cost, recorder, on_done
+        # A price of one level whatever the clock (FormDefaults.at: itself) is not asked
+        # for it every decision (a call through Python); one whose decodes ignore their
+        # context prices a run's first step on the run's line (core/fast_forward.py).
+        fixed = isinstance(cost, FormDefaults) and type(cost).at is FormDefaults.at
+        self._moves, self._no_context = not fixed, fixed and not cast(FormDefaults, cost).decode_reads_context()
         self.next_arrival, self.window = None if observer else next_arrival, window
         if self.next_arrival is not None:
             scheduler.keep_decodes_in_group(window)
@@ -92,8 +98,7 @@ class Replica:
         self._next.push(env, env._now, URGENT)  # where env.process would start it
 
     def _resume(self, event: object) -> None:
-        """The loop goes on to its next wait (which it pushes itself); a wait that a cut
-        run replaced is stale (ignored when due)."""
+        """The loop goes on to its next wait (pushed by itself); a cut run's old one is stale."""
         if event is self._next:
             next(self._loop_steps)
 
@@ -216,7 +221,7 @@ class Replica:
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
                 continue
             context = self.history.context(now)
-            cost = self.cost.at(now)  # the price where the level moves with the clock
+            cost = self.cost.at(now) if self._moves else self.cost  # where the level moves with the clock
             run = None
             if self.next_arrival is None:
                 pass
@@ -283,8 +288,7 @@ class Replica:
                     yield None
 
     def _pull(self, now: float) -> None:
-        """The pulled arrivals due by now handed on (a plain method: compiled, the loop's
-        Optional would call them through Python)."""
+        """The pulled arrivals due by now handed on (compiled, natively: not the loop's Optional)."""
         pulled = self.pulled
         if pulled is not None:
             pulled.pull(now)
@@ -303,7 +307,7 @@ class Replica:
         t0 on its clock, summed in order as the clock advances when stepping."""
         group = self.scheduler.group
         assert group is not None  # fast-forward keeps the decodes in a group
-        return group.price(cost, k, context, self.recorder.record_steps, t0)
+        return group.price(cost, k, NO_CONTEXT if self._no_context else context, self.recorder.record_steps, t0)
 
     def _fast_forward(self, batch: Batch, t0: float, context: tuple[int, int],
                       cost: CostModel) -> tuple[float, list] | None:

@@ -138,6 +138,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             # the runs of, and wakes, only the replica it goes to.
             for e in engines:
                 e.route_every = replicas
+            arrivals.deal_to(engines)  # what `pick` would choose, natively
         elif replicas > 1 and router in STATE_READING and arrivals.pulled and fast_forward \
                 and cost.at(0.0) is cost and PRICE_AHEAD:
             # The router reads the replicas' state at each arrival: it reads a run's without

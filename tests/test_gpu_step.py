@@ -18,7 +18,8 @@ from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.served.engine import VLLM
 from batchlab.core.cost.served.terms import ServedTerms
-from batchlab.core.features import StepFeatures
+from batchlab.core.features import StepFeatures, features_of
+from batchlab.core.run_clock import RunClock
 from batchlab.core.model.presets import MODELS, lookup_hardware
 
 PARAMS = GpuCostParams(mem_efficiency=0.85, compute_efficiency=0.7, ridge_k=1.5, gemm_fixed_s=6e-6,
@@ -97,3 +98,27 @@ def test_the_served_price_is_its_forms_whichever_way_it_asks_them(model, tp, fla
     assert (slower.graph_step is not None) == flattened
     f = features(8, 0, 5000, 1)
     assert slower.step_time(f) == slower.graph.step_time(f) > served.step_time(f)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(["llama-3-8b", "llama-3-70b", "gpt-oss-20b"]), tp=st.sampled_from([1, 2, 4]),
+       n=st.integers(1, 300), kv=st.integers(0, 3_000_000), after_prefill=st.integers(0, 1),
+       after_idle=st.integers(0, 1), overlap=st.sampled_from([0.0, 0.0, 0.5]))
+def test_a_price_that_says_its_decodes_ignore_their_context_prices_them_on_the_line(
+        model, tp, n, kv, after_prefill, after_idle, overlap):
+    """decode_reads_context() False (sim/engine.py then prices a run's first step, after a
+    prefill or an idle gap, on its stretch's line): step_time of a decode-only step, whatever
+    its context, is decode_into's value for it, to the bit."""
+    served = ServedGpuCost.build(form(model, tp), TERMS, VLLM, 64, "h100-sxm", True)
+    if overlap:
+        served = ServedGpuCost(served.graph, served.piecewise, served.eager, served.max_capture_tokens, overlap)
+    assert served.decode_reads_context() == (served.graph_step is None or bool(overlap))
+    assert form(model, tp).decode_reads_context()  # the default: asked, not assumed
+    if served.decode_reads_context():
+        return
+    clock = RunClock(0.0)
+    served.decode_into(clock, n, kv, 2)
+    # the first step's features as core/fast_forward.py's decode_run builds them
+    first = features_of(n, 0, 0, n, kv, kv, after_prefill, after_idle, 0, 0, 0, 0, 0)
+    assert clock.durations()[0] == served.step_time(first)
+    assert clock.durations()[1] == served.step_time(features_of(n, 0, 0, n, kv + n, kv + n, 0, 0, 0, 0, 0, 0, 0))

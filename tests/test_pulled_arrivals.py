@@ -82,3 +82,23 @@ def test_every_request_is_handed_on_once_in_order(n):
     r, _ = run(w, True, scheduler=SchedulerConfig(policy="continuous"), cost=COST, num_kv_blocks=400)
     ids = np.asarray(r.requests["request_id"]) if n else np.zeros(0)
     assert sorted(ids.tolist()) == list(range(n))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 2500), every=st.integers(1, 7), pulls=st.lists(st.floats(0.0, 30.0), max_size=6))
+def test_the_next_arrival_for_a_replica_is_the_workloads(n, every, pulls):
+    """next_time_for reads a request made ahead (in its block) or the workload's column:
+    the same time either way. (Dealt requests, deal_to: test_pulled_arrivals_run_as_sent_ones,
+    round-robin over replicas, against the router.)"""
+    import simpy
+    rng = np.random.default_rng(n)
+    w = Workload(np.cumsum(rng.exponential(0.01, n)), np.full(n, 8), np.full(n, 2))
+    got: list[int] = []
+    a = arrivals.Arrivals(simpy.Environment(), w, lambda r, t: got.append(r.id))
+    for t in sorted(pulls):
+        a.pull(t)
+        done = int(np.searchsorted(w.arrival, t, side="right"))
+        assert got == list(range(done))
+        for first in range(every):
+            j = done + (first - done) % every
+            assert a.next_time_for(first, every) == (float(w.arrival[j]) if j < n else np.inf)

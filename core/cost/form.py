@@ -106,6 +106,11 @@ class FormDefaults:
     def at(self, now: float) -> CostModel:
         return cast(CostModel, self)
 
+    def decode_reads_context(self) -> bool:
+        """Whether a decode-only step's price reads its context (after_prefill,
+        after_idle): False lets a run's first step be priced on its stretch's line."""
+        return True
+
     def at_speed(self, memory: float, compute: float | None = None) -> CostModel:
         return Slowed(cast(CostModel, self), memory)
 

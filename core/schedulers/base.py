@@ -68,6 +68,8 @@ class Scheduler:
         self.config = config
         self.kv = kv
         self.max_seqs = config.max_num_seqs
+        # Read a few times a decision: through the pydantic model, ~360 instructions a read.
+        self._token_budget = config.max_num_batched_tokens or self.default_token_budget
         self.params = validate_params(self.name, self.Params, config.params)
         self._admission_key = lookup(ADMISSION_ORDERS, config.admission, "admission order").key
         victims = lookup(VICTIM_ORDERS, config.preemption, "preemption victim order")
@@ -203,7 +205,7 @@ class Scheduler:
 
     @property
     def token_budget(self) -> int | None:
-        return self.config.max_num_batched_tokens or self.default_token_budget
+        return self._token_budget
 
     @property
     def step_budget(self) -> int:

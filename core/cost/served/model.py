@@ -177,6 +177,11 @@ class ServedGpuCost(FormDefaults):
                 return
         clock.extend(self.decode_times(n, kv0, m))
 
+    def decode_reads_context(self) -> bool:
+        """Not where every decode is a flattened step's line: step_time of a decode-only
+        step, whatever its context, is decode_into's value for it, bit for bit."""
+        return bool(self.host_overlap) or self.graph_step is None or self.eager_step is None
+
     def window_decode_times(self, n: int, kv0: int, w0: int, u: int, m: int) -> list[float]:
         """A windowed model's forms are not flattened (core/cost/gpu_deployment.py): ask
         the one step_time asks for n decodes."""
