@@ -58,14 +58,15 @@ def per_request_latencies(req: dict[str, np.ndarray], done: np.ndarray | None = 
     """Seconds, for finished requests: ttft, tpot (over output_len > 1), e2el, queue.
     done: req["status"] == "finished", where the caller has it already."""
     done = req["status"] == "finished" if done is None else done
-    arrival, first, finish = req["arrival_s"][done], req["first_token_s"][done], req["finish_s"][done]
-    out_len = req["output_len"][done]
+    every = bool(done.all())  # then the columns themselves: a masked copy is the same values
+    arrival, first, finish = (req[c] if every else req[c][done] for c in ("arrival_s", "first_token_s", "finish_s"))
+    out_len = req["output_len"] if every else req["output_len"][done]
     multi = out_len > 1
     return {
         "ttft": first - arrival,
         "tpot": (finish[multi] - first[multi]) / (out_len[multi] - 1),
         "e2el": finish - arrival,
-        "queue": req["first_scheduled_s"][done] - arrival,
+        "queue": (req["first_scheduled_s"] if every else req["first_scheduled_s"][done]) - arrival,
     }
 
 
@@ -86,14 +87,15 @@ def run_duration(req: dict[str, np.ndarray], done: np.ndarray | None = None) -> 
     done = req["status"] == "finished" if done is None else done
     if not done.any():
         return math.nan
-    return float(np.nanmax(req["finish_s"][done]) - np.min(req["arrival_s"]))
+    finish = req["finish_s"] if done.all() else req["finish_s"][done]
+    return float(np.nanmax(finish) - np.min(req["arrival_s"]))
 
 
 def meets_slo(req: dict[str, np.ndarray], slo: SLO,
-              lat: dict[str, np.ndarray] | None = None) -> np.ndarray:
+              lat: dict[str, np.ndarray] | None = None, done: np.ndarray | None = None) -> np.ndarray:
     """Per finished request (in table order): whether it met every given objective
-    (a one-token reply has no TPOT: it meets any TPOT objective)."""
-    done = req["status"] == "finished"
+    (a one-token reply has no TPOT: it meets any TPOT objective). done: as per_request_latencies."""
+    done = req["status"] == "finished" if done is None else done
     lat = per_request_latencies(req) if lat is None else lat
     ok = np.ones(int(done.sum()), dtype=bool)
     if slo.ttft_ms is not None:
@@ -169,8 +171,9 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     n_done = int(done.sum())
     lat = per_request_latencies(req, done)
     duration = run_duration(req, done)
-    in_tok = int(req["prompt_len"][done].sum())
-    out_tok = int(req["output_len"][done].sum())
+    every = n_done == len(done)  # then no masked copies (the same sums)
+    in_tok = int((req["prompt_len"] if every else req["prompt_len"][done]).sum())
+    out_tok = int((req["output_len"] if every else req["output_len"][done]).sum())
 
     def rate(x: float) -> float:
         return x / duration if duration and duration > 0 else math.nan
@@ -198,7 +201,7 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     s["preemptions"] = int(steps["preemptions"])
     s.update(prefix_cache_stats(req))
     if slo is not None:
-        ok = meets_slo(req, slo, lat)
+        ok = meets_slo(req, slo, lat, done)
         s["request_goodput"] = rate(int(ok.sum()))
         # Over every request: a rejected or unfinished one did not meet the objectives.
         s["slo_attainment"] = float(ok.sum() / len(done)) if len(done) else math.nan

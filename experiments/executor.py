@@ -74,6 +74,26 @@ def make_executor(workers: int | None = None, dask: str | None = None) -> Iterat
         yield pool, f"process pool ({n} workers)"
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_KEEP_UP_TO = 2**31 - 1  # bytes free at the heap's top before it gives them back
+
+
+def keep_freed_memory() -> None:
+    """Large blocks of this process from its heap, kept there when freed (glibc; elsewhere
+    nothing is changed). By default each is mapped afresh and unmapped when freed, and the
+    kernel zeroes every new page: the groups' results merged and summarised make some thirty
+    temporaries of the table's size, and that zeroing took a third of the parent's time
+    (docs/results/2026-12-07-day-of-traffic.md). Not for a simulating process: a block
+    that grows (array.array's rows) is copied on the heap where a mapping is moved."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_UP_TO)
+    except (OSError, AttributeError):  # no glibc
+        pass
+
+
 _PARENT_POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -139,6 +159,7 @@ def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[in
                 on_done(i, results[i])
         return results
     futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
+    keep_freed_memory()  # this process's part from here: the results (the workers are started)
     results: list = [None] * len(tasks)
     done: set[int] = set()
     try:

@@ -41,3 +41,39 @@ def test_unpacked_rows_are_the_table_by_request_id(n, replicas, data):
             assert got[c].tolist() == want[c].tolist(), c
         else:
             assert np.array_equal(got[c], want[c], equal_nan=want[c].dtype.kind == "f"), c
+
+
+@given(st.integers(1, 300), st.integers(1, 12), st.data())
+def test_a_groups_rows_dealt_round_robin_are_copied_in_as_scattered(n, replicas, data):
+    """unpack() told the parts' groups (merge.py): where each part holds every request its
+    group is dealt (all rows there), its rows go in by stride; the same table as by id.
+    A part short of one of its rows (an interrupted run) is scattered by id."""
+    from batchlab.sim.replica_groups.split import dealt, replica_groups
+    groups = replica_groups(replicas, data.draw(st.integers(1, 4)))
+    work = Workload(np.arange(n) * 0.5, np.arange(n) + 1, np.arange(n) % 7 + 1,
+                    priority=None if data.draw(st.booleans()) else np.arange(n) % 3)
+    statuses = data.draw(st.sampled_from([STATUS, np.array(["finished"], dtype=object)]))
+    drop = data.draw(st.booleans()) and n > 1  # one row missing: not every request has its row
+
+    def rows(ids: np.ndarray) -> dict[str, np.ndarray]:
+        t = table(ids, n, replicas)
+        t["priority"] = ids % 3 if work.priority is not None else np.zeros(len(ids), np.int64)
+        t["status"] = statuses[ids % len(statuses)]
+        return t
+    parts_ids = [dealt(n, replicas, g) for g in groups]
+    if drop:
+        j = next(k for k, i in enumerate(parts_ids) if len(i))
+        parts_ids[j] = parts_ids[j][1:]
+    ids = np.sort(np.concatenate(parts_ids))
+    if not len(ids):
+        return
+    want = rows(ids)
+    for told in ([g for g in groups], None):
+        got = unpack([pack(rows(i)) for i in parts_ids], work, replicas, told)
+        assert list(got) == list(want)
+        for c in want:
+            assert got[c].dtype == want[c].dtype, c
+            if want[c].dtype == object:
+                assert got[c].tolist() == want[c].tolist(), c
+            else:
+                assert np.array_equal(got[c], want[c], equal_nan=want[c].dtype.kind == "f"), c

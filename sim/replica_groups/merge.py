@@ -21,7 +21,7 @@ def merge(parts: list[GroupRun], workload: Workload) -> RunResult:
     parts = sorted(parts, key=lambda p: p.group.start)
     info = {**parts[0].info, "simulated_s": max(p.info["simulated_s"] for p in parts),
             "interrupted": any(p.info["interrupted"] for p in parts)}
-    requests = unpack([p.requests for p in parts], workload, info["replicas"])
+    requests = unpack([p.requests for p in parts], workload, info["replicas"], [p.group for p in parts])
     steps = None
     if parts[0].steps is not None:  # consecutive groups: replica order, time order within
         steps = {c: np.concatenate([p.steps[c] for p in parts]) for c in parts[0].steps}

@@ -6,7 +6,9 @@ them. unpack() rebuilds the table a single run writes, bit for bit (the same val
 types and column order; tests/test_replica_groups.py)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -48,28 +50,65 @@ def pack(requests: dict[str, np.ndarray]) -> PackedRows:
     return PackedRows(columns, types, values)
 
 
-def unpack(parts: list[PackedRows], workload: Workload, replicas: int) -> dict[str, np.ndarray]:
+def unpack(parts: list[PackedRows], workload: Workload, replicas: int,
+           groups: list[range] | None = None) -> dict[str, np.ndarray]:
     """The groups' rows as one table by request id; `workload`: the whole run's.
-    Consumes the parts' columns. Each part's rows are put (scattered) at their places in
-    the table, in its column's type: no concatenated copy, sort or cast of a whole column."""
-    places = _places([p.columns["request_id"] for p in parts])
+    Consumes the parts' columns. Each part's rows are put at their places in the table, in
+    its column's type: no concatenated copy, sort or cast of a whole column. groups: each
+    part's replicas (merge.py), where known: when every request has its row, a part's are
+    the ones round-robin deals it, copied in by stride, not scattered by id (_dealt)."""
     n = sum(len(p) for p in parts)
-    ids = np.empty(n, np.int64)
-    for p, at in zip(parts, places):
-        ids[at] = p.columns["request_id"]
+    put = _dealt([p.columns["request_id"] for p in parts], groups, replicas, n) \
+        if groups is not None and n == len(workload) else None
+    ids = None
+    if put is None:
+        places = _places([p.columns["request_id"] for p in parts])
+        ids = np.empty(n, np.int64)
+        for p, at in zip(parts, places):
+            ids[at] = p.columns["request_id"]
+        put = functools.partial(_scatter, places)
     first = parts[0]
     out = {}
     for c in list(first.columns):
         if c in FROM_WORKLOAD:
-            col = _from_workload(c, ids, workload, replicas).astype(first.types[c], copy=False)
+            col = _from_workload(c, ids, workload, replicas, n).astype(first.types[c], copy=ids is None)
         elif c in first.values:
-            col = _decode([p.columns.pop(c) for p in parts], [p.values[c] for p in parts], places, n)
+            col = _decode([p.columns.pop(c) for p in parts], [p.values[c] for p in parts], put, n)
         else:
-            col = np.empty(n, first.types[c])
-            for p, at in zip(parts, places):
-                col[at] = p.columns.pop(c)
+            col = put(np.empty(n, first.types[c]), [p.columns.pop(c) for p in parts])
         out[c] = col
     return out
+
+
+Put = Callable[[np.ndarray, list], np.ndarray]  # fills a table's column from the parts' own
+
+
+def _scatter(places: list[np.ndarray], out: np.ndarray, cols: list) -> np.ndarray:
+    for col, at in zip(cols, places):
+        out[at] = col
+    return out
+
+
+def _dealt(ids: list[np.ndarray | None], groups: list[range], replicas: int, n: int) -> Put | None:
+    """Where the parts' ids are the n requests as round-robin deals them to consecutive
+    groups (each part every one of its group's, ascending): the table's rows as rounds of
+    `replicas`, a part's the columns of its group in each round (None: not so)."""
+    if [g.start for g in groups] != [0, *(g.stop for g in groups[:-1])] or groups[-1].stop != replicas:
+        return None
+    rounds, extra = divmod(n, replicas)
+    for g, i in zip(groups, ids):
+        dealt = rounds * len(g) + max(0, min(g.stop, extra) - g.start)
+        if i is None or len(i) != dealt or (dealt > 1 and not (i[1:] > i[:-1]).all()):
+            return None  # (a part's ids are its group's by construction: part.py global_ids)
+
+    def put(out: np.ndarray, cols: list) -> np.ndarray:
+        table = out[:rounds * replicas].reshape(rounds, replicas)
+        for g, col in zip(groups, cols):
+            size, whole = len(g), rounds * len(g)
+            table[:, g.start:g.stop] = col[:whole].reshape(rounds, size)
+            out[rounds * replicas + g.start:rounds * replicas + g.start + len(col) - whole] = col[whole:]
+        return out
+    return put
 
 
 def _places(ids: list[np.ndarray]) -> list[np.ndarray]:
@@ -88,18 +127,18 @@ def _places(ids: list[np.ndarray]) -> list[np.ndarray]:
     return np.split(rank, np.cumsum([len(i) for i in ids])[:-1])
 
 
-def _from_workload(c: str, ids: np.ndarray, workload: Workload, replicas: int) -> np.ndarray:
+def _from_workload(c: str, ids: np.ndarray | None, workload: Workload, replicas: int, n: int) -> np.ndarray:
+    """Column c of rows `ids`; None: of every request, in order (the workload's own column:
+    the caller copies it)."""
     if c == "replica":
+        if ids is None:
+            return np.tile(np.arange(replicas, dtype=np.int64), -(-n // replicas))[:n]
         return ids % replicas
-    if c == "arrival_s":
-        return workload.arrival[ids]
-    if c == "prompt_len":
-        return workload.prompt_len[ids]
-    if c == "output_len":
-        return workload.output_len[ids]
-    if workload.priority is None:  # a request without one has priority 0
-        return np.zeros(len(ids), dtype=np.int64)
-    return workload.priority[ids]
+    if c == "priority" and workload.priority is None:  # a request without one has priority 0
+        return np.zeros(n, dtype=np.int64)
+    column = {"arrival_s": workload.arrival, "prompt_len": workload.prompt_len,
+              "output_len": workload.output_len, "priority": workload.priority}[c]
+    return column if ids is None else column[ids]
 
 
 def _codes(col: np.ndarray) -> tuple[np.ndarray, list]:
@@ -111,16 +150,19 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, list]:
     return codes, values
 
 
-def _decode(codes: list[np.ndarray], values: list[list], places: list[np.ndarray], n: int) -> np.ndarray:
+def _decode(codes: list[np.ndarray], values: list[list], put: Put, n: int) -> np.ndarray:
     """The groups' coded columns (each part's codes into its own values), each row put at
-    its place, as one column of the values' objects."""
+    its place (put), as one column of the values' objects."""
     table: dict = {}
     for vs in values:
         for v in vs:
             table.setdefault(v, len(table))
-    merged = np.empty(n, np.int64)
-    for c, vs, at in zip(codes, values, places):
-        merged[at] = np.array([table[v] for v in vs], dtype=np.int64)[c]
+    if len(table) == 1:  # every row the one value (a status where all finished), one object
+        one = np.empty(n, dtype=object)
+        one.fill(next(iter(table)))  # (np.full would make a str object a row)
+        return one
+    merged = put(np.empty(n, np.int64), [np.array([table[v] for v in vs], dtype=np.int64)[c]
+                                          for c, vs in zip(codes, values)])
     lookup = np.empty(len(table), dtype=object)
     lookup[:] = list(table)
     return lookup[merged]
