@@ -63,11 +63,24 @@ def figures_by(req: dict[str, np.ndarray], column: str, slo: SLO | None) -> dict
     col = req[column]
     if len(col) == 0:
         return {}
+    every = _period(col)
+    if every:  # class col[j] is rows j, j + every, ...: strided views, in table order as well
+        return {int(col[j]): class_figures({c: req[c][j::every] for c in FIGURE_COLUMNS}, slo)
+                for j in np.argsort(col[:every], kind="stable").tolist()}
     order = np.argsort(col, kind="stable")
     values, starts = np.unique(col[order], return_index=True)
     ends = [*starts[1:], len(order)]
     return {int(v): class_figures({c: req[c][order[lo:hi]] for c in FIGURE_COLUMNS}, slo)
             for v, lo, hi in zip(values, starts, ends)}
+
+
+def _period(col: np.ndarray) -> int:
+    """m where the column repeats its first m values, all distinct, every m rows (a round-
+    robin's replica column); 0 where it does not."""
+    m = int(col.max()) - int(col.min()) + 1
+    if not 1 < m < len(col) or len(np.unique(col[:m])) != m:
+        return 0
+    return m if np.array_equal(col[m:], col[:-m]) else 0
 
 
 def breakdowns(req: dict[str, np.ndarray], slo: SLO | None = None,

@@ -233,8 +233,18 @@ class DecodeGroup:
         count of blocks in use it is part of), without the list: between finishes the
         members' needs cycle with the block size, summed in closed form (_cycle_sums)."""
         t, bs = self.tick, self.block_size
-        phase = self._phase[:]
         total = weighted = 0
+        if len(self._by_finish) < bs:  # member by member: fewer terms than the residues
+            first = (t + 1) % bs  # the residue of step 2
+            for f, _, _, base, _ in self._by_finish:
+                last = f - t if f - t < m else m  # it takes blocks in steps 2..last
+                s0 = 2 + (-base % bs - first) % bs  # the first of them at its residue
+                if s0 <= last:
+                    q = (last - s0) // bs + 1
+                    total += q
+                    weighted += q * (m + 1 - s0) - bs * (q * (q - 1) // 2)
+            return total, weighted
+        phase = self._phase[:]
         j = 2  # next step to count; step j runs from tick t + j - 1 (index j - 1)
         for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
             r = f - t  # its last step: from r + 1 on it takes nothing

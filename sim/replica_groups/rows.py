@@ -145,7 +145,7 @@ def _codes(col: np.ndarray) -> tuple[np.ndarray, list]:
     """A column of few distinct values (status, reject reason): codes into them."""
     values = list(set(col.tolist()))
     codes = np.zeros(len(col), dtype=np.int16 if len(values) > 127 else np.int8)
-    for i, v in enumerate(values):
+    for i, v in enumerate(values[1:], 1):  # the first value's rows keep code 0
         codes[col == v] = i  # elementwise ==, None included
     return codes, values
 
