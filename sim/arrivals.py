@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol, Sequence as Seq
 
 import simpy
 from simpy.events import URGENT
@@ -29,8 +29,11 @@ from batchlab.core.workload import Workload
 from batchlab.sim.events import urgent
 from batchlab.sim.resumption import EventQueue, Resumption
 
-if TYPE_CHECKING:
-    from batchlab.sim.engine import Replica
+
+class Engine(Protocol):
+    """What deal_to hands requests to (sim/engine.py's Replica; not imported: it imports this)."""
+
+    def submit(self, request: Request, now: float) -> None: ...
 
 
 BLOCK = 1024  # requests made at a time from the workload's columns (pull)
@@ -58,7 +61,7 @@ class Arrivals:
         self._releases: list[float] = []  # times at which held slots come free
         self._alarm: Resumption | None = None  # pull_at_each_arrival's event
         self.queue: EventQueue | None = None  # where it waits (sim/resumption.py; None: SimPy's)
-        self._engines: list[Replica] = []  # deal_to's (empty: `submit` hands each on)
+        self._engines: list[Engine] = []  # deal_to's (empty: `submit` hands each on)
         self._dealt = 0  # requests handed to them
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
@@ -86,11 +89,11 @@ class Arrivals:
             else:
                 self.submit(request, request.arrival)
 
-    def deal_to(self, engines: list[Replica]) -> None:
+    def deal_to(self, engines: Seq[Engine]) -> None:
         """Pulled: request k (in order) goes to engines[k mod len(engines)], as the
         round-robin router picks, called natively rather than through `submit` and the
         router (two calls through Python a request)."""
-        self._engines = engines
+        self._engines = list(engines)
 
     def next_time_for(self, first: int, every: int) -> float:
         """next_time() among requests first, first + every, ... only: the next one a
