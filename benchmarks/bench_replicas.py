@@ -20,7 +20,8 @@ time.process_time(), start-up left out), with the batchlab of this checkout, or 
 --instructions N1 N2: instead, instructions a request under valgrind's cachegrind of the
 trace's first N1 and N2 rows ((at N2 - at N1) / (N2 - N1): start-up and building the
 replicas cancel), 1 and R replicas: the same in every run, where the shared VM's CPU
-time moves with its load (printed)."""
+time moves with its load (printed). With --cache, cachegrind's cache model as well (its
+I1, D1 and last-level data misses a request, reads and writes together; slower)."""
 from __future__ import annotations
 
 import argparse
@@ -65,18 +66,24 @@ def child(job: dict) -> None:
     print(json.dumps({"requests": len(w), "cpu_us": cpu / len(w) * 1e6, "decisions": n[0] / len(w)}))
 
 
-def spawn(tree: Path, job: dict, valgrind: bool = False) -> dict:
+MISSES = {"I1": r"I1\s+misses:\s+([\d,]+)", "D1": r"D1\s+misses:\s+([\d,]+)", "LL": r"LLd\s+misses:\s+([\d,]+)"}
+
+
+def spawn(tree: Path, job: dict, valgrind: bool = False, cache: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1",
                OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
     if valgrind:
-        cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *cmd]
+        cmd = ["valgrind", "--tool=cachegrind", f"--cache-sim={'yes' if cache else 'no'}",
+               "--cachegrind-out-file=/dev/null", *cmd]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{tree}: {job} failed: {p.stderr.strip()[-600:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
     if valgrind:
         out["instructions"] = int(re.search(r"I\s+refs:\s+([\d,]+)", p.stderr).group(1).replace(",", ""))
+        for level, pattern in MISSES.items() if cache else ():
+            out[level] = int(re.search(pattern, p.stderr).group(1).replace(",", ""))
     return out
 
 
@@ -108,6 +115,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=1, help="runs of each, alternating (medians)")
     ap.add_argument("--instructions", nargs=2, type=int, metavar=("N1", "N2"),
                     help="instructions a request under cachegrind, trace rows N1 to N2")
+    ap.add_argument("--cache", action="store_true", help="--instructions: I1, D1 and LL misses too")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -123,11 +131,14 @@ def main() -> None:
         for name, tree in trees.items():
             per = {}
             for reps in (1, r):
-                at = [spawn(tree, dict(kind="conv", replicas=reps, requests=n, router=args.router), True)
-                      for n in (n1, n2)]
+                at = [spawn(tree, dict(kind="conv", replicas=reps, requests=n, router=args.router), True,
+                            args.cache) for n in (n1, n2)]
                 per[reps] = (at[1]["instructions"] - at[0]["instructions"]) / (n2 - n1)
+                misses = "".join(f", {(at[1][k] - at[0][k]) / (n2 - n1):7,.1f} {k} misses/request"
+                                 for k in MISSES if k in at[0])
                 print(f"{name}: conv x{reps:<4} over {reps:>6} replicas, rows {n1}-{n2}: "
-                      f"{per[reps]:10,.0f} instructions/request, {at[1]['decisions']:.2f} decisions/request")
+                      f"{per[reps]:10,.0f} instructions/request{misses}, "
+                      f"{at[1]['decisions']:.2f} decisions/request")
             print(f"{name}: ratio {r}/1 instructions per request {per[r] / per[1]:.2f}x")
         print(f"load average {load()} at the end")
         return

@@ -9,7 +9,24 @@ A cached unit sits in a table at its own place: unit i of a prompt is the table'
 blocks [i * unit, (i + 1) * unit)."""
 from __future__ import annotations
 
+from typing import Final
+
 from batchlab.core.prefix_cache import PrefixCache
+
+# Block ids as int objects, made once for every pool of the process: Python caches ints
+# up to 256 only, and a pool handing out never-used blocks (a lightly loaded replica
+# does it at nearly every admission) would make a new object an id, in memory of its own.
+# A tuple (in a list: its one slot), which the collector stops tracking (ints only)
+# where a list of them would be walked at every collection.
+_IDS: Final[list[tuple[int, ...]]] = [()]
+
+
+def _fresh_ids(lo: int, hi: int) -> tuple[int, ...]:
+    """(lo, ..., hi - 1), the shared objects."""
+    ids = _IDS[0]
+    if len(ids) < hi:
+        ids = _IDS[0] = tuple(range(max(hi, 2 * len(ids), 1024)))
+    return ids[lo:hi]
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -43,6 +60,10 @@ class BlockManager:
     def num_free(self) -> int:
         """Blocks no sequence uses: plain free ones and those of evictable cached units."""
         return len(self._free) + self.num_blocks - self._next + len(self.cache.evictable) * self.unit
+
+    def returned(self) -> list[int]:
+        """The returned plain blocks (a copy), the next one handed out last."""
+        return list(self._free)
 
     @property
     def num_used(self) -> int:
@@ -82,7 +103,7 @@ class BlockManager:
             raise RuntimeError(f"KV pool exhausted: need {n} blocks, {self.num_free} free")
         out = free[::-1]
         free.clear()
-        out.extend(range(self._next, self._next + fresh))
+        out.extend(_fresh_ids(self._next, self._next + fresh))
         self._next += fresh
         if short:
             evicted = self.cache.evict(units)

@@ -71,6 +71,7 @@ class MetricsRecorder:
         # them in replica order, each replica's in time order, however they interleaved.
         self._gap_replica = array("q")
         self._gap_start = array("q")
+        self._gap_last = -1  # _gap_replica's last entry (-1: none; replicas count from 0), kept
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
         # Without a step table, a fast-forward run's gaps (steps 2..m's, as doubles from its
         # clock: no Python float a gap) wait apart from their counts (steps 2..m's sizes, a
@@ -91,11 +92,10 @@ class MetricsRecorder:
 
     def _replica(self, replica: int) -> None:
         """Note that `replica`'s gaps follow (before any are recorded)."""
-        if self._itl_hist is None:
-            n = len(self._gap_replica)
-            if n == 0 or self._gap_replica[n - 1] != replica:
-                self._gap_replica.append(replica)
-                self._gap_start.append(len(self.itl_gap))
+        if self._itl_hist is None and self._gap_last != replica:
+            self._gap_last = replica
+            self._gap_replica.append(replica)
+            self._gap_start.append(len(self.itl_gap))
 
     def record_step(self, replica: int, start: float, end: float, batch: Batch,
                     features: StepFeatures, kv_blocks_used: int, kv_blocks_total: int,
