@@ -51,8 +51,12 @@ class MetricsRecorder:
         # typed columns ROWS_EVERY at a time: compiled, a list append is a C call, where
         # an array's append is a call through Python per field and request.
         self._pending: list[list] = [[] for _ in REQUEST_COLUMNS]
-        self._step: dict[str, array] | None = (
-            {c: array("d" if c in _FLOAT else "q") for c in STEP_COLUMNS} if record_steps else None)
+        # The step table's columns, each a list of chunks (a typed array a flush, as
+        # core/step_runs.py keeps a run's): a column grown at every flush was copied whole
+        # wherever it could not grow in place. _stepped: the rows flushed so far.
+        self._step: dict[str, list[array]] | None = (
+            {c: [] for c in STEP_COLUMNS} if record_steps else None)
+        self._stepped = 0
         self._step_pending: list[list] = [[] for _ in STEP_COLUMNS]  # stepped rows, as _pending
         self._runs = RunLog()  # fast-forward runs' rows, kept as runs (core/step_runs.py)
         # Running totals over steps: what the summary needs when there is no step table
@@ -224,7 +228,7 @@ class MetricsRecorder:
         self._seated[seats] = self._seated.get(seats, 0) + seat_steps
         self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_steps
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
-            stepped = len(self._step["replica"]) + len(self._step_pending[0])
+            stepped = self._stepped + len(self._step_pending[0])
             window = run.window_read
             self._runs.add(stepped, replica, clock.times(0, m + 1), run.num_seqs[:m], run.kv_read[:m],
                            kv_blocks_used, kv_blocks_total, seats, cached_blocks, context[0], context[1],
@@ -260,7 +264,11 @@ class MetricsRecorder:
 
     def _flush_steps(self) -> None:
         if self._step is not None and self._step_pending[0]:
-            _move_rows(self._step.values(), self._step_pending)
+            self._stepped += len(self._step_pending[0])
+            for c, rows in zip(STEP_COLUMNS, self._step_pending):
+                chunk = array("d" if c in _FLOAT else "q")
+                extend(chunk, rows)
+                self._step[c].append(chunk)
             self._step_pending = [[] for _ in STEP_COLUMNS]
 
     @property
@@ -293,7 +301,7 @@ class MetricsRecorder:
         if self._step is None:
             return None
         self._flush_steps()
-        t = {c: _np(v) for c, v in self._step.items()}
+        t = {c: _joined(v, np.float64 if c in _FLOAT else np.int64) for c, v in self._step.items()}
         if self._runs.runs:
             t = with_runs(t, self._runs)
         replica, start = t["replica"], t["start_s"]
@@ -370,6 +378,13 @@ def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
             col.extend(rows)
         else:
             extend(col, rows)
+
+
+def _joined(chunks: list[array], dtype: type) -> np.ndarray:
+    """A column kept in chunks, as one numpy array (a copy)."""
+    if not chunks:
+        return np.empty(0, dtype)
+    return np.concatenate([np.frombuffer(c, dtype=dtype) for c in chunks])
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -32,18 +32,20 @@ STEP_FIELDS = ("num_seqs", "kv_read", "kv_blocks_used")
 class RunLog:
     """Every run's values, buffered in lists (compiled, a list's append and extend are C
     calls, an array's are calls through Python) and moved into typed columns
-    `flush_every` step times at a time."""
+    `flush_every` step times at a time. A column is a list of chunks, a typed array a
+    flush: one array grown at every flush is copied whole wherever it cannot grow in
+    place, which among many replicas' allocations was most flushes."""
 
     def __init__(self, flush_every: int = 4096) -> None:
         self.flush_every = flush_every
         self.runs = 0
-        self.per_run = [array("q") for _ in RUN_FIELDS]
-        self.times = array("d")
-        self.per_step = [array("q") for _ in STEP_FIELDS]
+        self.per_run: list[list[array]] = [[] for _ in RUN_FIELDS]
+        self.times: list[array] = []
+        self.per_step: list[list[array]] = [[] for _ in STEP_FIELDS]
         self._per_run: list[list[int]] = [[] for _ in RUN_FIELDS]
         self._times: list[float] = []
         self._per_step: list[list[int]] = [[] for _ in STEP_FIELDS]
-        self.window_read = array("q")
+        self.window_read: list[array] = []
         self._window_read: list[int] = []
 
     def add(self, after: int, replica: int, times: list[float], num_seqs: list[int], kv_read: list[int],
@@ -74,19 +76,33 @@ class RunLog:
 
     def flush(self) -> None:
         for col, values in zip(self.per_run, self._per_run):
-            extend(col, values)
-        extend(self.times, self._times)
+            _chunk(col, "q", values)
+        _chunk(self.times, "d", self._times)
         for col, values in zip(self.per_step, self._per_step):
-            extend(col, values)
-        extend(self.window_read, self._window_read)
+            _chunk(col, "q", values)
+        _chunk(self.window_read, "q", self._window_read)
         self._per_run = [[] for _ in RUN_FIELDS]
         self._times = []
         self._per_step = [[] for _ in STEP_FIELDS]
         self._window_read = []
 
 
-def _ints(col: array) -> np.ndarray:
-    return np.frombuffer(col, dtype=np.int64)
+def _chunk(col: list[array], typecode: str, values: list) -> None:
+    """values onto the column as a chunk of its own."""
+    if values:
+        chunk = array(typecode)
+        extend(chunk, values)
+        col.append(chunk)
+
+
+def _joined(col: list[array], dtype: type) -> np.ndarray:
+    if len(col) == 1:
+        return np.frombuffer(col[0], dtype=dtype)
+    return np.concatenate([np.frombuffer(c, dtype=dtype) for c in col]) if col else np.empty(0, dtype)
+
+
+def _ints(col: list[array]) -> np.ndarray:
+    return _joined(col, np.int64)
 
 
 def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarray]:
@@ -100,7 +116,7 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
     if windowed.any():
         window = kv.copy()
         window[np.repeat(windowed.astype(bool), lens)] = _ints(log.window_read)
-    times = np.frombuffer(log.times, dtype=np.float64)
+    times = _joined(log.times, np.float64)
     ends = np.cumsum(lens)  # past each run's last row
     n = int(ends[-1])
     step = np.ones(len(times), bool)  # a time that starts a step (each run's last ends one)
