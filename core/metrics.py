@@ -75,7 +75,7 @@ class MetricsRecorder:
         # them in replica order, each replica's in time order, however they interleaved.
         self._gap_replica = array("q")
         self._gap_start = array("q")
-        self._gap_last = -1  # _gap_replica's last entry (-1: none; replicas count from 0), kept
+        self._gap_last = -1  # _gap_replica's last entry, in a field (-1: none; replicas count from 0)
         self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
         # Without a step table, a fast-forward run's gaps (steps 2..m's, as doubles from its
         # clock: no Python float a gap) wait apart from their counts (steps 2..m's sizes, a
