@@ -66,7 +66,8 @@ def child(job: dict) -> None:
     print(json.dumps({"requests": len(w), "cpu_us": cpu / len(w) * 1e6, "decisions": n[0] / len(w)}))
 
 
-MISSES = {"I1": r"I1\s+misses:\s+([\d,]+)", "D1": r"D1\s+misses:\s+([\d,]+)", "LL": r"LLd\s+misses:\s+([\d,]+)"}
+MISSES = {"I1": r"I1\s+misses:\s+([\d,]+)", "D1": r"D1\s+misses:\s+([\d,]+)",
+          "LL": r"LLd\s+misses:\s+([\d,]+)"}
 
 
 def spawn(tree: Path, job: dict, valgrind: bool = False, cache: bool = False) -> dict:
