@@ -21,7 +21,7 @@ from batchlab.core.features import StepFeatures
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
 from batchlab.core.fast_forward import DecodeRun
-from batchlab.core.step_runs import RunLog, with_runs
+from batchlab.core.step_runs import RunLog, add_chunk, joined, with_runs
 from batchlab.core.summary import StepSums
 
 REQUEST_COLUMNS = ("request_id", "replica", "arrival_s", "prompt_len", "output_len", "priority",
@@ -266,9 +266,7 @@ class MetricsRecorder:
         if self._step is not None and self._step_pending[0]:
             self._stepped += len(self._step_pending[0])
             for c, rows in zip(STEP_COLUMNS, self._step_pending):
-                chunk = array("d" if c in _FLOAT else "q")
-                extend(chunk, rows)
-                self._step[c].append(chunk)
+                add_chunk(self._step[c], "d" if c in _FLOAT else "q", rows)
             self._step_pending = [[] for _ in STEP_COLUMNS]
 
     @property
@@ -301,7 +299,7 @@ class MetricsRecorder:
         if self._step is None:
             return None
         self._flush_steps()
-        t = {c: _joined(v, np.float64 if c in _FLOAT else np.int64) for c, v in self._step.items()}
+        t = {c: joined(v, np.float64 if c in _FLOAT else np.int64) for c, v in self._step.items()}
         if self._runs.runs:
             t = with_runs(t, self._runs)
         replica, start = t["replica"], t["start_s"]
@@ -378,13 +376,6 @@ def _move_rows(columns: Iterable[array | list], pending: list[list]) -> None:
             col.extend(rows)
         else:
             extend(col, rows)
-
-
-def _joined(chunks: list[array], dtype: type) -> np.ndarray:
-    """A column kept in chunks, as one numpy array (a copy)."""
-    if not chunks:
-        return np.empty(0, dtype)
-    return np.concatenate([np.frombuffer(c, dtype=dtype) for c in chunks])
 
 
 def _np(col: array | list) -> np.ndarray:

@@ -76,33 +76,34 @@ class RunLog:
 
     def flush(self) -> None:
         for col, values in zip(self.per_run, self._per_run):
-            _chunk(col, "q", values)
-        _chunk(self.times, "d", self._times)
+            add_chunk(col, "q", values)
+        add_chunk(self.times, "d", self._times)
         for col, values in zip(self.per_step, self._per_step):
-            _chunk(col, "q", values)
-        _chunk(self.window_read, "q", self._window_read)
+            add_chunk(col, "q", values)
+        add_chunk(self.window_read, "q", self._window_read)
         self._per_run = [[] for _ in RUN_FIELDS]
         self._times = []
         self._per_step = [[] for _ in STEP_FIELDS]
         self._window_read = []
 
 
-def _chunk(col: list[array], typecode: str, values: list) -> None:
-    """values onto the column as a chunk of its own."""
+def add_chunk(col: list[array], typecode: str, values: list) -> None:
+    """values onto a column kept in chunks, as a chunk of their own."""
     if values:
         chunk = array(typecode)
         extend(chunk, values)
         col.append(chunk)
 
 
-def _joined(col: list[array], dtype: type) -> np.ndarray:
-    if len(col) == 1:
-        return np.frombuffer(col[0], dtype=dtype)
-    return np.concatenate([np.frombuffer(c, dtype=dtype) for c in col]) if col else np.empty(0, dtype)
+def joined(col: list[array], dtype: type) -> np.ndarray:
+    """A column kept in chunks, as one numpy array (a copy: the chunks stay the log's)."""
+    if not col:
+        return np.empty(0, dtype)
+    return np.concatenate([np.frombuffer(c, dtype=dtype) for c in col])
 
 
 def _ints(col: list[array]) -> np.ndarray:
-    return _joined(col, np.int64)
+    return joined(col, np.int64)
 
 
 def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarray]:
@@ -116,7 +117,7 @@ def with_runs(stepped: dict[str, np.ndarray], log: RunLog) -> dict[str, np.ndarr
     if windowed.any():
         window = kv.copy()
         window[np.repeat(windowed.astype(bool), lens)] = _ints(log.window_read)
-    times = _joined(log.times, np.float64)
+    times = joined(log.times, np.float64)
     ends = np.cumsum(lens)  # past each run's last row
     n = int(ends[-1])
     step = np.ones(len(times), bool)  # a time that starts a step (each run's last ends one)

@@ -58,16 +58,23 @@ def per_request_latencies(req: dict[str, np.ndarray], done: np.ndarray | None = 
     """Seconds, for finished requests: ttft, tpot (over output_len > 1), e2el, queue.
     done: req["status"] == "finished", where the caller has it already."""
     done = req["status"] == "finished" if done is None else done
-    every = bool(done.all())  # then the columns themselves: a masked copy is the same values
-    arrival, first, finish = (req[c] if every else req[c][done] for c in ("arrival_s", "first_token_s", "finish_s"))
-    out_len = req["output_len"] if every else req["output_len"][done]
+    every = bool(done.all())
+    arrival, first, finish, out_len, scheduled = (
+        _finished(req[c], done, every) for c in ("arrival_s", "first_token_s", "finish_s", "output_len",
+                                                 "first_scheduled_s"))
     multi = out_len > 1
     return {
         "ttft": first - arrival,
         "tpot": (finish[multi] - first[multi]) / (out_len[multi] - 1),
         "e2el": finish - arrival,
-        "queue": (req["first_scheduled_s"] if every else req["first_scheduled_s"][done]) - arrival,
+        "queue": scheduled - arrival,
     }
+
+
+def _finished(col: np.ndarray, done: np.ndarray, every: bool) -> np.ndarray:
+    """col's finished rows (done); every: all of them, the column itself (a masked copy
+    would be the same values)."""
+    return col if every else col[done]
 
 
 def prefix_cache_stats(req: dict[str, np.ndarray]) -> dict[str, float]:
@@ -87,8 +94,7 @@ def run_duration(req: dict[str, np.ndarray], done: np.ndarray | None = None) -> 
     done = req["status"] == "finished" if done is None else done
     if not done.any():
         return math.nan
-    finish = req["finish_s"] if done.all() else req["finish_s"][done]
-    return float(np.nanmax(finish) - np.min(req["arrival_s"]))
+    return float(np.nanmax(_finished(req["finish_s"], done, bool(done.all()))) - np.min(req["arrival_s"]))
 
 
 def meets_slo(req: dict[str, np.ndarray], slo: SLO,
@@ -171,9 +177,9 @@ def summarize(req: dict[str, np.ndarray], steps: dict[str, float],
     n_done = int(done.sum())
     lat = per_request_latencies(req, done)
     duration = run_duration(req, done)
-    every = n_done == len(done)  # then no masked copies (the same sums)
-    in_tok = int((req["prompt_len"] if every else req["prompt_len"][done]).sum())
-    out_tok = int((req["output_len"] if every else req["output_len"][done]).sum())
+    every = n_done == len(done)
+    in_tok = int(_finished(req["prompt_len"], done, every).sum())
+    out_tok = int(_finished(req["output_len"], done, every).sum())
 
     def rate(x: float) -> float:
         return x / duration if duration and duration > 0 else math.nan
