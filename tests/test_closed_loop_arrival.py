@@ -78,13 +78,23 @@ def queueing(requests: dict) -> np.ndarray:
 def test_queueing_delay_distribution_matches_the_simulation(runtime):
     """A think time about two decode steps long: most users send mid-step, and their
     request waits for the step in progress to end (in the simulator, by construction)."""
+    from batchlab.experiments.studies.common import BUSY
+    from batchlab.experiments.studies.common_backend import slowdown, speed_reference, unless_busy
+
     w = closed_loop(60, 4, 0.007, seed=7)
     cfg = SchedulerConfig(policy="continuous", block_size=8, max_num_seqs=8)
-    # Three real runs, judged on their medians: one run disturbed by the machine (seen
-    # once in CI: 12% zero delay real against 37% simulated) does not decide alone.
-    zero_real, zero_sim, ks, median_q = [], [], [], []
+    reference = speed_reference(4, rt=runtime)
+    # Three real runs, judged on their medians. A run whose decode steps took more than BUSY
+    # times the reference's shared the CPU (seen in CI: 7-12% zero delay real against 27-37%
+    # simulated, the schedules parting after a few disturbed steps): it is run once more, and
+    # only runs at the reference speed are judged.
+    zero_real, zero_sim, ks, median_q, slow = [], [], [], [], []
     for _ in range(3):
-        real = run_real(runtime, w, cfg)
+        real, _ = unless_busy(lambda: run_real(runtime, w, cfg),
+                              lambda r: slowdown(r.result.steps, reference), lambda s: None)
+        slow.append(slowdown(real.result.steps, reference))
+        if not slow[-1] <= BUSY:
+            continue
         # The run's own step costs (self-fit + between-step time), so the comparison is of
         # when requests arrive and queue, not of a profile's price.
         cost = CostAtSpeed(fit_linear_cost(real.result), loop=fit_overhead(real.result))
@@ -94,11 +104,14 @@ def test_queueing_delay_distribution_matches_the_simulation(runtime):
         zero_sim.append((q_sim < ZERO_S).mean())
         ks.append(stats.ks_2samp(q_real, q_sim).statistic)
         median_q.append(np.median(q_real))
+    if not ks:
+        pytest.skip(f"every run shared the CPU: decode steps {', '.join(f'{x:.2f}' for x in slow)}x "
+                    f"the reference's (busy above {BUSY}x)")
     zero_real, zero_sim, ks = np.median(zero_real), np.median(zero_sim), np.median(ks)
     # With the poll stamped as arrival, this very run gave zero delay to 100% of real
     # requests against 13-20% simulated, KS 0.90-0.93. Fixed: 3-8% vs 10-13%, KS 0.22-0.32
     # on a quiet machine (six runs), and KS 0.40-0.57 with the real run getting 0.35-0.8 of
     # a core (other processes disturb its steps, and the schedules part after a few steps).
-    assert abs(zero_real - zero_sim) < 0.2, (zero_real, zero_sim)
-    assert ks < 0.7, ks
+    assert abs(zero_real - zero_sim) < 0.2, (zero_real, zero_sim, slow)
+    assert ks < 0.7, (ks, slow)
     assert np.median(median_q) > ZERO_S  # the real requests did queue

@@ -32,11 +32,11 @@ def runtime(model: str = MODEL) -> Runtime:
 
 
 def serve(workload: Workload, cfg: SchedulerConfig, observer: StepObserver | None = None,
-          model: str = MODEL) -> RunResult:
+          model: str = MODEL, rt: Runtime | None = None) -> RunResult:
     """Serve `workload` on the real backend on the wall clock (arrivals as given),
     calling observer(replica, start, duration, batch) after each step as
-    sim.simulate does."""
-    return run_workload(runtime(model), workload, cfg, progress=False, observer=observer)
+    sim.simulate does. On `rt` when given (a caller's own loaded model), else on `model`."""
+    return run_workload(rt or runtime(model), workload, cfg, progress=False, observer=observer)
 
 
 def decode_step_ms(steps: dict[str, np.ndarray]) -> float:
@@ -52,7 +52,8 @@ def machine(rt: Runtime | None = None) -> str:
             f"{m.dtype}, {m.threads} torch thread on {m.cpu}")
 
 
-def speed_reference(seats: int, prompt: int = 100, steps_each: int = 6, rounds: int = 2) -> dict[int, float]:
+def speed_reference(seats: int, prompt: int = 100, steps_each: int = 6, rounds: int = 2,
+                    rt: Runtime | None = None) -> dict[int, float]:
     """Decode-step seconds with 1..seats sequences on this machine now: one run of `seats`
     requests at t=0 whose replies end `steps_each` steps apart, so the batch shrinks from
     `seats` to 1. The fastest of `rounds` runs per batch size (the least disturbed)."""
@@ -64,7 +65,7 @@ def speed_reference(seats: int, prompt: int = 100, steps_each: int = 6, rounds: 
                           num_kv_blocks=n * -(-longest // 16))
     best: dict[int, float] = {}
     for _ in range(rounds):
-        st = serve(w, cfg).steps
+        st = serve(w, cfg, rt=rt).steps
         for k in range(1, n + 1):
             d = st["duration_s"][(st["prefill_tokens"] == 0) & (st["num_seqs"] == k)]
             if d.size:
