@@ -44,18 +44,50 @@ def mean_queue(arrival: np.ndarray, scheduled: np.ndarray, t0: float, t1: float)
 def queue_stability(requests: dict[str, np.ndarray]) -> Stability:
     """The verdict for one run's request table (core/metrics.py columns)."""
     keep = requests["status"] != "rejected"
-    arrival = np.asarray(requests["arrival_s"], float)[keep]
-    scheduled = np.asarray(requests["first_scheduled_s"], float)[keep].copy()
+    every = bool(keep.all())  # then the columns themselves (masked copies: the same values)
+    arrival = np.asarray(requests["arrival_s"], float)
+    scheduled = np.asarray(requests["first_scheduled_s"], float)
+    if not every:
+        arrival, scheduled = arrival[keep], scheduled[keep]
     if len(arrival) < 4:
         return Stability("stable", (0.0, 0.0, 0.0, 0.0))
-    times = np.concatenate([arrival, scheduled[np.isfinite(scheduled)],
-                            np.asarray(requests["finish_s"], float)[keep]])
-    end = float(np.nanmax(times))
-    scheduled[~np.isfinite(scheduled)] = end
+    finite = np.isfinite(scheduled)
+    if not finite.all():
+        finish = np.asarray(requests["finish_s"], float)
+        times = np.concatenate([arrival, scheduled[finite], finish if every else finish[keep]])
+        scheduled = scheduled.copy()
+        scheduled[~finite] = float(np.nanmax(times))
     a0, a1 = float(arrival.min()), float(arrival.max())
     if a1 <= a0:  # everything arrived at once: a batch, not a queue in steady state
         return Stability("stable", (0.0, 0.0, 0.0, 0.0))
     edges = np.linspace(a0, a1, 5)
-    q = tuple(mean_queue(arrival, scheduled, lo, hi) for lo, hi in zip(edges, edges[1:]))
+    q = _mean_queues(arrival, scheduled, list(zip(edges, edges[1:])))
     grows = q[1] <= q[2] <= q[3] and q[3] > GROWTH_FACTOR * q[1] + GROWTH_FLOOR
     return Stability("overloaded" if grows else "stable", q)
+
+
+def _mean_queues(arrival: np.ndarray, scheduled: np.ndarray,
+                 spans: list[tuple[float, float]]) -> tuple[float, float, float, float]:
+    """mean_queue over each span, the same floats. Where the arrivals are in time order (a
+    simulated run's table), a request queues within [t0, t1) only between the first one
+    still unscheduled at t0 and the first arriving at t1: its terms are computed there
+    alone, the others being +0.0, and summed as mean_queue sums the whole column (numpy's
+    pairwise sum, whose grouping depends on the length alone), with zeros elsewhere."""
+    if len(arrival) < 2 or not (arrival[1:] >= arrival[:-1]).all():
+        a, b, c, d = (mean_queue(arrival, scheduled, lo, hi) for lo, hi in spans)
+        return a, b, c, d
+    latest = np.maximum.accumulate(scheduled)  # first i with latest > t0: the first unscheduled at t0
+    terms = np.zeros(len(arrival))
+    out = []
+    for t0, t1 in spans:
+        if t1 <= t0:
+            out.append(0.0)
+            continue
+        lo, hi = int(np.searchsorted(latest, t0, "right")), int(np.searchsorted(arrival, t1, "left"))
+        if lo >= hi:
+            out.append(float(0.0 / (t1 - t0)))
+            continue
+        np.maximum(np.clip(scheduled[lo:hi], t0, t1) - np.clip(arrival[lo:hi], t0, t1), 0.0, out=terms[lo:hi])
+        out.append(float(terms.sum() / (t1 - t0)))
+        terms[lo:hi] = 0.0
+    return out[0], out[1], out[2], out[3]

@@ -55,9 +55,34 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+# The objects a forked pool's workers find in memory (experiments/forked_pool.py), by key:
+# put here in the parent before they are forked.
+_HELD: dict[int, Any] = {}
+
+
+def held(executor: Executor, obj: object) -> int | None:
+    """The key by which `executor`'s workers find `obj` in their own memory (None: they
+    do not hold it: a task must carry it)."""
+    keys = getattr(executor, "held_keys", None)  # a ForkedPool's
+    return None if keys is None or id(obj) not in keys else id(obj)
+
+
+def inherited(key: int) -> Any:
+    """In a ForkedPool's worker: the object the parent held under `key`."""
+    try:
+        return _HELD[key]
+    except KeyError:
+        raise RuntimeError("a task names an object its process did not inherit (not a "
+                           "forked worker of the pool that held it)") from None
+
+
 @contextmanager
-def make_executor(workers: int | None = None, dask: str | None = None) -> Iterator[tuple[Executor, str]]:
-    """(executor, a description of it for the output)."""
+def make_executor(workers: int | None = None, dask: str | None = None,
+                  hold: list | None = None) -> Iterator[tuple[Executor, str]]:
+    """(executor, a description of it for the output). hold: objects a local pool's
+    workers should have in memory (held() names them in a task) where the pool forks its
+    workers (the default start method is fork: Linux before Python 3.14); elsewhere its
+    tasks carry them."""
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     if dask:
@@ -68,14 +93,26 @@ def make_executor(workers: int | None = None, dask: str | None = None) -> Iterat
     if n == 1:
         yield SerialExecutor(), "serial (1 process)"
         return
-    from concurrent.futures import ProcessPoolExecutor  # lazy: multiprocessing, only for a local pool
+    # lazy: multiprocessing, only for a local pool
+    from concurrent.futures import ProcessPoolExecutor
 
+    from batchlab.experiments.forked_pool import ForkedPool, forks
+
+    if hold and forks():
+        _HELD.update((id(obj), obj) for obj in hold)
+        try:
+            with ForkedPool(n, {id(obj) for obj in hold}, die_with_parent, os.getpid()) as forked:
+                yield forked, f"process pool ({n} workers)"
+        finally:
+            for obj in hold:
+                _HELD.pop(id(obj), None)
+        return
     with ProcessPoolExecutor(max_workers=n, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         yield pool, f"process pool ({n} workers)"
 
 
 # glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 _KEEP_UP_TO = 2**31 - 1  # bytes free at the heap's top before it gives them back
 
 
@@ -90,6 +127,19 @@ def keep_freed_memory() -> None:
         libc = ctypes.CDLL(None)
         libc.mallopt(_M_MMAP_MAX, 0)
         libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_UP_TO)
+        # One heap for every thread: a block freed by one is reused by the others (the
+        # summary's threads, core/summary.py), not kept in an arena of its own.
+        libc.mallopt(_M_ARENA_MAX, 1)
+    except (OSError, AttributeError):  # no glibc
+        pass
+
+
+def give_back_freed_memory() -> None:
+    """This process's freed heap memory returned to the system (glibc malloc_trim;
+    elsewhere nothing): a pool worker done with its simulation holds its result alone
+    while the parent merges the results, and the memory of every process counts."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # no glibc
         pass
 

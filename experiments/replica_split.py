@@ -1,8 +1,9 @@
 """`batchlab simulate --workers N` (or --dask): a round-robin run's replicas simulated in
 groups on the executor's processes (sim/replica_groups), merged into the result one
 process gives, bit for bit. Each task carries its group's requests (a Share: taken from
-the workload only as it is sent) and the experiment, from which the worker builds the
-same setup (prices are rebuilt, not pickled)."""
+the workload only as it is sent), or names the workload its worker inherited (a forked
+pool holding it: experiments/forked_pool.py), and the experiment, from which the worker
+builds the same setup (prices are rebuilt, not pickled)."""
 from __future__ import annotations
 
 from concurrent.futures import Executor
@@ -14,10 +15,10 @@ from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.executor import run_all
+from batchlab.experiments.executor import give_back_freed_memory, held, inherited, run_all
 from batchlab.experiments.setup import SimSetup, sim_setup
-from batchlab.sim.replica_groups import (GroupRun, Share, check_splittable, merge, replica_groups,
-                                         simulate_group)
+from batchlab.sim.replica_groups import (GroupRun, Share, check_splittable, group_workload, merge,
+                                         replica_groups, simulate_group)
 
 
 @dataclass
@@ -26,7 +27,8 @@ class GroupTask:
     model_named: bool
     hardware_named: bool
     policy: str
-    share: Share  # the requests dealt to the group
+    share: Share | None  # the requests dealt to the group (None: taken from the held workload)
+    held: int | None  # the whole workload's key in the worker's inherited memory (executor.held)
     group: range
     fast_forward: bool
     record_steps: bool
@@ -48,9 +50,12 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
     replica's breakdown figures (core/class_summary.py), which the groups' processes
     compute side by side, under the run's SLO, rather than the merged table's one."""
     groups = replica_groups(cfg.run.replicas, workers)
-    tasks = [GroupTask(cfg, *named, policy, Share(workload, cfg.run.replicas, g), g,
-                       fast_forward, record_steps) for g in groups]
-    sizes = [len(t.share) for t in tasks]
+    key = held(executor, workload)
+    shares = [Share(workload, cfg.run.replicas, g) for g in groups]
+    sizes = [len(s) for s in shares]
+    tasks = [GroupTask(cfg, *named, policy, None if key is not None else s, key, g, fast_forward, record_steps)
+             for s, g in zip(shares, groups)]
+    del shares
     # Ctrl-C: each group keeps what it simulated (run_group), as one process does.
     parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]), wait_out_ctrl_c=True)
     del tasks
@@ -60,7 +65,13 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
 
 def run_group(task: GroupTask) -> GroupRun:
     setup = sim_setup(task.cfg, task.model_named, task.hardware_named)
-    return simulate_group(task.share.requests(), task.cfg.run.replicas, task.group, setup.schedulers[task.policy],
+    replicas = task.cfg.run.replicas
+    requests = task.share.requests() if task.share is not None else \
+        group_workload(inherited(task.held), replicas, task.group)
+    part = simulate_group(requests, replicas, task.group, setup.schedulers[task.policy],
                           setup.cost, setup.blocks, meta=setup.meta, fast_forward=task.fast_forward,
                           record_steps=task.record_steps, keep_on_interrupt=True, figures=True,
                           slo=task.cfg.run.slo)
+    del requests
+    give_back_freed_memory()  # the simulation's, while the parent merges
+    return part

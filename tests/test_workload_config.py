@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batchlab.core.checks import MAX_TOKENS
 from batchlab.core.workload import LengthSpec, WorkloadConfig, build_workload, load_trace
 from batchlab.core.workload.stats import interarrival_cv, mean_rate
 
@@ -154,3 +155,29 @@ def test_chat_request_0_does_not_depend_on_the_workload_size():
     lens = {n: build_workload(WorkloadConfig(source="chat", num_requests=n)).output_len[0]
             for n in (5, 10, 1000)}
     assert len(set(lens.values())) == 1, lens
+
+
+def _reference_sample(spec: LengthSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    """LengthSpec.sample as first written (a temporary a pass, a mixture by masks)."""
+    if spec.dist == "lognormal":
+        mu = np.log(spec.mean) - spec.sigma**2 / 2
+        x = np.rint(np.minimum(rng.lognormal(mu, spec.sigma, size=n), MAX_TOKENS)).astype(np.int64)
+    elif spec.dist == "mixture":
+        w = np.array([c.weight for c in spec.components])
+        which = rng.choice(len(w), size=n, p=w / w.sum())
+        x = np.empty(n, dtype=np.int64)
+        for k, (comp, child) in enumerate(zip(spec.components, rng.spawn(len(spec.components)))):
+            x[which == k] = _reference_sample(comp, n, child)[which == k]
+    else:
+        return spec.sample(n, rng)
+    return np.clip(x, spec.min, spec.max if spec.max is not None else None).astype(np.int64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(length_specs, st.integers(0, 2**32), st.integers(0, 400), st.integers(1, 40))
+def test_lengths_are_those_first_drawn(spec, seed, n, many):
+    """Drawn in place (and a mixture picked in one pass, or by masks past np.choose's
+    limit), the lengths and their type are those of the plain formulas."""
+    for s in (spec, LengthSpec(dist="mixture", components=[spec] * many, min=3, max=600)):
+        got, want = s.sample(n, np.random.default_rng(seed)), _reference_sample(s, n, np.random.default_rng(seed))
+        assert got.dtype == want.dtype == np.int64 and np.array_equal(got, want)

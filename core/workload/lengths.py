@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from batchlab.core.checks import MAX_TOKENS, LengthMean, Positive, Sigma, Tokens
 from batchlab.core.workload.formats import load_trace
 
+CHOOSE_MAX = 32  # np.choose's most choices (numpy 1.x; 64 from 2.0)
+
 
 class LengthSpec(BaseModel):
     """fixed(value) | uniform(low, high, inclusive) | lognormal(mean, sigma) |
@@ -57,8 +59,9 @@ class LengthSpec(BaseModel):
         elif self.dist == "lognormal":
             mu = np.log(self.mean) - self.sigma**2 / 2
             # Clipped while a float: a draw beyond int64 would wrap to a negative count.
-            x = np.rint(np.minimum(rng.lognormal(mu, self.sigma, size=n), MAX_TOKENS)
-                        ).astype(np.int64)
+            # (In place: each pass a temporary of n fewer.)
+            y = rng.lognormal(mu, self.sigma, size=n)
+            x = np.rint(np.minimum(y, MAX_TOKENS, out=y), out=y).astype(np.int64)
         elif self.dist == "file":
             col = self.file_lengths()
             x = col[rng.integers(0, len(col), size=n)]
@@ -70,13 +73,20 @@ class LengthSpec(BaseModel):
             w = np.array([c.weight for c in self.components])
             which = rng.choice(len(w), size=n, p=w / w.sum())
             children = rng.spawn(len(self.components))
-            x = np.empty(n, dtype=np.int64)
-            for k, (comp, child) in enumerate(zip(self.components, children)):
-                mine = which == k
-                x[mine] = comp.sample(n, child)[mine]
-        return self.clip(x)
+            drawn = (comp.sample(n, child) for comp, child in zip(self.components, children))
+            if len(self.components) <= CHOOSE_MAX:  # each request's pick in one pass
+                x = np.choose(which, list(drawn))
+            else:
+                x = np.empty(n, dtype=np.int64)
+                for k, col in enumerate(drawn):
+                    np.copyto(x, col, where=which == k)
+        return self.clip(x, own=True)
 
-    def clip(self, x: np.ndarray) -> np.ndarray:
+    def clip(self, x: np.ndarray, own: bool = False) -> np.ndarray:
+        """x within [min, max], as int64; own: x is the caller's to overwrite (an int64
+        array made for this: clipped in place)."""
+        if own and x.dtype == np.int64:
+            return np.clip(x, self.min, self.max, out=x)
         return np.clip(x, self.min, self.max if self.max is not None else None).astype(np.int64)
 
     def file_lengths(self) -> np.ndarray:
@@ -91,7 +101,7 @@ def sample_lengths(prompt: LengthSpec, output: LengthSpec, n: int, prompt_rng: n
     if prompt.dist == output.dist == "file" and prompt.path == output.path:
         p, o = prompt.file_lengths(), output.file_lengths()
         rows = prompt_rng.integers(0, len(p), size=n)
-        return prompt.clip(p[rows]), output.clip(o[rows])
+        return prompt.clip(p[rows], own=True), output.clip(o[rows], own=True)
     return prompt.sample(n, prompt_rng), output.sample(n, output_rng)
 
 

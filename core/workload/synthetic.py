@@ -12,4 +12,7 @@ def gamma_arrivals(n: int, rate: float, burstiness: float, rng: np.random.Genera
     if n == 0 or math.isinf(rate):
         return np.zeros(n)
     gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n - 1)
-    return np.concatenate(([0.0], np.cumsum(gaps)))
+    out = np.empty(n)
+    out[0] = 0.0
+    np.cumsum(gaps, out=out[1:])  # summed in order, as into a new array
+    return out

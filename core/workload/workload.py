@@ -41,7 +41,7 @@ class Workload:
                 raise ValueError("workload columns differ in length")
         if self.prefix_hashes is not None and len(self.prefix_hashes) != n:
             raise ValueError("workload prefix_hashes differ in length from its columns")
-        if n and (self.arrival[0] < 0 or np.any(np.diff(self.arrival) < 0)):
+        if n and (self.arrival[0] < 0 or (self.arrival[1:] < self.arrival[:-1]).any()):
             raise ValueError("workload arrivals must be >= 0 and non-decreasing")
         if n and (self.prompt_len.min() < 1 or self.output_len.min() < 1):
             raise ValueError("workload prompt and output lengths must be >= 1")

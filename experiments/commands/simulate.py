@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 
 from batchlab import sim
@@ -116,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     kept: dict | None = {} if args.plot else None  # the first seed's runs, for --plot
     runs: dict[str, list[dict]] = {p: [] for p in setup.schedulers}
     interrupted = False
-    with make_executor(args.workers, args.dask) if split else nullcontext((None, "")) as (ex, _where):
+    # A forked pool's workers inherit the workloads: nothing of them is pickled.
+    executor = make_executor(args.workers, args.dask, hold=list(workloads.values())) if split \
+        else nullcontext((None, ""))
+    with executor as (ex, _where):
         for seed, workload in workloads.items():
             for policy, scheduler in setup.schedulers.items():
                 name = policy if len(seeds) == 1 else f"{policy}-seed{seed}"
@@ -161,8 +165,13 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
                                   fast_forward=not args.step_by_step, record_steps=args.step_table,
                                   progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
                                   emission=setup.emission(seed), **setup.tier_options)
-    summary = {**result.summary(cfg.run.slo), **breakdowns(result.requests, cfg.run.slo, by_replica)}
-    summary["stability"] = queue_stability(result.requests).verdict
+    # The breakdowns and the verdict beside the summary (numpy's passes let go of the GIL).
+    with ThreadPoolExecutor(1) as beside:
+        later = beside.submit(_breakdowns_and_verdict, result.requests, cfg.run.slo, by_replica)
+        summary = result.summary(cfg.run.slo)
+        broken_down, verdict = later.result()
+    summary = {**summary, **broken_down}
+    summary["stability"] = verdict
     interrupted = result.meta.interrupted
     print(f"[{name}] {summary['completed']:.0f}/{len(workload)} requests, "
           f"{summary['num_steps']} steps simulated in "
@@ -173,6 +182,10 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
     if kept is not None:
         kept[name] = result
     return summary, interrupted
+
+
+def _breakdowns_and_verdict(requests, slo, by_replica) -> tuple[dict, str]:
+    return breakdowns(requests, slo, by_replica), queue_stability(requests).verdict
 
 
 def _print_header(workload, setup, cfg) -> None:
