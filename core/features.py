@@ -76,6 +76,13 @@ class StepFeatures(NamedTuple):
         return self.prefill_tokens + self.decode_tokens
 
 
+# tuple's own constructor and the class, read once: compiled, looked up by name a call
+# (a method lookup on the tuple type, a dict lookup for the class) they cost more than
+# the tuple they make.
+_TUPLE_NEW: Final = tuple.__new__
+_STEP_FEATURES: Final = StepFeatures
+
+
 def features_of(num_seqs: int, num_prefill_seqs: int, prefill_tokens: int, decode_tokens: int,
                 kv_tokens_read: int, attention_pairs: int, after_prefill: int, after_idle: int,
                 masked_pairs: int, window_kv_tokens_read: int, window_attention_pairs: int,
@@ -83,7 +90,7 @@ def features_of(num_seqs: int, num_prefill_seqs: int, prefill_tokens: int, decod
     """StepFeatures(every field, in order), made without the named tuple's own __new__: a
     Python function, which compiled code calls through the interpreter (a step's worth of
     work, once a step)."""
-    return tuple.__new__(StepFeatures, (num_seqs, num_prefill_seqs, prefill_tokens, decode_tokens,
+    return _TUPLE_NEW(_STEP_FEATURES, (num_seqs, num_prefill_seqs, prefill_tokens, decode_tokens,
                                         kv_tokens_read, attention_pairs, after_prefill, after_idle,
                                         masked_pairs, window_kv_tokens_read, window_attention_pairs,
                                         prefill_attention_pairs, prefill_self_pairs))
