@@ -73,3 +73,17 @@ def test_a_groups_rows_dealt_round_robin_are_copied_in_as_scattered(n, replicas,
     want = rows(ids)
     for told in ([g for g in groups], None):
         assert_same_table(unpack([pack(rows(i)) for i in parts_ids], work, replicas, told), want)
+
+
+@given(st.integers(2, 60), st.integers(1, 5), st.booleans())
+def test_the_workloads_columns_are_read_not_copied(n, replicas, every):
+    """Where every request has its row, arrival and lengths are the workload's own columns
+    read through views that cannot write them; otherwise the table's own gathers."""
+    ids = np.arange(n if every else n - 1)  # the last request without its row: an interrupted run
+    work = Workload(np.arange(n) * 0.5, np.arange(n) + 1, np.arange(n) % 7 + 1, priority=np.arange(n) % 3)
+    got = unpack([pack(table(ids, n, replicas))], work, replicas, [range(replicas)])
+    for c, w in (("arrival_s", work.arrival), ("prompt_len", work.prompt_len), ("output_len", work.output_len),
+                 ("priority", work.priority)):
+        assert np.shares_memory(got[c], w) == every
+        assert got[c].flags.writeable != every
+    assert got["replica"].flags.writeable and not np.shares_memory(got["replica"], work.arrival)

@@ -181,3 +181,26 @@ def test_lengths_are_those_first_drawn(spec, seed, n, many):
     for s in (spec, LengthSpec(dist="mixture", components=[spec] * many, min=3, max=600)):
         got, want = s.sample(n, np.random.default_rng(seed)), _reference_sample(s, n, np.random.default_rng(seed))
         assert got.dtype == want.dtype == np.int64 and np.array_equal(got, want)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(["chat", "uniform", "length_file", "multiturn"]), st.integers(0, 2**32), st.integers(1, 300))
+def test_streams_drawn_side_by_side_are_the_serial_draws(source, seed, n):
+    """Past THREADED_DRAWS requests the lengths and arrivals are drawn in threads, each
+    stream from its own generator: the workload is the one drawn in turn."""
+    import batchlab.core.workload.config as config
+    import batchlab.core.workload.lengths as lengths
+
+    kw = {"length_file": LENGTHS, "source": "chat"} if source == "length_file" else {"source": source}
+    cfg = WorkloadConfig(num_requests=n, seed=seed, **kw)
+    keep = lengths.THREADED_DRAWS
+    try:
+        lengths.THREADED_DRAWS = config.THREADED_DRAWS = 10**12
+        serial = build_workload(cfg)
+        lengths.THREADED_DRAWS = config.THREADED_DRAWS = 1
+        threaded = build_workload(cfg)
+    finally:
+        lengths.THREADED_DRAWS = config.THREADED_DRAWS = keep
+    for c in ("arrival", "prompt_len", "output_len"):
+        assert np.array_equal(getattr(serial, c), getattr(threaded, c))
+    assert serial.describe() == threaded.describe()

@@ -20,6 +20,7 @@ The order (each step only when asked for):
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -34,7 +35,7 @@ from batchlab.core.workload import transforms as tf
 from batchlab.core.workload.conversations import multi_turn, with_system_prompt
 from batchlab.core.workload.errors import WorkloadError
 from batchlab.core.workload.formats import FORMAT_NAMES, Format, detect_format, load_trace
-from batchlab.core.workload.lengths import LengthSpec, sample_lengths
+from batchlab.core.workload.lengths import THREADED_DRAWS, LengthSpec, sample_lengths
 from batchlab.core.workload.resample import resample
 from batchlab.core.workload.sources import PRESETS, TRACES, resolve, traces_dir
 from batchlab.core.workload.synthetic import gamma_arrivals
@@ -185,8 +186,10 @@ def _synthetic(cfg: WorkloadConfig, arr_rng: np.random.Generator,
     if cfg.length_file:
         prompt = LengthSpec(dist="file", path=cfg.length_file, column="prompt")
         output = LengthSpec(dist="file", path=cfg.length_file, column="output")
-    prompt_len, output_len = sample_lengths(prompt, output, n, prompt_rng, out_rng)
-    arrival, how = _arrivals(n, rate, burstiness, arr_rng)
+    with ThreadPoolExecutor(1) as beside:  # each its own generator: the same draws, side by side
+        arrivals = beside.submit(_arrivals, n, rate, burstiness, arr_rng) if n >= THREADED_DRAWS else None
+        prompt_len, output_len = sample_lengths(prompt, output, n, prompt_rng, out_rng)
+        arrival, how = arrivals.result() if arrivals else _arrivals(n, rate, burstiness, arr_rng)
     turns = cfg.turns or preset.get("turns")
     system = cfg.system_prompt_len if cfg.system_prompt_len is not None else preset.get(
         "system_prompt_len", 0)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Literal
 
@@ -12,6 +13,9 @@ from batchlab.core.checks import MAX_TOKENS, LengthMean, Positive, Sigma, Tokens
 from batchlab.core.workload.formats import load_trace
 
 CHOOSE_MAX = 32  # np.choose's most choices (numpy 1.x; 64 from 2.0)
+# From this many requests, independent streams are drawn side by side (numpy lets go of
+# the GIL while it draws): the workload is built before a split run's workers start.
+THREADED_DRAWS = 200_000
 
 
 class LengthSpec(BaseModel):
@@ -102,7 +106,11 @@ def sample_lengths(prompt: LengthSpec, output: LengthSpec, n: int, prompt_rng: n
         p, o = prompt.file_lengths(), output.file_lengths()
         rows = prompt_rng.integers(0, len(p), size=n)
         return prompt.clip(p[rows], own=True), output.clip(o[rows], own=True)
-    return prompt.sample(n, prompt_rng), output.sample(n, output_rng)
+    if n < THREADED_DRAWS:
+        return prompt.sample(n, prompt_rng), output.sample(n, output_rng)
+    with ThreadPoolExecutor(1) as beside:  # two generators of their own: the same draws
+        outputs = beside.submit(output.sample, n, output_rng)
+        return prompt.sample(n, prompt_rng), outputs.result()
 
 
 def _mtime(path: str) -> int:

@@ -71,7 +71,7 @@ def unpack(parts: list[PackedRows], workload: Workload, replicas: int,
     out = {}
     for c in list(first.columns):
         if c in FROM_WORKLOAD:
-            col = _from_workload(c, ids, workload, replicas, n).astype(first.types[c], copy=ids is None)
+            col = _table_column(_from_workload(c, ids, workload, replicas, n), first.types[c], workload)
         elif c in first.values:
             col = _decode([p.columns.pop(c) for p in parts], [p.values[c] for p in parts], put, n)
         else:
@@ -81,6 +81,20 @@ def unpack(parts: list[PackedRows], workload: Workload, replicas: int,
 
 
 Put = Callable[[np.ndarray, list], np.ndarray]  # fills a table's column from the parts' own
+
+
+def _table_column(col: np.ndarray, kind: np.dtype, workload: Workload) -> np.ndarray:
+    """col in the table's type: made for the table (a gather, the replicas' indices) it
+    is the table's own; the workload's own column (every request has its row) is read
+    through a view that cannot write it, not copied (at 10M rows: 80 MB a column, and
+    its pages faulted in, in the parent's serial part)."""
+    if col.dtype != kind:
+        return col.astype(kind)
+    if any(col is w for w in (workload.arrival, workload.prompt_len, workload.output_len, workload.priority)):
+        view = col.view()
+        view.flags.writeable = False
+        return view
+    return col
 
 
 def _scatter(places: list[np.ndarray], out: np.ndarray, cols: list) -> np.ndarray:
