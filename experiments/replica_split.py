@@ -19,6 +19,7 @@ from batchlab.experiments.executor import give_back_freed_memory, held, inherite
 from batchlab.experiments.setup import SimSetup, sim_setup
 from batchlab.sim.replica_groups import (GroupRun, Share, check_splittable, group_workload, merge,
                                          replica_groups, simulate_group)
+from batchlab.sim.replica_groups.rows import spare_columns
 
 
 @dataclass
@@ -56,11 +57,19 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
     tasks = [GroupTask(cfg, *named, policy, None if key is not None else s, key, g, fast_forward, record_steps)
              for s, g in zip(shares, groups)]
     del shares
+    spare: dict = {}
+    others = len(tasks) > 1
+
+    def done(i: int, part: GroupRun) -> None:
+        progress(sizes[i])
+        if others and not spare:  # the first back: the table's memory made while the others run
+            spare.update(spare_columns(part.requests, len(workload)))
+
     # Ctrl-C: each group keeps what it simulated (run_group), as one process does.
-    parts = run_all(executor, run_group, tasks, lambda i, _part: progress(sizes[i]), wait_out_ctrl_c=True)
+    parts = run_all(executor, run_group, tasks, done, wait_out_ctrl_c=True)
     del tasks
     by_replica = {r: f for p in parts for r, f in (p.by_replica or {}).items()}
-    return merge(parts, workload), by_replica
+    return merge(parts, workload, spare), by_replica
 
 
 def run_group(task: GroupTask) -> GroupRun:

@@ -87,3 +87,26 @@ def test_the_workloads_columns_are_read_not_copied(n, replicas, every):
         assert np.shares_memory(got[c], w) == every
         assert got[c].flags.writeable != every
     assert got["replica"].flags.writeable and not np.shares_memory(got["replica"], work.arrival)
+
+
+@given(st.integers(2, 200), st.integers(1, 8), st.integers(1, 3), st.booleans())
+def test_columns_made_ahead_are_filled_as_fresh_ones(n, replicas, groups, every):
+    """spare_columns() of the first part back: unpack() fills them (where they fit: every
+    request has its row) and the table is the one made without them."""
+    from batchlab.sim.replica_groups.rows import spare_columns
+    from batchlab.sim.replica_groups.split import dealt, replica_groups
+    gs = replica_groups(replicas, groups)
+    work = Workload(np.arange(n) * 0.5, np.arange(n) + 1, np.arange(n) % 7 + 1)
+    ids = [dealt(n, replicas, g) for g in gs]
+    if not every:
+        ids[-1] = ids[-1][:-1]
+    if not all(len(i) for i in ids):
+        return
+
+    def parts():
+        return [pack(table(i, n, replicas)) for i in ids]
+    spare = spare_columns(parts()[0], n)
+    made = dict(spare)
+    got = unpack(parts(), work, replicas, gs, spare)
+    assert_same_table(got, unpack(parts(), work, replicas, gs))
+    assert made and all(np.shares_memory(got[c], a) == (len(got[c]) == n) for c, a in made.items())

@@ -15,13 +15,14 @@ from batchlab.sim.replica_groups.part import GroupRun
 from batchlab.sim.replica_groups.rows import unpack
 
 
-def merge(parts: list[GroupRun], workload: Workload) -> RunResult:
+def merge(parts: list[GroupRun], workload: Workload, spare: dict[str, np.ndarray] | None = None) -> RunResult:
     """parts: every group of the run, in any order; workload: the whole run's (its
-    columns fill the request rows: rows.py). Consumes the parts' tables."""
+    columns fill the request rows: rows.py). Consumes the parts' tables. spare: columns
+    made ahead for the request rows (rows.spare_columns)."""
     parts = sorted(parts, key=lambda p: p.group.start)
     info = {**parts[0].info, "simulated_s": max(p.info["simulated_s"] for p in parts),
             "interrupted": any(p.info["interrupted"] for p in parts)}
-    requests = unpack([p.requests for p in parts], workload, info["replicas"], [p.group for p in parts])
+    requests = unpack([p.requests for p in parts], workload, info["replicas"], [p.group for p in parts], spare)
     steps = None
     if parts[0].steps is not None:  # consecutive groups: replica order, time order within
         steps = {c: np.concatenate([p.steps[c] for p in parts]) for c in parts[0].steps}
