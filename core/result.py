@@ -34,10 +34,12 @@ class RunResult:
         """Every inter-token gap, one value per token (large: prefer itl_gaps/itl_counts)."""
         return np.repeat(self.itl_gaps, self.itl_counts)
 
-    def summary(self, slo: SLO | None = None) -> dict[str, float]:
+    def summary(self, slo: SLO | None = None, checked: bool = False) -> dict[str, float]:
         """The summary; ValueError if the run produced a non-finite time (see
-        check_finite): a result that cannot be trusted is an error, never nulls."""
-        check_finite(self)
+        check_finite): a result that cannot be trusted is an error, never nulls.
+        checked: the caller ran check_finite already."""
+        if not checked:
+            check_finite(self)
         totals = step_totals(self.steps) if self.steps is not None else self.totals
         s = summarize(self.requests, totals, (self.itl_gaps, self.itl_counts), slo)
         s.update(tier_summary(self.steps, self.totals, s.get("prefix_cache_queries", 0)))  # {} without a tier

@@ -1,9 +1,8 @@
 """A local process pool whose workers are forked from this process after the objects it
 holds were registered (experiments/executor.py make_executor's `hold`): each worker starts
 with them in its memory, so a task names one by key (executor.held) rather than carrying
-it, and the parent pickles and sends nothing of it (a day's workload: ~1 s of the
-parent's CPU at 10M requests, and the second worker waiting for the first one's share to
-go through the pipe)."""
+it: the parent pickles and sends nothing of it, and no worker waits for another's share
+to go through the pipe they read in turn."""
 from __future__ import annotations
 
 import multiprocessing

@@ -11,6 +11,7 @@ from batchlab import sim
 from batchlab.core import atomic
 from batchlab.core.class_summary import breakdowns
 from batchlab.core.model.hardware import DATASHEET_FIELDS
+from batchlab.core.result import check_finite
 from batchlab.core.sizes import check_run_size
 from batchlab.core.stability import queue_stability
 from batchlab.core.workload import build_workload
@@ -165,10 +166,12 @@ def _simulate_one(name, workload, scheduler, setup, cfg, args, writer, kept=None
                                   fast_forward=not args.step_by_step, record_steps=args.step_table,
                                   progress=bar.update, keep_on_interrupt=True, front_end=setup.front_end,
                                   emission=setup.emission(seed), **setup.tier_options)
-    # The breakdowns and the verdict beside the summary (numpy's passes let go of the GIL).
+    # The breakdowns and the verdict beside the summary (numpy's passes let go of the GIL),
+    # once the run's times are known finite (else the summary's error, alone, as before).
+    check_finite(result)
     with ThreadPoolExecutor(1) as beside:
         later = beside.submit(_breakdowns_and_verdict, result.requests, cfg.run.slo, by_replica)
-        summary = result.summary(cfg.run.slo)
+        summary = result.summary(cfg.run.slo, checked=True)
         broken_down, verdict = later.result()
     summary = {**summary, **broken_down}
     summary["stability"] = verdict

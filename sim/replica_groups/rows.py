@@ -54,8 +54,7 @@ def spare_columns(part: PackedRows, n: int) -> dict[str, np.ndarray]:
     """Columns of n rows, in the table's types, for the columns unpack() fills from the
     parts' own (not read back from the workload, not coded), every page written once:
     made while another group still runs, unpack() fills these rather than fresh ones,
-    whose pages the kernel would zero in the parent's serial part (at 10M rows, ~0.1 s
-    a column)."""
+    whose pages the kernel would zero in the parent's serial part."""
     out = {}
     for c in part.columns:
         if c not in FROM_WORKLOAD and c not in part.values:
