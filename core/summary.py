@@ -99,8 +99,9 @@ def prefix_cache_stats(req: dict[str, np.ndarray]) -> dict[str, float]:
     if "cached_tokens" not in req:  # a table from before prefix caching
         return {}
     scheduled = ~np.isnan(req["first_scheduled_s"])
-    queries = int(req["prompt_len"][scheduled].sum())
-    hits = int(req["cached_tokens"][scheduled].sum())
+    every = bool(scheduled.all())  # then the columns themselves: integer sums, the same
+    queries = int(_finished(req["prompt_len"], scheduled, every).sum())
+    hits = int(_finished(req["cached_tokens"], scheduled, every).sum())
     return {"prefix_cache_queries": queries, "prefix_cache_hits": hits,
             "prefix_cache_hit_rate": hits / queries if queries else math.nan}
 
@@ -124,7 +125,7 @@ def meets_slo(req: dict[str, np.ndarray], slo: SLO,
         ok &= lat["ttft"] * 1000 <= slo.ttft_ms
     if slo.tpot_ms is not None:
         tpot = np.zeros(len(ok))
-        tpot[req["output_len"][done] > 1] = lat["tpot"]
+        tpot[_finished(req["output_len"], done, len(ok) == len(done)) > 1] = lat["tpot"]
         ok &= tpot * 1000 <= slo.tpot_ms
     if slo.e2el_ms is not None:
         ok &= lat["e2el"] * 1000 <= slo.e2el_ms

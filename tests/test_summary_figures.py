@@ -60,3 +60,28 @@ def test_a_long_tables_figures_are_those_of_one_thread(n, seed, slo):
         S.THREADED_ROWS = keep
     assert list(one) == list(two)
     assert all(a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(one.values(), two.values()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 400), st.integers(0, 2**31), st.booleans(), st.booleans())
+def test_prefix_and_slo_figures_are_the_masked_formulas(n, seed, all_finished, all_scheduled):
+    """Where every request finished (was scheduled), the columns themselves stand for
+    their masked copies: the same figures."""
+    req = _table(n, seed)
+    rng = np.random.default_rng(seed)
+    req["cached_tokens"] = rng.integers(0, 100, n)
+    if all_finished:
+        req["status"][:] = "finished"
+    if not all_scheduled:
+        req["first_scheduled_s"][::3] = np.nan
+    scheduled = ~np.isnan(req["first_scheduled_s"])
+    want = (int(req["prompt_len"][scheduled].sum()), int(req["cached_tokens"][scheduled].sum()))
+    got = S.prefix_cache_stats(req)
+    assert (got["prefix_cache_queries"], got["prefix_cache_hits"]) == want
+    done = req["status"] == "finished"
+    lat = S.per_request_latencies(req, done)
+    slo = S.SLO(ttft_ms=60.0, tpot_ms=25.0, e2el_ms=900.0)
+    tpot = np.zeros(int(done.sum()))
+    tpot[req["output_len"][done] > 1] = lat["tpot"]
+    ok = (lat["ttft"] * 1000 <= 60.0) & (tpot * 1000 <= 25.0) & (lat["e2el"] * 1000 <= 900.0)
+    assert np.array_equal(S.meets_slo(req, slo, lat, done), ok)
