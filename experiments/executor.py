@@ -93,10 +93,9 @@ def make_executor(workers: int | None = None, dask: str | None = None,
     if n == 1:
         yield SerialExecutor(), "serial (1 process)"
         return
-    # lazy: multiprocessing, only for a local pool
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor  # lazy: multiprocessing, only for a local pool
 
-    from batchlab.experiments.forked_pool import ForkedPool, forks
+    from batchlab.experiments.forked_pool import ForkedPool, forks  # lazy: the same
 
     if hold and forks():
         _HELD.update((id(obj), obj) for obj in hold)
