@@ -46,6 +46,7 @@ HOT = (
     "batchlab.sim.pending_run",
     "batchlab.sim.replica_loads",
     "batchlab.sim.router",
+    "batchlab.sim.run_plan",
     "batchlab.sim.engine",
     "batchlab.sim.arrivals",
     "batchlab.core.run_clock",

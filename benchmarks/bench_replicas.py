@@ -2,7 +2,8 @@
 
     python benchmarks/bench_replicas.py [--replicas 64] [--requests N] [--router NAME]
                                         [--scaling R1,R2 [--per-replica 20] [--rate-per-replica 1]]
-                                        [--baseline DIR] [--pairs 1] [--instructions N1 N2]
+                                        [--baseline DIR] [--pairs 1] [--instructions N1 N2 [--cache]]
+                                        [--scaling R1,R2 --count]
 
 The Azure conversation trace (../shared/traces) on one replica, then over R replicas
 at R times its rate (--router, default round_robin; continuous, step table kept,
@@ -21,7 +22,10 @@ time.process_time(), start-up left out), with the batchlab of this checkout, or 
 trace's first N1 and N2 rows ((at N2 - at N1) / (N2 - N1): start-up and building the
 replicas cancel), 1 and R replicas: the same in every run, where the shared VM's CPU
 time moves with its load (printed). With --cache, cachegrind's cache model as well (its
-I1, D1 and last-level data misses a request, reads and writes together; slower)."""
+I1, D1 and last-level data misses a request, reads and writes together; slower).
+--scaling R1,R2 --count [--cache]: instructions (and misses) a request of the `simulate()`
+call at R1 and R2 replicas under cachegrind (the run's process less one that builds the
+workload and stops)."""
 from __future__ import annotations
 
 import argparse
@@ -58,6 +62,9 @@ def child(job: dict) -> None:
     else:
         config = WorkloadConfig(source="chat", num_requests=job["requests"], rate=job["rate"])
     w = build_workload(config)
+    if job.get("dry"):  # --count: what the process costs without the simulation
+        print(json.dumps({"requests": len(w), "cpu_us": 0.0, "decisions": 0.0}))
+        return
     with counting_decisions() as n:
         t0 = time.process_time()
         simulate(w, SchedulerConfig(policy="continuous"), cost, blocks, replicas=r, router=job["router"],
@@ -116,7 +123,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=1, help="runs of each, alternating (medians)")
     ap.add_argument("--instructions", nargs=2, type=int, metavar=("N1", "N2"),
                     help="instructions a request under cachegrind, trace rows N1 to N2")
-    ap.add_argument("--cache", action="store_true", help="--instructions: I1, D1 and LL misses too")
+    ap.add_argument("--cache", action="store_true", help="--instructions, --count: I1, D1 and LL misses too")
+    ap.add_argument("--count", action="store_true", help="--scaling: instructions a request (cachegrind)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -127,6 +135,8 @@ def main() -> None:
     pure = os.environ.get("BATCHLAB_PURE", "") not in ("", "0")
     print(f"build {'pure' if pure else 'compiled'}, router {args.router}, load average {load()}")
     r, many = args.replicas, f"x{args.replicas}"
+    if args.scaling and args.count:
+        return count_scaling(trees, args)
     if args.instructions:
         n1, n2 = args.instructions
         for name, tree in trees.items():
@@ -163,6 +173,24 @@ def main() -> None:
         if args.scaling:
             print(f"{name}: scaling {a} -> {b} replicas: CPU per request "
                   f"{got[(name, f'chat{b}')]['cpu_us'] / got[(name, f'chat{a}')]['cpu_us']:.2f}x (linear: ~1)")
+    print(f"load average {load()} at the end")
+
+
+def count_scaling(trees: dict[str, Path], args: argparse.Namespace) -> None:
+    """--scaling R1,R2 --count: the simulate() call's instructions a request at each."""
+    a, b = (int(x) for x in args.scaling.split(","))
+    for name, tree in trees.items():
+        per = {}
+        for reps in (a, b):
+            job = dict(kind="chat", replicas=reps, requests=args.per_replica * reps,
+                       rate=args.rate_per_replica * reps, router=args.router)
+            run, dry = (spawn(tree, dict(job, dry=d), True, args.cache) for d in (False, True))
+            per[reps] = (run["instructions"] - dry["instructions"]) / run["requests"]
+            misses = "".join(f", {(run[k] - dry[k]) / run['requests']:7,.1f} {k} misses/request"
+                             for k in MISSES if k in run)
+            print(f"{name}: chat over {reps:>6} replicas: {run['requests']:>8.0f} requests, "
+                  f"{per[reps]:10,.0f} instructions/request{misses}, {run['decisions']:.2f} decisions/request")
+        print(f"{name}: scaling {a} -> {b} replicas: instructions per request {per[b] / per[a]:.2f}x")
     print(f"load average {load()} at the end")
 
 

@@ -21,7 +21,7 @@ import math
 from typing import Callable, Protocol, Sequence as Seq
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import NORMAL, URGENT
 
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.request import Request, Sequence
@@ -38,6 +38,7 @@ class Engine(Protocol):
 
 BLOCK = 1024  # requests made at a time from the workload's columns (pull)
 PULL = True  # False: a process sends every request (the reference pulling must equal)
+DEALT_ALARM = True  # False: each dealt engine asleep keeps an alarm of its own (sleep's reference)
 
 
 class Arrivals:
@@ -63,6 +64,11 @@ class Arrivals:
         self.queue: EventQueue | None = None  # where it waits (sim/resumption.py; None: SimPy's)
         self._engines: list[Engine] = []  # deal_to's (empty: `submit` hands each on)
         self._dealt = 0  # requests handed to them
+        # Dealt to engines: which sleep until their next request (sleep()), and one alarm
+        # at the earliest such request's arrival (its index: _sleepers_for; none: _n).
+        self.asleep: list[bool] = []
+        self._sleepers: Resumption | None = None
+        self._sleepers_for = self._n
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
         if not self.pulled:
@@ -94,16 +100,65 @@ class Arrivals:
         round-robin router picks, called natively rather than through `submit` and the
         router (two calls through Python a request)."""
         self._engines = list(engines)
+        self.asleep = [False] * len(engines)
+        self._sleepers = Resumption([self._sleepers_due], self.queue)
+
+    def sleep(self, k: int, now: float) -> bool:
+        """Dealt engine k goes idle at `now` until its next request: the sleepers' one
+        alarm, at the earliest of their next arrivals, wakes it (an alarm each, at 100,000
+        replicas, made a heap of 100,000 waits). The engine clears asleep[k] as it wakes.
+        False: it keeps an alarm of its own (as before: at now + (arrival - now), which
+        here would miss the arrival's time by an ulp)."""
+        assert self.queue is not None and self._sleepers is not None
+        if not DEALT_ALARM:
+            return False
+        every = len(self._engines)
+        n = self._block_end - len(self._block)  # requests pulled so far
+        j = n + (k - n) % every
+        if j < self._n:
+            t = self._time_of(j)
+            if now + (t - now) != t:
+                return False
+            if j < self._sleepers_for:
+                self._sleepers_for = j
+                if not self._sleepers.move(self.env, t, NORMAL):
+                    self._sleepers.push(self.env, t, NORMAL)
+        self.asleep[k] = True
+        return True
+
+    def _sleepers_due(self, _event: object) -> None:
+        """The sleepers' alarm: what is due handed on (waking those it goes to), and the
+        alarm set again for the next request that goes to a sleeper (among the next
+        len(engines), where every engine comes once)."""
+        self._sleepers_for = self._n
+        self.pull(self.env._now)
+        asleep, every = self.asleep, len(self.asleep)
+        j = self._block_end - len(self._block)
+        end = min(self._n, j + every)
+        k = j % every
+        while j < end:
+            if asleep[k]:
+                alarm = self._sleepers
+                assert alarm is not None
+                self._sleepers_for = j  # (a rejection in the pull may have set it: sleep())
+                if not alarm.move(self.env, self._time_of(j), NORMAL):
+                    alarm.push(self.env, self._time_of(j), NORMAL)
+                return
+            j += 1
+            k = k + 1 if k + 1 < every else 0
 
     def next_time_for(self, first: int, every: int) -> float:
         """next_time() among requests first, first + every, ... only: the next one a
         round-robin router sends to its replica `first` of `every` (pulled, open loop)."""
-        block = self._block
-        n = self._block_end - len(block)  # requests pulled so far
+        n = self._block_end - len(self._block)  # requests pulled so far
         j = n + (first - n) % every
+        return self._time_of(j) if j < self._n else math.inf
+
+    def _time_of(self, j: int) -> float:
+        """Request j's arrival (j not pulled yet)."""
         if j < self._block_end:  # made already: its request's arrival, not a numpy scalar's
-            return block[self._block_end - 1 - j].arrival
-        return float(self.workload.arrival[j]) if j < self._n else math.inf
+            return self._block[self._block_end - 1 - j].arrival
+        return float(self.workload.arrival[j])
 
     def time_ahead(self, n: int) -> float:
         """When the n-th request not yet pulled (n >= 1) arrives (inf: none)."""

@@ -21,11 +21,10 @@ from batchlab.sim.events import LATE
 from batchlab.sim.pending_run import PendingRun
 from batchlab.sim.replica_loads import LoadBoard
 from batchlab.sim.resumption import EventQueue, Resumption, moved_on, moved_to
+from batchlab.sim.run_plan import MIN_FAST_FORWARD, price_run
 
 # StepObserver (core/batch.py): fast-forward is off while one watches, so it sees every step.
 # Final: compiled, read as constants, not looked up in the module's dict.
-MIN_FAST_FORWARD: Final = 2  # shorter runs are cheaper stepped one by one
-WHOLE_RUN: Final = 64  # runs of at most this many steps are priced whole, without a guess (_plan)
 IDLE_BATCH: Final = Batch()  # what a sleeping replica's loop holds
 IDLE_FEATURES: Final = StepFeatures()
 NO_SEQS: Final[list[Sequence]] = []
@@ -115,6 +114,8 @@ class Replica:
         """An idle replica goes on after everything else due now (LATE), so that the rest
         of a same-instant burst arrives first."""
         self._sleeping, self._alarm = False, None
+        if self.route_every > 1 and self.pulled is not None and self.pulled.asleep:
+            self.pulled.asleep[self.index] = False  # (Arrivals.sleep)
         self._next.push(self.env, self.env._now, LATE)
 
     def submit(self, request: Request, now: float) -> None:
@@ -174,6 +175,9 @@ class Replica:
         if seq.status is Status.REJECTED:
             self.recorder.record_requests([seq], self.index)
             self.on_done(seq)
+            pulled = self.pulled
+            if self._sleeping and pulled is not None and pulled.asleep and pulled.asleep[self.index]:
+                self._wake_up()  # as its own alarm would (Arrivals.sleep): it sleeps again from now
             return
         self.outstanding += 1
         self._report()
@@ -207,15 +211,17 @@ class Replica:
                 self.history.went_idle()
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 wakeup = sched.next_wakeup(now)
-                if pulled is not None:
-                    arrival = self._next_pulled(pulled)
-                    wakeup = arrival if wakeup is None else min(wakeup, arrival)
-                    if wakeup == math.inf:
-                        wakeup = None
                 self._sleeping = True
-                if wakeup is not None:
-                    self._alarm = Resumption([self._alarm_due], self.queue)
-                    self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
+                if wakeup is None and self.route_every > 1 and queue is not None and pulled is not None \
+                        and pulled.sleep(self.index, now):
+                    pass  # dealt round robin: the arrivals' alarm for the sleepers wakes it
+                else:
+                    if pulled is not None:
+                        arrival = self._next_pulled(pulled)
+                        wakeup = arrival if wakeup is None else min(wakeup, arrival)
+                    if wakeup is not None and wakeup < math.inf:
+                        self._alarm = Resumption([self._alarm_due], self.queue)
+                        self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
                 # Asleep, it lets its last decision go (at 100,000 replicas the collector walked them)
                 batch, features, finished, run = IDLE_BATCH, IDLE_FEATURES, NO_SEQS, None
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came
@@ -302,13 +308,6 @@ class Replica:
             return pulled.next_time()
         return pulled.next_time_for(self.index, self.route_every)
 
-    def _run(self, k: int, t0: float, context: tuple[int, int], cost: CostModel) -> DecodeRun:
-        """The group's next k steps priced (the first in `context`), and their times from
-        t0 on its clock, summed in order as the clock advances when stepping."""
-        group = self.scheduler.group
-        assert group is not None  # fast-forward keeps the decodes in a group
-        return group.price(cost, k, NO_CONTEXT if self._no_context else context, self.recorder.record_steps, t0)
-
     def _fast_forward(self, batch: Batch, t0: float, context: tuple[int, int],
                       cost: CostModel) -> tuple[float, list] | None:
         """Advance over the run of decode steps this batch starts (core/decode_group.py):
@@ -324,57 +323,28 @@ class Replica:
     def _plan(self, batch: Batch, t0: float, context: tuple[int, int],
               cost: CostModel) -> tuple[DecodeRun, int, int] | None:
         """_fast_forward's run, priced and not applied: (the run, sensitive_from, its steps
-        to apply), or None to step normally. Priced ahead (lookahead), it ends where its
-        pricing does, about the lookahead-th arrival from now, or earlier where KV memory
-        ends it: only an arrival routed here cuts it."""
+        to apply), or None to step normally (sim/run_plan.py). Priced ahead (lookahead), it
+        ends about the lookahead-th arrival from now, or earlier where KV memory ends it."""
         sched = self.scheduler
         plan = sched.steady_decode_run(batch, through_finishes=not self.closed_loop)
         if plan is None or plan[0] < MIN_FAST_FORWARD:
             return None
         k, sensitive_from = plan
-        if sensitive_from <= k:
-            # Steps from sensitive_from on must start before the next arrival, which
-            # usually comes long before step k: price a guess of the steps up to it
-            # first, all k if that falls short.
-            # Pulled arrivals are the next_arrival (sim/simulate.py): called natively.
-            pulled = self.pulled
-            if self.lookahead and pulled is not None:
-                arrival = pulled.time_ahead(self.lookahead)  # only sizes the pricing
-            else:
-                arrival = (self._next_pulled(pulled) if pulled is not None
-                           else self.next_arrival() if self.next_arrival is not None else math.inf)
-            # The guess only sizes the pricing; a decode step of the group as it stands
-            # (its context aside) is near enough. A short run is priced whole: a few
-            # instructions a step (core/run_clock.c), less than sizing the guess.
-            guess = k
-            if k > WHOLE_RUN or self.lookahead:
-                g = batch.group_decodes
-                first = cost.decode_times(g, batch.group_kv + g, 1)[0]
-                if first > 0 and arrival < math.inf:
-                    guess = max(sensitive_from, int((arrival - t0) / first) + 1) + 2
-            while True:
-                run = self._run(min(k, guess), t0, context, cost)
-                steps = len(run.clock)
-                if run.clock.time(steps - 1) >= arrival or guess >= k:
-                    break
-                guess *= 2
-            if self.lookahead:
-                m = steps
-            else:
-                m = max(sensitive_from - 1, run.clock.bisect(arrival, steps))
-                if m < MIN_FAST_FORWARD:
-                    return None
-        else:
-            m = k
-            run = self._run(k, t0, context, cost)
-        group, kv = sched.group, sched.kv
-        assert group is not None
-        # Spare blocks only: a run never evicts a cached block (which one stepping
-        # would evict depends on when finishing members free theirs).
-        m = group.kv_steps(m, kv.num_spare)
-        if m < MIN_FAST_FORWARD:
-            return None
-        return run, sensitive_from, m
+        arrival = math.inf  # the next one that could join (read only where one could)
+        pulled = self.pulled  # pulled arrivals are the next_arrival (sim/simulate.py): called natively
+        if sensitive_from > k:
+            pass
+        elif self.lookahead and pulled is not None:
+            arrival = pulled.time_ahead(self.lookahead)  # only sizes the pricing
+        elif pulled is not None:
+            arrival = self._next_pulled(pulled)
+        elif self.next_arrival is not None:
+            arrival = self.next_arrival()
+        group = sched.group
+        assert group is not None  # fast-forward keeps the decodes in a group
+        priced = price_run(group, sched.kv.num_spare, batch, t0, NO_CONTEXT if self._no_context else context,
+                           cost, k, sensitive_from, arrival, self.lookahead > 0, self.recorder.record_steps)
+        return None if priced is None else (priced[0], sensitive_from, priced[1])
 
     def _apply(self, batch: Batch, run: DecodeRun, context: tuple[int, int], m: int) -> tuple[float, list]:
         """Apply steps 1..m of a run priced by _plan (`batch` its first step; context that
