@@ -251,6 +251,8 @@ class Replica:
                     # The clock lands where its steps took it, one by one, as when stepped
                     # (now + (end - now) can miss end by an ulp).
                     self._next.push(env, end, NORMAL)
+                    # Its first step let go while in cache, not as the run ends (100,000 replicas)
+                    batch, features = IDLE_BATCH, IDLE_FEATURES
                     yield None
                 now = env._now
                 if self.lookahead:
