@@ -212,10 +212,10 @@ class Replica:
                 # Sleep until an arrival (or the scheduler's own deadline): no polling.
                 wakeup = sched.next_wakeup(now)
                 self._sleeping = True
-                if wakeup is None and self.route_every > 1 and queue is not None and pulled is not None \
-                        and pulled.sleep(self.index, now):
-                    pass  # dealt round robin: the arrivals' alarm for the sleepers wakes it
-                else:
+                # Dealt round robin, the arrivals' one alarm for the sleepers wakes it.
+                shared = (wakeup is None and self.route_every > 1 and queue is not None
+                          and pulled is not None and pulled.sleep(self.index, now))
+                if not shared:
                     if pulled is not None:
                         arrival = self._next_pulled(pulled)
                         wakeup = arrival if wakeup is None else min(wakeup, arrival)
@@ -228,12 +228,10 @@ class Replica:
                 continue
             context = self.history.context(now)
             cost = self.cost.at(now) if self._moves else self.cost  # where the level moves with the clock
-            run = None
-            if self.next_arrival is None:
-                pass
-            elif not self.lookahead:
+            run = None  # stepped one by one where an observer watches (next_arrival None)
+            if self.next_arrival is not None and not self.lookahead:
                 run = self._fast_forward(batch, now, context, cost)
-            else:  # priced ahead, applied as it ends or as an arrival routed here cuts it
+            elif self.next_arrival is not None:  # priced ahead, applied as it ends or as an arrival here cuts it
                 planned = self._plan(batch, now, context, cost)
                 if planned is not None:
                     priced, sensitive_from, m = planned
@@ -334,14 +332,13 @@ class Replica:
         k, sensitive_from = plan
         arrival = math.inf  # the next one that could join (read only where one could)
         pulled = self.pulled  # pulled arrivals are the next_arrival (sim/simulate.py): called natively
-        if sensitive_from > k:
-            pass
-        elif self.lookahead and pulled is not None:
-            arrival = pulled.time_ahead(self.lookahead)  # only sizes the pricing
-        elif pulled is not None:
-            arrival = self._next_pulled(pulled)
-        elif self.next_arrival is not None:
-            arrival = self.next_arrival()
+        if sensitive_from <= k:
+            if self.lookahead and pulled is not None:
+                arrival = pulled.time_ahead(self.lookahead)  # only sizes the pricing
+            elif pulled is not None:
+                arrival = self._next_pulled(pulled)
+            elif self.next_arrival is not None:
+                arrival = self.next_arrival()
         group = sched.group
         assert group is not None  # fast-forward keeps the decodes in a group
         priced = price_run(group, sched.kv.num_spare, batch, t0, NO_CONTEXT if self._no_context else context,
