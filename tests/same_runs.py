@@ -2,7 +2,10 @@
 and the check that two runs agree request by request and step by step."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 
@@ -43,3 +46,26 @@ def assert_same(a, b):
             else:
                 assert np.array_equal(x, y), f"{table}.{col}"
     np.testing.assert_allclose(np.sort(a.itl), np.sort(b.itl), rtol=1e-9, atol=1e-9)
+
+
+def assert_identical(a, b) -> None:
+    """Every column of both tables, the gaps and the simulated time equal, to the bit."""
+    for x, y in ((a.requests, b.requests), (a.steps or {}, b.steps or {})):
+        assert x.keys() == y.keys()
+        for k in x:
+            u, v = np.asarray(x[k]), np.asarray(y[k])
+            assert u.dtype == v.dtype, k
+            assert u.tolist() == v.tolist() if u.dtype.kind == "O" else u.tobytes() == v.tobytes(), k
+    assert a.itl_gaps.tobytes() == b.itl_gaps.tobytes() and a.itl_counts.tobytes() == b.itl_counts.tobytes()
+    assert a.meta.simulated_s == b.meta.simulated_s
+
+
+@contextlib.contextmanager
+def switched(module: ModuleType, name: str, value: object) -> Iterator[None]:
+    """A module's switch (a reference path's flag) set to value, then put back."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)

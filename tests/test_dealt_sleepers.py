@@ -17,30 +17,15 @@ from batchlab.core.workload import Workload
 from batchlab.sim import arrivals, simulate
 from batchlab.sim.counting import counting_events
 from batchlab.sim.resumption import EventQueue
+from tests.same_runs import assert_identical, switched
 
 COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4, "kv_tokens_read": 1e-7})
 
 
 def run(w: Workload, shared: bool, **kw):
-    old = arrivals.DEALT_ALARM
-    arrivals.DEALT_ALARM = shared
-    try:
-        with counting_events() as events:
-            r = simulate(w, **kw)
-    finally:
-        arrivals.DEALT_ALARM = old
+    with switched(arrivals, "DEALT_ALARM", shared), counting_events() as events:
+        r = simulate(w, **kw)
     return r, events[0]
-
-
-def assert_identical(a, b) -> None:
-    for x, y in ((a.requests, b.requests), (a.steps or {}, b.steps or {})):
-        assert x.keys() == y.keys()
-        for k in x:
-            u, v = np.asarray(x[k]), np.asarray(y[k])
-            assert u.dtype == v.dtype, k
-            assert u.tolist() == v.tolist() if u.dtype.kind == "O" else u.tobytes() == v.tobytes(), k
-    assert a.itl_gaps.tobytes() == b.itl_gaps.tobytes() and a.itl_counts.tobytes() == b.itl_counts.tobytes()
-    assert a.meta.simulated_s == b.meta.simulated_s
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,18 +17,14 @@ from batchlab.core.cost.linear import LinearCostModel
 from batchlab.core.workload import Workload
 from batchlab.sim import arrivals, simulate
 from batchlab.sim.counting import counting_events
+from tests.same_runs import switched
 
 COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4, "kv_tokens_read": 1e-7})
 
 
 def run(w: Workload, pulled: bool, **kw):
-    old = arrivals.PULL
-    arrivals.PULL = pulled
-    try:
-        with counting_events() as events:
-            r = simulate(w, **kw)
-    finally:
-        arrivals.PULL = old
+    with switched(arrivals, "PULL", pulled), counting_events() as events:
+        r = simulate(w, **kw)
     return r, events[0]
 
 

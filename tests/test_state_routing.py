@@ -19,34 +19,16 @@ from batchlab.sim import simulate
 from batchlab.sim.counting import counting_decisions
 from batchlab.sim.pending_run import PendingRun
 from tests.draws import policies
-from tests.same_runs import COSTS
+from tests.same_runs import COSTS, assert_identical, switched
 
 
 simulate_module = sys.modules["batchlab.sim.simulate"]  # batchlab.sim.simulate names the function
 
 
 def run(w: Workload, ahead: bool, **kw):
-    old = simulate_module.PRICE_AHEAD
-    simulate_module.PRICE_AHEAD = ahead
-    try:
-        with counting_decisions() as decisions:
-            r = simulate(w, **kw)
-    finally:
-        simulate_module.PRICE_AHEAD = old
+    with switched(simulate_module, "PRICE_AHEAD", ahead), counting_decisions() as decisions:
+        r = simulate(w, **kw)
     return r, decisions[0]
-
-
-def assert_identical(a, b) -> None:
-    """Every column of both tables and the gaps equal, to the bit."""
-    for x, y in ((a.requests, b.requests), (a.steps or {}, b.steps or {})):
-        assert x.keys() == y.keys()
-        for k in x:
-            u, v = np.asarray(x[k]), np.asarray(y[k])
-            if u.dtype.kind == "f":
-                assert u.tobytes() == v.tobytes(), k
-            else:
-                assert u.tolist() == v.tolist(), k
-    assert np.asarray(a.itl).tobytes() == np.asarray(b.itl).tobytes()
 
 
 def prompt_hashes(rng: np.random.Generator, i: int, prompt: int, hbs: int) -> tuple[int, ...]:
