@@ -112,19 +112,23 @@ class Arrivals:
         assert self.queue is not None and self._sleepers is not None
         if not DEALT_ALARM:
             return False
-        every = len(self._engines)
-        n = self._block_end - len(self._block)  # requests pulled so far
-        j = n + (k - n) % every
+        j = self._next_index_for(k, len(self._engines))
         if j < self._n:
             t = self._time_of(j)
             if now + (t - now) != t:
                 return False
             if j < self._sleepers_for:
-                self._sleepers_for = j
-                if not self._sleepers.move(self.env, t, NORMAL):
-                    self._sleepers.push(self.env, t, NORMAL)
+                self._wake_sleepers_at(j, t)
         self.asleep[k] = True
         return True
+
+    def _wake_sleepers_at(self, j: int, t: float) -> None:
+        """The sleepers' one alarm set for request j, arriving at t."""
+        alarm = self._sleepers
+        assert alarm is not None
+        self._sleepers_for = j
+        if not alarm.move(self.env, t, NORMAL):
+            alarm.push(self.env, t, NORMAL)
 
     def _sleepers_due(self, _event: object) -> None:
         """The sleepers' alarm: what is due handed on (waking those it goes to), and the
@@ -137,12 +141,8 @@ class Arrivals:
         end = min(self._n, j + every)
         k = j % every
         while j < end:
-            if asleep[k]:
-                alarm = self._sleepers
-                assert alarm is not None
-                self._sleepers_for = j  # (a rejection in the pull may have set it: sleep())
-                if not alarm.move(self.env, self._time_of(j), NORMAL):
-                    alarm.push(self.env, self._time_of(j), NORMAL)
+            if asleep[k]:  # (a rejection in the pull may have set the alarm: sleep())
+                self._wake_sleepers_at(j, self._time_of(j))
                 return
             j += 1
             k = k + 1 if k + 1 < every else 0
@@ -150,9 +150,14 @@ class Arrivals:
     def next_time_for(self, first: int, every: int) -> float:
         """next_time() among requests first, first + every, ... only: the next one a
         round-robin router sends to its replica `first` of `every` (pulled, open loop)."""
-        n = self._block_end - len(self._block)  # requests pulled so far
-        j = n + (first - n) % every
+        j = self._next_index_for(first, every)
         return self._time_of(j) if j < self._n else math.inf
+
+    def _next_index_for(self, first: int, every: int) -> int:
+        """The next request not pulled yet among first, first + every, ... (may be past
+        the workload's end)."""
+        n = self._block_end - len(self._block)  # requests pulled so far
+        return n + (first - n) % every
 
     def _time_of(self, j: int) -> float:
         """Request j's arrival (j not pulled yet)."""
