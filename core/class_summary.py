@@ -8,12 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.core.summary import SLO, _stats, meets_slo, per_request_latencies, run_duration
+from batchlab.core.summary import SLO, _stats, run_duration
 
 # Which breakdowns a summary carries, and the request column each one reads.
 BREAKDOWNS = {"by_priority": "priority", "by_replica": "replica"}
-# The request columns a class's figures read (per_request_latencies, meets_slo).
-FIGURE_COLUMNS = ("status", "arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "output_len")
 
 
 @dataclass
@@ -30,14 +28,59 @@ class ClassFigures:
 
 
 def class_figures(req: dict[str, np.ndarray], slo: SLO | None) -> ClassFigures:
-    done = req["status"] == "finished"
-    lat = per_request_latencies(req, done)
-    stats: dict[str, float] = {}
-    for name, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2el"), ("queueing_delay", "queue")):
-        stats.update(_stats(name, lat[key]))
-    return ClassFigures(int(len(done)), int(done.sum()), int((req["status"] == "rejected").sum()),
-                        int(req["output_len"][done].sum()), stats,
-                        None if slo is None else int(meets_slo(req, slo, lat).sum()))
+    return _row_figures(req, slo).of(slice(None))
+
+
+@dataclass
+class _RowFigures:
+    """A table's per-request figures, each computed once over the whole table in one
+    contiguous pass; a class takes its rows of them (a strided view under round-robin)
+    rather than computing them again on its rows. Values of unfinished rows are never
+    read. The same values as per_request_latencies and meets_slo, element by element."""
+    done: np.ndarray
+    rejected: np.ndarray | None  # None: every request finished
+    output_len: np.ndarray
+    multi: np.ndarray  # output_len > 1: the rows a TPOT is defined for
+    latencies: dict[str, np.ndarray]  # ttft, tpot, e2el, queue (seconds)
+    good: np.ndarray | None  # met the SLO (None: no SLO)
+
+    def of(self, rows: slice | np.ndarray) -> ClassFigures:
+        done = self.done[rows]
+        every = bool(done.all())
+
+        def pick(col: np.ndarray) -> np.ndarray:
+            return col[rows] if every else col[rows][done]
+
+        multi = pick(self.multi)
+        stats: dict[str, float] = {}
+        for name, key in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2el"), ("queueing_delay", "queue")):
+            values = pick(self.latencies[key])
+            stats.update(_stats(name, values[multi] if key == "tpot" and not multi.all() else values))
+        rejected = 0 if self.rejected is None else int(self.rejected[rows].sum())
+        return ClassFigures(int(len(done)), int(done.sum()), rejected, int(pick(self.output_len).sum()), stats,
+                            None if self.good is None else int(pick(self.good).sum()))
+
+
+def _row_figures(req: dict[str, np.ndarray], slo: SLO | None) -> _RowFigures:
+    status, out_len = req["status"], req["output_len"]
+    done = status == "finished"
+    arrival, first, finish = req["arrival_s"], req["first_token_s"], req["finish_s"]
+    multi = out_len > 1
+    with np.errstate(divide="ignore", invalid="ignore"):  # one-token and unfinished rows: never read
+        tpot = (finish - first) / (out_len - 1)
+    lat = {"ttft": first - arrival, "tpot": tpot, "e2el": finish - arrival,
+           "queue": req["first_scheduled_s"] - arrival}
+    good = None
+    if slo is not None:  # meets_slo's tests, on every row
+        good = np.ones(len(done), dtype=bool)
+        if slo.ttft_ms is not None:
+            good &= lat["ttft"] * 1000 <= slo.ttft_ms
+        if slo.tpot_ms is not None:
+            good &= np.where(multi, tpot, 0.0) * 1000 <= slo.tpot_ms
+        if slo.e2el_ms is not None:
+            good &= lat["e2el"] * 1000 <= slo.e2el_ms
+    rejected = None if done.all() else status == "rejected"
+    return _RowFigures(done, rejected, out_len, multi, lat, good)
 
 
 def class_summary_of(f: ClassFigures, duration: float) -> dict[str, float]:
@@ -63,15 +106,15 @@ def figures_by(req: dict[str, np.ndarray], column: str, slo: SLO | None) -> dict
     col = req[column]
     if len(col) == 0:
         return {}
+    rows = _row_figures(req, slo)
     every = _period(col)
     if every:  # class col[j] is rows j, j + every, ...: strided views, in table order as well
-        return {int(col[j]): class_figures({c: req[c][j::every] for c in FIGURE_COLUMNS}, slo)
+        return {int(col[j]): rows.of(slice(j, None, every))
                 for j in np.argsort(col[:every], kind="stable").tolist()}
     order = np.argsort(col, kind="stable")
     values, starts = np.unique(col[order], return_index=True)
     ends = [*starts[1:], len(order)]
-    return {int(v): class_figures({c: req[c][order[lo:hi]] for c in FIGURE_COLUMNS}, slo)
-            for v, lo, hi in zip(values, starts, ends)}
+    return {int(v): rows.of(order[lo:hi]) for v, lo, hi in zip(values, starts, ends)}
 
 
 def _period(col: np.ndarray) -> int:

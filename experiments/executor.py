@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from batchlab.experiments.errors import UserError
+from batchlab.experiments.process_memory import keep_freed_memory, no_huge_page_advice
 
 DASK_TIMEOUT_S = 10
 
@@ -110,39 +111,6 @@ def make_executor(workers: int | None = None, dask: str | None = None,
         yield pool, f"process pool ({n} workers)"
 
 
-# glibc's mallopt parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
-_KEEP_UP_TO = 2**31 - 1  # bytes free at the heap's top before it gives them back
-
-
-def keep_freed_memory() -> None:
-    """Large blocks of this process from its heap, kept there when freed (glibc; elsewhere
-    nothing is changed). By default each is mapped afresh and unmapped when freed, and the
-    kernel zeroes every new page: the groups' results merged and summarised make some thirty
-    temporaries of the table's size, and that zeroing took a third of the parent's time
-    (docs/results/2026-12-07-day-of-traffic.md). Not for a simulating process: a block
-    that grows (array.array's rows) is copied on the heap where a mapping is moved."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_MAX, 0)
-        libc.mallopt(_M_TRIM_THRESHOLD, _KEEP_UP_TO)
-        # One heap for every thread: a block freed by one is reused by the others (the
-        # summary's threads, core/summary.py), not kept in an arena of its own.
-        libc.mallopt(_M_ARENA_MAX, 1)
-    except (OSError, AttributeError):  # no glibc
-        pass
-
-
-def give_back_freed_memory() -> None:
-    """This process's freed heap memory returned to the system (glibc malloc_trim;
-    elsewhere nothing): a pool worker done with its simulation holds its result alone
-    while the parent merges the results, and the memory of every process counts."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):  # no glibc
-        pass
-
-
 _PARENT_POLL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -209,6 +177,7 @@ def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[in
         return results
     futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
     keep_freed_memory()  # this process's part from here: the results (the workers are started)
+    no_huge_page_advice()
     results: list = [None] * len(tasks)
     done: set[int] = set()
     try:

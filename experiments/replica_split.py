@@ -15,7 +15,8 @@ from batchlab.core.result import RunResult
 from batchlab.core.workload import Workload
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.executor import give_back_freed_memory, held, inherited, run_all
+from batchlab.experiments.executor import held, inherited, run_all
+from batchlab.experiments.process_memory import give_back_freed_memory, no_huge_page_advice
 from batchlab.experiments.setup import SimSetup, sim_setup
 from batchlab.sim.replica_groups import (GroupRun, Share, check_splittable, group_workload, merge,
                                          replica_groups, simulate_group)
@@ -73,6 +74,7 @@ def simulate_split(executor: Executor, workers: int, cfg: ExperimentConfig, name
 
 
 def run_group(task: GroupTask) -> GroupRun:
+    no_huge_page_advice()  # the group's tables are made fresh after its run, in this process
     setup = sim_setup(task.cfg, task.model_named, task.hardware_named)
     replicas = task.cfg.run.replicas
     requests = task.share.requests() if task.share is not None else \
