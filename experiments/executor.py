@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from batchlab.experiments.errors import UserError
-from batchlab.experiments.process_memory import keep_freed_memory, no_huge_page_advice
+from batchlab.experiments.process_memory import keep_freed_memory
 
 DASK_TIMEOUT_S = 10
 
@@ -177,7 +177,6 @@ def run_all(executor: Executor, fn: Callable, tasks: list, on_done: Callable[[in
         return results
     futures = {executor.submit(fn, t): i for i, t in enumerate(tasks)}
     keep_freed_memory()  # this process's part from here: the results (the workers are started)
-    no_huge_page_advice()
     results: list = [None] * len(tasks)
     done: set[int] = set()
     try:
