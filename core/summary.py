@@ -79,9 +79,13 @@ def per_request_latencies(req: dict[str, np.ndarray], done: np.ndarray | None = 
         _finished(req[c], done, every) for c in ("arrival_s", "first_token_s", "finish_s", "output_len",
                                                  "first_scheduled_s"))
     multi = out_len > 1
+    if not multi.all():  # else the same values without three masked copies
+        finish_m, first_m, out_m = finish[multi], first[multi], out_len[multi]
+    else:
+        finish_m, first_m, out_m = finish, first, out_len
     return {
         "ttft": first - arrival,
-        "tpot": (finish[multi] - first[multi]) / (out_len[multi] - 1),
+        "tpot": (finish_m - first_m) / (out_m - 1),
         "e2el": finish - arrival,
         "queue": scheduled - arrival,
     }
@@ -124,8 +128,10 @@ def meets_slo(req: dict[str, np.ndarray], slo: SLO,
     if slo.ttft_ms is not None:
         ok &= lat["ttft"] * 1000 <= slo.ttft_ms
     if slo.tpot_ms is not None:
-        tpot = np.zeros(len(ok))
-        tpot[_finished(req["output_len"], done, len(ok) == len(done)) > 1] = lat["tpot"]
+        tpot = lat["tpot"]
+        if len(tpot) < len(ok):  # one-token replies: 0
+            tpot = np.zeros(len(ok))
+            tpot[_finished(req["output_len"], done, len(ok) == len(done)) > 1] = lat["tpot"]
         ok &= tpot * 1000 <= slo.tpot_ms
     if slo.e2el_ms is not None:
         ok &= lat["e2el"] * 1000 <= slo.e2el_ms
