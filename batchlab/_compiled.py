@@ -48,6 +48,7 @@ HOT = (
     "batchlab.sim.router",
     "batchlab.sim.run_plan",
     "batchlab.sim.engine",
+    "batchlab.sim.dealt",
     "batchlab.sim.arrivals",
     "batchlab.core.run_clock",
 )

@@ -26,6 +26,7 @@ from simpy.events import NORMAL, URGENT
 from batchlab.core.front_end import FrontEnd
 from batchlab.core.request import Request, Sequence
 from batchlab.core.workload import Workload
+from batchlab.sim.dealt import dealt_block
 from batchlab.sim.events import urgent
 from batchlab.sim.resumption import EventQueue, Resumption
 
@@ -47,16 +48,21 @@ class Arrivals:
     a slot freeing think_time_s after a reply."""
 
     def __init__(self, env: simpy.Environment, workload: Workload,
-                 submit: Callable[[Request, float], None], front_end: FrontEnd | None = None) -> None:
-        """submit(request, now): hand `request` to the engines at `now` (its own instant)."""
+                 submit: Callable[[Request, float], None], front_end: FrontEnd | None = None,
+                 first: int = 0, every: int = 1) -> None:
+        """submit(request, now): hand `request` to the engines at `now` (its own instant).
+        first, every: only the workload's requests first, first + every, ... (pulled, open
+        loop: those round robin deals to one replica of `every`, run apart: sim/apart.py), as
+        requests 0, 1, ... here, each with its own id."""
         self.env, self.workload, self.submit = env, workload, submit
+        self._first, self._every = first, every
         self.front_end = None if front_end is None or front_end.empty else front_end
         self._last_exit = -math.inf  # when the front end last handed a request on
         self._in_front: list[float] = []  # exits of the requests in the front end (a heap)
-        self._n = len(workload)  # its __len__ is a call through Python
-        self._next_time = float(workload.arrival[0]) if self._n else math.inf
+        self._n = max(0, -(-(len(workload) - first) // every))  # its __len__ is a call through Python
+        self._next_time = self._arrival(0) if self._n else math.inf
         self._block: list[Request] = []  # pulled: requests made ahead, BLOCK at a time, last first
-        self._block_end = 0  # the workload index after the last one made
+        self._block_end = 0  # the index (of those handed on here) after the last one made
         limit = workload.max_concurrency
         self._slots = simpy.Container(env, init=limit, capacity=limit) if limit else None
         self._releases: list[float] = []  # times at which held slots come free
@@ -72,6 +78,7 @@ class Arrivals:
         # Open loop, no front end: the engines pull (module docstring); else a process sends.
         self.pulled = PULL and self._slots is None and self.front_end is None
         if not self.pulled:
+            assert every == 1, "only pulled arrivals are dealt apart"
             self._next_time = 0.0 if len(workload) else math.inf
             env.process(self._run())
 
@@ -81,13 +88,13 @@ class Arrivals:
             if not self._block:
                 lo = self._block_end
                 self._block_end = min(self._n, lo + BLOCK)
-                self._block = self.workload.request_block(lo, self._block_end)[::-1]
+                self._block = self._requests(lo, self._block_end)[::-1]
             request = self._block.pop()
             if self._block:
                 self._next_time = self._block[-1].arrival
             else:
                 i = self._block_end
-                self._next_time = float(self.workload.arrival[i]) if i < self._n else math.inf
+                self._next_time = self._arrival(i) if i < self._n else math.inf
             engines = self._engines
             if engines:
                 engines[self._dealt % len(engines)].submit(request, request.arrival)
@@ -163,12 +170,22 @@ class Arrivals:
         """Request j's arrival (j not pulled yet)."""
         if j < self._block_end:  # made already: its request's arrival, not a numpy scalar's
             return self._block[self._block_end - 1 - j].arrival
-        return float(self.workload.arrival[j])
+        return self._arrival(j)
 
     def time_ahead(self, n: int) -> float:
         """When the n-th request not yet pulled (n >= 1) arrives (inf: none)."""
         j = self._block_end - len(self._block) + n - 1
-        return float(self.workload.arrival[j]) if j < self._n else math.inf
+        return self._arrival(j) if j < self._n else math.inf
+
+    def _arrival(self, j: int) -> float:
+        """Request j's arrival time, from the workload's column."""
+        return float(self.workload.arrival[self._first + self._every * j])
+
+    def _requests(self, lo: int, hi: int) -> list[Request]:
+        """Requests lo..hi-1 (of those this hands on) made from the workload's columns."""
+        if self._every == 1:
+            return self.workload.request_block(lo, hi)
+        return dealt_block(self.workload, self._first + self._every * lo, self._every, hi - lo)
 
     def pull_at_each_arrival(self) -> None:
         """Keep an event at the next arrival's time, which pulls it (pulled, open loop): a

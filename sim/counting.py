@@ -8,7 +8,8 @@ from typing import Iterator
 
 import simpy
 
-import batchlab.sim.simulate  # noqa: F401  (loaded: counting_decisions patches the module)
+import batchlab.sim.apart  # noqa: F401  (loaded: counting_events patches the modules)
+import batchlab.sim.simulate  # noqa: F401
 
 
 @contextmanager
@@ -18,8 +19,9 @@ def counting_events() -> Iterator[list[int]]:
     `with counting_events() as n: ...; n[0]`."""
     count = [0]
     real_step = simpy.Environment.step
-    module = sys.modules["batchlab.sim.simulate"]
-    queues, real_queue = [], module.EventQueue
+    # Where simulations make their queues: interleaved replicas, and replicas run apart.
+    modules = [sys.modules["batchlab.sim.simulate"], sys.modules["batchlab.sim.apart"]]
+    queues, real_queue = [], modules[0].EventQueue
 
     def step(env: simpy.Environment) -> None:
         count[0] += 1
@@ -29,12 +31,14 @@ def counting_events() -> Iterator[list[int]]:
         queues.append(real_queue(*args, **kw))
         return queues[-1]
     simpy.Environment.step = step
-    module.EventQueue = make
+    for module in modules:
+        module.EventQueue = make
     try:
         yield count
     finally:
         simpy.Environment.step = real_step
-        module.EventQueue = real_queue
+        for module in modules:
+            module.EventQueue = real_queue
         count[0] += sum(q.processed for q in queues)
 
 

@@ -3,7 +3,7 @@ replica resumes itself: sim/resumption.py)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Final, Iterator, cast
+from typing import Callable, Final, Generator, cast
 
 import simpy
 from simpy.events import NORMAL, URGENT
@@ -164,6 +164,13 @@ class Replica:
             self._report()
             self._finishing = self._apply(pending.batch, pending.run, pending.context, pending.last)[1]
 
+    def let_go(self) -> None:
+        """Its run over (sim/apart.py): its loop and waits let go, which hold it in cycles
+        that only the collector would free; its state is freed now, while in cache."""
+        self._loop_steps.close()
+        self._next = Resumption([], None)
+        self._alarm = None
+
     def _report(self) -> None:
         """What load() reads changed: the board (if any) is told."""
         board = self.board
@@ -184,7 +191,7 @@ class Replica:
         if self._sleeping:
             self._wake_up()
 
-    def _loop(self) -> Iterator[None]:
+    def _loop(self) -> Generator[None, None, None]:
         # (Typed, this generator is compiled as typed code: untyped, every name in it was
         # an object, and every call and attribute went through Python.)
         env, sched, rec, pulled, queue = self.env, self.scheduler, self.recorder, self.pulled, self.queue

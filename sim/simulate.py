@@ -20,6 +20,7 @@ from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
 from batchlab.sim.admission import AdmissionLag
+from batchlab.sim.apart import run_apart
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
@@ -32,6 +33,9 @@ from batchlab.sim.router import STATE_READING, make_router
 # False: a router that reads the replicas' state ends every replica's run at every
 # arrival (the reference the tests hold runs priced ahead to: sim/pending_run.py).
 PRICE_AHEAD = True
+# False: round-robin replicas interleaved in time, not run one after another (sim/apart.py;
+# the reference its runs must equal).
+APART = True
 
 
 def simulate(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
@@ -120,49 +124,65 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
     if arrivals.closed_loop and replicas > 1:
         # A reply on one replica can send a request to another at any moment.
         next_arrival = lambda: env.now  # noqa: E731
+    window = attention_window(cost)
+
+    def build(env: simpy.Environment, i: int, pulled: Arrivals | None, queue: EventQueue | None) -> Replica:
+        sched = make_scheduler(scheduler, num_kv_blocks)
+        if emission is not None:
+            sched.use_emission(emission)
+        upcoming = next_arrival if pulled is None or pulled is arrivals else pulled.next_time
+        e = Replica(env, i, sched, cost, rec, done, upcoming if fast_forward and not async_scheduling else None,
+                    observer, closed_loop=arrivals.closed_loop, window=window, pulled=pulled, queue=queue)
+        if async_scheduling:
+            e.lag = AdmissionLag()
+        return e
+    # Round robin: each replica run on its own, one after another (sim/apart.py), where
+    # nothing watches the steps in time order (an observer), stops the run midway (Ctrl-C,
+    # keeping what was simulated) or couples the replicas (one stream of draws, KV tiers).
+    apart = (APART and replicas > 1 and router == "round_robin" and arrivals.pulled and not keep_on_interrupt
+             and observer is None and emission is None and kv_tier is None)
+    homes: list[TieredHome] = []
+    interrupted = False
     with long_lived(replicas) as settled:  # the replicas out of the collector's walks (sim/collector.py)
-        window = attention_window(cost)
-        for i in range(replicas):
-            sched = make_scheduler(scheduler, num_kv_blocks)
-            if emission is not None:
-                sched.use_emission(emission)
-            engines.append(Replica(env, i, sched, cost, rec,
-                                   done, next_arrival if fast_forward and not async_scheduling else None,
-                                   observer, closed_loop=arrivals.closed_loop, window=window,
-                                   pulled=arrivals if arrivals.pulled else None, queue=queue))
-            if async_scheduling:
-                engines[-1].lag = AdmissionLag()
-        homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines] if kv_tier else []
-        if replicas > 1 and router == "round_robin" and arrivals.pulled:
-            # Request i goes to replica i mod replicas, whatever their state: an arrival ends
-            # the runs of, and wakes, only the replica it goes to.
-            for e in engines:
-                e.route_every = replicas
-            arrivals.deal_to(engines)  # what `pick` would choose, natively
-        elif replicas > 1 and router in STATE_READING and arrivals.pulled and fast_forward \
-                and cost.at(0.0) is cost and PRICE_AHEAD:
-            # The router reads the replicas' state at each arrival: it reads a run's without
-            # ending it, and only the replica an arrival goes to is cut and woken
-            # (sim/pending_run.py). Not where the price moves with the clock: a run is
-            # priced at the level where it starts, so its steps would depend on its cuts.
-            arrivals.pull_at_each_arrival()
-            for e in engines:
-                e.lookahead = replicas
-            if router == "least_loaded":  # kept up to date, not read off every replica
-                board = LoadBoard(env, [e.index for e in engines])
-                for pos, e in enumerate(engines):
-                    e.board, e.board_pos = board, pos
-                pick = board.pick
-        if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
-            arrivals.submit = engines[0].submit
-        settled()
-        interrupted = run_to_end(env, keep_on_interrupt, queue)  # Ctrl-C may keep what was simulated
+        if apart:
+            settled()
+            end = run_apart(workload, replicas, build, rec)
+        else:
+            for i in range(replicas):
+                engines.append(build(env, i, arrivals if arrivals.pulled else None, queue))
+            if kv_tier:
+                homes = [_tier(e, kv_tier, kv_bytes_per_token, scheduler.block_size, cost) for e in engines]
+            if replicas > 1 and router == "round_robin" and arrivals.pulled:
+                # Request i goes to replica i mod replicas, whatever their state: an arrival ends
+                # the runs of, and wakes, only the replica it goes to.
+                for e in engines:
+                    e.route_every = replicas
+                arrivals.deal_to(engines)  # what `pick` would choose, natively
+            elif replicas > 1 and router in STATE_READING and arrivals.pulled and fast_forward \
+                    and cost.at(0.0) is cost and PRICE_AHEAD:
+                # The router reads the replicas' state at each arrival: it reads a run's without
+                # ending it, and only the replica an arrival goes to is cut and woken
+                # (sim/pending_run.py). Not where the price moves with the clock: a run is
+                # priced at the level where it starts, so its steps would depend on its cuts.
+                arrivals.pull_at_each_arrival()
+                for e in engines:
+                    e.lookahead = replicas
+                if router == "least_loaded":  # kept up to date, not read off every replica
+                    board = LoadBoard(env, [e.index for e in engines])
+                    for pos, e in enumerate(engines):
+                        e.board, e.board_pos = board, pos
+                    pick = board.pick
+            if replicas == 1:  # nothing to route: the engine's own method, not two calls through Python
+                arrivals.submit = engines[0].submit
+            settled()
+            interrupted = run_to_end(env, keep_on_interrupt, queue)  # Ctrl-C may keep what was simulated
+            end = env.now
     for e in engines:  # nothing should be left unless interrupted; rows say so
         e.settle()  # a run priced ahead, as far as it went
         rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
-            "interrupted": interrupted, "simulated_s": env.now,
+            "interrupted": interrupted, "simulated_s": end,
             **(meta.as_dict() if isinstance(meta, Record) else meta or {})}
     if emission is not None and emission.stats():
         info["speculative"] = emission.stats()

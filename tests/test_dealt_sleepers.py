@@ -6,6 +6,8 @@ simulated time, over bursts, idle gaps whose alarm sums round off the arrival's 
 rejected requests and policies with a deadline of their own; never more waits."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import simpy
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +25,9 @@ COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4, "kv_tok
 
 
 def run(w: Workload, shared: bool, **kw):
-    with switched(arrivals, "DEALT_ALARM", shared), counting_events() as events:
+    """Replicas interleaved (apart, sim/apart.py, each is alone: nothing is dealt)."""
+    with switched(arrivals, "DEALT_ALARM", shared), counting_events() as events, \
+            switched(sys.modules["batchlab.sim.simulate"], "APART", False):
         r = simulate(w, **kw)
     return r, events[0]
 

@@ -1,6 +1,8 @@
 """Fast-forward over steady decode runs gives exactly the step-by-step answer."""
 from __future__ import annotations
 
+import sys
+
 
 import numpy as np
 import simpy
@@ -17,7 +19,7 @@ from batchlab.sim import simulate
 from batchlab.sim.resumption import moved_on
 from batchlab.sim.counting import counting_decisions, counting_events
 from tests.draws import admission_orders, params, policies, victim_orders
-from tests.same_runs import COSTS, assert_same
+from tests.same_runs import COSTS, assert_same, switched
 
 
 @st.composite
@@ -86,14 +88,16 @@ def test_fast_forward_decisions_do_not_grow_with_reply_length():
 
 def test_an_engine_alone_takes_no_event_a_step():
     """SimPy events only where the model needs them: one replica with nothing else due
-    before its step ends moves the clock on without one; a second replica's steps are
-    events the first must wait behind, and results equal stepping either way (the
-    property test above, with replicas)."""
+    before its step ends moves the clock on without one (so do two round-robin replicas
+    run apart); two interleaved, a second replica's steps are events the first must wait
+    behind, and results equal stepping either way (the property test above, with replicas)."""
     rng = np.random.default_rng(2)
     work = Workload(np.zeros(32), rng.integers(10, 100, 32), rng.integers(50, 200, 32))
     cfg = SchedulerConfig(policy="continuous", max_num_seqs=8)
-    for replicas, most in ((1, 2), (2, None)):
-        with counting_events() as events, counting_decisions() as decisions:
+    # Round-robin replicas run apart (sim/apart.py) are each alone.
+    for replicas, apart, most in ((1, True, 2), (2, True, 4), (2, False, None)):
+        with counting_events() as events, counting_decisions() as decisions, \
+                switched(sys.modules["batchlab.sim.simulate"], "APART", apart):
             r = simulate(work, cfg, COSTS["roofline"], 10_000, fast_forward=False, replicas=replicas)
         assert decisions[0] == r.summary()["num_steps"] > 100
         if most is not None:

@@ -4,6 +4,7 @@ and no more, and a stale alarm (a request came first) does nothing."""
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from batchlab.sim.counting import counting_decisions, counting_events
 from batchlab.sim.engine import Replica
 from batchlab.sim.events import Delay
 from batchlab.sim.resumption import EventQueue, Resumption
+from tests.same_runs import switched
 
 COST = LinearCostModel(0.004, {"prefill_tokens": 2e-5, "num_seqs": 1e-4, "kv_tokens_read": 1e-7})
 
@@ -99,7 +101,8 @@ def test_an_idle_replica_wakes_on_its_alarm_and_one_decision_event():
     start due at the same instant, waits on the queue."""
     n = 20
     work = Workload(np.arange(n) * 10.0, np.full(n, 50), np.full(n, 40))
-    with counting_events() as events, counting_decisions() as decisions:
+    with counting_events() as events, counting_decisions() as decisions, \
+            switched(sys.modules["batchlab.sim.simulate"], "APART", False):  # interleaved (not sim/apart.py)
         r = simulate(work, SchedulerConfig(policy="continuous"), COST, 1000, replicas=2)
     assert (r.requests["status"] == "finished").all()
     assert decisions[0] >= 2 * n  # a prefill and at least one decode decision a request
