@@ -39,6 +39,7 @@ HOT = (
     "batchlab.core.cost.served.model",
     "batchlab.core.orders.admission",
     "batchlab.core.orders.victims",
+    "batchlab.core.schedulers.mechanics",
     "batchlab.core.schedulers.base",
     "batchlab.core.schedulers.continuous",
     "batchlab.core.schedulers.chunked",

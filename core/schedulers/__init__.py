@@ -75,5 +75,5 @@ def check_prefix_hashes(config: SchedulerConfig, workload: Workload) -> None:
 
 
 for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base":
+    if _mod.name not in ("base", "mechanics"):  # the shared classes, not policies
         importlib.import_module(f"{__name__}.{_mod.name}")
