@@ -93,8 +93,11 @@ class BlockManager:
         free = self._free
         k = len(free)
         if n <= k:  # the common case: recycled blocks
-            out = free[k - n:][::-1]
+            if n == 1:
+                return [free.pop()]
+            out = free[k - n:]
             del free[k - n:]
+            out.reverse()  # in place: a reversed slice copied the copy
             return out
         fresh = min(n - k, self.num_blocks - self._next)
         short = n - k - fresh
