@@ -110,7 +110,7 @@ class DecodeGroup:
         entries = self._by_finish
         if entries[0][0] != self.tick:
             return []
-        n = bisect_left(entries, (self.tick + 1,))
+        n = _before(entries, self.tick + 1)
         done = entries[:n]
         del entries[:n]
         return [self._leave(e) for e in done]
@@ -143,7 +143,7 @@ class DecodeGroup:
         stops: list[int] = []
         counts: list[int] = []
         c_sums: list[int] = []
-        for i in range(bisect_left(entries, (t + k,))):
+        for i in range(_before(entries, t + k)):
             f, _, _, base, _ = entries[i]
             if not stops or stops[-1] != f - t:
                 stops.append(f - t)
@@ -165,7 +165,7 @@ class DecodeGroup:
         # What changes at the start of step j: (j, members, cached tokens, open members,
         # their bases) leaving; none at step 1.
         changes: list[tuple[int, int, int, int, int]] = []
-        for i in range(bisect_left(entries, (t + k,))):
+        for i in range(_before(entries, t + k)):
             f, _, _, base, _ = entries[i]
             if f <= w1 - base:  # still open in its last step, f - t (from tick f - 1)
                 changes.append((f - t + 1, 1, base + t, 1, base))
@@ -205,7 +205,7 @@ class DecodeGroup:
         if total:
             self.owed += kv.take(total)
         entries = self._by_finish
-        n = bisect_left(entries, (t + m + 1,))
+        n = _before(entries, t + m + 1)
         leaving = entries[:n]
         del entries[:n]
         done = [(self._leave(e), e[0] - t) for e in leaving]
@@ -246,7 +246,7 @@ class DecodeGroup:
             return total, weighted
         phase = self._phase[:]
         j = 2  # next step to count; step j runs from tick t + j - 1 (index j - 1)
-        for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
+        for f, _, _, base, _ in self._by_finish[:_before(self._by_finish, t + m)]:
             r = f - t  # its last step: from r + 1 on it takes nothing
             if r >= j:
                 more, more_weighted = _cycle_sums(phase, t, j, r, m)
@@ -263,7 +263,7 @@ class DecodeGroup:
         phase = self._phase[:]
         out = [0]
         j = 2  # next step to fill; step j runs from tick t + j - 1
-        for f, _, _, base, _ in self._by_finish[:bisect_left(self._by_finish, (t + m,))]:
+        for f, _, _, base, _ in self._by_finish[:_before(self._by_finish, t + m)]:
             r = f - t  # its last step: from r + 1 on it takes nothing
             if r >= j:
                 out += _cycle(phase, t + j - 1, r - j + 1)
@@ -293,6 +293,18 @@ class DecodeGroup:
         if need:
             seq.block_table += self.owed[-need:]
             del self.owed[-need:]
+
+
+def _before(entries: list[tuple[int, tuple, int, int, Sequence]], tick: int) -> int:
+    """How many entries (in finish order) finish before `tick`: bisect_left(entries,
+    (tick,)) by a scan, as its callers then walk those entries anyway (compiled, a
+    bisect compares the tuples through Python)."""
+    n = 0
+    for e in entries:
+        if e[0] >= tick:
+            break
+        n += 1
+    return n
 
 
 def _cycle_sums(phase: list[int], t: int, a: int, b: int, m: int) -> tuple[int, int]:
