@@ -30,6 +30,7 @@ HOT = (
     "batchlab.core.decode_group",
     "batchlab.core.fast_forward",
     "batchlab.core.step_runs",
+    "batchlab.core.gap_fold",
     "batchlab.core.metrics",
     "batchlab.core.cost.form",
     "batchlab.core.cost.roofline",

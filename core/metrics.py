@@ -7,7 +7,7 @@ are stored as (gap, count) pairs: all sequences of a step whose previous token c
 the step before share one gap, so a step adds one pair, not one value per sequence.
 Without a step table (record_steps=False, for very long replays) only the totals the
 summary needs are kept, and the gaps are folded into a fixed-size histogram (0.005%
-resolution, core/gap_histogram.py): memory then grows with the request rows alone."""
+resolution, core/gap_fold.py): memory then grows with the request rows alone."""
 from __future__ import annotations
 
 from array import array
@@ -18,6 +18,7 @@ import numpy as np
 from batchlab.core.batch import Batch
 from batchlab.core.columns import extend
 from batchlab.core.features import StepFeatures
+from batchlab.core.gap_fold import GapFold
 from batchlab.core.gap_histogram import GapHistogram
 from batchlab.core.request import Sequence
 from batchlab.core.fast_forward import DecodeRun
@@ -35,7 +36,6 @@ STEP_COLUMNS = ("replica", "start_s", "duration_s", "num_seqs", "num_prefill_seq
                 "prefill_self_pairs")
 _FLOAT = {"arrival_s", "first_scheduled_s", "first_token_s", "finish_s", "start_s", "duration_s"}
 _TEXT = {"status", "reject_reason"}
-FOLD_EVERY = 1 << 16  # gap pairs buffered before folding into the histogram
 ROWS_EVERY = 4096  # request and step rows buffered in lists before they go into the typed columns
 
 
@@ -67,6 +67,10 @@ class MetricsRecorder:
         self._num_steps = 0
         self._seated: dict[int, int] = {}  # seats -> sequences summed over steps
         self._kv_used: dict[int, int] = {}  # KV blocks in all -> blocks used summed over steps
+        # The latest keys and what they gained since, in fields until a key changes or the
+        # sums are read (_settle): compiled, a dict update boxes its key and value.
+        self._holding = False
+        self._seats_key = self._blocks_key = self._seated_since = self._used_since = 0
         self._preemptions = 0
         self.decisions = 0  # engine iterations recorded: a step, or a fast-forward run
         self.itl_gap = array("d")  # inter-token gaps, seconds ...
@@ -76,14 +80,7 @@ class MetricsRecorder:
         self._gap_replica = array("q")
         self._gap_start = array("q")
         self._gap_last = -1  # _gap_replica's last entry, in a field (-1: none; replicas count from 0)
-        self._itl_hist: GapHistogram | None = None if record_steps else GapHistogram()
-        # Without a step table, a fast-forward run's gaps (steps 2..m's, as doubles from its
-        # clock: no Python float a gap) wait apart from their counts (steps 2..m's sizes, a
-        # size and its steps for each stretch), which are expanded in numpy at the fold:
-        # the histogram counts gaps whatever their order.
-        self._run_gaps = array("d")
-        self._run_sizes: list[int] = []  # the counts run-length coded: sizes ...
-        self._run_lengths: list[int] = []  # ... and how many steps each held
+        self._folded: GapFold | None = None if record_steps else GapFold()  # gaps without a step table
 
     @property
     def totals(self) -> dict[str, int | float]:
@@ -92,11 +89,36 @@ class MetricsRecorder:
 
     def step_sums(self) -> StepSums:
         """The exact sums behind totals, which recorders of disjoint replicas add."""
+        self._settle()
         return StepSums(self._num_steps, dict(self._seated), dict(self._kv_used), self._preemptions)
+
+    def _sums(self, seats: int, seated: int, blocks: int, used: int) -> None:
+        """Add `seated` sequences to the seats' sum and `used` to the KV blocks' sum."""
+        if seats != self._seats_key or blocks != self._blocks_key or not self._holding:
+            self._settle()
+            self._seats_key, self._blocks_key, self._holding = seats, blocks, True
+        self._seated_since += seated
+        self._used_since += used
+
+    def _settle(self) -> None:  # the dicts keep their keys' first-seen order
+        if self._holding:
+            k, j = self._seats_key, self._blocks_key
+            self._seated[k] = self._seated.get(k, 0) + self._seated_since
+            self._kv_used[j] = self._kv_used.get(j, 0) + self._used_since
+            self._holding = False
+            self._seated_since = self._used_since = 0
+
+    def _pair(self, gap: float, count: int) -> None:  # `count` tokens came `gap` after their last
+        folded = self._folded
+        if folded is None:
+            self.itl_gap.append(gap)
+            self.itl_count.append(count)
+        else:
+            folded.pair(gap, count)
 
     def _replica(self, replica: int) -> None:
         """Note that `replica`'s gaps follow (before any are recorded)."""
-        if self._itl_hist is None and self._gap_last != replica:
+        if self._folded is None and self._gap_last != replica:
             self._gap_last = replica
             self._gap_replica.append(replica)
             self._gap_start.append(len(self.itl_gap))
@@ -124,17 +146,14 @@ class MetricsRecorder:
                 if seq.first_token < 0:
                     seq.first_token = end
                 else:
-                    self.itl_gap.append(end - seq.last_token)
-                    self.itl_count.append(1)
+                    self._pair(end - seq.last_token, 1)
                 if emitted > 1:  # the rest arrived with it: gaps of 0, as a client sees them
-                    self.itl_gap.append(0.0)
-                    self.itl_count.append(emitted - 1)
+                    self._pair(0.0, emitted - 1)
                 seq.last_token = end
         self._maybe_fold()
         self._num_steps += 1
         self.decisions += 1
-        self._seated[seats] = self._seated.get(seats, 0) + features.num_seqs
-        self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_blocks_used
+        self._sums(seats, features.num_seqs, kv_blocks_total, kv_blocks_used)
         self._preemptions += len(batch.preempted)
         if self._step is not None:
             # object: compiled, a tuple of ints and floats would iterate as floats
@@ -157,12 +176,15 @@ class MetricsRecorder:
         ended at `start` (most) share a single pair."""
         same = last.count(start) + also
         if same:
-            self.itl_gap.append(end - start)
-            self.itl_count.append(same)
+            self._pair(end - start, same)
         if same - also < len(last):
             other = [end - t for t in last if t != start]
-            self.itl_gap.fromlist(other)  # fromlist: twice as fast as extend from a list
-            self.itl_count.fromlist([1] * len(other))
+            folded = self._folded
+            if folded is None:
+                self.itl_gap.fromlist(other)  # fromlist: twice as fast as extend from a list
+                self.itl_count.fromlist([1] * len(other))
+            else:
+                folded.ones(other)
 
     def _group_gaps(self, start: float, end: float, batch: Batch) -> None:
         """Gaps of the decode group's tokens stamped `end` (core/decode_group.py): the
@@ -171,8 +193,7 @@ class MetricsRecorder:
         assert group is not None  # a batch with group decodes names its group
         old = batch.group_decodes - len(fresh)
         if old and group.last != start:
-            self.itl_gap.append(end - group.last)
-            self.itl_count.append(old)
+            self._pair(end - group.last, old)
             old = 0
         self._gaps_after(start, end, [s.last_token for s in fresh], old)
         group.last = end
@@ -197,11 +218,11 @@ class MetricsRecorder:
         # Steps 2..m's gaps, of those in the step before (all of the step's members), and
         # the members summed over steps 1..m, stretch by stretch (steps start..stop).
         seat_steps, start = 0, 1
-        folded = self._itl_hist is not None
+        folded = self._folded
         if m > 1:
             gaps = clock.gaps(1, m)
-            if folded:  # folded later (_fold): no object a gap
-                self._run_gaps.frombytes(gaps)
+            if folded is not None:  # folded later: no object a gap
+                folded.run_gaps(gaps, m - 1)
             else:
                 self.itl_gap.frombytes(gaps)
         for i in range(len(run.sizes)):
@@ -211,9 +232,8 @@ class MetricsRecorder:
             seat_steps += n * (stop - start + 1)
             first = 2 if start < 2 else start
             if stop >= first:
-                if folded:
-                    self._run_sizes.append(n)
-                    self._run_lengths.append(stop - first + 1)
+                if folded is not None:
+                    folded.run_sizes(n, stop - first + 1)
                 else:
                     self.itl_count.fromlist([n] * (stop - first + 1))
             if stop == m:
@@ -225,8 +245,7 @@ class MetricsRecorder:
         kv_steps = 0
         for used in kv_blocks_used:  # compiled: sum() over a list is a call through Python
             kv_steps += used
-        self._seated[seats] = self._seated.get(seats, 0) + seat_steps
-        self._kv_used[kv_blocks_total] = self._kv_used.get(kv_blocks_total, 0) + kv_steps
+        self._sums(seats, seat_steps, kv_blocks_total, kv_steps)
         if self._step is not None:  # after the stepped rows recorded so far, flushed or not
             stepped = self._stepped + len(self._step_pending[0])
             window = run.window_read
@@ -316,33 +335,20 @@ class MetricsRecorder:
         return {c: np.take(v, order) for c, v in t.items()}  # take: a quarter faster than v[order]
 
     def _maybe_fold(self) -> None:
-        """Without a step table, keep at most FOLD_EVERY gap pairs before the histogram."""
-        if self._itl_hist is not None and len(self.itl_gap) + len(self._run_gaps) > FOLD_EVERY:
-            self._fold()
-
-    def _fold(self) -> None:
-        hist = self._itl_hist
-        assert hist is not None
-        gaps, counts = _np(self.itl_gap), _np(self.itl_count)
-        if self._run_sizes:
-            sizes = np.array(self._run_sizes, dtype=np.int64)
-            gaps = np.concatenate((gaps, np.frombuffer(self._run_gaps, dtype=np.float64)))
-            counts = np.concatenate((counts, np.repeat(sizes, np.array(self._run_lengths, dtype=np.int64))))
-            self._run_gaps, self._run_sizes, self._run_lengths = array("d"), [], []
-        hist.add(gaps, counts)
-        self.itl_gap, self.itl_count = array("d"), array("q")
+        if self._folded is not None:
+            self._folded.maybe_fold()
 
     def gap_histogram(self) -> GapHistogram | None:
         """Every gap folded into the histogram (None: a step table keeps them exactly)."""
-        if self._itl_hist is None:
+        if self._folded is None:
             return None
-        self._fold()
-        return self._itl_hist
+        self._folded.fold()
+        return self._folded.hist
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
         """(gaps, counts): counts[i] tokens came gaps[i] seconds after their previous one
         (without a step table: gaps to 0.005%, from the histogram)."""
-        if self._itl_hist is None:
+        if self._folded is None:
             gaps, counts = _np(self.itl_gap), _np(self.itl_count)
             replicas, starts = _np(self._gap_replica), _np(self._gap_start)
             if not len(replicas) or (replicas[1:] > replicas[:-1]).all():
