@@ -105,8 +105,11 @@ class EventQueue:
             else:
                 self._down(last, i)
 
-    def run(self) -> None:
-        """env.run() to the end, these Resumptions and SimPy's events in one order."""
+    def run(self, stop: Resumption | None = None) -> None:
+        """env.run() to the end, these Resumptions and SimPy's events in one order. stop:
+        a Resumption on this queue (a window's end, sim/apart.py): the run ends as it
+        comes first, taken off unprocessed, the clock where the events before it left it
+        (a move to it or past it, moved_to, waits on the queue, as where any event is due)."""
         env, heap = self.env, self.heap
         events: list = env._queue
         while heap or events:
@@ -119,6 +122,8 @@ class EventQueue:
             r.slot = -1
             if heap:
                 self._down(last, 0)
+            if r is stop:
+                return
             env._now = r.t
             callbacks = r.callbacks
             r.callbacks = None

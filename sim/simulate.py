@@ -20,7 +20,7 @@ from batchlab.core.schedulers import check_prefix_hashes, make_scheduler
 from batchlab.core.sizes import check_run_size
 from batchlab.core.workload import Workload
 from batchlab.sim.admission import AdmissionLag
-from batchlab.sim.apart import run_apart
+from batchlab.sim.apart import run_apart, window_ends
 from batchlab.sim.arrivals import Arrivals
 from batchlab.sim.collector import long_lived
 from batchlab.sim.events import run_to_end
@@ -136,17 +136,19 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         if async_scheduling:
             e.lag = AdmissionLag()
         return e
-    # Round robin: each replica run on its own, one after another (sim/apart.py), where
-    # nothing watches the steps in time order (an observer), stops the run midway (Ctrl-C,
-    # keeping what was simulated) or couples the replicas (one stream of draws, KV tiers).
-    apart = (APART and replicas > 1 and router == "round_robin" and arrivals.pulled and not keep_on_interrupt
+    # Round robin: each replica run on its own, one after another (sim/apart.py; in windows
+    # of time where Ctrl-C may stop the run and keep a span of it), where nothing watches
+    # the steps in time order (an observer) or couples the replicas (one stream of draws,
+    # KV tiers).
+    apart = (APART and replicas > 1 and router == "round_robin" and arrivals.pulled
              and observer is None and emission is None and kv_tier is None)
     homes: list[TieredHome] = []
     interrupted = False
     with long_lived(replicas) as settled:  # the replicas out of the collector's walks (sim/collector.py)
         if apart:
             settled()
-            end = run_apart(workload, replicas, build, rec)
+            ends = window_ends(workload, replicas) if keep_on_interrupt else []
+            end, interrupted = run_apart(workload, replicas, build, rec, ends, keep_on_interrupt)
         else:
             for i in range(replicas):
                 engines.append(build(env, i, arrivals if arrivals.pulled else None, queue))
