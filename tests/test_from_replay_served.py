@@ -28,6 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.backend]
 TERMS = ("overhead_s", "per_seq_s", "per_chunk_s", "s_per_weight_byte", "s_per_flop", "s_per_kv_byte",
          "s_per_attn_flop")
 WRONG = 4.0
+# How far (either way) the server's own late steps may stray from its earlier ones before
+# no client can be asked to have learned them (server_moved). Measured on 2026-12-07: 0.97
+# and 0.98 on a quiet machine, 1.04 beside one busy process, 1.23 with the two cores shared
+# six ways, where the fitted profile's held-out TPOT error on load-fast was 58% (against 48).
+MOVED = 1.15
 ENGINE = ("--max-num-seqs", "16", "--num-kv-blocks", "4096")
 
 
@@ -62,6 +67,12 @@ def periods(run_dir):
     period. A client waits the step and the loop's time until the next one (on this busy
     machine a median 1-7 ms, as the HTTP side competes for the cores), and cannot tell the
     two apart: the simulator's price plus its loop time stands for the period."""
+    feats, period, _, _ = busy_steps(run_dir)
+    return feats, period
+
+
+def busy_steps(run_dir):
+    """periods(), with each step's start and the requests' arrivals (server seconds)."""
     run = find_runs(run_dir)[0]
     steps = run.steps()
     with open(run.folder / "requests.csv", newline="") as f:
@@ -74,7 +85,19 @@ def periods(run_dir):
     waiting = np.array([np.any((arrival <= e) & (finish > e + IDLE_GAP_S)) for e in end])
     busy = np.isfinite(period) & waiting
     feats = [f for f, b in zip(step_features(steps), busy) if b]
-    return feats, period[busy]
+    return feats, period[busy], start[busy], arrival
+
+
+def server_moved(run_dir, last: int) -> float:
+    """How far the server's own steps, while its last `last` requests were in, are from
+    what its own earlier steps say they cost (a least-squares line through the earlier
+    steps' periods, on the step's shape): the median of predicted over taken. Only the
+    server's truth enters, no client's fit: ~1 where the server kept its speed."""
+    feats, period, start, arrival = busy_steps(run_dir)
+    late = start >= np.sort(arrival)[-last]
+    x = np.array([[1.0, f.num_seqs, f.prefill_tokens, f.decode_tokens, f.kv_tokens_read] for f in feats])
+    line, *_ = np.linalg.lstsq(x[~late], period[~late], rcond=None)
+    return float(np.median(x[late] @ line / period[late]))
 
 
 def level_error(profile_path, feats, period) -> tuple[float, float]:
@@ -174,6 +197,10 @@ def test_held_out_other_load_far_better_than_the_priors(served):
     d, out, _ = served
     skip_if_unsteady(out["floor"])
     fast = probe_cases(d)["load-fast"]
+    moved = server_moved(d / "srv", len(fast))
+    if not 1 / MOVED <= moved <= MOVED:
+        pytest.skip(f"the server's own steps during load-fast were priced {moved:.2f}x by its own earlier "
+                    f"steps: its speed moved between the fitted probes and the judged one")
     fitted = [float(np.median(e)) for e in request_errors(d, "probes/profile.json", fast)]
     worst = [max(float(np.median(e)) for e in pair)
              for pair in zip(request_errors(d, "dear.json", fast), request_errors(d, "cheap.json", fast))]
