@@ -134,9 +134,9 @@ class DecodeGroup:
               rows: bool = True, t0: float = 0.0) -> DecodeRun:
         """Durations (and times from t0), sizes and KV reads of the next k steps (k <= last
         finish); context: the first one's (after_prefill, after_idle), core/features.py.
-        rows=False: no KV reads (fast_forward.decode_run; a windowed model's run keeps them)."""
+        rows=False: no KV reads (fast_forward.decode_run and window_decode_run)."""
         if self._window is not None:
-            return self._window_price(cost, k, context, t0)
+            return self._window_price(cost, k, context, t0, rows)
         t, entries = self.tick, self._by_finish
         # Members finishing before step k, grouped by their last step (entries are in
         # finish order): the stretches of equal batch size between them.
@@ -154,7 +154,8 @@ class DecodeGroup:
         return decode_run(cost, self.size, self.kv_sum, stops, counts, c_sums, k, context[0], context[1],
                           rows, t0)
 
-    def _window_price(self, cost: CostModel, k: int, context: tuple[int, int], t0: float) -> DecodeRun:
+    def _window_price(self, cost: CostModel, k: int, context: tuple[int, int], t0: float,
+                      rows: bool = True) -> DecodeRun:
         """price() with windowed reads: the batch changes where members finish (as
         without a window) and its windowed reads' slope where open members fill."""
         t, entries, reads = self.tick, self._by_finish, self._window
@@ -176,7 +177,7 @@ class DecodeGroup:
                 changes.append((fill - t + 1, 0, 0, 1, w1 - fill))
         changes.sort()
         return window_decode_run(cost, self.size, self.kv_sum, open_n, open_base, t, reads.window,
-                                 changes, k, context[0], context[1], t0)
+                                 changes, k, context[0], context[1], t0, rows)
 
     def kv_steps(self, m: int, free: int) -> int:
         """How many of the next m steps (the first one's blocks already reserved) fit

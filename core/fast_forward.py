@@ -92,19 +92,22 @@ def decode_run(cost: CostModel, n: int, cached: int, stops: list[int], counts: l
 
 def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_base: int, tick: int,
                       window: int, changes: list[tuple[int, int, int, int, int]], k: int,
-                      after_prefill: int = 0, after_idle: int = 0, t0: float = 0.0) -> DecodeRun:
+                      after_prefill: int = 0, after_idle: int = 0, t0: float = 0.0,
+                      rows: bool = True) -> DecodeRun:
     """decode_run for a model with a sliding window: steps 1..k of a run from `tick` of n
     sequences holding `cached` tokens, open_n of them inside the window (their bases, the
     tokens they held at tick 0, summing to open_base), the rest full. changes, sorted:
     (step, sequences, cached tokens, open sequences, open bases) that leave the sums from
     that step on (2..k): a finish leaves all four, an open sequence that fills the window
     only the open ones. Between changes a stretch is one call of the cost model's
-    window_decode_times."""
+    window_decode_times. rows=False: no rows (run.window_read stays None), as decode_run's."""
     run = DecodeRun(t0)
     durations: list[float] = []
     sizes, reads = run.num_seqs, run.kv_read
     windowed: list[int] = []
-    run.window_read = windowed
+    if rows:
+        run.window_read = windowed
+    first_n, first_kv, first_w = 0, 0, 0  # step 1's, for after_prefill / after_idle
     start, i, count = 1, 0, len(changes)
     while start <= k:
         while i < count and changes[i][0] == start:
@@ -119,14 +122,16 @@ def window_decode_run(cost: CostModel, n: int, cached: int, open_n: int, open_ba
         durations.extend(cost.window_decode_times(n, kv0, w0, open_n, length))
         run.sizes.append(n)
         run.ends.append(stop)
-        for j in range(length):
-            sizes.append(n)
-            reads.append(kv0 + j * n)
-            windowed.append(w0 + j * open_n)
+        if start == 1:
+            first_n, first_kv, first_w = n, kv0, w0
+        if rows:
+            for j in range(length):
+                sizes.append(n)
+                reads.append(kv0 + j * n)
+                windowed.append(w0 + j * open_n)
         start = stop + 1
     if after_prefill or after_idle:  # priced as stepping prices it: from its own features
-        kv, w = reads[0], windowed[0]
-        durations[0] = cost.step_time(features_of(sizes[0], 0, 0, sizes[0], kv, kv,
-                                                  after_prefill, after_idle, 0, w, w, 0, 0))
+        durations[0] = cost.step_time(features_of(first_n, 0, 0, first_n, first_kv, first_kv,
+                                                  after_prefill, after_idle, 0, first_w, first_w, 0, 0))
     run.clock.extend(durations)
     return run
