@@ -22,7 +22,7 @@ class DecodeRun:
     """Steps 1..len(clock) of a run: on `clock` each one's duration and the time it ends
     (core/run_clock.py: clock.time(0) the run's start); its batch sizes by stretch (sizes[i]
     sequences in the steps up to ends[i], from the one after ends[i - 1]); and a step each
-    where the caller keeps a step table (decode_run's rows; a windowed model's run always):
+    where the caller keeps a step table (rows, decode_run's and window_decode_run's):
     its batch size and KV read, and its windowed KV read (window_read: a windowed model's
     run only, else None). Without rows those lists stay empty: a step table's columns alone
     read them, and a list a step costs objects a step.
