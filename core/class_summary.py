@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchlab.core.summary import SLO, _stats, run_duration
+from batchlab.core.summary import SLO, _stats, meets_slo, per_request_latencies, run_duration
 
 # Which breakdowns a summary carries, and the request column each one reads.
 BREAKDOWNS = {"by_priority": "priority", "by_replica": "replica"}
@@ -36,7 +36,7 @@ class _RowFigures:
     """A table's per-request figures, each computed once over the whole table in one
     contiguous pass; a class takes its rows of them (a strided view under round-robin)
     rather than computing them again on its rows. Values of unfinished rows are never
-    read. The same values as per_request_latencies and meets_slo, element by element."""
+    read."""
     done: np.ndarray
     rejected: np.ndarray | None  # None: every request finished
     output_len: np.ndarray
@@ -62,23 +62,18 @@ class _RowFigures:
 
 
 def _row_figures(req: dict[str, np.ndarray], slo: SLO | None) -> _RowFigures:
+    """core/summary.py's own per-request figures, taken over every row (a class picks its
+    finished ones): the TPOT placed at its row (NaN for one-token replies, never read)."""
     status, out_len = req["status"], req["output_len"]
     done = status == "finished"
-    arrival, first, finish = req["arrival_s"], req["first_token_s"], req["finish_s"]
+    every_row = np.ones(len(done), dtype=bool)
+    lat = per_request_latencies(req, every_row)
+    good = None if slo is None else meets_slo(req, slo, lat, every_row)
     multi = out_len > 1
-    with np.errstate(divide="ignore", invalid="ignore"):  # one-token and unfinished rows: never read
-        tpot = (finish - first) / (out_len - 1)
-    lat = {"ttft": first - arrival, "tpot": tpot, "e2el": finish - arrival,
-           "queue": req["first_scheduled_s"] - arrival}
-    good = None
-    if slo is not None:  # meets_slo's tests, on every row
-        good = np.ones(len(done), dtype=bool)
-        if slo.ttft_ms is not None:
-            good &= lat["ttft"] * 1000 <= slo.ttft_ms
-        if slo.tpot_ms is not None:
-            good &= np.where(multi, tpot, 0.0) * 1000 <= slo.tpot_ms
-        if slo.e2el_ms is not None:
-            good &= lat["e2el"] * 1000 <= slo.e2el_ms
+    if len(lat["tpot"]) < len(multi):  # after meets_slo, which places them its own way
+        tpot = np.full(len(multi), np.nan)
+        tpot[multi] = lat["tpot"]
+        lat["tpot"] = tpot
     rejected = None if done.all() else status == "rejected"
     return _RowFigures(done, rejected, out_len, multi, lat, good)
 
