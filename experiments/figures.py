@@ -155,6 +155,7 @@ class Panel:
     yscale: str | None = None
     xticks: Sequence[int] | None = None  # labelled with the numbers themselves
     plain_x: bool = False  # x tick labels as plain numbers (100, 1000: not 10^2), no minor labels
+    plain_y: bool = False  # the same for y
     xlim: tuple[float | None, float | None] | None = None
     ylim: tuple[float | None, float | None] | None = None
     grid: Grid | None = None

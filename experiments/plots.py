@@ -151,6 +151,8 @@ def draw(spec: fg.Figure, out_dir: str | Path) -> Path:
                        **({"sharex": True} if spec.sharex else {}))
     for ax, panel in zip(axes, spec.panels):
         _panel(ax, panel)
+    for ax in axes[len(spec.panels):]:  # a grid's last row, part filled
+        ax.set_axis_off()
     return save(fig, Path(out_dir) / spec.filename)
 
 
@@ -172,6 +174,9 @@ def _panel(ax: plt.Axes, p: fg.Panel) -> None:
     if p.plain_x:
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
+    if p.plain_y:
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
     if p.xlim is not None:
         ax.set_xlim(*p.xlim)
     if p.ylim is not None:

@@ -14,7 +14,7 @@ from batchlab.core.cost.gpu_form import AllReduce
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
 from batchlab.core.cost.served.profile import HeldOutStats, load_served_profile, shipped_served_profile
-from batchlab.core.cost.served.terms import GRAPH_FIXED_SHARE, ServedTerms
+from batchlab.core.cost.served.terms import GRAPH_FIXED_SHARE, SYMM_MEM_EFFICIENCY, ServedTerms
 from batchlab.core.features import StepFeatures
 from batchlab.experiments.validation.served_benchmarks import recorded_rows
 from tests.helpers import cli, one_line_error
@@ -90,7 +90,8 @@ def test_graphs_and_the_engines_all_reduce_make_a_decode_step_cheaper(recorded):
 
 def test_the_fit_finds_terms_that_reproduce_rows_made_with_known_terms(recorded):
     _, recs, prices = recorded
-    truth = ServedTerms(graph_fixed_share=1.0, custom_allreduce_scale=0.3, symm_mem_efficiency=0.5, attention_speedup=1.5,
+    truth = ServedTerms(graph_fixed_share=1.0, custom_allreduce_scale=0.3, symm_mem_efficiency=SYMM_MEM_EFFICIENCY.prior,
+                        attention_speedup=1.5,
                         elementwise_share=0.4, bf16_gemm_speedup=1.2, step_s=0.4e-3, seq_s=8e-6)
     made = predict(recs, prices, truth)
     synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
@@ -98,6 +99,8 @@ def test_the_fit_finds_terms_that_reproduce_rows_made_with_known_terms(recorded)
     assert f.rms_log < 0.01  # the rows are told apart to 1%, whichever terms the fit lands on
     # the graphs' share is held at its prior, not fitted (terms.py GRAPH_FIXED_SHARE)
     assert "graph_fixed_share" in f.held and f.terms.graph_fixed_share == GRAPH_FIXED_SHARE.prior == 1.0
+    # so is the symmetric-memory all-reduce's efficiency (terms.py SYMM_MEM_EFFICIENCY: published figures)
+    assert "symm_mem_efficiency" in f.held and f.terms.symm_mem_efficiency == SYMM_MEM_EFFICIENCY.prior
     refit = predict(synthetic, prices, f.terms)
     assert all(abs(a.tpot_s / b.tpot_s - 1) < 0.02 for a, b in zip(refit, made))
 
@@ -110,7 +113,7 @@ def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, t
     assert code == 0, err
     report = json.loads(text)
     assert report["profile"] == str(out) and set(report["terms"]) == set(ServedTerms.names())
-    # TP 4's four rows left out leave five to fit seven terms: not judged; TP 2's five leave four: neither
+    # TP 4's four rows left out leave five to fit six terms: not judged; TP 2's five leave four: neither
     assert report["heldout"] == []
     assert load_served_profile(out).served_terms() == ServedTerms(**report["terms"])
     code, text, err = cli(["validate", "--served-benchmarks", str(path), "--served-engine", str(out)])
@@ -121,7 +124,7 @@ def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, t
 def test_too_few_rows_and_bad_profiles_are_one_line_errors(tmp_path):
     code, _, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS[:3])), "--out",
                         str(tmp_path / "s.json")])
-    one_line_error(code, err, "3 configurations cannot tell 7 served-engine terms apart")
+    one_line_error(code, err, "3 configurations cannot tell 6 served-engine terms apart")
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": 1}')
     code, _, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, *ROWS[:2], name="t.csv")),

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from batchlab.calibration.served_bench.fit import START, fit, predict, served_cost
 from batchlab.core.cost.served.formats import RATES, WeightFormats, weight_formats
+from batchlab.core.cost.served.terms import SYMM_MEM_EFFICIENCY
 from batchlab.core.features import StepFeatures
 from batchlab.core.model.presets import lookup_model, with_dtypes
 from batchlab.experiments.config import ExperimentConfig
@@ -78,17 +79,18 @@ def test_the_fit_frees_a_rate_only_where_rows_run_its_format(recorded):  # noqa:
     # every row's GEMMs in fp8 per-tensor (their format, not their base price, differs here):
     # bf16's speed-up is not told (held at the eager rate), the fp8 rate is
     marked = [p._replace(formats=WeightFormats("fp8_tensor", "fp8_tensor")) for p in prices]
-    truth = dataclasses.replace(START, graph_fixed_share=1.0, attention_speedup=1.6, bf16_gemm_speedup=1.0,
-                                fp8_tensor_gemm_rate=0.6)
+    truth = dataclasses.replace(START, graph_fixed_share=1.0, symm_mem_efficiency=SYMM_MEM_EFFICIENCY.prior,
+                                attention_speedup=1.6, bf16_gemm_speedup=1.0, fp8_tensor_gemm_rate=0.6)
     made = predict(recs, marked, truth)
     synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
     f = fit(synthetic, marked)
-    assert f.held == ["bf16_gemm_speedup", "fp8_block_gemm_rate", "mxfp4_moe_rate", "host_overlap", "graph_fixed_share"]
+    assert f.held == ["bf16_gemm_speedup", "fp8_block_gemm_rate", "mxfp4_moe_rate", "host_overlap", "graph_fixed_share",
+                      "symm_mem_efficiency"]
     assert f.terms.fp8_block_gemm_rate == RATES["fp8_block"].prior and f.terms.mxfp4_moe_rate == RATES["mxfp4"].prior
     assert f.terms.bf16_gemm_speedup == 1.0 and f.rms_log < 0.01
     plain = fit(synthetic, prices)  # the same rows as bf16: every other rate held at its prior
     assert plain.held == ["fp8_tensor_gemm_rate", "fp8_block_gemm_rate", "mxfp4_moe_rate", "host_overlap",
-                          "graph_fixed_share"]
+                          "graph_fixed_share", "symm_mem_efficiency"]
     assert plain.terms.fp8_tensor_gemm_rate == RATES["fp8_tensor"].prior
 
 

@@ -24,7 +24,7 @@ from batchlab.core.cost.served.engine import VLLM, EngineFacts
 from batchlab.core.cost.served.formats import BF16_PRIOR, BF16_TERM, RATE_TERMS, RATES, WeightFormats, terms_told
 from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
-from batchlab.core.cost.served.terms import BOUNDS, GRAPH_FIXED_SHARE, PRIORS, ServedTerms
+from batchlab.core.cost.served.terms import BOUNDS, GRAPH_FIXED_SHARE, PRIORS, SYMM_MEM_EFFICIENCY, ServedTerms
 
 START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, symm_mem_efficiency=0.6,
                     attention_speedup=1.3, elementwise_share=0.5, bf16_gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6,
@@ -75,7 +75,8 @@ def held_terms(priced: list[Priced]) -> list[str]:
     the host overlap (host.py: the rows cannot tell it from step_s) and the CUDA graphs'
     share of the tables' fixed costs (terms.py GRAPH_FIXED_SHARE: nothing for them to remove)."""
     told = terms_told([p.formats for p in priced])
-    return [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term, GRAPH_FIXED_SHARE.term]
+    return [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term, GRAPH_FIXED_SHARE.term,
+                                                                      SYMM_MEM_EFFICIENCY.term]
 
 
 def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = START) -> ServedFit:

@@ -60,6 +60,13 @@ class CurveAnswer:
     measured: int | None  # the highest concurrency meeting it (None: none does)
     predicted: int | None
     steps_apart: int  # in the curve's measured concurrencies
+    levels: tuple[int, ...]  # the curve's measured concurrencies, ascending
+
+    @property
+    def binds(self) -> bool:
+        """The objective is crossed inside the measured curve: an answer that could be wrong
+        both ways (one at the curve's top is met by every measured point)."""
+        return self.measured != self.levels[-1]
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,12 @@ class Judgement:
     groups: list[GroupSide]
     answers: list[CurveAnswer]
 
-    def answer_share(self, within: int = 0) -> float:
-        return float(np.mean([a.steps_apart <= within for a in self.answers])) if self.answers else float("nan")
+    def answer_share(self, within: int = 0, objective_ms: float | None = None, binding: bool = False) -> float:
+        """The share of answers (at one objective, or all; binding: only those whose
+        objective the measured curve crosses) within `within` measured steps."""
+        picked = [a for a in self.answers if (objective_ms is None or a.objective_ms == objective_ms)
+                  and (a.binds or not binding)]
+        return float(np.mean([a.steps_apart <= within for a in picked])) if picked else float("nan")
 
 
 def _highest(points: list[tuple[int, float]], objective_s: float) -> int | None:
@@ -92,7 +103,7 @@ def curve_answers(rows: list[Predicted], objectives_ms=OBJECTIVES_MS) -> list[Cu
             m = _highest([(p.row.concurrency, p.row.tpot_s) for p in ps], obj / 1e3)
             s = _highest([(p.row.concurrency, p.tpot_s) for p in ps], obj / 1e3)
             pos = [-1 if c is None else levels.index(c) for c in (m, s)]
-            out.append(CurveAnswer(curve, obj, m, s, abs(pos[0] - pos[1])))
+            out.append(CurveAnswer(curve, obj, m, s, abs(pos[0] - pos[1]), tuple(levels)))
     return out
 
 

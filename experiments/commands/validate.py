@@ -31,7 +31,7 @@ from batchlab.experiments.output import check_out_dir, to_json
 from batchlab.experiments.replay.options import add_target_options
 from batchlab.experiments.setup import RUN_EXPERIMENT, load_runtime  # RUN_EXPERIMENT: `batchlab run`'s defaults
 from batchlab.experiments.setup.served import served_profile_of
-from batchlab.experiments.validation import pools, profile_source, render, served_benchmarks
+from batchlab.experiments.validation import load_curves, pools, profile_source, render, served_benchmarks
 from batchlab.experiments.validation.judge import Judge
 from batchlab.experiments.validation.output import ValidationWriter, write_endpoint
 from batchlab.experiments.validation.sources import SERVED_HERE, serve_here
@@ -245,6 +245,8 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(str(e)) from None
     profile, _ = served_profile_of(served)  # a bad file: one line before any row runs
+    if args.out:
+        check_out_dir(args.out)
     if args.held_out and profile is None:
         raise UserError("--held-out prices each row by a served profile's fold: not with --served-engine none")
     progress = not args.no_progress and sys.stderr.isatty()
@@ -263,4 +265,11 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
         if args.held_out:
             priced_by = f"each row by the fold of {priced_by} fitted without its model (held out)"
         print(served_benchmarks.render(judgement, client, args.rows, priced_by, set_apart_line(apart)))
+    if args.out:
+        title = f"Load curves, {Path(args.served_benchmarks).name}: {'held out by model' if args.held_out else served}"
+        try:
+            written = load_curves.write(judgement, args.out, title)
+        except OSError as e:
+            raise UserError(f"--out {args.out}: {e.strerror or e}") from None
+        print(f"written: {', '.join(str(p) for p in written)}", file=sys.stderr)
     return 0

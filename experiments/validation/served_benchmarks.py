@@ -139,8 +139,13 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
     lines.append(f"  {'all':<34}{j.tpot.n:>5}{j.tpot.median:>12.0%}{j.tpot.p90:>7.0%}{j.tpot.slow_share:>6.0%}"
                  f"{j.ttft.median:>12.0%}{j.ttft.p90:>7.0%}{j.ttft.slow_share:>6.0%}")
     if j.answers:
+        objectives = sorted({a.objective_ms for a in j.answers})
         lines.append(f"load curves: the highest concurrency meeting a TPOT objective "
-                     f"({', '.join(f'{o:g}' for o in sorted({a.objective_ms for a in j.answers}))} ms), "
+                     f"({', '.join(f'{o:g}' for o in objectives)} ms), "
                      f"{len(j.answers)} answers: the same as measured {j.answer_share(0):.0%}, "
-                     f"within one measured step {j.answer_share(1):.0%}")
+                     f"within one measured step {j.answer_share(1):.0%}; the same by objective: "
+                     + ", ".join(f"{o:g} ms {j.answer_share(0, o):.0%}" for o in objectives)
+                     + f"; of the {sum(a.binds for a in j.answers)} whose objective the measured curve crosses "
+                     f"(not met at its top): the same {j.answer_share(0, binding=True):.0%}, within one step "
+                     f"{j.answer_share(1, binding=True):.0%}")
     return "\n".join(lines)

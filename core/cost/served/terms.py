@@ -10,7 +10,7 @@ key's do (FlashAttention skips the masked blocks). bf16 GEMMs run `bf16_gemm_spe
 the eager rate on their compute side; a GEMM in another weight format runs that times its
 format's rate (formats.py: fp8 per-tensor, fp8 blockwise, mxfp4 MoE, each with its prior). `step_s` and `seq_s` are the engine's own time a step
 and a sequence. A symmetric-memory all-reduce moves its bytes at `symm_mem_efficiency` of
-the link's one-way bandwidth. `host_overlap` of the host time is hidden behind the GPU's
+the link's one-way bandwidth (held at vLLM's published H100 figure, SYMM_MEM_EFFICIENCY). `host_overlap` of the host time is hidden behind the GPU's
 step (async scheduling, host.py). No efficiency passes 1: the datasheet is a ceiling."""
 from __future__ import annotations
 
@@ -90,5 +90,20 @@ GRAPH_FIXED_SHARE = Prior(
     "its profilers' default --profile_method record_function: CUDA kernel time), no launch gap for a graph to "
     "remove; down to 0.02, a graph that also shortened the kernels' own floors")
 
+# Held, never fitted: vLLM's own communicator benchmark on H100 (benchmarks/kernels/
+# benchmark_device_communicators.py) timed torch's multimem all-reduce at 0.5-48 MiB: at 4 and
+# 6 GPUs (vllm-project/vllm PR #24111, 0.5-4 MB) and at 8 (PR #42324, SM 9.0) each added MiB
+# costs 4.6-5.1 us, 204-225 GB/s, where its fixed part is 9-14 us; the H100 profile's link
+# moves 365 GB/s one way, so 0.59 of it. Fitted, the term went to its bound 1 on all rows and
+# to 0.23 without Llama-3.1-8B, a 32 MiB all-reduce at 8 GPUs 2.5x the published time.
+# Blackwell's multimem moves a smaller share of its faster link (B300: 0.31), so a B200
+# price carries H100's share: --sensitivity's low end is Blackwell's.
+SYMM_MEM_EFFICIENCY = Prior(
+    "symm_mem_efficiency", "of the link's one-way bandwidth", 0.59, 0.3, 0.75,
+    "0.59: vLLM's device-communicator benchmark on H100, multimem at 4, 6 and 8 GPUs, 204-225 GB/s an "
+    "added byte (vllm-project/vllm PR #24111, #42324) of the profile's 365 GB/s; down to 0.3, Blackwell's "
+    "(B300 at 8 GPUs, PR #37756: 283 of 900 GB/s), up to 0.75 for the two-shot path at 2 GPUs, not published")
+
 # The terms held at a stated prior where the rows do not tell them (the fit says which).
-PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP, GRAPH_FIXED_SHARE)}
+PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP, GRAPH_FIXED_SHARE,
+                                                 SYMM_MEM_EFFICIENCY)}
