@@ -28,7 +28,6 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from batchlab.core.metrics import MetricsRecorder
 from batchlab.core.request import Request
 from batchlab.core.workload import Workload
 from batchlab.sim.arrivals import Arrivals
@@ -53,11 +52,11 @@ def window_ends(workload: Workload, replicas: int) -> list[float]:
     return [t for t in ends if t > first]
 
 
-def run_apart(workload: Workload, replicas: int, build: Build, rec: MetricsRecorder,
+def run_apart(workload: Workload, replicas: int, build: Build,
               ends: Sequence[float] = (), keep_on_interrupt: bool = False) -> tuple[float, bool]:
     """Each replica i, built by build(env, i, the arrivals dealt to it, its queue), run on
     its own from time 0 up to each of `ends` in turn (none: at once), then to its end, and
-    what it left unfinished recorded (nothing, unless its KV pool can never hold a
+    what it left unfinished recorded by its recorder (nothing, unless its KV pool can never hold a
     request). Returns the run's simulated time (the latest end) and False, or, where
     Ctrl-C stopped it and keep_on_interrupt keeps what was simulated, the span every
     replica was simulated to (module docstring) and True."""
@@ -85,8 +84,7 @@ def run_apart(workload: Workload, replicas: int, build: Build, rec: MetricsRecor
                 engine = engines[i]
                 assert engine is not None
                 engines[i] = None  # its rows below, once
-                engine.settle()
-                rec.record_requests([*engine.scheduler.running, *engine.scheduler.waiting()], i)
+                engine.record_left()
                 end = max(end, env._now)
                 engine.let_go()
                 if engine.pulled is not None:  # (a cycle through its arrivals let go)
@@ -98,8 +96,7 @@ def run_apart(workload: Workload, replicas: int, build: Build, rec: MetricsRecor
         caught = max(env._now, reached)  # the replica caught: as far as its clock
         for e in engines:  # as the interleaved run's are: rows say what they were doing
             if e is not None:
-                e.settle()
-                rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
+                e.record_left()
         return (caught if i == replicas - 1 else reached), True
     return end, False
 

@@ -164,6 +164,12 @@ class Replica:
             self._report()
             self._finishing = self._apply(pending.batch, pending.run, pending.context, pending.last)[1]
 
+    def record_left(self) -> None:
+        """Its run over, or stopped short: a run priced ahead applied in full, then the
+        requests still running or waiting recorded once (their rows say so)."""
+        self.settle()
+        self.recorder.record_requests([*self.scheduler.running, *self.scheduler.waiting()], self.index)
+
     def let_go(self) -> None:
         """Its run over (sim/apart.py): its loop and waits let go, which hold it in cycles
         that only the collector would free; its state is freed now, while in cache."""

@@ -148,7 +148,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
         if apart:
             settled()
             ends = window_ends(workload, replicas) if keep_on_interrupt else []
-            end, interrupted = run_apart(workload, replicas, build, rec, ends, keep_on_interrupt)
+            end, interrupted = run_apart(workload, replicas, build, ends, keep_on_interrupt)
         else:
             for i in range(replicas):
                 engines.append(build(env, i, arrivals if arrivals.pulled else None, queue))
@@ -180,8 +180,7 @@ def run_world(workload: Workload, scheduler: SchedulerConfig, cost: CostModel,
             interrupted = run_to_end(env, keep_on_interrupt, queue)  # Ctrl-C may keep what was simulated
             end = env.now
     for e in engines:  # nothing should be left unless interrupted; rows say so
-        e.settle()  # a run priced ahead, as far as it went
-        rec.record_requests([*e.scheduler.running, *e.scheduler.waiting()], e.index)
+        e.record_left()
     info = {"world": "sim", "policy": scheduler.policy, "replicas": replicas, "router": router,
             "num_kv_blocks": num_kv_blocks, "workload": workload.describe(),
             "interrupted": interrupted, "simulated_s": end,

@@ -84,7 +84,7 @@ def test_round_robin_runs_apart_unless_watched(monkeypatch):
     interleaved where an observer watches the steps in time order, or under another router."""
     runs = []
     real = simulate_module.run_apart
-    monkeypatch.setattr(simulate_module, "run_apart", lambda *a: runs.append((a[1], len(a[4]))) or real(*a))
+    monkeypatch.setattr(simulate_module, "run_apart", lambda *a: runs.append((a[1], len(a[3]))) or real(*a))
     monkeypatch.setattr(apart_module, "PER_WINDOW", 2)
     n = 40
     w = Workload(np.arange(n) * 0.5, np.full(n, 32), np.full(n, 8))

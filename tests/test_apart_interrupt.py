@@ -87,3 +87,34 @@ def test_without_keep_on_interrupt_ctrl_c_propagates_apart():
     with pytest.raises(KeyboardInterrupt):
         simulate_module.simulate(w, SchedulerConfig(policy="continuous"), COST, 400, replicas=3,
                                  progress=pressed_after(5, [0]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(8, 120), replicas=st.integers(2, 6), groups=st.integers(2, 3),
+       data=st.data())
+def test_groups_merged_after_ctrl_c_in_one_keep_the_span_every_replica_reached(seed, n, replicas, groups, data):
+    """`--workers`: Ctrl-C stops one group short while the others ran to their ends; the
+    merged run's simulated_s is a span all replicas reached (the stopped group's, not the
+    latest end), so what finished before it in the whole run is kept, as it finished."""
+    from batchlab.sim.replica_groups import group_workload, merge, replica_groups, simulate_group
+    rng = np.random.default_rng(seed)
+    w = Workload(np.cumsum(rng.exponential(0.05, n)), rng.integers(1, 300, n), rng.integers(1, 60, n))
+    cfg = SchedulerConfig(policy="continuous", max_num_seqs=4)
+    full = simulate_module.simulate(w, cfg, COST, 60, replicas=replicas)
+    parts, split = [], replica_groups(replicas, groups)
+    stopped = data.draw(st.integers(0, len(split) - 1))
+    for k, g in enumerate(split):
+        mine = group_workload(w, replicas, g)
+        press = data.draw(st.integers(1, max(1, len(mine.arrival) - 1))) if k == stopped else None
+        parts.append(simulate_group(mine, replicas, g, cfg, COST, 60, keep_on_interrupt=True,
+                                    progress=None if press is None else pressed_after(press, [0])))
+    part = merge(parts, w)
+    assert part.meta.interrupted == parts[stopped].info["interrupted"]
+    span = part.meta.simulated_s
+    assert span <= full.meta.simulated_s and (part.meta.interrupted or span == full.meta.simulated_s)
+    req, whole = part.requests, full.requests
+    done = req["status"] == "finished"
+    kept = dict(zip(req["request_id"][done].tolist(), req["finish_s"][done].tolist()))
+    before = (whole["status"] == "finished") & (whole["finish_s"] < span)
+    for i, t in zip(whole["request_id"][before].tolist(), whole["finish_s"][before].tolist()):
+        assert kept.get(i) == t

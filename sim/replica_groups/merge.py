@@ -20,7 +20,7 @@ def merge(parts: list[GroupRun], workload: Workload, spare: dict[str, np.ndarray
     columns fill the request rows: rows.py). Consumes the parts' tables. spare: columns
     made ahead for the request rows (rows.spare_columns)."""
     parts = sorted(parts, key=lambda p: p.group.start)
-    info = {**parts[0].info, "simulated_s": max(p.info["simulated_s"] for p in parts),
+    info = {**parts[0].info, "simulated_s": simulated_s(parts),
             "interrupted": any(p.info["interrupted"] for p in parts)}
     requests = unpack([p.requests for p in parts], workload, info["replicas"], [p.group for p in parts], spare)
     steps = None
@@ -36,4 +36,12 @@ def merge(parts: list[GroupRun], workload: Workload, spare: dict[str, np.ndarray
         gaps, counts = hist.pairs()
     totals = functools.reduce(operator.add, (p.sums for p in parts)).totals
     return RunResult(requests, steps, gaps, counts, RunMeta(**info), totals)
+
+
+def simulated_s(parts: list[GroupRun]) -> float:
+    """The run's simulated time: its end, the latest group's; where Ctrl-C stopped some
+    groups, the span every replica was simulated to, the shortest of theirs (a group that
+    ran to its end holds every row of its replicas, so bounds nothing)."""
+    stopped = [p.info["simulated_s"] for p in parts if p.info["interrupted"]]
+    return min(stopped) if stopped else max(p.info["simulated_s"] for p in parts)
 

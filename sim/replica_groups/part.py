@@ -3,6 +3,7 @@ whole run's (its request rows packed: rows.py), and the exact sums that merge.py
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -35,14 +36,15 @@ def simulate_group(workload: Workload, replicas: int, group: range, scheduler: S
                    cost: CostModel, num_kv_blocks: int, meta: dict | Record | None = None,
                    fast_forward: bool = True, record_steps: bool = True,
                    keep_on_interrupt: bool = False, figures: bool = False,
-                   slo: SLO | None = None) -> GroupRun:
+                   slo: SLO | None = None, progress: Callable[[int], None] | None = None) -> GroupRun:
     """Replicas `group` of a round-robin run of `replicas`; workload: the requests dealt
     to them (split.group_workload). figures: also each of its replicas' breakdown figures
     under `slo` (core/class_summary.py), computed here, in the group's process, on its
-    rows alone (a replica's rows in the run's table are the same rows, in the same order)."""
+    rows alone (a replica's rows in the run's table are the same rows, in the same order).
+    progress: called with each batch of requests that leave (simulate's)."""
     world = run_world(workload, scheduler, cost, num_kv_blocks, len(group), "round_robin", meta,
                       fast_forward=fast_forward, record_steps=record_steps,
-                      keep_on_interrupt=keep_on_interrupt)
+                      progress=progress, keep_on_interrupt=keep_on_interrupt)
     rec = world.rec
     hist = rec.gap_histogram()
     gaps, counts = (None, None) if hist is not None else rec.itl()
