@@ -184,3 +184,30 @@ def test_the_served_price_of_a_deployed_model_is_its_forms(kind, seqs, chunks, p
                     extra, min(kv, 128 * seqs) + prefill, min(pairs, 128 * seqs), prefill * (prefill + 1) // 2 + extra,
                     prefill * (prefill + 1) // 2 if chunks else 0)
     assert cost.step_time(f) == cost._form(f).step_time(f)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(sorted(WINDOWED)), st.integers(1, 48), st.integers(0, 4000), st.data())
+def test_a_windowed_run_without_rows_is_priced_as_with_them(cost, n, cached, data):
+    """rows=False (no step table): the same durations, ends and stretches; only the per-step
+    lists stay empty (window_decode_run builds them for a step table alone)."""
+    from batchlab.core.fast_forward import window_decode_run
+    window, k = 128, data.draw(st.integers(1, 120))
+    open_n = data.draw(st.integers(0, n))
+    bases = data.draw(st.lists(st.integers(0, window - 1), min_size=open_n, max_size=open_n))
+    changes, left = [], (n, cached, open_n, sum(bases))
+    for step in sorted(set(data.draw(st.lists(st.integers(2, max(2, k)), max_size=4)))):
+        if step > k or left[0] <= 1:
+            break
+        dn = data.draw(st.integers(1, left[0] - 1))
+        do = min(dn, left[2])
+        db = min(left[3], do * (window - 1))
+        dc = min(left[1], dn * 50)
+        changes.append((step, dn, dc, do, db))
+        left = (left[0] - dn, left[1] - dc, left[2] - do, left[3] - db)
+    after = data.draw(st.sampled_from([(0, 0), (1, 0), (0, 1)]))
+    args = (WINDOWED[cost], n, cached, open_n, sum(bases), 3, window, changes, k, *after, 0.5)
+    full, lean = window_decode_run(*args, rows=True), window_decode_run(*args, rows=False)
+    assert lean.durations == full.durations and (lean.sizes, lean.ends) == (full.sizes, full.ends)
+    assert len(full.num_seqs) == len(full.kv_read) == len(full.window_read) == k
+    assert (lean.num_seqs, lean.kv_read, lean.window_read) == ([], [], None)
