@@ -50,7 +50,13 @@ BACKEND_PARAMS = {
                  policies=("continuous", "chunked")),
     "small": dict(users=(1, 8, 32, 96), rounds=1, policies=("continuous",)),
 }
-BACKEND_COLUMNS = (*COLUMNS, "sim_preemptions", "run_s")
+# slowdown: the run's decode steps over the same sizes' steps timed first (common_backend):
+# another job on the CPU shows there; the ratios are claimed at the reference speed.
+BACKEND_COLUMNS = (*COLUMNS, "sim_preemptions", "run_s", "slowdown", "reference_speed_throughput",
+                   "reference_speed_per_user")
+# The speed reference's replies end this many steps apart: every batch size to the sweep's
+# largest timed a few times, in a few seconds.
+REFERENCE_STEPS_EACH = 2
 
 
 def closed_loop(users: int, rounds: int, seed: int = SEED, prompt: tuple[int, int] = PROMPT,
@@ -142,18 +148,32 @@ def _figure(by_policy: dict[str, list[dict]], title: str | None = None, limit_ms
 def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.Figure]]:
     """The sweep served by batchlab-tiny on the CPU. Needs torch and transformers."""
     # lazy: torch (the --backend half)
-    from batchlab.experiments.studies.common_backend import MODEL as REAL_MODEL, machine, runtime, serve
+    from batchlab.experiments.studies.common_backend import (MODEL as REAL_MODEL, machine, runtime, serve,
+                                                             slowdown, speed_reference, unless_busy)
     p = pick(BACKEND_PARAMS, size)
     cost, _, meta, _ = preset(MODEL, HARDWARE, block_size=BACKEND_BLOCK)  # for the schedule only
     by_policy: dict[str, list[dict]] = {}
+    reference, reruns = speed_reference(max(p["users"]), steps_each=REFERENCE_STEPS_EACH), 0
     with RowLog(out_dir / "backend_sweep.csv", BACKEND_COLUMNS) as log:
         for policy in p["policies"]:
             for n in p["users"]:
                 w = closed_loop(n, p["rounds"], prompt=BACKEND_PROMPT, output=BACKEND_OUTPUT)
                 cfg = SchedulerConfig(policy=policy, max_num_seqs=n, block_size=BACKEND_BLOCK,
                                       num_kv_blocks=KV_BLOCKS)
-                res = serve(w, cfg)
+
+                def attempt() -> tuple[RunResult, float]:
+                    res = serve(w, cfg)
+                    return res, slowdown(res.steps, reference)
+
+                def busy(slow: float) -> None:
+                    progress(f"backend {policy} {n} users: steps x{slow:.2f} slower than the reference, "
+                             f"the machine was busy: running it again")
+
+                (res, slow), rerun = unless_busy(attempt, lambda a: a[1], busy)
+                reruns += rerun
                 row = summarise(res, policy, n)
+                row.update(slowdown=slow, reference_speed_throughput=row["output_throughput"] * slow,
+                           reference_speed_per_user=row["per_user_tokens_per_s"] * slow)
                 row["run_s"] = res.meta.wall_s
                 row["sim_preemptions"] = simulate(w, cfg, cost, KV_BLOCKS, meta=meta).summary()["preemptions"]
                 by_policy.setdefault(policy, []).append(log.add(row))
@@ -169,7 +189,8 @@ def _serve(out_dir: Path, size: str, progress: Progress) -> tuple[dict, list[fg.
     return {"size": size, "model": REAL_MODEL, "machine": machine(), "rounds": p["rounds"],
             "prompt": BACKEND_PROMPT, "output": BACKEND_OUTPUT, "kv_blocks": KV_BLOCKS,
             "block_size": BACKEND_BLOCK, "kv_mib": KV_BLOCKS * BACKEND_BLOCK * m.kv_bytes_per_token / 2**20,
-            "tpot_limit_ms": limit_ms, "sweep": by_policy,
+            "tpot_limit_ms": limit_ms, "sweep": by_policy, "reruns": reruns,
+            "reference_ms": {k: v * 1000 for k, v in reference.items()},
             "landmarks": {pol: _backend_landmarks(rows, limit_ms) for pol, rows in by_policy.items()},
             "files": ["backend_sweep.csv", figure.filename]}, [figure]
 
