@@ -143,8 +143,8 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
         lines.append(f"load curves: the highest concurrency meeting a TPOT objective "
                      f"({', '.join(f'{o:g}' for o in objectives)} ms), "
                      f"{len(j.answers)} answers: the same as measured {j.answer_share(0):.0%}, "
-                     f"within one measured step {j.answer_share(1):.0%}; the same by objective: "
-                     + ", ".join(f"{o:g} ms {j.answer_share(0, o):.0%}" for o in objectives)
+                     f"within one measured step {j.answer_share(1):.0%}")
+        lines.append("  the same by objective: " + ", ".join(f"{o:g} ms {j.answer_share(0, o):.0%}" for o in objectives)
                      + f"; of the {sum(a.binds for a in j.answers)} whose objective the measured curve crosses "
                      f"(not met at its top): the same {j.answer_share(0, binding=True):.0%}, within one step "
                      f"{j.answer_share(1, binding=True):.0%}")
