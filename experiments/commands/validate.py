@@ -257,14 +257,15 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(f"--held-out: {e}") from None
         judgement = served_benchmarks.judge_rows(rows, client, progress=progress, served=served, by_model=by_model)
+    below = [f for f in served_benchmarks.floors(rows, served) if f.below]
     if args.format == "json":
-        print(to_json(dataclasses.asdict(judgement)))
+        print(to_json({**dataclasses.asdict(judgement), "below_floor": [dataclasses.asdict(f) for f in below]}))
     else:
         by = {"vllm": "the shipped served-engine terms (vLLM)", "none": "the kernels' sum (no served-engine terms)"}
         priced_by = by.get(served, f"the served engine ({served})")
         if args.held_out:
             priced_by = f"each row by the fold of {priced_by} fitted without its model (held out)"
-        print(served_benchmarks.render(judgement, client, args.rows, priced_by, set_apart_line(apart)))
+        print(served_benchmarks.render(judgement, client, args.rows, priced_by, set_apart_line(apart), below))
     if args.out:
         title = f"Load curves, {Path(args.served_benchmarks).name}: {'held out by model' if args.held_out else served}"
         try:

@@ -10,7 +10,8 @@ from pathlib import Path
 from batchlab import sim
 from batchlab.calibration.served_bench.client import CLIENT_WORDS, ROUNDS, benchmark_front_end, benchmark_workload
 from batchlab.calibration.served_bench.fit import Priced
-from batchlab.calibration.served_bench.judge import Judgement, Predicted, judge
+from batchlab.calibration.served_bench.floor import Floor, prefill_floor
+from batchlab.calibration.served_bench.judge import Judgement, Predicted, Spread, judge
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
 from batchlab.core.cost.served.formats import weight_formats
@@ -78,6 +79,19 @@ def predict(row: BenchmarkRow, client: str, served: str = "vllm") -> Predicted:
     return Predicted(row, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3)
 
 
+def floors(rows: list[BenchmarkRow], served: str = "vllm") -> list[Floor]:
+    """Each row's prefill floor (calibration/served_bench/floor.py) on its GPUs, the
+    all-reduce as `served` prices it (the kernels' sum: NCCL's table)."""
+    out = []
+    for row in rows:
+        cfg = config_for(row, served)
+        cost = sim_setup(cfg).cost
+        allreduce = getattr(cost, "graph", cost).allreduce  # a served engine's decode form: its all-reduce
+        out.append(prefill_floor(row, served_model(cfg, lookup_model(cfg.model.name))[0], HARDWARE[row.gpu],
+                                 allreduce))
+    return out
+
+
 def fold_profiles(profile: ServedProfile, models: set[str], directory: Path) -> dict[str, str]:
     """Per model: a served profile file in `directory` holding the terms of `profile`'s fold
     fitted without that model (calibrate --from-served --leave-out model). ValueError naming
@@ -113,7 +127,27 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
-def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", set_apart: str = "") -> str:
+def _below_floor(j: Judgement, below: list[Floor]) -> list[str]:
+    """The rows that ran faster than their stated prefills allow, and the judgement without them."""
+    if not below:
+        return []
+    named = "; ".join(f"{f.row.model} on {f.row.tp} x {f.row.gpu}, {f.row.concurrency} users, "
+                      f"{f.row.isl}/{f.row.osl}: {f.cycle_s * 1e3:.0f} < {f.floor_s * 1e3:.0f} ms"
+                      for f in below)
+    out = [f"  {len(below)} configurations ran a user's cycle (TTFT + (osl - 1) x TPOT) faster than their GPUs "
+           f"can prefill the stated prompts (GEMMs at the datasheet's peak, the engine's all-reduce, "
+           f"calibration/served_bench/floor.py): they ran less than they state; {named}"]
+    ran_less = {f.row for f in below}
+    kept = [p for p in j.rows if p.row not in ran_less]
+    if kept:
+        tpot, ttft = Spread.of([p.tpot_error for p in kept]), Spread.of([p.ttft_error for p in kept])
+        out.append(f"  {'all but those':<34}{tpot.n:>5}{tpot.median:>12.0%}{tpot.p90:>7.0%}{tpot.slow_share:>6.0%}"
+                   f"{ttft.median:>12.0%}{ttft.p90:>7.0%}{ttft.slow_share:>6.0%}")
+    return out
+
+
+def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", set_apart: str = "",
+           below: list[Floor] | None = None) -> str:
     lines = [f"client model: {client} ({CLIENT_WORDS[client]}; {ROUNDS} requests a user; "
              f"calibration/served_bench/client.py); prices: "
              f"{priced_by or 'the defaults'} (each model preset on its GPU preset, vLLM's scheduler defaults)",
@@ -138,6 +172,7 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
                      f"{g.ttft.median:>12.0%}{g.ttft.p90:>7.0%}{g.ttft.slow_share:>6.0%}{flag}")
     lines.append(f"  {'all':<34}{j.tpot.n:>5}{j.tpot.median:>12.0%}{j.tpot.p90:>7.0%}{j.tpot.slow_share:>6.0%}"
                  f"{j.ttft.median:>12.0%}{j.ttft.p90:>7.0%}{j.ttft.slow_share:>6.0%}")
+    lines += _below_floor(j, below or [])  # and the judgement without them, under the table's total
     if j.answers:
         objectives = sorted({a.objective_ms for a in j.answers})
         lines.append(f"load curves: the highest concurrency meeting a TPOT objective "
