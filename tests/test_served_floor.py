@@ -69,3 +69,13 @@ def test_validate_names_the_rows_that_ran_less_than_they_state(tmp_path):
     assert "all but those" in text
     code, text, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, line(c=4, osl=32), name="b.csv"))])
     assert code == 0 and "ran a user's cycle" not in text and "all but those" not in text
+
+
+def test_calibrate_from_served_names_the_rows_it_fits_that_ran_less(tmp_path):
+    from tests.test_served_fit import ROWS
+    fast = line(c=64, tp=2, isl=8192, osl=4, ttft="50", tpot="50")
+    code, text, err = cli(["calibrate", "--from-served", str(table(tmp_path, *ROWS, fast)), "--leave-out", "none",
+                           "--out", str(tmp_path / "s.json")])
+    assert code == 0, err
+    assert "configurations ran a user's cycle" in text and "fitted all the same" in text
+    assert "64 users, 8192/4" in text  # (and the fixture's 32 users of 512 tokens at 15 ms: fast as well)

@@ -41,12 +41,15 @@ def _note(name: str, f: ServedFit) -> str:
     return "  (at its bound: not told by these rows)" if name in f.at_bound else ""
 
 
-def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: str = "") -> Calibrated:
-    """set_apart: the line saying which rows were not fitted, and why (read.py set_apart_line)."""
+def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: str = "",
+                  ran_less: str = "") -> Calibrated:
+    """set_apart: the line saying which rows were not fitted, and why (read.py set_apart_line);
+    ran_less: the one naming fitted rows that ran less than they state (floor.py)."""
     profile = served_profile(f, held, source)
     own = _stats("none", "fitted rows", f.rows)
     lines = [f"served-engine terms ({VLLM.name}) fitted on {profile.fitted_on}: {f.evaluations} evaluations, "
              f"{f.seconds:.0f} s; rms log error {f.rms_log:.3f}", *([set_apart] if set_apart else []),
+             *([ran_less] if ran_less else []),
              f"engine facts: {VLLM.source}"]
     lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + _note(n, f) for n in f.terms.names()]
     lines.append(f"mean TPOT |error| (median, p90, share priced slow; mean TTFT |error| median, p90, not fitted, "

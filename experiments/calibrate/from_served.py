@@ -63,7 +63,8 @@ def run_from_served(args: argparse.Namespace) -> int:
     """The fit on every source's rows, judged with rows left out by --leave-out."""
     from batchlab.calibration.served_bench.fit import LEAVE_OUT, fit, leave_out  # lazy: scipy
     from batchlab.calibration.served_bench.report import served_report  # lazy: scipy (through fit)
-    from batchlab.experiments.validation.served_benchmarks import recorded_rows  # lazy: the simulator setup
+    from batchlab.experiments.validation.served_benchmarks import (below_floor_line, floors,  # lazy: the simulator
+                                                                   recorded_rows)
 
     axes = [] if args.leave_out == "none" else [a.strip() for a in args.leave_out.split(",") if a.strip()]
     bad = [a for a in axes if a not in LEAVE_OUT]
@@ -83,7 +84,9 @@ def run_from_served(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(f"--from-served {source}: {e}") from None
     held = [h for axis in axes for h in leave_out(recs, prices, axis)]
-    calibrated = served_report(result, held, Path(source), set_apart_line(apart))
+    ran_less = below_floor_line([f for f in floors(rows) if f.below], "fitted all the same, they pull every "
+                                "term toward fast")
+    calibrated = served_report(result, held, Path(source), set_apart_line(apart), ran_less)
     calibrated.profile.save(out)
     print_calibrated(args, calibrated, out)
     return 0

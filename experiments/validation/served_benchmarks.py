@@ -127,16 +127,23 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
+def below_floor_line(below: list[Floor], then: str = "they ran less than they state") -> str:
+    """One line naming the rows that ran faster than their stated prefills allow (empty: none)."""
+    if not below:
+        return ""
+    named = "; ".join(f"{f.row.model} on {f.row.tp} x {f.row.gpu}, {f.row.concurrency} users, "
+                      f"{f.row.isl}/{f.row.osl}: {f.cycle_s * 1e3:.0f} < {f.floor_s * 1e3:.0f} ms"
+                      for f in below)
+    return (f"{len(below)} configurations ran a user's cycle (TTFT + (osl - 1) x TPOT) faster than their GPUs "
+            f"can prefill the stated prompts (GEMMs at the datasheet's peak, the engine's all-reduce, "
+            f"calibration/served_bench/floor.py): {then}; {named}")
+
+
 def _below_floor(j: Judgement, below: list[Floor]) -> list[str]:
     """The rows that ran faster than their stated prefills allow, and the judgement without them."""
     if not below:
         return []
-    named = "; ".join(f"{f.row.model} on {f.row.tp} x {f.row.gpu}, {f.row.concurrency} users, "
-                      f"{f.row.isl}/{f.row.osl}: {f.cycle_s * 1e3:.0f} < {f.floor_s * 1e3:.0f} ms"
-                      for f in below)
-    out = [f"  {len(below)} configurations ran a user's cycle (TTFT + (osl - 1) x TPOT) faster than their GPUs "
-           f"can prefill the stated prompts (GEMMs at the datasheet's peak, the engine's all-reduce, "
-           f"calibration/served_bench/floor.py): they ran less than they state; {named}"]
+    out = [f"  {below_floor_line(below)}"]
     ran_less = {f.row for f in below}
     kept = [p for p in j.rows if p.row not in ran_less]
     if kept:
