@@ -127,6 +127,12 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
+def _spread_line(name: str, tpot: Spread, ttft: Spread) -> str:
+    """A line of the group table: rows, then TPOT's and TTFT's |error| median, p90 and share slow."""
+    return (f"  {name:<34}{tpot.n:>5}{tpot.median:>12.0%}{tpot.p90:>7.0%}{tpot.slow_share:>6.0%}"
+            f"{ttft.median:>12.0%}{ttft.p90:>7.0%}{ttft.slow_share:>6.0%}")
+
+
 def below_floor_line(below: list[Floor], then: str = "they ran less than they state") -> str:
     """One line naming the rows that ran faster than their stated prefills allow (empty: none)."""
     if not below:
@@ -148,8 +154,7 @@ def _below_floor(j: Judgement, below: list[Floor]) -> list[str]:
     kept = [p for p in j.rows if p.row not in ran_less]
     if kept:
         tpot, ttft = Spread.of([p.tpot_error for p in kept]), Spread.of([p.ttft_error for p in kept])
-        out.append(f"  {'all but those':<34}{tpot.n:>5}{tpot.median:>12.0%}{tpot.p90:>7.0%}{tpot.slow_share:>6.0%}"
-                   f"{ttft.median:>12.0%}{ttft.p90:>7.0%}{ttft.slow_share:>6.0%}")
+        out.append(_spread_line("all but those", tpot, ttft))
     return out
 
 
@@ -175,10 +180,8 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
     for g in j.groups:
         flag = "  one-sided" if g.one_sided else ""
         name = f"{g.group[0]}, {g.group[1]}, TP {g.group[2]}"
-        lines.append(f"  {name:<34}{g.tpot.n:>5}{g.tpot.median:>12.0%}{g.tpot.p90:>7.0%}{g.tpot.slow_share:>6.0%}"
-                     f"{g.ttft.median:>12.0%}{g.ttft.p90:>7.0%}{g.ttft.slow_share:>6.0%}{flag}")
-    lines.append(f"  {'all':<34}{j.tpot.n:>5}{j.tpot.median:>12.0%}{j.tpot.p90:>7.0%}{j.tpot.slow_share:>6.0%}"
-                 f"{j.ttft.median:>12.0%}{j.ttft.p90:>7.0%}{j.ttft.slow_share:>6.0%}")
+        lines.append(_spread_line(name, g.tpot, g.ttft) + flag)
+    lines.append(_spread_line("all", j.tpot, j.ttft))
     lines += _below_floor(j, below or [])  # and the judgement without them, under the table's total
     if j.answers:
         objectives = sorted({a.objective_ms for a in j.answers})

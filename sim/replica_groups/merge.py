@@ -44,4 +44,3 @@ def simulated_s(parts: list[GroupRun]) -> float:
     ran to its end holds every row of its replicas, so bounds nothing)."""
     stopped = [p.info["simulated_s"] for p in parts if p.info["interrupted"]]
     return min(stopped) if stopped else max(p.info["simulated_s"] for p in parts)
-
