@@ -19,6 +19,7 @@ from batchlab.core.cost.served.host import ASYNC_BY_DEFAULT_FROM, async_by_defau
 from batchlab.core.cost.served.profile import ServedProfile
 from batchlab.core.model.hardware import HARDWARE
 from batchlab.core.model.presets import lookup_model
+from batchlab.core.model.spec import ModelSpec
 from batchlab.experiments.config import ExperimentConfig
 from batchlab.experiments.setup import SimSetup, sim_setup
 from batchlab.experiments.setup.dtypes import served_model
@@ -33,11 +34,15 @@ def config_for(row: BenchmarkRow, served: str = "vllm") -> ExperimentConfig:
                                                          "served_engine": served}})
 
 
+def row_model(cfg: ExperimentConfig) -> ModelSpec:
+    """The model as the row's deployment serves it (its weights' dtype applied)."""
+    return served_model(cfg, lookup_model(cfg.model.name))[0]
+
+
 def priced(row: BenchmarkRow, setup: SimSetup) -> Priced:
     """What the served-engine terms apply to: the row's GPU cost and engine settings."""
     scheduler = next(iter(setup.schedulers.values()))
-    cfg = config_for(row)
-    formats = weight_formats(served_model(cfg, lookup_model(cfg.model.name))[0])
+    formats = weight_formats(row_model(config_for(row)))
     return Priced(setup.cost, scheduler.max_num_seqs, row.gpu, HARDWARE[row.gpu].nvlink, formats)
 
 
@@ -87,8 +92,7 @@ def floors(rows: list[BenchmarkRow], served: str = "vllm") -> list[Floor]:
         cfg = config_for(row, served)
         cost = sim_setup(cfg).cost
         allreduce = getattr(cost, "graph", cost).allreduce  # a served engine's decode form: its all-reduce
-        out.append(prefill_floor(row, served_model(cfg, lookup_model(cfg.model.name))[0], HARDWARE[row.gpu],
-                                 allreduce))
+        out.append(prefill_floor(row, row_model(cfg), HARDWARE[row.gpu], allreduce))
     return out
 
 
