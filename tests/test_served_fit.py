@@ -116,6 +116,12 @@ def test_calibrate_from_served_writes_a_profile_validate_judges_with(recorded, t
     # TP 4's four rows left out leave five to fit six terms: not judged; TP 2's five leave four: neither
     assert report["heldout"] == []
     assert load_served_profile(out).served_terms() == ServedTerms(**report["terms"])
+    # what the rows tell of each fitted term: a spread for every one neither held nor at a bound
+    fitted = set(ServedTerms.names()) - set(load_served_profile(out).held) - set(report["at_bound"])
+    assert set(report["spread"]) == fitted and all(v >= 1.0 for v in report["spread"].values())
+    assert set(report["flat"]) <= set(report["untold"]) <= fitted
+    assert all(abs(p["correlation"]) > 0.9 and set(p["terms"]) <= fitted - set(report["flat"])
+               for p in report["together"])
     code, text, err = cli(["validate", "--served-benchmarks", str(path), "--served-engine", str(out)])
     assert code == 0, err
     assert f"the served engine ({out})" in text

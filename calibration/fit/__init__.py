@@ -8,4 +8,5 @@ served_steps.py   a fitted model refined to served steps, and judged per step ki
 profile_parts.py  a fitted model's parts of a Profile (parameters, rates, device)
 report.py         plain-text summaries of a profile: fit quality, rates, per-point errors
 served_report.py  served-step terms in words and per-step-kind errors (serving phase, --from-run)
-calibrated.py     Calibrated: what every source ends in (profile, report, JSON summary)"""
+calibrated.py     Calibrated: what every source ends in (profile, report, JSON summary)
+posterior.py      what a least-squares fit's data tell of each log-parameter (Laplace)"""

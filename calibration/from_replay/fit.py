@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
+from batchlab.calibration.fit.posterior import covariance
 from batchlab.calibration.from_replay.predict import Case
 from batchlab.calibration.from_replay.sensitivity import frozen_jacobian
 from batchlab.calibration.from_replay.space import ParamSpace
@@ -179,9 +180,7 @@ def _solve(p: Problem, free: list[int], z0: np.ndarray) -> tuple[np.ndarray, int
 
 def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
     """The Laplace posterior covariance of the log-parameters."""
-    s2 = max(NOISE ** 2, float(np.mean(r ** 2))) if r.size else NOISE ** 2
-    h = J.T @ J / s2 + np.eye(J.shape[1]) / PRIOR_SD ** 2
-    return np.linalg.inv(h)
+    return covariance(J, r, NOISE, PRIOR_SD)
 
 
 def _spread(p: Problem, z: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray]:

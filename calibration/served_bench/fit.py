@@ -7,7 +7,10 @@ constants then prices the row's recorded steps as the served engine runs them
 (core/cost/served/model.py) and gives its mean TPOT and TTFT, exactly as simulating the row
 again would. The fit minimises the soft-L1 loss of log(predicted / measured) mean TPOT over
 the rows (scipy least_squares, trf): TTFT is judged, not fitted, because it depends on the
-benchmark client's phasing, which the rows do not state."""
+benchmark client's phasing, which the rows do not state. What the rows tell of each fitted
+term is read off the fit's Jacobian (calibration/fit/posterior.py): its spread as a factor,
+whether the rows say next to nothing of it (UNTOLD), and the pairs they tell only together
+(TOGETHER)."""
 from __future__ import annotations
 
 import math
@@ -17,6 +20,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from batchlab.calibration.fit.posterior import spread, told_together
 from batchlab.calibration.served_bench.judge import Predicted
 from batchlab.calibration.served_bench.recorded import RecordedRow
 from batchlab.core.cost.gpu_form import GpuCostModel
@@ -30,6 +34,12 @@ START = ServedTerms(graph_fixed_share=0.3, custom_allreduce_scale=0.3, symm_mem_
                     attention_speedup=1.3, elementwise_share=0.5, bf16_gemm_speedup=1.1, step_s=0.5e-3, seq_s=5e-6,
                     **{r.term: r.prior for r in RATES.values()})
 SEQ_S_FLOOR = 1e-7  # the fit works in logs: seq_s's bound 0 becomes this
+# For the spreads only (the fit itself has no prior): a row's mean TPOT repeats within a few
+# percent between runs, and each term is trusted to ~4x either way before the rows are read.
+ROW_NOISE = 0.05
+PRIOR_SD = math.log(4.0)
+UNTOLD = 0.9  # a term whose spread stays above this share of the prior's: the rows say next to nothing of it
+TOGETHER = 0.9  # pairs correlated beyond this either way: told only as a combination
 
 
 class Priced(NamedTuple):
@@ -50,6 +60,10 @@ class ServedFit:
     seconds: float
     at_bound: list[str]  # terms the data pushed to a bound: not told by these rows
     held: list[str] = field(default_factory=list)  # rate terms at their prior: no row runs the format
+    spread: dict[str, float] = field(default_factory=dict)  # fitted term (not at a bound): its sd as a factor
+    untold: list[str] = field(default_factory=list)  # fitted terms the rows say next to nothing of
+    flat: list[str] = field(default_factory=list)  # of those, the ones no row's price moves with at the fit
+    together: list[tuple[str, str, float]] = field(default_factory=list)  # (a, b, correlation)
 
 
 def served_cost(p: Priced, terms: ServedTerms, facts: EngineFacts = VLLM) -> ServedGpuCost:
@@ -106,7 +120,26 @@ def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = STAR
     at_bound = [n for n, v, a, b in zip(names, res.x, lo, hi) if v - a < 1e-3 or b - v < 1e-3]
     fitted = predict(rows, priced, terms)
     rms = float(np.sqrt(np.mean((np.log([p.tpot_s for p in fitted]) - measured) ** 2)))
-    return ServedFit(terms, fitted, rms, int(res.nfev), time.perf_counter() - t0, at_bound, held)
+    live = [i for i, n in enumerate(names) if n not in at_bound]
+    spreads, untold, together, flat = _what_rows_tell([names[i] for i in live], res.jac[:, live], res.fun)
+    return ServedFit(terms, fitted, rms, int(res.nfev), time.perf_counter() - t0, at_bound, held,
+                     spread=spreads, untold=untold, flat=flat, together=together)
+
+
+def _what_rows_tell(names: list[str], jac: np.ndarray, residuals: np.ndarray
+                    ) -> tuple[dict[str, float], list[str], list[tuple[str, str, float]], list[str]]:
+    """(spread factor by term, the terms the rows say next to nothing of, the pairs told only
+    together, the terms no row's price moves with) from the fit's Jacobian in the log-terms.
+    A term moves no price where the efficiency it scales is at the datasheet's ceiling
+    (terms.py caps every one at 1) or no row takes the path it prices."""
+    if not names:
+        return {}, [], [], []
+    sd, corr = spread(jac, residuals, ROW_NOISE, PRIOR_SD)
+    factors = {n: float(math.exp(v)) for n, v in zip(names, sd)}
+    flat = [n for n, col in zip(names, jac.T) if not np.abs(col).max() > 1e-12]
+    untold = [n for n, v in zip(names, sd) if v / PRIOR_SD > UNTOLD]
+    pairs = [p for p in told_together(names, corr, TOGETHER) if p[0] not in flat and p[1] not in flat]
+    return factors, untold, pairs, flat
 
 
 @dataclass(frozen=True)

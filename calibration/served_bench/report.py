@@ -38,7 +38,18 @@ def _note(name: str, f: ServedFit) -> str:
     if name in f.held:
         prior = PRIORS.get(name)
         return f"  (held at its prior: {prior.source if prior else 'the eager tables rate, no row runs bf16'})"
-    return "  (at its bound: not told by these rows)" if name in f.at_bound else ""
+    if name in f.at_bound:
+        return "  (at its bound: not told by these rows)"
+    if name not in f.spread:
+        return ""
+    spread = f"  +-x{f.spread[name]:.2f}"
+    if name in f.flat:
+        return "  (no row's price moves with it here: the efficiency it scales is at the datasheet's ceiling, " \
+               "or no row takes its path)"
+    if name in f.untold:
+        return spread + "  (the rows say next to nothing of it)"
+    partners = [b if a == name else a for a, b, _ in f.together if name in (a, b)]
+    return spread + (f"  (told only with {', '.join(partners)})" if partners else "")
 
 
 def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: str = "",
@@ -52,6 +63,8 @@ def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: st
              *([ran_less] if ran_less else []),
              f"engine facts: {VLLM.source}"]
     lines += [f"  {n:<24}{getattr(f.terms, n):12.4g}" + _note(n, f) for n in f.terms.names()]
+    lines += [f"  {a} and {b}: told only together (correlation {c:+.2f}): the rows fit their combination, "
+              f"not the split" for a, b, c in f.together]
     lines.append(f"mean TPOT |error| (median, p90, share priced slow; mean TTFT |error| median, p90, not fitted, "
                  f"under the {RECORDED_CLIENT} client): fitted rows {own.tpot_median_pct:.1f}%, "
                  f"{own.tpot_p90_pct:.1f}%, {own.slow_share:.0%}; TTFT {own.ttft_median_pct:.1f}%, {own.ttft_p90_pct:.1f}%")
@@ -65,6 +78,8 @@ def served_report(f: ServedFit, held: list[HeldOut], source: Path, set_apart: st
                      f"TTFT {100 * np.median([abs(p.ttft_error) for p in all_held]):.1f}%; "
                      f"worst fold: {worst.by} {worst.left_out}")
     summary = {"terms": profile.terms, "at_bound": f.at_bound, "rms_log": profile.rms_log,
+               "spread": f.spread, "untold": f.untold, "flat": f.flat,
+               "together": [{"terms": [a, b], "correlation": c} for a, b, c in f.together],
                "heldout": [s.model_dump() for s in profile.heldout]}
     return Calibrated(profile, lines, summary, written=(
         "\nserved-engine profile written to {out}; judge it with batchlab validate --served-benchmarks FILE "
