@@ -152,7 +152,9 @@ class Replica:
         m = pending.stop_for(now)
         end, self._finishing = self._apply(pending.batch, pending.run, pending.context, m)
         if m < pending.last:  # the wait for the whole run comes sooner: where its steps took it
-            if not self._next.move(self.env, end, NORMAL):
+            # (a wait at the whole run's end is one a run cut at every arrival never had: the
+            # run's end does not reach for it)
+            if not self._next.move(self.env, end, NORMAL, False):
                 self._next = Resumption([self._resume], self.queue)  # the old wait goes stale
                 self._next.push(self.env, end, NORMAL)
 
@@ -234,7 +236,9 @@ class Replica:
                         wakeup = arrival if wakeup is None else min(wakeup, arrival)
                     if wakeup is not None and wakeup < math.inf:
                         self._alarm = Resumption([self._alarm_due], self.queue)
-                        self._alarm.push_after(env, max(0.0, wakeup - now), NORMAL)
+                        # at the wake-up's own time (now + (wakeup - now) can miss it by an ulp,
+                        # and the clock would end there though nothing happens then)
+                        self._alarm.push(env, wakeup if wakeup > now else now, NORMAL)
                 # Asleep, it lets its last decision go (at 100,000 replicas the collector walked them)
                 batch, features, finished, run = IDLE_BATCH, IDLE_FEATURES, NO_SEQS, None
                 yield None  # woken (_wake_up) LATE at the instant a request or the alarm came

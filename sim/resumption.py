@@ -62,13 +62,15 @@ class Resumption:
             raise ValueError(f"Negative delay {delay}")
         self.push(env, env._now + delay, priority)
 
-    def move(self, env: simpy.Environment, t: float, priority: int) -> bool:
+    def move(self, env: simpy.Environment, t: float, priority: int, ends_run: bool = True) -> bool:
         """Where it waits on an EventQueue: due at t instead, as a Resumption pushed now
-        would be (False: not on one; nothing done)."""
+        would be (False: not on one; nothing done). ends_run False: the old wait is one
+        the run would never have had (a run priced ahead and cut, sim/engine.py), so the
+        run's end does not reach for it (EventQueue.dropped_until)."""
         queue = self.queue
         if queue is None or self.slot < 0:
             return False
-        queue.remove(self)
+        queue.remove(self, ends_run)
         self.push(env, t, priority)
         return True
 
@@ -93,9 +95,9 @@ class EventQueue:
         self.heap.append(r)
         self._up(r, len(self.heap) - 1)
 
-    def remove(self, r: Resumption) -> None:
+    def remove(self, r: Resumption, ends_run: bool = True) -> None:
         heap, i = self.heap, r.slot
-        if r.t > self.dropped_until:
+        if ends_run and r.t > self.dropped_until:
             self.dropped_until = r.t
         r.slot = -1
         last = heap.pop()
