@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from batchlab.calibration.fit.posterior import covariance
+from batchlab.calibration.fit.posterior import spread
 from batchlab.calibration.from_replay.predict import Case
 from batchlab.calibration.from_replay.sensitivity import frozen_jacobian
 from batchlab.calibration.from_replay.space import ParamSpace
@@ -178,19 +178,13 @@ def _solve(p: Problem, free: list[int], z0: np.ndarray) -> tuple[np.ndarray, int
     return full(sol.x), int(sol.nfev)
 
 
-def posterior(J: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """The Laplace posterior covariance of the log-parameters."""
-    return covariance(J, r, NOISE, PRIOR_SD)
-
-
 def _spread(p: Problem, z: np.ndarray, live: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(sd, correlation) of every log-parameter at z; a measured one: sd 0, uncorrelated."""
+    """(sd, correlation) of every log-parameter at z (calibration/fit/posterior.py); a
+    measured one: sd 0, uncorrelated."""
     k = len(p.names)
     r, J = p.evaluate(z)
-    cov = posterior(J[:, live], r)
     sd, corr = np.zeros(k), np.eye(k)
-    sd[live] = np.sqrt(np.diag(cov))
-    corr[np.ix_(live, live)] = cov / np.outer(sd[live], sd[live])
+    sd[live], corr[np.ix_(live, live)] = spread(J[:, live], r, NOISE, PRIOR_SD)
     return sd, corr
 
 
