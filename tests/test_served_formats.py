@@ -1,6 +1,7 @@
 """GEMM rates by weight format (core/cost/served/formats.py): the format a model's GEMMs run
 in, each format's rate moving only its own GEMMs, a rate at its prior pricing as before,
-and the fit freeing a rate only where some row runs its format."""
+the fit freeing a rate only where some row runs its format, and routed experts at the
+fused-MoE kernel's share of the bf16 rate."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batchlab.calibration.served_bench.fit import START, fit, predict, served_cost
-from batchlab.core.cost.served.formats import RATES, WeightFormats, weight_formats
+from batchlab.core.cost.served.formats import MOE_COMPUTE_SHARE, RATES, WeightFormats, weight_formats
+from batchlab.core.cost.served.model import experts_at_rate
 from batchlab.core.cost.served.terms import SYMM_MEM_EFFICIENCY
 from batchlab.core.features import StepFeatures
 from batchlab.core.model.presets import lookup_model, with_dtypes
@@ -85,12 +87,12 @@ def test_the_fit_frees_a_rate_only_where_rows_run_its_format(recorded):  # noqa:
     synthetic = [dataclasses.replace(r, row=dataclasses.replace(r.row, tpot_s=m.tpot_s)) for r, m in zip(recs, made)]
     f = fit(synthetic, marked)
     assert f.held == ["bf16_gemm_speedup", "fp8_block_gemm_rate", "mxfp4_moe_rate", "host_overlap", "graph_fixed_share",
-                      "symm_mem_efficiency"]
+                      "symm_mem_efficiency", "moe_compute_share"]
     assert f.terms.fp8_block_gemm_rate == RATES["fp8_block"].prior and f.terms.mxfp4_moe_rate == RATES["mxfp4"].prior
     assert f.terms.bf16_gemm_speedup == 1.0 and f.rms_log < 0.01
     plain = fit(synthetic, prices)  # the same rows as bf16: every other rate held at its prior
     assert plain.held == ["fp8_tensor_gemm_rate", "fp8_block_gemm_rate", "mxfp4_moe_rate", "host_overlap",
-                          "graph_fixed_share", "symm_mem_efficiency"]
+                          "graph_fixed_share", "symm_mem_efficiency", "moe_compute_share"]
     assert plain.terms.fp8_tensor_gemm_rate == RATES["fp8_tensor"].prior
 
 
@@ -107,3 +109,43 @@ def test_held_rates_are_knobs_over_their_priors_range_and_the_assumptions_name_t
                            "--workload", "chat", "--num-requests", "8", "--rate", "4", "--seed", "1"])
     assert code == 0, err
     assert "GEMMs at" not in text  # a bf16 model's line is as before formats
+
+
+def _expert_flop_s(p: Priced, terms) -> float:
+    """Seconds one routed token's FLOPs through one expert take as the served form prices them."""
+    base = p.base
+    e = experts_at_rate(base, terms, p.formats).experts
+    return e.expert_flops_per_token / (base.peak_flops * terms.gemm_efficiency(base.params, p.formats.dense))
+
+
+@settings(max_examples=10, deadline=None)
+@given(share=st.floats(0.2, 1.0))
+def test_routed_experts_compute_at_the_fused_moe_share_of_bf16_whatever_their_format(share):
+    terms = dataclasses.replace(START, moe_compute_share=share, fp8_tensor_gemm_rate=1.7)
+    bf16, fp8 = kernels("qwen3-30b-a3b", "h100-sxm"), kernels("qwen3-30b-a3b", "h100-sxm", "fp8")
+    assert fp8.formats == WeightFormats("fp8_tensor", "fp8_tensor")
+    flops = bf16.base.shapes.experts.expert_flops_per_token
+    at_share = flops / (bf16.base.peak_flops_16 * bf16.base.params.compute_efficiency * START.bf16_gemm_speedup * share)
+    # the experts' FLOPs at share x the bf16 dense rate: in bf16, and in fp8 despite the fp8 dense rate
+    for p in (bf16, fp8):
+        assert _expert_flop_s(p, terms) == pytest.approx(at_share, rel=1e-12)
+    # a slower kernel prices a MoE prefill slower; a dense model's price does not see it
+    slow = dataclasses.replace(terms, moe_compute_share=share / 2)
+    assert served_cost(bf16, slow).step_time(PREFILL) > served_cost(bf16, terms).step_time(PREFILL)
+    dense = kernels("qwen3-32b", "h100-sxm")
+    assert served_cost(dense, slow).step_time(PREFILL) == served_cost(dense, terms).step_time(PREFILL)
+
+
+def test_the_fused_moe_share_is_held_a_knob_over_its_range_and_named_for_moe_models_only():
+    knobs = {k.name: k for k in served_knobs("vllm")}
+    share = knobs["served_moe_compute_share"]
+    assert (share.value, share.low, share.high) == (MOE_COMPUTE_SHARE.prior, MOE_COMPUTE_SHARE.low,
+                                                    MOE_COMPUTE_SHARE.high)
+    assert "held at its prior" in share.source
+    run = ["--hardware", "h100-sxm", "--workload", "chat", "--num-requests", "8", "--rate", "4", "--seed", "1"]
+    code, text, err = cli(["simulate", "--model", "qwen3-30b-a3b", *run])
+    assert code == 0, err
+    assert "routed experts in the fused-MoE kernel at 0.34 x the bf16 GEMMs' served rate (held at its prior" in text
+    code, text, err = cli(["simulate", "--model", "qwen3-32b", *run])
+    assert code == 0, err
+    assert "fused-MoE" not in text

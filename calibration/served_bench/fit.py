@@ -25,7 +25,8 @@ from batchlab.calibration.served_bench.judge import Predicted
 from batchlab.calibration.served_bench.recorded import RecordedRow
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.engine import VLLM, EngineFacts
-from batchlab.core.cost.served.formats import BF16_PRIOR, BF16_TERM, RATE_TERMS, RATES, WeightFormats, terms_told
+from batchlab.core.cost.served.formats import (BF16_PRIOR, BF16_TERM, MOE_COMPUTE_SHARE, RATE_TERMS, RATES,
+                                               WeightFormats, terms_told)
 from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.served.terms import BOUNDS, GRAPH_FIXED_SHARE, PRIORS, SYMM_MEM_EFFICIENCY, ServedTerms
@@ -87,10 +88,12 @@ def _bounds(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 def held_terms(priced: list[Priced]) -> list[str]:
     """The terms a fit on these rows holds at their priors: the rates of formats no row runs,
     the host overlap (host.py: the rows cannot tell it from step_s) and the CUDA graphs'
-    share of the tables' fixed costs (terms.py GRAPH_FIXED_SHARE: nothing for them to remove)."""
+    share of the tables' fixed costs (terms.py GRAPH_FIXED_SHARE: nothing for them to remove);
+    the fused-MoE kernel's share (formats.py MOE_COMPUTE_SHARE: from kernel tables, and only
+    one model's rows, with its own format's rate, would tell it)."""
     told = terms_told([p.formats for p in priced])
     return [n for n in (BF16_TERM, *RATE_TERMS) if n not in told] + [HOST_OVERLAP.term, GRAPH_FIXED_SHARE.term,
-                                                                      SYMM_MEM_EFFICIENCY.term]
+                                                                      SYMM_MEM_EFFICIENCY.term, MOE_COMPUTE_SHARE.term]
 
 
 def fit(rows: list[RecordedRow], priced: list[Priced], start: ServedTerms = START) -> ServedFit:

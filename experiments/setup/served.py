@@ -7,7 +7,7 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.formats import RATES, WeightFormats
+from batchlab.core.cost.served.formats import MOE_COMPUTE_SHARE, RATES, Prior, WeightFormats
 from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.knobs import Knob
@@ -56,7 +56,7 @@ def as_served(cost: CostModel, choice: str, hw: HardwareSpec, max_num_seqs: int,
     meta.served_engine = (f"{profile.engine} as served ({where}: CUDA graphs to {served.max_capture_tokens} "
                           f"tokens, its all-reduce by message size, fused elementwise kernels, its attention "
                           f"kernel, host time a step ({_host_words(profile, terms)})"
-                          f"{_format_rates(profile, terms, formats)}; fitted on "
+                          f"{_format_rates(profile, terms, formats, bool(cost.shapes.experts.experts))}; fitted on "
                           f"{profile.fitted_on}{judged})")
     return served
 
@@ -68,17 +68,24 @@ def _host_words(profile: ServedProfile, terms: ServedTerms) -> str:
     return f"{terms.host_overlap:.0%} of it hidden behind the GPU's step, up to its length: async scheduling"
 
 
-def _format_rates(profile: ServedProfile, terms: ServedTerms, formats: WeightFormats) -> str:
+def _held(profile: ServedProfile, prior: Prior) -> str:
+    return (f"held at its prior, {prior.source}; --sensitivity {prior.low:g}-{prior.high:g}"
+            if prior.term in profile.held else "fitted")
+
+
+def _format_rates(profile: ServedProfile, terms: ServedTerms, formats: WeightFormats, moe: bool) -> str:
     """The rates of the model's GEMMs in formats other than bf16, and where each came from
-    (nothing for a bf16 model: its GEMMs run at bf16_gemm_speedup, as before formats)."""
+    (nothing for a bf16 model: its GEMMs run at bf16_gemm_speedup, as before formats); a
+    MoE model's routed experts at the fused-MoE kernel's share (formats.py)."""
     parts = []
     for f in formats.used:
-        if f in RATES:
+        if f in RATES and (f != formats.experts or f == formats.dense or f == "mxfp4"):
             r = RATES[f]
             what = "experts" if f == formats.experts and f != formats.dense else "GEMMs"
-            how = (f"held at its prior, {r.source}; --sensitivity {r.low:g}-{r.high:g}" if r.term in profile.held
-                   else "fitted")
-            parts.append(f"{f} {what} at {getattr(terms, r.term):.2f} x {r.base} ({how})")
+            parts.append(f"{f} {what} at {getattr(terms, r.term):.2f} x {r.base} ({_held(profile, r)})")
+    if moe:
+        parts.append(f"routed experts in the fused-MoE kernel at {terms.moe_compute_share:.2f} x the bf16 GEMMs' "
+                     f"served rate ({_held(profile, MOE_COMPUTE_SHARE)})")
     return f", {'; '.join(parts)}" if parts else ""
 
 

@@ -15,7 +15,12 @@ Which format a model's GEMMs are in (ModelSpec):
               Qwen3-*-FP8: `weight_block_size` [128, 128], one scale a 128 x 128 block)
   mxfp4       gpt-oss's routed experts (quant_method mxfp4); its other GEMMs are bf16
 nvfp4 is not a format batchlab reads (config_json refuses ModelOpt's nvfp4 configs), so it
-has no term: a knob that moved no price would mislead --sensitivity."""
+has no term: a knob that moved no price would mislead --sensitivity.
+
+A model's routed experts run in the engine's fused-MoE kernel, not its dense GEMMs: their
+compute at `moe_compute_share` (MOE_COMPUTE_SHARE) of the bf16 dense GEMMs' served rate,
+whatever their format, times mxfp4's own rate for mxfp4 experts; fp8 experts gain nothing
+over bf16 ones there (the kernel tables below)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -76,11 +81,25 @@ RATES = {
         "the datasheet fp8:bf16 peak ratio, as per-tensor; down to the bf16 rate (a scale a 128 x 128 "
         "block costing the kernel its fp8 gain)"),
     "mxfp4": Prior(
-        "mxfp4_moe_rate", "the bf16 rate", 1.0, 0.5, 2.0,
+        "mxfp4_moe_rate", "the bf16 experts' rate", 1.0, 0.5, 2.0,
         "the bf16 rate: vLLM @ afdb4a4 dequantises mxfp4 to bf16 in its Hopper MoE kernels; up to 2x "
         "with Blackwell's fp4 tensor cores"),
 }
 RATE_TERMS = tuple(r.term for r in RATES.values())
+
+# Held, never fitted: vLLM's fused-MoE kernel benchmark (benchmarks/kernels/benchmark_moe.py:
+# the routed experts of one layer, top-k to the final sum, replayed from a CUDA graph) on
+# models of many small experts, at 1024-4096 tokens, where the kernel computes: Qwen3-30B-A3B
+# fp8 w8a8 on an H100 (vllm-project/vllm PR #24700, the defaults then) at 0.25-0.30 of the
+# H100 profile's bf16 dense served rate, a Gemma-4 MoE in bf16 on an H200 (PR #44818, tuned)
+# at 0.39-0.54: 0.34 their median. Mixtral-8x7B's eight large experts (PR #24700, tuned) reach
+# 0.82, the range's top. fp8 experts gain little over bf16 ones: 10-17% at batch 4 and more,
+# both tuned (PR #35457, H200), and the H100 fp8 table runs below the bf16 ones above.
+MOE_COMPUTE_SHARE = Prior(
+    "moe_compute_share", "of the bf16 dense GEMMs' served rate", 0.34, 0.25, 0.83,
+    "vLLM's fused-MoE kernel at 1024-4096 tokens: Qwen3-30B-A3B fp8 on H100 0.25-0.30 (vllm-project/vllm "
+    "PR #24700), a Gemma-4 MoE bf16 on H200 0.39-0.54 (PR #44818), their median 0.34; up to Mixtral-8x7B's "
+    "large experts, 0.82")
 BF16_TERM = "bf16_gemm_speedup"  # held at BF16_PRIOR (the eager tables' rate) where no row runs bf16
 BF16_PRIOR = 1.0
 

@@ -38,11 +38,12 @@ def flattened(form: GpuCostModel) -> DenseGpuStep | None:
 
 def experts_at_rate(base: GpuCostModel, terms: ServedTerms, formats: WeightFormats) -> OperatorShapes:
     """base's shapes, the routed experts' FLOPs a token scaled so that, at the dense GEMMs'
-    served efficiency, they run at their own format's (the form has one compute rate)."""
+    served efficiency, they run at the fused-MoE kernel's (the form has one compute rate)."""
     s = base.shapes
-    if formats.experts == formats.dense or not s.experts.experts:
+    if not s.experts.experts:
         return s
-    dense, experts = (terms.gemm_efficiency(base.params, f) for f in (formats.dense, formats.experts))
+    dense = terms.gemm_efficiency(base.params, formats.dense)
+    experts = terms.expert_efficiency(base.params, formats.experts, base.peak_flops_16 / base.peak_flops)
     flops = s.experts.expert_flops_per_token * dense / experts
     return replace(s, experts=s.experts._replace(expert_flops_per_token=flops))
 

@@ -8,7 +8,9 @@ kernels' bytes. The served attention kernel runs `attention_speedup` times the e
 table's pair and KV rates, and a prefill chunk's own causal pairs cost what a cached
 key's do (FlashAttention skips the masked blocks). bf16 GEMMs run `bf16_gemm_speedup` times
 the eager rate on their compute side; a GEMM in another weight format runs that times its
-format's rate (formats.py: fp8 per-tensor, fp8 blockwise, mxfp4 MoE, each with its prior). `step_s` and `seq_s` are the engine's own time a step
+format's rate (formats.py: fp8 per-tensor, fp8 blockwise, mxfp4 MoE, each with its prior);
+routed experts compute at `moe_compute_share` of the bf16 rate (the fused-MoE kernel,
+formats.py MOE_COMPUTE_SHARE). `step_s` and `seq_s` are the engine's own time a step
 and a sequence. A symmetric-memory all-reduce moves its bytes at `symm_mem_efficiency` of
 the link's one-way bandwidth (held at vLLM's published H100 figure, SYMM_MEM_EFFICIENCY). `host_overlap` of the host time is hidden behind the GPU's
 step (async scheduling, host.py). No efficiency passes 1: the datasheet is a ceiling."""
@@ -18,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from batchlab.core.cost.gpu_form import GpuCostParams
-from batchlab.core.cost.served.formats import RATES, Prior, rate_of
+from batchlab.core.cost.served.formats import MOE_COMPUTE_SHARE, RATES, Prior, rate_of
 from batchlab.core.cost.served.host import HOST_OVERLAP
 
 # What each constant may be, physically: a share of a cost in (0, 1], a speed-up of the
@@ -30,7 +32,7 @@ BOUNDS = {"graph_fixed_share": (0.02, 1.0), "custom_allreduce_scale": (0.02, 1.0
           "step_s": (1e-5, 10e-3), "seq_s": (0.0, 100e-6),
           # a format's rate beside bf16's: a quarter (a kernel far off its format's peak) to twice
           "fp8_tensor_gemm_rate": (0.25, 2.0), "fp8_block_gemm_rate": (0.25, 2.0), "mxfp4_moe_rate": (0.25, 2.0),
-          "host_overlap": (0.0, 1.0)}
+          "moe_compute_share": (0.1, 1.0), "host_overlap": (0.0, 1.0)}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class ServedTerms:
     fp8_tensor_gemm_rate: float = 1.0
     fp8_block_gemm_rate: float = 1.0
     mxfp4_moe_rate: float = 1.0
+    moe_compute_share: float = MOE_COMPUTE_SHARE.prior  # held (formats.py)
     host_overlap: float = 0.0  # host.py: async scheduling's share of the host time hidden
 
     def __post_init__(self) -> None:
@@ -62,6 +65,14 @@ class ServedTerms:
     def gemm_efficiency(self, p: GpuCostParams, fmt: str) -> float:
         """The compute efficiency of a GEMM in weight format `fmt` (formats.py), served."""
         return min(1.0, p.compute_efficiency * self.bf16_gemm_speedup * rate_of(self, fmt))
+
+    def expert_efficiency(self, p: GpuCostParams, fmt: str, bf16_peak_share: float) -> float:
+        """The compute efficiency of routed experts in format `fmt` (of the peak the form runs
+        at, bf16_peak_share of which is the bf16 peak): the fused-MoE kernel's share of the
+        bf16 rate, mxfp4 experts at their own rate on top (formats.py)."""
+        rate = self.mxfp4_moe_rate if fmt == "mxfp4" else 1.0
+        return min(1.0, p.compute_efficiency * self.bf16_gemm_speedup * self.moe_compute_share * rate
+                   * bf16_peak_share)
 
     def params(self, p: GpuCostParams, graphs: str, fmt: str = "bf16") -> GpuCostParams:
         """p as the engine runs a step: graphs "full" (a decode batch), "piecewise"
@@ -106,4 +117,4 @@ SYMM_MEM_EFFICIENCY = Prior(
 
 # The terms held at a stated prior where the rows do not tell them (the fit says which).
 PRIORS: dict[str, Prior] = {p.term: p for p in (*RATES.values(), HOST_OVERLAP, GRAPH_FIXED_SHARE,
-                                                 SYMM_MEM_EFFICIENCY)}
+                                                 SYMM_MEM_EFFICIENCY, MOE_COMPUTE_SHARE)}
