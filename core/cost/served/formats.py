@@ -95,6 +95,8 @@ RATE_TERMS = tuple(r.term for r in RATES.values())
 # at 0.39-0.54: 0.34 their median. Mixtral-8x7B's eight large experts (PR #24700, tuned) reach
 # 0.82, the range's top. fp8 experts gain little over bf16 ones: 10-17% at batch 4 and more,
 # both tuned (PR #35457, H200), and the H100 fp8 table runs below the bf16 ones above.
+# No Blackwell table (FlashInfer's or CUTLASS's MoE kernels there) was found at these sizes:
+# a B200 price carries Hopper's share, and --sensitivity's top is the nearest to them.
 MOE_COMPUTE_SHARE = Prior(
     "moe_compute_share", "of the bf16 dense GEMMs' served rate", 0.34, 0.25, 0.83,
     "vLLM's fused-MoE kernel at 1024-4096 tokens: Qwen3-30B-A3B fp8 on H100 0.25-0.30 (vllm-project/vllm "
