@@ -57,6 +57,16 @@ def test_a_bad_served_profile_is_one_line_naming_it(tmp_path):
     one_line_error(code, err, f"[hardware] served_engine: {bad}")
 
 
+def test_a_profile_from_before_the_fused_moe_share_is_refused_with_how_to_refit(tmp_path):
+    # its mxfp4 rate was fitted with experts at the bf16 rate: priced under the share it
+    # would count the kernel's slowness twice
+    old = tmp_path / "v3.json"
+    old.write_text(shipped_served_profile().read_text().replace('"version": 4', '"version": 3', 1))
+    code, _, err = cli([*RUN, "--served-engine", str(old)])
+    one_line_error(code, err, "served-engine profile version 3, expected 4: write it again with batchlab "
+                              "calibrate --from-served")
+
+
 def test_the_served_terms_are_knobs_that_move_the_price():
     from batchlab.core.features import StepFeatures
     from batchlab.experiments.config import build_config

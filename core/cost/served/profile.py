@@ -12,7 +12,8 @@ from batchlab.core import atomic
 from batchlab.core.cost.served.terms import ServedTerms
 from batchlab.core.cost.shipped import shipped_dir
 
-SERVED_PROFILE_VERSION = 3  # 2: symm_mem_efficiency; 3: GEMM rates by weight format, held terms
+SERVED_PROFILE_VERSION = 4  # 2: symm_mem_efficiency; 3: GEMM rates by weight format, held terms;
+# 4: routed experts at the fused-MoE share (a version-3 mxfp4 rate holds that share in it)
 
 
 class HeldOutStats(BaseModel):
@@ -72,5 +73,6 @@ def load_served_profile(path: str | Path) -> ServedProfile:
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: {str(e).splitlines()[0]}") from None
     if p.version != SERVED_PROFILE_VERSION:
-        raise ValueError(f"{path}: served-engine profile version {p.version}, expected {SERVED_PROFILE_VERSION}")
+        raise ValueError(f"{path}: served-engine profile version {p.version}, expected {SERVED_PROFILE_VERSION}: "
+                         f"write it again with batchlab calibrate --from-served")
     return p
