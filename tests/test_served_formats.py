@@ -27,10 +27,11 @@ PREFILL = StepFeatures(1, 1, 2048, 0, 2048, 2048 * 2049 // 2)  # compute-bound: 
 DECODE = StepFeatures(4, 0, 0, 4, 4 * 600, 4 * 600)
 
 
-def kernels(model: str, gpu: str, dtype: str | None = None) -> Priced:
-    """The model's operator-fitted price on one GPU, its formats as the setup reads them."""
+def kernels(model: str, gpu: str, dtype: str | None = None, tp: int = 1) -> Priced:
+    """The model's operator-fitted price on a GPU of tp, its formats as the setup reads them."""
     cfg = ExperimentConfig.model_validate({"model": {"name": model, **({"dtype": dtype} if dtype else {})},
-                                           "hardware": {"name": gpu, "served_engine": "none"}})
+                                           "hardware": {"name": gpu, "served_engine": "none",
+                                                        "tensor_parallel": tp}})
     spec = lookup_model(model)
     formats = weight_formats(with_dtypes(spec, dtype, "bf16") if dtype else spec)
     return Priced(sim_setup(cfg).cost, 256, gpu, True, formats)
@@ -134,6 +135,14 @@ def test_routed_experts_compute_at_the_fused_moe_share_of_bf16_whatever_their_fo
     assert served_cost(bf16, slow).step_time(PREFILL) > served_cost(bf16, terms).step_time(PREFILL)
     dense = kernels("qwen3-32b", "h100-sxm")
     assert served_cost(dense, slow).step_time(PREFILL) == served_cost(dense, terms).step_time(PREFILL)
+    # blockwise fp8 experts run DeepGEMM's grouped GEMMs: at the fp8_block dense rate, not the share
+    block = kernels("deepseek-v3", "h200", tp=8)
+    assert block.formats == WeightFormats("fp8_block", "fp8_block")
+    e = block.base.shapes.experts
+    assert _expert_flop_s(block, terms) == pytest.approx(
+        e.expert_flops_per_token / (block.base.peak_flops * terms.gemm_efficiency(block.base.params, "fp8_block")),
+        rel=1e-12)
+    assert served_cost(block, slow).step_time(PREFILL) == served_cost(block, terms).step_time(PREFILL)
 
 
 def test_the_fused_moe_share_is_held_a_knob_over_its_range_and_named_for_moe_models_only():
@@ -149,3 +158,6 @@ def test_the_fused_moe_share_is_held_a_knob_over_its_range_and_named_for_moe_mod
     code, text, err = cli(["simulate", "--model", "qwen3-32b", *run])
     assert code == 0, err
     assert "fused-MoE" not in text
+    code, text, err = cli(["simulate", "--model", "qwen3-30b-a3b", "--dtype", "fp8", *run])
+    assert code == 0, err  # per-tensor fp8: the share; its dense GEMMs at their own rate
+    assert "fp8_tensor GEMMs at " in text and "routed experts in the fused-MoE kernel at 0.34" in text

@@ -7,7 +7,7 @@ from batchlab.core.cost.form import CostModel
 from batchlab.core.cost.gpu_form import GpuCostModel
 from batchlab.core.cost.served.allreduce import EngineAllReduce
 from batchlab.core.cost.served.engine import VLLM
-from batchlab.core.cost.served.formats import MOE_COMPUTE_SHARE, RATES, Prior, WeightFormats
+from batchlab.core.cost.served.formats import DEEP_GEMM_EXPERTS, MOE_COMPUTE_SHARE, RATES, Prior, WeightFormats
 from batchlab.core.cost.served.host import HOST_OVERLAP
 from batchlab.core.cost.served.model import ServedGpuCost
 from batchlab.core.cost.knobs import Knob
@@ -79,11 +79,13 @@ def _format_rates(profile: ServedProfile, terms: ServedTerms, formats: WeightFor
     MoE model's routed experts at the fused-MoE kernel's share (formats.py)."""
     parts = []
     for f in formats.used:
-        if f in RATES and (f != formats.experts or f == formats.dense or f == "mxfp4"):
+        if f in RATES and (f != formats.experts or f == formats.dense or f in ("mxfp4", *DEEP_GEMM_EXPERTS)):
             r = RATES[f]
             what = "experts" if f == formats.experts and f != formats.dense else "GEMMs"
             parts.append(f"{f} {what} at {getattr(terms, r.term):.2f} x {r.base} ({_held(profile, r)})")
-    if moe:
+    if moe and formats.experts in DEEP_GEMM_EXPERTS:
+        parts.append(f"routed experts in DeepGEMM's grouped GEMMs at the {formats.experts} GEMMs' rate")
+    elif moe:
         parts.append(f"routed experts in the fused-MoE kernel at {terms.moe_compute_share:.2f} x the bf16 GEMMs' "
                      f"served rate ({_held(profile, MOE_COMPUTE_SHARE)})")
     return f", {'; '.join(parts)}" if parts else ""

@@ -19,8 +19,9 @@ has no term: a knob that moved no price would mislead --sensitivity.
 
 A model's routed experts run in the engine's fused-MoE kernel, not its dense GEMMs: their
 compute at `moe_compute_share` (MOE_COMPUTE_SHARE) of the bf16 dense GEMMs' served rate,
-whatever their format, times mxfp4's own rate for mxfp4 experts; fp8 experts gain nothing
-over bf16 ones there (the kernel tables below)."""
+times mxfp4's own rate for mxfp4 experts; fp8 per-tensor experts gain nothing over bf16 ones
+there (the kernel tables below). Blockwise fp8 experts run DeepGEMM's grouped GEMMs instead
+(DEEP_GEMM_EXPERTS), at the fp8_block GEMMs' rate."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -97,6 +98,13 @@ RATE_TERMS = tuple(r.term for r in RATES.values())
 # both tuned (PR #35457, H200), and the H100 fp8 table runs below the bf16 ones above.
 # No Blackwell table (FlashInfer's or CUTLASS's MoE kernels there) was found at these sizes:
 # a B200 price carries Hopper's share, and --sensitivity's top is the nearest to them.
+# vLLM's Fp8MoEMethod runs blockwise fp8 experts through TritonOrDeepGemmExperts, DeepGEMM's
+# grouped GEMMs where DeepGEMM is installed (vllm/envs.py of the 0.12 line: VLLM_USE_DEEP_GEMM
+# and VLLM_MOE_USE_DEEP_GEMM on by default), as the vllm/vllm-openai image has it (its build
+# runs tools/install_deepgemm.sh); DeepGEMM's grouped GEMMs run near its dense ones, so those
+# experts keep the fp8_block rate, not the Triton tables' share.
+DEEP_GEMM_EXPERTS = ("fp8_block",)
+
 MOE_COMPUTE_SHARE = Prior(
     "moe_compute_share", "of the bf16 dense GEMMs' served rate", 0.34, 0.25, 0.83,
     "vLLM's fused-MoE kernel at 1024-4096 tokens: Qwen3-30B-A3B fp8 on H100 0.25-0.30 (vllm-project/vllm "

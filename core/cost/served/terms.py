@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from batchlab.core.cost.gpu_form import GpuCostParams
-from batchlab.core.cost.served.formats import MOE_COMPUTE_SHARE, RATES, Prior, rate_of
+from batchlab.core.cost.served.formats import DEEP_GEMM_EXPERTS, MOE_COMPUTE_SHARE, RATES, Prior, rate_of
 from batchlab.core.cost.served.host import HOST_OVERLAP
 
 # What each constant may be, physically: a share of a cost in (0, 1], a speed-up of the
@@ -69,7 +69,10 @@ class ServedTerms:
     def expert_efficiency(self, p: GpuCostParams, fmt: str, bf16_peak_share: float) -> float:
         """The compute efficiency of routed experts in format `fmt` (of the peak the form runs
         at, bf16_peak_share of which is the bf16 peak): the fused-MoE kernel's share of the
-        bf16 rate, mxfp4 experts at their own rate on top (formats.py)."""
+        bf16 rate, mxfp4 experts at their own rate on top; DeepGEMM's at their format's
+        dense rate (formats.py)."""
+        if fmt in DEEP_GEMM_EXPERTS:
+            return self.gemm_efficiency(p, fmt)
         rate = self.mxfp4_moe_rate if fmt == "mxfp4" else 1.0
         return min(1.0, p.compute_efficiency * self.bf16_gemm_speedup * self.moe_compute_share * rate
                    * bf16_peak_share)
