@@ -237,7 +237,7 @@ class EngineLoop:
                 if stop is not None:
                     self._stops[item.id] = stop
             elif item in self._live:  # abort: the client left
-                seq, _ = self._live.pop(item)
+                seq, _ = self._live[item]
                 if self.sched.abort(seq, now):
                     self._record([seq])
                     self.observer.on_done(seq)
@@ -249,18 +249,21 @@ class EngineLoop:
             self.on_rows(seqs)
 
     def _forget(self, seq: Sequence) -> None:
+        """Drop all the loop holds of an ended request, its live entry last: another
+        thread that sees it gone sees nothing else of the request left."""
         self.engine.forget(seq)
         self._params.pop(seq.id, None)
         self._stops.pop(seq.id, None)
         self.engine.generators.pop(seq.id, None)
         self.engine.failed.pop(seq.id, None)
+        self._live.pop(seq.id, None)
 
     def _fail(self, seq: Sequence, reason: str, now: float) -> None:
         """End one request with an error: its row says `failed` and why, its client gets
         a 500, its KV blocks are freed; the others go on."""
         self.sched.abort(seq, now)  # no-op if complete() already finished it
         seq.status, seq.reject_reason, seq.finish = Status.FAILED, reason, now
-        entry = self._live.pop(seq.id, None)
+        entry = self._live.get(seq.id)
         if entry is not None:
             entry[1](TokenEvent(-1, -1, now, True, reason, 500))
         self._record([seq])
@@ -327,7 +330,6 @@ class EngineLoop:
             self._record(done)
             for seq in done:
                 self.observer.on_done(seq)
-                self._live.pop(seq.id, None)
                 self._forget(seq)
         return True
 
