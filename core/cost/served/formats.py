@@ -83,7 +83,7 @@ RATES = {
         "block costing the kernel its fp8 gain)"),
     "mxfp4": Prior(
         "mxfp4_moe_rate", "the bf16 experts' rate", 1.0, 0.5, 2.0,
-        "the bf16 rate: vLLM @ afdb4a4 dequantises mxfp4 to bf16 in its Hopper MoE kernels; up to 2x "
+        "the bf16 experts' rate: vLLM @ afdb4a4 dequantises mxfp4 to bf16 in its Hopper MoE kernels; up to 2x "
         "with Blackwell's fp4 tensor cores"),
 }
 RATE_TERMS = tuple(r.term for r in RATES.values())
@@ -98,6 +98,12 @@ RATE_TERMS = tuple(r.term for r in RATES.values())
 # both tuned (PR #35457, H200), and the H100 fp8 table runs below the bf16 ones above.
 # No Blackwell table (FlashInfer's or CUTLASS's MoE kernels there) was found at these sizes:
 # a B200 price carries Hopper's share, and --sensitivity's top is the nearest to them.
+MOE_COMPUTE_SHARE = Prior(
+    "moe_compute_share", "of the bf16 dense GEMMs' served rate", 0.34, 0.25, 0.83,
+    "vLLM's fused-MoE kernel at 1024-4096 tokens: Qwen3-30B-A3B fp8 on H100 0.25-0.30 (vllm-project/vllm "
+    "PR #24700), a Gemma-4 MoE bf16 on H200 0.39-0.54 (PR #44818), their median 0.34; up to Mixtral-8x7B's "
+    "large experts, 0.82")
+
 # vLLM's Fp8MoEMethod runs blockwise fp8 experts through TritonOrDeepGemmExperts, DeepGEMM's
 # grouped GEMMs where DeepGEMM is installed (vllm/envs.py of the 0.12 line: VLLM_USE_DEEP_GEMM
 # and VLLM_MOE_USE_DEEP_GEMM on by default), as the vllm/vllm-openai image has it (its build
@@ -105,11 +111,6 @@ RATE_TERMS = tuple(r.term for r in RATES.values())
 # experts keep the fp8_block rate, not the Triton tables' share.
 DEEP_GEMM_EXPERTS = ("fp8_block",)
 
-MOE_COMPUTE_SHARE = Prior(
-    "moe_compute_share", "of the bf16 dense GEMMs' served rate", 0.34, 0.25, 0.83,
-    "vLLM's fused-MoE kernel at 1024-4096 tokens: Qwen3-30B-A3B fp8 on H100 0.25-0.30 (vllm-project/vllm "
-    "PR #24700), a Gemma-4 MoE bf16 on H200 0.39-0.54 (PR #44818), their median 0.34; up to Mixtral-8x7B's "
-    "large experts, 0.82")
 BF16_TERM = "bf16_gemm_speedup"  # held at BF16_PRIOR (the eager tables' rate) where no row runs bf16
 BF16_PRIOR = 1.0
 
