@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from batchlab.calibration.served_bench.client import (API_TOKEN_S, LENGTH_SPREAD, benchmark_front_end,
                                                      benchmark_workload)
-from batchlab.calibration.served_bench.judge import Predicted, curve_answers, judge
+from batchlab.calibration.served_bench.judge import Predicted, curve_answers, judge, sides_the_rows_fix
 from batchlab.calibration.served_bench.read import BenchmarkRow, in_regime, read_benchmarks
 from batchlab.experiments.validation.served_benchmarks import predict
 from tests.helpers import cli, one_line_error
@@ -157,6 +157,17 @@ def test_a_group_priced_on_one_side_is_flagged_and_a_mixed_one_is_not():
     assert j.tpot.slow_share == 1 and j.groups[0].one_sided and j.tpot.median == pytest.approx(0.3)
     mixed = [Predicted(row(c=c), 0.1, 0.02 * f) for c, f in ((4, 1.1), (8, 0.9), (16, 1.05), (32, 0.95))]
     assert not judge(mixed).groups[0].one_sided
+
+
+def test_the_groups_no_price_could_balance_are_a_lone_row_and_rows_that_ran_less():
+    four = [Predicted(row(c=c), 0.1, 0.02 * 1.3) for c in (4, 8, 16, 32)]
+    lone = Predicted(dataclasses.replace(row(c=4), tp=8), 0.1, 0.02 * 0.9)
+    j = judge([*four, lone])
+    assert all(g.one_sided for g in j.groups)
+    fixed = {g.group: why for g, why in sides_the_rows_fix(j, {p.row for p in four[:3]})}
+    assert fixed == {four[0].row.group: "3 of 4 rows ran less than they state", lone.row.group: "one row"}
+    # half of them ran less: a price could still put the other half on the other side
+    assert [g.group for g, _ in sides_the_rows_fix(j, {p.row for p in four[:2]})] == [lone.row.group]
 
 
 def test_validate_judges_a_table_end_to_end(tmp_path):

@@ -69,6 +69,7 @@ def test_validate_names_the_rows_that_ran_less_than_they_state(tmp_path):
     assert "all but those" in text
     code, text, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, line(c=4, osl=32), name="b.csv"))])
     assert code == 0 and "ran a user's cycle" not in text and "all but those" not in text
+    assert "1 groups one-sided by their rows, whatever the price: qwen3-32b, h100-sxm, TP 2 (one row)" in text
 
 
 def test_calibrate_from_served_names_the_rows_it_fits_that_ran_less(tmp_path):

@@ -85,6 +85,21 @@ class Judgement:
         return float(np.mean([a.steps_apart <= within for a in picked])) if picked else float("nan")
 
 
+def sides_the_rows_fix(j: Judgement, ran_less: set[BenchmarkRow]) -> list[tuple[GroupSide, str]]:
+    """The one-sided groups no price could balance, each with why: a group of one row is on
+    one side whatever the price, and one whose rows ran less than they state (floor.py)
+    beyond the ONE_SIDED share has those cycles priced slow by any price at or above the
+    floor."""
+    out = []
+    for g in j.groups:
+        below = sum(p.row in ran_less for p in j.rows if p.row.group == g.group)
+        if g.tpot.n == 1:
+            out.append((g, "one row"))
+        elif below / g.tpot.n > ONE_SIDED:
+            out.append((g, f"{below} of {g.tpot.n} rows ran less than they state"))
+    return out
+
+
 def _highest(points: list[tuple[int, float]], objective_s: float) -> int | None:
     ok = [c for c, t in points if t <= objective_s]
     return max(ok) if ok else None

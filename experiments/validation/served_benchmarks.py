@@ -11,7 +11,7 @@ from batchlab import sim
 from batchlab.calibration.served_bench.client import CLIENT_WORDS, ROUNDS, benchmark_front_end, benchmark_workload
 from batchlab.calibration.served_bench.fit import Priced
 from batchlab.calibration.served_bench.floor import Floor, prefill_floor
-from batchlab.calibration.served_bench.judge import Judgement, Predicted, Spread, judge
+from batchlab.calibration.served_bench.judge import Judgement, Predicted, Spread, judge, sides_the_rows_fix
 from batchlab.calibration.served_bench.read import BenchmarkRow
 from batchlab.calibration.served_bench.recorded import RecordedRow, record
 from batchlab.core.cost.served.formats import weight_formats
@@ -149,6 +149,15 @@ def below_floor_line(below: list[Floor], then: str = "they ran less than they st
             f"calibration/served_bench/floor.py): {then}; {named}")
 
 
+def _fixed_sides(j: Judgement, below: list[Floor]) -> list[str]:
+    """The line naming the groups whose side no price could change (empty: none)."""
+    fixed = sides_the_rows_fix(j, {f.row for f in below})
+    if not fixed:
+        return []
+    named = "; ".join(f"{g.group[0]}, {g.group[1]}, TP {g.group[2]} ({why})" for g, why in fixed)
+    return [f"  {len(fixed)} groups one-sided by their rows, whatever the price: {named}"]
+
+
 def _below_floor(j: Judgement, below: list[Floor]) -> list[str]:
     """The rows that ran faster than their stated prefills allow, and the judgement without them."""
     if not below:
@@ -187,6 +196,7 @@ def render(j: Judgement, client: str, rows: bool = False, priced_by: str = "", s
         lines.append(_spread_line(name, g.tpot, g.ttft) + flag)
     lines.append(_spread_line("all", j.tpot, j.ttft))
     lines += _below_floor(j, below or [])  # and the judgement without them, under the table's total
+    lines += _fixed_sides(j, below or [])
     if j.answers:
         objectives = sorted({a.objective_ms for a in j.answers})
         lines.append(f"load curves: the highest concurrency meeting a TPOT objective "
