@@ -178,6 +178,7 @@ def test_validate_judges_a_table_end_to_end(tmp_path):
     assert [r["row"]["concurrency"] for r in j["rows"]] == [4, 16]
     # more users share each step: the simulated closed loop prices their tokens slower
     assert j["rows"][1]["tpot_s"] > j["rows"][0]["tpot_s"] > 0
+    assert j["one_sided_whatever_the_price"] == []  # two rows, neither ran less than it states
     code, text, err = cli(["validate", "--served-benchmarks", str(path), "--client", "staggered", "--rows"])
     assert code == 0, err
     assert "client model: staggered (the users' first sends spread" in text and "qwen3-32b, h100-sxm, TP 2" in text

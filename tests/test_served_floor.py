@@ -5,6 +5,7 @@ them beside the whole."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -70,6 +71,9 @@ def test_validate_names_the_rows_that_ran_less_than_they_state(tmp_path):
     code, text, err = cli(["validate", "--served-benchmarks", str(table(tmp_path, line(c=4, osl=32), name="b.csv"))])
     assert code == 0 and "ran a user's cycle" not in text and "all but those" not in text
     assert "1 groups one-sided by their rows, whatever the price: qwen3-32b, h100-sxm, TP 2 (one row)" in text
+    code, out, err = cli(["validate", "--served-benchmarks", str(tmp_path / "b.csv"), "--format", "json"])
+    assert code == 0 and json.loads(out)["one_sided_whatever_the_price"] == [
+        {"group": ["qwen3-32b", "h100-sxm", 2], "why": "one row"}]
 
 
 def test_calibrate_from_served_names_the_rows_it_fits_that_ran_less(tmp_path):

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from batchlab.calibration.served_bench.client import CLIENTS, DEFAULT_CLIENT
+from batchlab.calibration.served_bench.judge import sides_the_rows_fix
 from batchlab.calibration.served_bench.read import in_regime, read_benchmarks, set_apart_line
 from batchlab.core import atomic
 from batchlab.core.model.presets import MODELS
@@ -259,7 +260,9 @@ def judge_served_benchmarks(args: argparse.Namespace) -> int:
         judgement = served_benchmarks.judge_rows(rows, client, progress=progress, served=served, by_model=by_model)
     below = [f for f in served_benchmarks.floors(rows, served) if f.below]
     if args.format == "json":
-        print(to_json({**dataclasses.asdict(judgement), "below_floor": [dataclasses.asdict(f) for f in below]}))
+        fixed = sides_the_rows_fix(judgement, {f.row for f in below})
+        print(to_json({**dataclasses.asdict(judgement), "below_floor": [dataclasses.asdict(f) for f in below],
+                       "one_sided_whatever_the_price": [{"group": g.group, "why": why} for g, why in fixed]}))
     else:
         by = {"vllm": "the shipped served-engine terms (vLLM)", "none": "the kernels' sum (no served-engine terms)"}
         priced_by = by.get(served, f"the served engine ({served})")
